@@ -1,0 +1,175 @@
+/*
+ * wbcache - a user-space page-cache writeback engine.
+ *
+ * Conventions used by every function in this header:
+ *   - Functions return 0 (or a non-negative count) on success and a negative
+ *     errno value on failure.  errno itself is never used to report errors.
+ *   - Handles are opaque.  An object created by wbc_X_open()/wbc_X_add() is
+ *     owned by the caller until the matching close; the cache owns devices
+ *     and destroys them in wbc_cache_close().
+ *   - Close functions accept NULL and then return 0.
+ *
+ * Threading: every function may be called from any thread concurrently,
+ * except that a handle must not be used after (or while) it is closed.
+ */
+#ifndef WBCACHE_H
+#define WBCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WBCACHE_VERSION "0.1.0"
+
+typedef struct wbc_cache wbc_cache;
+typedef struct wbc_dev wbc_dev;
+typedef struct wbc_file wbc_file;
+
+/*
+ * Cache configuration.  The dirty_* tunables carry the names and meaning of
+ * the Linux sysctls in /proc/sys/vm: a *_bytes value, when non-zero, takes
+ * precedence over the matching *_ratio, which is a percentage of the cache's
+ * pages.  Fill with wbc_config_init() before changing fields.
+ */
+struct wbc_config {
+	uint64_t mem_bytes;                /* page arena size; rounded down to pages */
+	uint32_t page_size;                /* power of two, 512 .. 1 MiB; default 4096 */
+	uint32_t dirty_ratio;              /* 1..100 (percent); default 20 */
+	uint64_t dirty_bytes;              /* 0 = use dirty_ratio */
+	uint32_t dirty_background_ratio;   /* 0..100 (percent); default 10 */
+	uint64_t dirty_background_bytes;   /* 0 = use dirty_background_ratio */
+	uint32_t dirty_expire_centisecs;   /* age at which dirty data is written; default 3000 */
+	uint32_t dirty_writeback_centisecs;/* periodic flusher wakeup; 0 = off; default 500 */
+};
+
+/* Fill @cfg with defaults (64 MiB, 4 KiB pages, kernel sysctl defaults). */
+void wbc_config_init(struct wbc_config *cfg);
+
+/*
+ * Open a cache.  The page arena (cfg->mem_bytes) is allocated here, once;
+ * the cache never allocates page memory afterwards.
+ * Returns 0 and sets *out, or -EINVAL for a bad configuration (page size not
+ * a power of two or out of range, fewer than 16 pages, ratio above 100,
+ * dirty limit of zero), -ENOMEM when the arena cannot be allocated.
+ */
+int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out);
+
+/*
+ * Write back every dirty page of every device, close all devices and free
+ * the cache.  Files still open are closed.  Returns 0, or the first write
+ * error met while writing back (the cache is freed in either case).
+ */
+int wbc_cache_close(wbc_cache *cache);
+
+/*
+ * Add a device (a backend plus its flusher thread).  @spec is one of
+ *   "mem"                      RAM, for tests
+ *   "file:PATH[,opts]"         one regular file or block device: the device
+ *                              holds a single file, opened with name ""
+ *   "dir:PATH[,opts]"          a directory, one backing file per cached file
+ * opts (comma separated): qd=N (queue depth, default 32), max_io=SIZE
+ * (largest single I/O, default from the block device, at least 1M),
+ * direct=0 (buffered instead of O_DIRECT).
+ * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec, or
+ * the -errno of opening the backend.
+ */
+int wbc_dev_add(wbc_cache *cache, const char *spec, wbc_dev **out);
+
+/* wbc_dev_add() that also writes a one-line reason for a failure into
+ * @msg (at most @msglen bytes, NUL-terminated; may be NULL). */
+int wbc_dev_add_msg(wbc_cache *cache, const char *spec, wbc_dev **out,
+		    char *msg, size_t msglen);
+
+/* Write back all dirty data of the device, wait for it, flush the backend.
+ * Returns 0 or the first error (each error is reported once per call). */
+int wbc_dev_sync(wbc_dev *dev);
+
+/* wbc_dev_sync() on every device of the cache. */
+int wbc_cache_sync(wbc_cache *cache);
+
+/* Flags for wbc_file_open(). */
+#define WBC_O_CREAT  0x1   /* create the backing file if missing */
+#define WBC_O_TRUNC  0x2   /* truncate to zero length at open */
+
+/*
+ * Open file @name on @dev.  Names are flat: no '/', not "." or "..", at most
+ * 255 bytes ("" for a "file:" device).  Several handles may name one file;
+ * they share its pages.  Returns 0 and sets *out (owned by the caller until
+ * wbc_file_close()), -ENOENT without WBC_O_CREAT when missing, -EINVAL for a
+ * bad name, or the backend's -errno.
+ */
+int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out);
+
+/* Close a handle.  Dirty data stays in the cache and is written back later;
+ * close does not report write errors (fsync does).  Returns 0. */
+int wbc_file_close(wbc_file *f);
+
+/*
+ * Read up to @len bytes at @off.  Returns the count read (0 at or past end of
+ * file), -EINVAL for offset overflow, -EBADF for a closed handle, or the
+ * backend's -errno on a failed read-in.
+ */
+ssize_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off);
+
+/*
+ * Copy @len bytes at @off into the cache; the data is written back later.
+ * Never does I/O beyond reading in a partially overwritten page; may wait
+ * for writeback when the dirty limit is reached or no page is free.
+ * Returns @len, -EINVAL when off + len overflows or exceeds 2^62, -EBADF for
+ * a closed handle, or the backend's -errno from a failed read-in.
+ */
+ssize_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off);
+
+/* Set the file size; the backend is resized before this returns.
+ * Returns 0, -EINVAL for a size over 2^62, or the backend's -errno. */
+int wbc_truncate(wbc_file *f, uint64_t size);
+
+/* Current file size, including data still in the cache; -EBADF if closed. */
+int64_t wbc_file_size(wbc_file *f);
+
+/*
+ * Write back the dirty pages overlapping [off, off+len) (len 0 = to end of
+ * file), wait for them, and flush the backend (datasync: data and size only).
+ * Returns 0, or a write error that happened since this handle last reported
+ * one (errseq: every handle sees each error once).
+ */
+int wbc_fsync_range(wbc_file *f, uint64_t off, uint64_t len, int datasync);
+int wbc_fsync(wbc_file *f);
+int wbc_fdatasync(wbc_file *f);
+
+/* A snapshot of the cache's counters (wbc_stats()). Sizes are in bytes. */
+struct wbc_stats {
+	uint64_t page_size;
+	uint64_t mem_bytes;          /* arena size */
+	uint64_t cached_bytes;       /* pages holding file data */
+	uint64_t dirty_bytes;        /* dirty, not yet under writeback */
+	uint64_t writeback_bytes;    /* under writeback */
+	uint64_t bg_thresh_bytes;    /* background writeback starts above this */
+	uint64_t thresh_bytes;       /* writers wait above this */
+	uint64_t written_bytes;      /* accepted by wbc_pwrite() */
+	uint64_t written_back_bytes; /* completed writeback */
+	uint64_t read_in_bytes;      /* read from backends on cache misses */
+	uint64_t reclaimed_pages;    /* clean pages evicted */
+	uint64_t write_ios;          /* writeback I/Os completed */
+	uint64_t write_errors;       /* writeback I/Os that failed */
+	uint64_t lost_bytes;         /* dirty data dropped after a write error */
+	uint64_t dirty_waits;        /* times a writer waited at the dirty limit */
+	uint64_t page_waits;         /* times a writer waited for a free page */
+	uint64_t write_bw;           /* summed device write bandwidth estimate, bytes/s */
+	uint32_t nr_devices;
+};
+
+/* Fill @st.  Returns 0 or -EINVAL for NULL arguments. */
+int wbc_stats(wbc_cache *cache, struct wbc_stats *st);
+
+/* Human-readable message for a value returned by this API. */
+const char *wbc_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,361 @@
+/*
+ * File backend: one regular file or block device ("file:"), or a directory
+ * with one backing file per cached file ("dir:").  Data I/O goes through
+ * one io_uring per device, with O_DIRECT so that data is cached once (in
+ * wbcache) and not again in the kernel's page cache.  Where the file system
+ * refuses O_DIRECT (tmpfs), files are opened buffered with a one-line
+ * warning.
+ *
+ * Threads: any thread submits (sq_lock serializes the submission ring); one
+ * reaper thread per backend waits for completions and runs end_io.  A short
+ * write is resubmitted for its remainder; -EAGAIN and -EINTR are retried.
+ */
+#include "../internal.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+/* Largest I/O when the block layer's limit cannot be read. */
+#define FALLBACK_MAX_IO (4u << 20)
+/* Ring entries beyond qd, for reads from any number of reader threads. */
+#define RING_SLACK 64
+
+struct fobj {
+	int fd;
+	bool blk;
+	uint64_t blk_size;
+	int refs;               /* single mode: opens of "" */
+};
+
+struct fbe {
+	char *path;
+	bool dir;
+	bool direct;
+	int dirfd;
+	struct fobj *single;
+	pthread_mutex_t lock;   /* single->refs, warned */
+	bool warned;
+	struct io_uring ring;
+	pthread_mutex_t sq_lock;
+	pthread_t reaper;
+};
+
+static char stop_marker;
+
+static void warn_buffered(struct fbe *f)
+{
+	pthread_mutex_lock(&f->lock);
+	if (!f->warned)
+		fprintf(stderr, "wbcache: O_DIRECT refused on %s; using buffered I/O\n", f->path);
+	f->warned = true;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, struct fobj **out)
+{
+	int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+	if (f->dir)
+		flags |= O_NOFOLLOW;
+	int fd = openat(dirfd, name, flags | (f->direct ? O_DIRECT : 0), 0644);
+	if (fd < 0 && errno == EINVAL && f->direct) {
+		fd = openat(dirfd, name, flags, 0644);
+		if (fd >= 0)
+			warn_buffered(f);
+	}
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+		int e = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		close(fd);
+		return e;
+	}
+	struct fobj *o = calloc(1, sizeof(*o));
+	if (!o) {
+		close(fd);
+		return -ENOMEM;
+	}
+	o->fd = fd;
+	o->blk = S_ISBLK(st.st_mode);
+	o->blk_size = (uint64_t)st.st_size;
+	if (o->blk && ioctl(fd, BLKGETSIZE64, &o->blk_size))
+		o->blk_size = 0;
+	*out = o;
+	return 0;
+}
+
+static uint64_t obj_size(struct fobj *o)
+{
+	if (o->blk)
+		return o->blk_size;
+	struct stat st;
+	return fstat(o->fd, &st) ? 0 : (uint64_t)st.st_size;
+}
+
+static int file_open(struct backend *be, const char *name, bool create, void **obj,
+		     uint64_t *size)
+{
+	struct fbe *f = be->priv;
+	struct fobj *o;
+	if (!f->dir) {
+		pthread_mutex_lock(&f->lock);
+		f->single->refs++;
+		pthread_mutex_unlock(&f->lock);
+		o = f->single;
+	} else {
+		int err = open_obj(f, f->dirfd, name, create, &o);
+		if (err)
+			return err;
+	}
+	*obj = o;
+	*size = obj_size(o);
+	return 0;
+}
+
+static void file_close(struct backend *be, void *obj)
+{
+	struct fbe *f = be->priv;
+	struct fobj *o = obj;
+	if (!f->dir) {
+		pthread_mutex_lock(&f->lock);
+		o->refs--;
+		pthread_mutex_unlock(&f->lock);
+		return;
+	}
+	close(o->fd);
+	free(o);
+}
+
+/* Queue @bio's remaining part on the ring.  sq_lock must not be held. */
+static int queue_bio(struct fbe *f, struct wbc_bio *bio)
+{
+	struct fobj *o = bio->obj;
+	pthread_mutex_lock(&f->sq_lock);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
+	if (!sqe) {
+		io_uring_submit(&f->ring);
+		sqe = io_uring_get_sqe(&f->ring);
+	}
+	if (!sqe) {
+		pthread_mutex_unlock(&f->sq_lock);
+		return -EBUSY;
+	}
+	uint64_t off = bio->off + bio->done;
+	if (bio->op == BIO_WRITE)
+		io_uring_prep_writev(sqe, o->fd, bio->iov, (unsigned)bio->iovcnt, off);
+	else
+		io_uring_prep_readv(sqe, o->fd, bio->iov, (unsigned)bio->iovcnt, off);
+	io_uring_sqe_set_data(sqe, bio);
+	int r;
+	do
+		r = io_uring_submit(&f->ring);
+	while (r == -EINTR || r == -EAGAIN || r == -EBUSY);
+	pthread_mutex_unlock(&f->sq_lock);
+	return r < 0 ? r : 0;
+}
+
+static int file_submit(struct backend *be, struct wbc_bio *bio)
+{
+	bio->done = 0;
+	return queue_bio(be->priv, bio);
+}
+
+/* Drop the first @n bytes of bio's iovec array (after a short write). */
+static void iov_advance(struct wbc_bio *bio, size_t n)
+{
+	int i = 0;
+	while (i < bio->iovcnt && n >= bio->iov[i].iov_len)
+		n -= bio->iov[i++].iov_len;
+	memmove(bio->iov, bio->iov + i, (size_t)(bio->iovcnt - i) * sizeof(*bio->iov));
+	bio->iovcnt -= i;
+	if (n) {
+		bio->iov[0].iov_base = (char *)bio->iov[0].iov_base + n;
+		bio->iov[0].iov_len -= n;
+	}
+}
+
+static void *reaper_main(void *arg)
+{
+	struct fbe *f = arg;
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		int r = io_uring_wait_cqe(&f->ring, &cqe);
+		if (r == -EINTR)
+			continue;
+		if (r < 0) {
+			fprintf(stderr, "wbcache: io_uring wait failed: %s\n", strerror(-r));
+			abort();
+		}
+		void *data = io_uring_cqe_get_data(cqe);
+		int res = cqe->res;
+		io_uring_cqe_seen(&f->ring, cqe);
+		if (data == &stop_marker)
+			return NULL;
+		struct wbc_bio *bio = data;
+		(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
+		bool retry = res == -EAGAIN || res == -EINTR;
+		if (bio->op == BIO_WRITE && res > 0 && bio->done + (size_t)res < bio->len) {
+			iov_advance(bio, (size_t)res);
+			bio->done += (size_t)res;
+			retry = true;
+		}
+		if (retry && !queue_bio(f, bio))
+			continue;
+		bio->res = res < 0 ? res : (int)(bio->done + (size_t)res);
+		bio->end_io(bio);
+	}
+}
+
+static int file_flush(struct backend *be, void *obj, bool datasync)
+{
+	struct fbe *f = be->priv;
+	struct fobj *o = obj ? obj : f->single;
+	int r;
+	if (o)
+		r = datasync ? fdatasync(o->fd) : fsync(o->fd);
+	else
+		r = syncfs(f->dirfd);
+	return r ? -errno : 0;
+}
+
+static int file_setsize(struct backend *be, void *obj, uint64_t size)
+{
+	(void)be;
+	struct fobj *o = obj;
+	if (o->blk)
+		return size <= o->blk_size ? 0 : -EFBIG;
+	return ftruncate(o->fd, (off_t)size) ? -errno : 0;
+}
+
+static void file_destroy(struct backend *be)
+{
+	struct fbe *f = be->priv;
+	pthread_mutex_lock(&f->sq_lock);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
+	if (!sqe) {
+		io_uring_submit(&f->ring);
+		sqe = io_uring_get_sqe(&f->ring);
+	}
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, &stop_marker);
+	io_uring_submit(&f->ring);
+	pthread_mutex_unlock(&f->sq_lock);
+	pthread_join(f->reaper, NULL);
+	io_uring_queue_exit(&f->ring);
+	if (f->single) {
+		close(f->single->fd);
+		free(f->single);
+	}
+	if (f->dirfd >= 0)
+		close(f->dirfd);
+	pthread_mutex_destroy(&f->lock);
+	pthread_mutex_destroy(&f->sq_lock);
+	free(f->path);
+	free(f);
+	free(be);
+}
+
+static const struct backend_ops file_ops = {
+	.kind = "file",
+	.open = file_open,
+	.close = file_close,
+	.submit = file_submit,
+	.flush = file_flush,
+	.setsize = file_setsize,
+	.destroy = file_destroy,
+};
+
+/* The block layer's largest request for the device holding @fd, in bytes;
+ * 0 when unknown (not on a block device). */
+static size_t blk_max_io(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st))
+		return 0;
+	dev_t d = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
+	char path[128];
+	const char *cand[] = { "%s/queue/max_sectors_kb", "%s/../queue/max_sectors_kb" };
+	char base[64];
+	snprintf(base, sizeof(base), "/sys/dev/block/%u:%u", major(d), minor(d));
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), cand[i], base);
+		FILE *fp = fopen(path, "r");
+		if (!fp)
+			continue;
+		unsigned long kb = 0;
+		int n = fscanf(fp, "%lu", &kb);
+		fclose(fp);
+		if (n == 1 && kb)
+			return kb << 10;
+	}
+	return 0;
+}
+
+int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
+			size_t max_io, struct backend **out, char *err, size_t errlen)
+{
+	struct backend *be = calloc(1, sizeof(*be));
+	struct fbe *f = calloc(1, sizeof(*f));
+	if (!be || !f || !(f->path = strdup(path))) {
+		free(be);
+		free(f);
+		return -ENOMEM;
+	}
+	f->dir = dir;
+	f->direct = direct;
+	f->dirfd = -1;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->sq_lock, NULL);
+	int rc = 0, probe_fd;
+	if (dir) {
+		f->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (f->dirfd < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot open directory %s: %s", path, strerror(errno));
+		}
+		probe_fd = f->dirfd;
+	} else {
+		rc = open_obj(f, AT_FDCWD, path, true, &f->single);
+		if (rc)
+			snprintf(err, errlen, "cannot open %s: %s", path, strerror(-rc));
+		probe_fd = rc ? -1 : f->single->fd;
+	}
+	if (!rc) {
+		rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
+		if (rc)
+			snprintf(err, errlen, "io_uring setup failed: %s", strerror(-rc));
+	}
+	if (!rc) {
+		rc = -pthread_create(&f->reaper, NULL, reaper_main, f);
+		if (rc) {
+			io_uring_queue_exit(&f->ring);
+			snprintf(err, errlen, "cannot start the completion thread");
+		}
+	}
+	if (rc) {
+		if (f->single) {
+			close(f->single->fd);
+			free(f->single);
+		}
+		if (f->dirfd >= 0)
+			close(f->dirfd);
+		free(f->path);
+		free(f);
+		free(be);
+		return rc;
+	}
+	if (!max_io)
+		max_io = blk_max_io(probe_fd);
+	be->ops = &file_ops;
+	be->qd = qd;
+	be->max_io = max_io ? max_io : FALLBACK_MAX_IO;
+	be->single = !dir;
+	be->priv = f;
+	*out = be;
+	return 0;
+}

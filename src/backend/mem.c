@@ -1,0 +1,170 @@
+/*
+ * RAM backend: named byte arrays.  I/O is done in submit and completed
+ * before submit returns.  Objects live until the backend is destroyed.
+ */
+#include "../internal.h"
+
+#define MEM_QD 32
+#define MEM_MAX_IO (4u << 20)
+
+struct mobj {
+	struct mobj *next;
+	char *name;
+	pthread_rwlock_t lock;   /* data, size, cap */
+	char *data;
+	uint64_t size, cap;
+};
+
+struct mem {
+	pthread_mutex_t lock;    /* objs list */
+	struct mobj *objs;
+};
+
+static int mem_open(struct backend *be, const char *name, bool create, void **obj,
+		    uint64_t *size)
+{
+	struct mem *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	struct mobj *o = m->objs;
+	while (o && strcmp(o->name, name))
+		o = o->next;
+	if (!o) {
+		if (!create) {
+			pthread_mutex_unlock(&m->lock);
+			return -ENOENT;
+		}
+		o = calloc(1, sizeof(*o));
+		if (!o || !(o->name = strdup(name))) {
+			free(o);
+			pthread_mutex_unlock(&m->lock);
+			return -ENOMEM;
+		}
+		pthread_rwlock_init(&o->lock, NULL);
+		o->next = m->objs;
+		m->objs = o;
+	}
+	pthread_mutex_unlock(&m->lock);
+	pthread_rwlock_rdlock(&o->lock);
+	*size = o->size;
+	pthread_rwlock_unlock(&o->lock);
+	*obj = o;
+	return 0;
+}
+
+static void mem_close(struct backend *be, void *obj)
+{
+	(void)be;
+	(void)obj;
+}
+
+static int resize_locked(struct mobj *o, uint64_t size)
+{
+	if (size > o->cap) {
+		uint64_t cap = WBC_MAX(size, o->cap * 2);
+		char *d = realloc(o->data, cap);
+		if (!d)
+			return -ENOMEM;
+		o->data = d;
+		o->cap = cap;
+	}
+	if (size > o->size)
+		memset(o->data + o->size, 0, size - o->size);
+	o->size = size;
+	return 0;
+}
+
+static int mem_submit(struct backend *be, struct wbc_bio *bio)
+{
+	(void)be;
+	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
+	struct mobj *o = bio->obj;
+	uint64_t off = bio->off;
+	int res = 0;
+	if (bio->op == BIO_WRITE) {
+		pthread_rwlock_wrlock(&o->lock);
+		if (off + bio->len > o->size)
+			res = resize_locked(o, off + bio->len);
+		for (int i = 0; i < bio->iovcnt && !res; i++) {
+			memcpy(o->data + off, bio->iov[i].iov_base, bio->iov[i].iov_len);
+			off += bio->iov[i].iov_len;
+		}
+	} else {
+		pthread_rwlock_rdlock(&o->lock);
+		for (int i = 0; i < bio->iovcnt; i++) {
+			size_t n = off >= o->size ? 0 :
+				   (size_t)WBC_MIN(bio->iov[i].iov_len, o->size - off);
+			memcpy(bio->iov[i].iov_base, o->data + off, n);
+			off += n;
+			if (n < bio->iov[i].iov_len)
+				break;
+		}
+	}
+	pthread_rwlock_unlock(&o->lock);
+	bio->res = res ? res : (int)(off - bio->off);
+	atomic_store_explicit(&bio->handoff, 2, memory_order_release);
+	bio->end_io(bio);
+	return 0;
+}
+
+static int mem_flush(struct backend *be, void *obj, bool datasync)
+{
+	(void)be;
+	(void)obj;
+	(void)datasync;
+	return 0;
+}
+
+static int mem_setsize(struct backend *be, void *obj, uint64_t size)
+{
+	(void)be;
+	struct mobj *o = obj;
+	pthread_rwlock_wrlock(&o->lock);
+	int err = resize_locked(o, size);
+	pthread_rwlock_unlock(&o->lock);
+	return err;
+}
+
+static void mem_destroy(struct backend *be)
+{
+	struct mem *m = be->priv;
+	struct mobj *o = m->objs;
+	while (o) {
+		struct mobj *next = o->next;
+		pthread_rwlock_destroy(&o->lock);
+		free(o->data);
+		free(o->name);
+		free(o);
+		o = next;
+	}
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+	free(be);
+}
+
+static const struct backend_ops mem_ops = {
+	.kind = "mem",
+	.open = mem_open,
+	.close = mem_close,
+	.submit = mem_submit,
+	.flush = mem_flush,
+	.setsize = mem_setsize,
+	.destroy = mem_destroy,
+};
+
+int mem_backend_create(struct backend **out)
+{
+	struct backend *be = calloc(1, sizeof(*be));
+	struct mem *m = calloc(1, sizeof(*m));
+	if (!be || !m) {
+		free(be);
+		free(m);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&m->lock, NULL);
+	be->ops = &mem_ops;
+	be->qd = MEM_QD;
+	be->max_io = MEM_MAX_IO;
+	be->priv = m;
+	*out = be;
+	return 0;
+}

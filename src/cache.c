@@ -1,0 +1,355 @@
+/*
+ * Cache lifetime, tunables and the page arena.
+ *
+ * Invariants (DESIGN.md 1):
+ *   1. All page memory is one mmap()ed arena made at open; nothing else ever
+ *      holds file data.  Page descriptors are one array made at open.
+ *   2. A page is in exactly one state: on the free list (inode == NULL,
+ *      on_free), in transit (inode == NULL, !on_free: owned by the thread
+ *      that took it from page_alloc), or bound to an inode's page index.
+ *   3. Only clean, unlocked pages not under writeback are reclaimed; dirty
+ *      pages stay until written.
+ *
+ * Reclaim is CLOCK: a hand sweeps the arena; a page touched since the last
+ * sweep (referenced) gets a second chance.  The sweep holds lru_lock and
+ * only trylocks the owner's inode->lock (the lock order is inode -> lru), so
+ * a busy inode is simply passed over.  A writer that finds no reclaimable
+ * page kicks every flusher and waits for a completion to free one.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <time.h>
+
+/* Pages examined per lru_lock hold before the lock is dropped, so that one
+ * allocation never holds the lock for a walk proportional to the arena. */
+#define RECLAIM_BATCH 1024
+/* A waiter for a free page re-kicks the flushers this often. */
+#define PAGE_WAIT_NS (50ull * 1000 * 1000)
+#define MIN_PAGES 16
+#define MIN_PAGE_SIZE 512u          /* smallest O_DIRECT logical block */
+#define MAX_PAGE_SIZE (1u << 20)
+
+void wbc_mutex_init(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+#ifndef NDEBUG
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+#endif
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
+
+void wbc_cond_init(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+uint64_t wbc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
+{
+	uint64_t t = wbc_now_ns() + ns;
+	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull),
+			       .tv_nsec = (long)(t % 1000000000ull) };
+	return pthread_cond_timedwait(c, m, &ts);
+}
+
+void wbc_config_init(struct wbc_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->mem_bytes = 64ull << 20;
+	cfg->page_size = 4096;
+	/* the defaults of /proc/sys/vm */
+	cfg->dirty_ratio = 20;
+	cfg->dirty_background_ratio = 10;
+	cfg->dirty_expire_centisecs = 3000;
+	cfg->dirty_writeback_centisecs = 500;
+}
+
+static int config_check(const struct wbc_config *cfg)
+{
+	uint32_t ps = cfg->page_size;
+	if (ps < MIN_PAGE_SIZE || ps > MAX_PAGE_SIZE || (ps & (ps - 1)))
+		return -EINVAL;
+	if (cfg->mem_bytes / ps < MIN_PAGES)
+		return -EINVAL;
+	if (cfg->dirty_ratio > 100 || cfg->dirty_background_ratio > 100)
+		return -EINVAL;
+	if (!cfg->dirty_bytes && !cfg->dirty_ratio)
+		return -EINVAL;   /* a zero dirty limit could never make progress */
+	if (cfg->dirty_bytes && cfg->dirty_bytes < 2 * (uint64_t)ps)
+		return -EINVAL;   /* the kernel's floor: two pages */
+	return 0;
+}
+
+int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
+{
+	if (!cfg || !out)
+		return -EINVAL;
+	int err = config_check(cfg);
+	if (err)
+		return err;
+	struct wbc_cache *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->cfg = *cfg;
+	c->page_size = cfg->page_size;
+	c->page_shift = (uint32_t)__builtin_ctz(cfg->page_size);
+	c->nr_pages = cfg->mem_bytes >> c->page_shift;
+	c->arena_len = (size_t)(c->nr_pages << c->page_shift);
+	/* mmap gives page (4 KiB) alignment, enough for O_DIRECT buffers. */
+	c->arena = mmap(NULL, c->arena_len, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	c->pages = calloc(c->nr_pages, sizeof(*c->pages));
+	if (c->arena == MAP_FAILED || !c->pages) {
+		if (c->arena != MAP_FAILED)
+			munmap(c->arena, c->arena_len);
+		free(c->pages);
+		free(c);
+		return -ENOMEM;
+	}
+	wbc_mutex_init(&c->lru_lock);
+	wbc_cond_init(&c->free_cond);
+	wbc_mutex_init(&c->dirty_lock);
+	wbc_cond_init(&c->dirty_cond);
+	wbc_mutex_init(&c->dev_lock);
+	/* Free list in arena order, so a streaming writer gets neighbouring
+	 * pages and writeback can merge them into fewer iovecs. */
+	for (uint64_t i = c->nr_pages; i-- > 0;) {
+		c->pages[i].on_free = true;
+		c->pages[i].next_free = c->free_list;
+		c->free_list = &c->pages[i];
+	}
+	c->nr_free = c->nr_pages;
+	thresholds_compute(c);
+	*out = c;
+	return 0;
+}
+
+int wbc_cache_sync(wbc_cache *c)
+{
+	if (!c)
+		return -EINVAL;
+	int first = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	struct wbc_dev *devs = c->devs;
+	pthread_mutex_unlock(&c->dev_lock);
+	/* Devices are only added at the head and freed at close, so the list
+	 * from @devs on is stable without the lock. */
+	for (struct wbc_dev *d = devs; d; d = d->next) {
+		int err = wbc_dev_sync(d);
+		if (err && !first)
+			first = err;
+	}
+	return first;
+}
+
+void dev_destroy(struct wbc_dev *dev);   /* device.c */
+
+int wbc_cache_close(wbc_cache *c)
+{
+	if (!c)
+		return 0;
+	int err = wbc_cache_sync(c);
+	struct wbc_dev *d = c->devs;
+	while (d) {
+		struct wbc_dev *next = d->next;
+		dev_destroy(d);
+		d = next;
+	}
+	assert(atomic_load(&c->nr_dirty) == 0 || err);
+	munmap(c->arena, c->arena_len);
+	free(c->pages);
+	pthread_mutex_destroy(&c->lru_lock);
+	pthread_cond_destroy(&c->free_cond);
+	pthread_mutex_destroy(&c->dirty_lock);
+	pthread_cond_destroy(&c->dirty_cond);
+	pthread_mutex_destroy(&c->dev_lock);
+	free(c);
+	return err;
+}
+
+bool cache_page_in_arena(const struct wbc_cache *c, const void *addr)
+{
+	const char *p = addr;
+	return p >= c->arena && p < c->arena + c->arena_len;
+}
+
+/* ------------------------------------------------------------------ */
+/* page allocation and reclaim                                          */
+
+void page_free_locked(struct wbc_cache *c, struct page *p)
+{
+	assert_held(&c->lru_lock);
+	assert(!p->inode && !p->on_free);
+	p->flags = 0;
+	p->on_free = true;
+	p->next_free = c->free_list;
+	c->free_list = p;
+	c->nr_free++;
+	if (c->free_waiters)
+		pthread_cond_signal(&c->free_cond);
+}
+
+void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index)
+{
+	assert_held(&ino->lock);
+	pthread_mutex_lock(&c->lru_lock);
+	p->inode = ino;
+	p->index = index;
+	pthread_mutex_unlock(&c->lru_lock);
+	atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
+	atomic_fetch_add(&c->nr_cached, 1);
+}
+
+/* Unbind a page from its inode (whose lock is held, page already removed
+ * from the index) and return it to the free list. */
+void page_release(struct wbc_cache *c, struct page *p)
+{
+	assert_held(&p->inode->lock);
+	pthread_mutex_lock(&c->lru_lock);
+	p->inode = NULL;
+	page_free_locked(c, p);
+	pthread_mutex_unlock(&c->lru_lock);
+	atomic_fetch_sub(&c->nr_cached, 1);
+}
+
+/* Try to evict the page under the CLOCK hand.  lru_lock held. */
+static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
+{
+	assert_held(&c->lru_lock);
+	struct inode *ino = p->inode;
+	if (!ino)
+		return false;           /* free or in transit */
+	if (atomic_exchange_explicit(&p->referenced, false, memory_order_relaxed))
+		return false;           /* second chance */
+	if (pthread_mutex_trylock(&ino->lock))
+		return false;           /* lock order is inode -> lru: never wait */
+	bool ok = !(p->flags & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED));
+	if (ok) {
+		void *e = pm_delete(&ino->map, p->index);
+		assert(e == p);
+		(void)e;
+		ino->nr_pages--;
+		p->inode = NULL;
+		p->flags = 0;
+	}
+	pthread_mutex_unlock(&ino->lock);
+	return ok;
+}
+
+void cache_wake_page_waiters(struct wbc_cache *c)
+{
+	if (!atomic_load_explicit(&c->page_waiters, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&c->lru_lock);
+	pthread_cond_broadcast(&c->free_cond);
+	pthread_mutex_unlock(&c->lru_lock);
+}
+
+/*
+ * Take a page for new data: from the free list, else by reclaiming a clean
+ * one, else wait until writeback cleans one.  Returns a page in transit
+ * (unbound, flags 0).  Never fails: a full arena of dirty pages is always
+ * being written back by the flushers kicked here.
+ */
+struct page *page_alloc(struct wbc_cache *c)
+{
+	uint64_t swept = 0;
+	bool waited = false;
+	pthread_mutex_lock(&c->lru_lock);
+	for (;;) {
+		struct page *p = c->free_list;
+		if (p) {
+			c->free_list = p->next_free;
+			c->nr_free--;
+			p->on_free = false;
+			p->next_free = NULL;
+			pthread_mutex_unlock(&c->lru_lock);
+			return p;
+		}
+		for (unsigned i = 0; i < RECLAIM_BATCH; i++) {
+			p = &c->pages[c->clock_hand];
+			if (++c->clock_hand == c->nr_pages)
+				c->clock_hand = 0;
+			if (try_reclaim_locked(c, p)) {
+				pthread_mutex_unlock(&c->lru_lock);
+				atomic_fetch_add(&c->st_reclaimed, 1);
+				atomic_fetch_sub(&c->nr_cached, 1);
+				return p;
+			}
+		}
+		swept += RECLAIM_BATCH;
+		/* Two full turns clear every referenced bit and visit every page
+		 * once more: nothing is reclaimable now. */
+		if (swept < 2 * c->nr_pages) {
+			pthread_mutex_unlock(&c->lru_lock);
+			pthread_mutex_lock(&c->lru_lock);
+			continue;
+		}
+		if (!waited) {
+			waited = true;
+			atomic_fetch_add(&c->st_page_waits, 1);
+		}
+		pthread_mutex_unlock(&c->lru_lock);
+		wakeup_flusher_threads(c, true);
+		pthread_mutex_lock(&c->lru_lock);
+		c->free_waiters++;
+		atomic_fetch_add(&c->page_waiters, 1);
+		wbc_cond_timedwait_ns(&c->free_cond, &c->lru_lock, PAGE_WAIT_NS);
+		atomic_fetch_sub(&c->page_waiters, 1);
+		c->free_waiters--;
+		swept = 0;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* stats                                                                */
+
+int wbc_stats(wbc_cache *c, struct wbc_stats *st)
+{
+	if (!c || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	uint64_t ps = c->page_size;
+	st->page_size = ps;
+	st->mem_bytes = c->arena_len;
+	st->cached_bytes = (uint64_t)atomic_load(&c->nr_cached) * ps;
+	st->dirty_bytes = (uint64_t)WBC_MAX(atomic_load(&c->nr_dirty), 0) * ps;
+	st->writeback_bytes = (uint64_t)WBC_MAX(atomic_load(&c->nr_writeback), 0) * ps;
+	st->bg_thresh_bytes = c->bg_thresh * ps;
+	st->thresh_bytes = c->thresh * ps;
+	st->written_bytes = atomic_load(&c->st_written);
+	st->written_back_bytes = atomic_load(&c->st_written_back);
+	st->read_in_bytes = atomic_load(&c->st_read_in);
+	st->reclaimed_pages = atomic_load(&c->st_reclaimed);
+	st->write_ios = atomic_load(&c->st_write_ios);
+	st->write_errors = atomic_load(&c->st_write_errors);
+	st->lost_bytes = atomic_load(&c->st_lost);
+	st->dirty_waits = atomic_load(&c->st_dirty_waits);
+	st->page_waits = atomic_load(&c->st_page_waits);
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next) {
+		st->write_bw += atomic_load(&d->write_bw);
+		st->nr_devices++;
+	}
+	pthread_mutex_unlock(&c->dev_lock);
+	return 0;
+}
+
+const char *wbc_strerror(int err)
+{
+	return strerror(err < 0 ? -err : err);
+}

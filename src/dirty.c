@@ -1,0 +1,106 @@
+/*
+ * Dirty-file tracking per device, the kernel's b_dirty / b_io / b_more_io:
+ *
+ *   mark_inode_dirty()          queue_io()                 flusher
+ *        |                          |                        |
+ *        v        dirtied <= T      v                        v
+ *    b_dirty  ----------------->  b_io  ---- take head ---> (I_SYNC, off
+ *   (oldest first)           ^      ^                         the lists)
+ *        ^                   |      | splice                   |
+ *        | still dirty,      |  b_more_io <--- used its slice -+
+ *        +-- slice not used -+-------------------------------- +
+ *                                                      clean: dropped, iput
+ *
+ * An inode is in the writeback system while I_DIRTY (on one list) or I_SYNC
+ * (held by a flusher); it owns one reference then.  dirtied_when is the time
+ * the inode went from clean to dirty and only moves forward when the inode
+ * is put back at the tail of b_dirty (to keep the list ordered).
+ * All of this is under dev->list_lock.
+ */
+#include "internal.h"
+
+void mark_inode_dirty(struct inode *ino)
+{
+	/* Fast path: already queued.  A stale true here is harmless: the
+	 * flusher clears the hint before it looks at the page tags, and the
+	 * caller tagged its page before calling (see flusher.c). */
+	if (atomic_load_explicit(&ino->dirty_hint, memory_order_acquire))
+		return;
+	struct wbc_dev *dev = ino->dev;
+	bool grab = false;
+	pthread_mutex_lock(&dev->list_lock);
+	if (!(ino->state & I_DIRTY)) {
+		atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
+		/* Under I_SYNC the flusher requeues it and keeps its age: an
+		 * older dirtied_when only makes expiry earlier, never later. */
+		if (!(ino->state & I_SYNC)) {
+			ino->dirtied_when = wbc_now_ns();
+			list_add_tail(&ino->wb_list, &dev->b_dirty);
+			grab = true;
+		}
+		ino->state |= I_DIRTY;
+	}
+	pthread_mutex_unlock(&dev->list_lock);
+	if (grab)
+		igrab(ino);
+}
+
+void queue_io_locked(struct wbc_dev *dev, uint64_t older_than)
+{
+	assert_held(&dev->list_lock);
+	while (!list_empty(&dev->b_dirty)) {
+		struct inode *ino = container_of(dev->b_dirty.next, struct inode, wb_list);
+		if (ino->dirtied_when > older_than)
+			break;
+		list_move_tail(&ino->wb_list, &dev->b_io);
+	}
+	list_splice_tail_init(&dev->b_more_io, &dev->b_io);
+}
+
+struct inode *dirty_take_next_locked(struct wbc_dev *dev)
+{
+	assert_held(&dev->list_lock);
+	if (list_empty(&dev->b_io))
+		return NULL;
+	struct inode *ino = container_of(dev->b_io.next, struct inode, wb_list);
+	list_del_init(&ino->wb_list);
+	ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
+	atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);
+	return ino;
+}
+
+/*
+ * Put an inode back after the flusher wrote it.  @still_dirty: pages (or
+ * the backend size) remain dirty; @slice_used: it stopped because its
+ * slice ran out, so it goes to b_more_io and keeps its age.
+ */
+void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
+{
+	struct wbc_dev *dev = ino->dev;
+	bool put = false;
+	pthread_mutex_lock(&dev->list_lock);
+	assert(ino->state & I_SYNC);
+	ino->state &= ~I_SYNC;
+	if (still_dirty || (ino->state & I_DIRTY)) {
+		if (!(ino->state & I_DIRTY)) {
+			ino->state |= I_DIRTY;
+			atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
+		}
+		if (slice_used) {
+			list_add_tail(&ino->wb_list, &dev->b_more_io);
+		} else {
+			if (!list_empty(&dev->b_dirty)) {
+				struct inode *tail = container_of(dev->b_dirty.prev,
+								  struct inode, wb_list);
+				if (tail->dirtied_when > ino->dirtied_when)
+					ino->dirtied_when = tail->dirtied_when;
+			}
+			list_add_tail(&ino->wb_list, &dev->b_dirty);
+		}
+	} else {
+		put = true;
+	}
+	pthread_mutex_unlock(&dev->list_lock);
+	if (put)
+		iput(ino);
+}

@@ -1,0 +1,686 @@
+/*
+ * Files: inode lookup and lifetime, handles, and the read / write /
+ * truncate / fsync paths.
+ *
+ * Concurrency.  pread and pwrite hold inode->rwsem shared, so writers to
+ * different pages of one file run in parallel; each page is claimed with
+ * PG_LOCKED under the short inode->lock and its data is copied with no lock
+ * held.  A writer waits for a page under writeback (stable pages: the bytes
+ * being written to the backend never change under the I/O).  truncate holds
+ * rwsem exclusive.  The backend's size is owned by whoever sets
+ * inode->sizing (truncate, size sync); the flusher does not submit for a
+ * file while it is set.
+ *
+ * Lifetime.  An inode is referenced by its handles, by the dirty lists
+ * (while I_DIRTY or I_SYNC) and by each bio in flight.  The last iput
+ * drops its clean pages and closes the backend object.
+ *
+ * Handles are generation-checked slots in a table of fixed chunks, so a
+ * handle used after close is answered -EBADF instead of touching freed
+ * memory.
+ */
+#include "internal.h"
+
+#include <limits.h>
+
+/* ------------------------------------------------------------------ */
+/* handle table                                                         */
+
+#define HCHUNK_BITS 12
+#define HCHUNK (1u << HCHUNK_BITS)
+#define HMAX_CHUNKS 4096          /* 16M handles open at once */
+
+struct hslot {
+	atomic_uint gen;              /* odd: in use */
+	struct wbc_file f;
+	uint32_t next_free;
+};
+
+static pthread_mutex_t htab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct hslot *_Atomic htab[HMAX_CHUNKS];   /* htab_lock to grow */
+static uint32_t hfree = UINT32_MAX, hnext;        /* htab_lock */
+
+static struct hslot *hslot_of(uint32_t i)
+{
+	struct hslot *chunk = atomic_load_explicit(&htab[i >> HCHUNK_BITS], memory_order_acquire);
+	return chunk ? &chunk[i & (HCHUNK - 1)] : NULL;
+}
+
+static wbc_file *handle_encode(uint32_t slot, uint32_t gen)
+{
+	return (wbc_file *)(uintptr_t)(((uint64_t)(slot + 1) << 32) | gen);
+}
+
+static struct wbc_file *handle_get(wbc_file *h)
+{
+	uint64_t v = (uint64_t)(uintptr_t)h;
+	uint64_t slot1 = v >> 32;
+	if (!slot1 || slot1 > (uint64_t)HMAX_CHUNKS * HCHUNK)
+		return NULL;
+	struct hslot *s = hslot_of((uint32_t)(slot1 - 1));
+	if (!s || atomic_load_explicit(&s->gen, memory_order_acquire) != (uint32_t)v)
+		return NULL;
+	return &s->f;
+}
+
+static int handle_alloc(uint32_t *slot, uint32_t *gen, struct hslot **out)
+{
+	pthread_mutex_lock(&htab_lock);
+	uint32_t i = hfree;
+	struct hslot *s;
+	if (i != UINT32_MAX) {
+		s = hslot_of(i);
+		hfree = s->next_free;
+	} else {
+		i = hnext;
+		if (i >> HCHUNK_BITS >= HMAX_CHUNKS) {
+			pthread_mutex_unlock(&htab_lock);
+			return -EMFILE;
+		}
+		if (!htab[i >> HCHUNK_BITS]) {
+			struct hslot *chunk = calloc(HCHUNK, sizeof(*chunk));
+			if (!chunk) {
+				pthread_mutex_unlock(&htab_lock);
+				return -ENOMEM;
+			}
+			atomic_store_explicit(&htab[i >> HCHUNK_BITS], chunk, memory_order_release);
+		}
+		hnext++;
+		s = hslot_of(i);
+	}
+	pthread_mutex_unlock(&htab_lock);
+	*slot = i;
+	*gen = atomic_load(&s->gen) + 1;   /* odd while in use */
+	*out = s;
+	return 0;
+}
+
+static void handle_free(struct hslot *s, uint32_t slot)
+{
+	pthread_mutex_lock(&htab_lock);
+	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);   /* even: free */
+	s->next_free = hfree;
+	hfree = slot;
+	pthread_mutex_unlock(&htab_lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* inode lookup and lifetime                                            */
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;           /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static struct inode *hash_find_locked(struct wbc_dev *dev, const char *name)
+{
+	assert_held(&dev->inode_lock);
+	struct inode *i = dev->hash[name_hash(name) & (dev->hash_size - 1)];
+	while (i && strcmp(i->name, name))
+		i = i->hash_next;
+	return i;
+}
+
+static void hash_grow_locked(struct wbc_dev *dev)
+{
+	size_t nsize = dev->hash_size * 2;
+	struct inode **n = calloc(nsize, sizeof(*n));
+	if (!n)
+		return;   /* keep the smaller table: longer chains, still correct */
+	for (size_t b = 0; b < dev->hash_size; b++) {
+		struct inode *i = dev->hash[b];
+		while (i) {
+			struct inode *next = i->hash_next;
+			size_t k = name_hash(i->name) & (nsize - 1);
+			i->hash_next = n[k];
+			n[k] = i;
+			i = next;
+		}
+	}
+	free(dev->hash);
+	dev->hash = n;
+	dev->hash_size = nsize;
+}
+
+static void inode_free(struct inode *ino)
+{
+	pm_destroy(&ino->map);
+	pthread_rwlock_destroy(&ino->rwsem);
+	pthread_mutex_destroy(&ino->lock);
+	pthread_cond_destroy(&ino->wait);
+	free(ino->name);
+	free(ino);
+}
+
+struct inode *iget(struct wbc_dev *dev, const char *name, bool create, int *err)
+{
+	pthread_mutex_lock(&dev->inode_lock);
+	struct inode *ino = hash_find_locked(dev, name);
+	if (ino) {
+		ino->refs++;
+		pthread_mutex_unlock(&dev->inode_lock);
+		return ino;
+	}
+	pthread_mutex_unlock(&dev->inode_lock);
+
+	void *obj;
+	uint64_t size;
+	*err = dev->be->ops->open(dev->be, name, create, &obj, &size);
+	if (*err)
+		return NULL;
+	ino = calloc(1, sizeof(*ino));
+	if (!ino || !(ino->name = strdup(name))) {
+		free(ino);
+		dev->be->ops->close(dev->be, obj);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	ino->dev = dev;
+	ino->obj = obj;
+	ino->i_size = ino->backend_size = size;
+	pthread_rwlock_init(&ino->rwsem, NULL);
+	wbc_mutex_init(&ino->lock);
+	wbc_cond_init(&ino->wait);
+	pm_init(&ino->map);
+	list_init(&ino->wb_list);
+	ino->refs = 1;
+
+	pthread_mutex_lock(&dev->inode_lock);
+	struct inode *other = hash_find_locked(dev, name);
+	if (other) {   /* lost a race with another opener */
+		other->refs++;
+		pthread_mutex_unlock(&dev->inode_lock);
+		dev->be->ops->close(dev->be, obj);
+		inode_free(ino);
+		return other;
+	}
+	if (dev->nr_inodes >= dev->hash_size)
+		hash_grow_locked(dev);
+	size_t k = name_hash(name) & (dev->hash_size - 1);
+	ino->hash_next = dev->hash[k];
+	dev->hash[k] = ino;
+	dev->nr_inodes++;
+	pthread_mutex_unlock(&dev->inode_lock);
+	return ino;
+}
+
+void igrab(struct inode *ino)
+{
+	struct wbc_dev *dev = ino->dev;
+	pthread_mutex_lock(&dev->inode_lock);
+	assert(ino->refs > 0);
+	ino->refs++;
+	pthread_mutex_unlock(&dev->inode_lock);
+}
+
+/* Remove every page of @ino from the cache; dirty ones are uncharged (only
+ * at destruction after a failed sync, or by truncate). Caller: ino->lock. */
+static void drop_pages_from_locked(struct inode *ino, uint64_t first)
+{
+	assert_held(&ino->lock);
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	uint64_t idx = first, dropped_dirty = 0;
+	struct page *p;
+	while ((p = pm_next(&ino->map, idx, -1, &idx))) {
+		assert(!(p->flags & (PG_WRITEBACK | PG_LOCKED)));
+		if (p->flags & PG_DIRTY)
+			dropped_dirty++;
+		pm_delete(&ino->map, idx);
+		ino->nr_pages--;
+		page_release(c, p);
+		if (idx == UINT64_MAX)
+			break;
+		idx++;
+	}
+	if (dropped_dirty) {
+		ino->nr_dirty -= dropped_dirty;
+		atomic_fetch_sub(&c->nr_dirty, (long long)dropped_dirty);
+		atomic_fetch_sub(&dev->nr_dirty, (long long)dropped_dirty);
+	}
+}
+
+void inode_drop_all_pages(struct inode *ino)
+{
+	pthread_mutex_lock(&ino->lock);
+	drop_pages_from_locked(ino, 0);
+	pthread_mutex_unlock(&ino->lock);
+	dirty_limit_wake(ino->dev->cache);
+}
+
+void iput(struct inode *ino)
+{
+	struct wbc_dev *dev = ino->dev;
+	pthread_mutex_lock(&dev->inode_lock);
+	assert(ino->refs > 0);
+	if (--ino->refs) {
+		pthread_mutex_unlock(&dev->inode_lock);
+		return;
+	}
+	struct inode **pp = &dev->hash[name_hash(ino->name) & (dev->hash_size - 1)];
+	while (*pp != ino)
+		pp = &(*pp)->hash_next;
+	*pp = ino->hash_next;
+	dev->nr_inodes--;
+	pthread_mutex_unlock(&dev->inode_lock);
+
+	/* No handle, no list, no bio: nothing can reach it but reclaim. */
+	assert(!(ino->state & (I_DIRTY | I_SYNC)) && !ino->nr_writeback);
+	if (ino->backend_size != ino->i_size) {
+		int err = dev->be->ops->setsize(dev->be, ino->obj, ino->i_size);
+		if (err)
+			dev_record_error(dev, err);
+	}
+	inode_drop_all_pages(ino);
+	dev->be->ops->close(dev->be, ino->obj);
+	inode_free(ino);
+}
+
+/*
+ * Make the backend object's size equal i_size, once no write to the file
+ * is in flight (a full tail page written back extends the backend past
+ * i_size; the size is trimmed here, at fsync, sync and by the flusher).
+ */
+int inode_sync_size(struct inode *ino)
+{
+	struct backend *be = ino->dev->be;
+	pthread_mutex_lock(&ino->lock);
+	while (ino->sizing)
+		inode_wait_locked(ino);
+	if (ino->backend_size == ino->i_size) {
+		pthread_mutex_unlock(&ino->lock);
+		return 0;
+	}
+	ino->sizing = true;
+	while (ino->nr_writeback)
+		inode_wait_locked(ino);
+	uint64_t size = ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	int err = be->ops->setsize(be, ino->obj, size);
+	pthread_mutex_lock(&ino->lock);
+	if (!err)
+		ino->backend_size = size;
+	else
+		errseq_record(&ino->wb_err, err);
+	ino->sizing = false;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* handles                                                              */
+
+static bool name_ok(const struct backend *be, const char *name)
+{
+	if (be->single)
+		return name[0] == '\0';
+	size_t n = strnlen(name, 256);
+	return n > 0 && n <= 255 && !strchr(name, '/') && strcmp(name, ".") &&
+	       strcmp(name, "..");
+}
+
+int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out)
+{
+	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC)))
+		return -EINVAL;
+	if (!name)
+		name = "";
+	if (!name_ok(dev->be, name))
+		return -EINVAL;
+	uint32_t slot, gen;
+	struct hslot *s;
+	int err = handle_alloc(&slot, &gen, &s);
+	if (err)
+		return err;
+	struct inode *ino = iget(dev, name, flags & WBC_O_CREAT, &err);
+	if (!ino) {
+		pthread_mutex_lock(&htab_lock);
+		s->next_free = hfree;
+		hfree = slot;
+		pthread_mutex_unlock(&htab_lock);
+		return err;
+	}
+	s->f.inode = ino;
+	s->f.dev = dev;
+	pthread_mutex_lock(&ino->lock);
+	s->f.err_since = ino->wb_err.seq;
+	pthread_mutex_unlock(&ino->lock);
+	atomic_store_explicit(&s->gen, gen, memory_order_release);
+	*out = handle_encode(slot, gen);
+	if (flags & WBC_O_TRUNC) {
+		err = wbc_truncate(*out, 0);
+		if (err) {
+			wbc_file_close(*out);
+			*out = NULL;
+			return err;
+		}
+	}
+	return 0;
+}
+
+int wbc_file_close(wbc_file *h)
+{
+	if (!h)
+		return 0;
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	uint64_t v = (uint64_t)(uintptr_t)h;
+	uint32_t slot = (uint32_t)((v >> 32) - 1);
+	struct inode *ino = f->inode;
+	handle_free(hslot_of(slot), slot);
+	iput(ino);
+	return 0;
+}
+
+/* Close every handle that belongs to @dev (cache close). */
+void handles_close_dev(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&htab_lock);
+	uint32_t n = hnext;
+	pthread_mutex_unlock(&htab_lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct hslot *s = hslot_of(i);
+		uint32_t gen = atomic_load(&s->gen);
+		if ((gen & 1) && s->f.dev == dev)
+			wbc_file_close(handle_encode(i, gen));
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* page claim / release                                                 */
+
+/*
+ * Return page @idx of @ino with PG_LOCKED set, inserting a fresh (not
+ * up-to-date) page when absent.  @for_write also waits for writeback to
+ * end.  Sets *uptodate and *isize (i_size at claim).  Caller holds rwsem.
+ */
+static int grab_page(struct inode *ino, uint64_t idx, bool for_write,
+		     struct page **out, bool *uptodate, uint64_t *isize)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	struct page *spare = NULL, *p;
+	int err = 0;
+	pthread_mutex_lock(&ino->lock);
+	for (;;) {
+		p = pm_lookup(&ino->map, idx);
+		if (p) {
+			if ((p->flags & PG_LOCKED) || (for_write && (p->flags & PG_WRITEBACK))) {
+				inode_wait_locked(ino);
+				continue;
+			}
+			p->flags |= PG_LOCKED;
+			break;
+		}
+		if (spare) {
+			err = pm_insert(&ino->map, idx, spare);
+			if (err)
+				break;
+			spare->flags = PG_LOCKED;
+			page_bind(c, spare, ino, idx);
+			ino->nr_pages++;
+			p = spare;
+			spare = NULL;
+			break;
+		}
+		pthread_mutex_unlock(&ino->lock);
+		spare = page_alloc(c);
+		pthread_mutex_lock(&ino->lock);
+	}
+	*uptodate = p && (p->flags & PG_UPTODATE);
+	*isize = ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	if (spare) {
+		pthread_mutex_lock(&c->lru_lock);
+		page_free_locked(c, spare);
+		pthread_mutex_unlock(&c->lru_lock);
+	}
+	if (err)
+		return err;
+	atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
+	*out = p;
+	return 0;
+}
+
+static void unlock_page(struct inode *ino, struct page *p, uint32_t set)
+{
+	pthread_mutex_lock(&ino->lock);
+	p->flags = (p->flags | set) & ~PG_LOCKED;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+}
+
+/* Read page @p's data from the backend; zeros past the backend's end and
+ * past @isize. */
+static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	size_t ps = c->page_size;
+	char *data = page_data(c, p);
+	uint64_t pos = p->index << c->page_shift;
+	if (pos >= isize) {
+		memset(data, 0, ps);
+		return 0;
+	}
+	ssize_t n = backend_read_sync(ino->dev->be, ino->obj, data, ps, pos);
+	if (n < 0)
+		return (int)n;
+	atomic_fetch_add(&c->st_read_in, (uint64_t)n);
+	size_t valid = (size_t)WBC_MIN((uint64_t)n, isize - pos);
+	memset(data + valid, 0, ps - valid);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* read / write                                                         */
+
+static int range_check(uint64_t off, size_t len)
+{
+	if (off > WBC_MAX_OFFSET || len > WBC_MAX_OFFSET - off || len > SSIZE_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (!buf && len)
+		return -EINVAL;
+	int err = range_check(off, len);
+	if (err)
+		return err;
+	struct inode *ino = f->inode;
+	struct wbc_cache *c = ino->dev->cache;
+	size_t done = 0;
+	pthread_rwlock_rdlock(&ino->rwsem);
+	while (done < len) {
+		uint64_t pos = off + done;
+		struct page *p;
+		bool uptodate;
+		uint64_t isize;
+		err = grab_page(ino, pos >> c->page_shift, false, &p, &uptodate, &isize);
+		if (err)
+			break;
+		if (pos >= isize) {
+			unlock_page(ino, p, 0);
+			break;
+		}
+		if (!uptodate && (err = fill_page(ino, p, isize))) {
+			unlock_page(ino, p, 0);
+			break;
+		}
+		size_t poff = (size_t)(pos & (c->page_size - 1));
+		size_t n = (size_t)WBC_MIN((uint64_t)WBC_MIN(c->page_size - poff, len - done),
+					   isize - pos);
+		memcpy((char *)buf + done, page_data(c, p) + poff, n);
+		unlock_page(ino, p, PG_UPTODATE);
+		done += n;
+	}
+	pthread_rwlock_unlock(&ino->rwsem);
+	return done ? (ssize_t)done : err;
+}
+
+/* Copy into one page and mark it dirty.  Returns 0 or -errno. */
+static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n)
+{
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	size_t poff = (size_t)(pos & (c->page_size - 1));
+	struct page *p;
+	bool uptodate;
+	uint64_t isize;
+	int err = grab_page(ino, pos >> c->page_shift, true, &p, &uptodate, &isize);
+	if (err)
+		return err;
+	if (!uptodate && n != c->page_size && (err = fill_page(ino, p, isize))) {
+		unlock_page(ino, p, 0);
+		return err;
+	}
+	memcpy(page_data(c, p) + poff, src, n);
+
+	bool newly;
+	pthread_mutex_lock(&ino->lock);
+	p->flags = (p->flags | PG_UPTODATE) & ~PG_LOCKED;
+	newly = !(p->flags & PG_DIRTY);
+	if (newly) {
+		p->flags |= PG_DIRTY;
+		pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
+		ino->nr_dirty++;
+	}
+	if (pos + n > ino->i_size)
+		ino->i_size = pos + n;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+	if (newly) {
+		atomic_fetch_add(&c->nr_dirty, 1);
+		atomic_fetch_add(&dev->nr_dirty, 1);
+		mark_inode_dirty(ino);
+	}
+	return 0;
+}
+
+ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (!buf && len)
+		return -EINVAL;
+	int err = range_check(off, len);
+	if (err)
+		return err;
+	struct inode *ino = f->inode;
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	size_t done = 0;
+	unsigned batch = 0;
+	pthread_rwlock_rdlock(&ino->rwsem);
+	while (done < len) {
+		uint64_t pos = off + done;
+		size_t n = WBC_MIN(c->page_size - (size_t)(pos & (c->page_size - 1)), len - done);
+		err = write_page(ino, pos, (const char *)buf + done, n);
+		if (err)
+			break;
+		done += n;
+		if (++batch == THROTTLE_BATCH) {
+			batch = 0;
+			balance_dirty_pages(dev);
+		}
+	}
+	pthread_rwlock_unlock(&ino->rwsem);
+	atomic_fetch_add(&c->st_written, done);
+	if (batch)
+		balance_dirty_pages(dev);
+	return done ? (ssize_t)done : err;
+}
+
+int64_t wbc_file_size(wbc_file *h)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	pthread_mutex_lock(&f->inode->lock);
+	int64_t s = (int64_t)f->inode->i_size;
+	pthread_mutex_unlock(&f->inode->lock);
+	return s;
+}
+
+int wbc_truncate(wbc_file *h, uint64_t size)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (size > WBC_MAX_OFFSET)
+		return -EINVAL;
+	struct inode *ino = f->inode;
+	struct wbc_cache *c = ino->dev->cache;
+	struct backend *be = ino->dev->be;
+	pthread_rwlock_wrlock(&ino->rwsem);
+	pthread_mutex_lock(&ino->lock);
+	while (ino->sizing)
+		inode_wait_locked(ino);
+	ino->sizing = true;
+	while (ino->nr_writeback)
+		inode_wait_locked(ino);
+	if (size < ino->i_size) {
+		drop_pages_from_locked(ino, (size + c->page_size - 1) >> c->page_shift);
+		size_t tail = (size_t)(size & (c->page_size - 1));
+		struct page *p = tail ? pm_lookup(&ino->map, size >> c->page_shift) : NULL;
+		if (p && (p->flags & PG_UPTODATE))
+			memset(page_data(c, p) + tail, 0, c->page_size - tail);
+	}
+	ino->i_size = size;
+	pthread_mutex_unlock(&ino->lock);
+	int err = be->ops->setsize(be, ino->obj, size);
+	pthread_mutex_lock(&ino->lock);
+	if (!err)
+		ino->backend_size = size;
+	ino->sizing = false;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+	pthread_rwlock_unlock(&ino->rwsem);
+	dirty_limit_wake(c);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* fsync                                                                */
+
+int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (off > WBC_MAX_OFFSET || len > WBC_MAX_OFFSET - off)
+		return -EINVAL;
+	struct inode *ino = f->inode;
+	struct wbc_dev *dev = ino->dev;
+	uint32_t shift = dev->cache->page_shift;
+	uint64_t start = off >> shift;
+	uint64_t end = len ? (off + len - 1) >> shift : UINT64_MAX;
+	struct wbc_ctl ctl = {
+		.sync_mode = WB_SYNC_ALL,
+		.nr_to_write = LONG_MAX,
+		.range_start = start,
+		.range_end = end,
+	};
+	write_inode_pages(ino, &ctl);
+	wait_on_writeback_range(ino, start, end);
+	int err = inode_sync_size(ino);
+	int ferr = dev->be->ops->flush(dev->be, ino->obj, datasync);
+	pthread_mutex_lock(&ino->lock);
+	int werr = errseq_check_advance(&ino->wb_err, &f->err_since);
+	pthread_mutex_unlock(&ino->lock);
+	if (werr)
+		return werr;
+	return err ? err : ferr;
+}
+
+int wbc_fsync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 0); }
+int wbc_fdatasync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 1); }

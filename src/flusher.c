@@ -1,0 +1,630 @@
+/*
+ * The flusher: one thread per device, and the writeback of one file.
+ *
+ * DESIGN.  Each device owns one flusher thread.  It sleeps on work_cond and
+ * takes work in this order on every wakeup:
+ *   1. sync work (wbc_dev_sync, cache close): queued items, FIFO;
+ *   2. start-all (the page allocator ran out of clean pages);
+ *   3. periodic expiry (kupdate): every dirty_writeback interval, the files
+ *      dirtied more than dirty_expire ago;
+ *   4. background: while the cache's dirty pages exceed bg_thresh.
+ * A non-sync pass stops as soon as sync work is queued, so sync never waits
+ * behind a long background pass.  fsync does its own writeback in the
+ * calling thread with the same write_inode_pages(); the two never submit the
+ * same page, because a page leaves DIRTY and enters WRITEBACK under the
+ * inode lock.
+ *
+ * Writing one file (write_inode_pages, the kernel's write_cache_pages):
+ * find the next page with tag T (DIRTY, or TOWRITE for sync) at or after
+ * the resume point, take it and its contiguous tagged neighbours up to the
+ * backend's max I/O, move them DIRTY -> WRITEBACK under the inode lock,
+ * drop the lock, submit one vectored I/O.  At most qd I/Os are in flight
+ * per device (a pool of qd bios).  Sync first tags every DIRTY page in range
+ * TOWRITE, and then writes only TOWRITE pages: pages dirtied after the tag
+ * walk wait for the next sync, so a busy writer cannot livelock fsync.
+ *
+ * Page states (inode->lock):
+ *
+ *   clean --write--> DIRTY --write_inode_pages--> WRITEBACK --end_io--> clean
+ *                      ^ (writers wait for WRITEBACK to end: stable pages)
+ */
+#include "internal.h"
+
+#include <limits.h>
+
+/* A background pass that found nothing it could write (pages locked by
+ * writers, file being resized) retries after this long. */
+#define BACKGROUND_RETRY_NS (10ull * 1000 * 1000)
+#define NS_PER_CENTISEC (10ull * 1000 * 1000)
+
+/* ------------------------------------------------------------------ */
+/* bio pool                                                             */
+
+int dev_io_init(struct wbc_dev *dev)
+{
+	struct backend *be = dev->be;
+	size_t ps = dev->cache->page_size;
+	unsigned maxp = (unsigned)WBC_MAX(be->max_io / ps, 1);
+	unsigned qd = WBC_MAX(be->qd, 1u);
+	dev->bio_pool = calloc(qd, sizeof(*dev->bio_pool));
+	dev->iov_pool = calloc((size_t)qd * maxp, sizeof(*dev->iov_pool));
+	dev->page_pool = calloc((size_t)qd * maxp, sizeof(*dev->page_pool));
+	if (!dev->bio_pool || !dev->iov_pool || !dev->page_pool)
+		return -ENOMEM;
+	for (unsigned i = 0; i < qd; i++) {
+		struct wbc_bio *b = &dev->bio_pool[i];
+		b->iov = &dev->iov_pool[(size_t)i * maxp];
+		b->pages = &dev->page_pool[(size_t)i * maxp];
+		b->next_free = dev->bio_free;
+		dev->bio_free = b;
+	}
+	wbc_mutex_init(&dev->io_lock);
+	wbc_cond_init(&dev->io_cond);
+	return 0;
+}
+
+void dev_io_destroy(struct wbc_dev *dev)
+{
+	free(dev->bio_pool);
+	free(dev->iov_pool);
+	free(dev->page_pool);
+}
+
+static unsigned bio_max_pages(struct wbc_dev *dev)
+{
+	return (unsigned)WBC_MAX(dev->be->max_io >> dev->cache->page_shift, 1);
+}
+
+static struct wbc_bio *bio_get(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&dev->io_lock);
+	while (!dev->bio_free) {
+		dev->io_waiters++;
+		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
+		dev->io_waiters--;
+	}
+	struct wbc_bio *b = dev->bio_free;
+	dev->bio_free = b->next_free;
+	dev->inflight++;
+	pthread_mutex_unlock(&dev->io_lock);
+	b->iovcnt = 0;
+	b->nr_pages = 0;
+	b->len = 0;
+	return b;
+}
+
+static void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
+{
+	pthread_mutex_lock(&dev->io_lock);
+	b->next_free = dev->bio_free;
+	dev->bio_free = b;
+	dev->inflight--;
+	if (dev->io_waiters)
+		pthread_cond_broadcast(&dev->io_cond);
+	pthread_mutex_unlock(&dev->io_lock);
+}
+
+/* Wait until no bio of the device is in flight. */
+static void dev_drain(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&dev->io_lock);
+	while (dev->inflight) {
+		dev->io_waiters++;
+		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
+		dev->io_waiters--;
+	}
+	pthread_mutex_unlock(&dev->io_lock);
+}
+
+void dev_record_error(struct wbc_dev *dev, int err)
+{
+	pthread_mutex_lock(&dev->err_lock);
+	errseq_record(&dev->wb_err, err);
+	pthread_mutex_unlock(&dev->err_lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* writeback completion                                                 */
+
+static void wb_end_io(struct wbc_bio *bio)
+{
+	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
+	struct inode *ino = bio->inode;
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	unsigned n = bio->nr_pages;
+	size_t len = bio->len;
+	int err = bio->res < 0 ? bio->res : ((size_t)bio->res != len ? -EIO : 0);
+	bool size_dirty;
+
+	pthread_mutex_lock(&ino->lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct page *p = bio->pages[i];
+		assert(p->inode == ino && (p->flags & PG_WRITEBACK));
+		p->flags &= ~PG_WRITEBACK;
+		pm_tag_clear(&ino->map, p->index, PM_TAG_WRITEBACK);
+	}
+	ino->nr_writeback -= n;
+	if (err)
+		errseq_record(&ino->wb_err, err);
+	else
+		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
+	size_dirty = !err && ino->backend_size != ino->i_size;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+
+	atomic_fetch_sub(&c->nr_writeback, n);
+	atomic_fetch_sub(&dev->nr_writeback, n);
+	if (err) {
+		/* Drop policy: the pages are clean again; the data is counted
+		 * lost and every open handle sees the error at its next fsync. */
+		atomic_fetch_add(&c->st_write_errors, 1);
+		atomic_fetch_add(&c->st_lost, len);
+		dev_record_error(dev, err);
+	} else {
+		atomic_fetch_add(&c->st_written_back, len);
+		atomic_fetch_add(&c->st_write_ios, 1);
+		atomic_fetch_add(&dev->completed_bytes, len);
+	}
+	bio_put(dev, bio);
+	cache_wake_page_waiters(c);
+	dirty_limit_wake(c);
+	if (size_dirty)
+		mark_inode_dirty(ino);   /* the flusher fixes the backend size */
+	iput(ino);
+}
+
+/* ------------------------------------------------------------------ */
+/* writing one inode                                                    */
+
+void inode_wait_locked(struct inode *ino)
+{
+	assert_held(&ino->lock);
+	ino->waiters++;
+	pthread_cond_wait(&ino->wait, &ino->lock);
+	ino->waiters--;
+}
+
+void inode_wake_locked(struct inode *ino)
+{
+	assert_held(&ino->lock);
+	if (ino->waiters)
+		pthread_cond_broadcast(&ino->wait);
+}
+
+/* Tag every DIRTY page in [start, end] TOWRITE (the sync snapshot). */
+void tag_pages_for_writeback(struct inode *ino, uint64_t start, uint64_t end)
+{
+	uint64_t idx = start;
+	pthread_mutex_lock(&ino->lock);
+	while (idx <= end && pm_next(&ino->map, idx, PM_TAG_DIRTY, &idx) && idx <= end) {
+		pm_tag_set(&ino->map, idx, PM_TAG_TOWRITE);
+		if (idx == UINT64_MAX)
+			break;
+		idx++;
+	}
+	pthread_mutex_unlock(&ino->lock);
+}
+
+void wait_on_writeback_range(struct inode *ino, uint64_t start, uint64_t end)
+{
+	uint64_t idx;
+	pthread_mutex_lock(&ino->lock);
+	while (pm_next(&ino->map, start, PM_TAG_WRITEBACK, &idx) && idx <= end)
+		inode_wait_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+}
+
+/* Add page @p to @b, merging with the previous iovec when the two pages
+ * are neighbours in the arena. */
+static void bio_add_page(struct wbc_cache *c, struct wbc_bio *b, struct page *p)
+{
+	char *data = page_data(c, p);
+	struct iovec *last = b->iovcnt ? &b->iov[b->iovcnt - 1] : NULL;
+	if (last && (char *)last->iov_base + last->iov_len == data) {
+		last->iov_len += c->page_size;
+	} else {
+		b->iov[b->iovcnt].iov_base = data;
+		b->iov[b->iovcnt].iov_len = c->page_size;
+		b->iovcnt++;
+	}
+	b->pages[b->nr_pages++] = p;
+	b->len += c->page_size;
+}
+
+static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_bio *b,
+			     uint64_t first_index)
+{
+	b->op = BIO_WRITE;
+	b->obj = ino->obj;
+	b->off = first_index << dev->cache->page_shift;
+	b->end_io = wb_end_io;
+	b->inode = ino;
+	b->res = 0;
+	igrab(ino);
+	atomic_store_explicit(&b->handoff, 1, memory_order_release);
+	int err = dev->be->ops->submit(dev->be, b);
+	if (err) {
+		b->res = err;
+		wb_end_io(b);
+	}
+}
+
+/*
+ * Write the dirty pages of @ino as @ctl says.  Returns the pages submitted.
+ * The caller holds a reference on @ino and no lock.
+ */
+long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
+{
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	bool sync = ctl->sync_mode == WB_SYNC_ALL;
+	enum pm_tag tag = sync ? PM_TAG_TOWRITE : PM_TAG_DIRTY;
+	unsigned maxp = bio_max_pages(dev);
+	long written = 0;
+
+	if (sync)
+		tag_pages_for_writeback(ino, ctl->range_start, ctl->range_end);
+
+	pthread_mutex_lock(&ino->lock);
+	uint64_t idx = ctl->range_cyclic ? ino->writeback_index : ctl->range_start;
+	pthread_mutex_unlock(&ino->lock);
+	uint64_t end = ctl->range_end;
+	uint64_t cyc_start = idx;
+	bool wrapped = !ctl->range_cyclic || idx == 0;
+
+	while (ctl->nr_to_write > 0) {
+		struct wbc_bio *b = bio_get(dev);
+		uint64_t first;
+		pthread_mutex_lock(&ino->lock);
+again:
+		if (!pm_next(&ino->map, idx, tag, &first) || first > end) {
+			if (!wrapped) {
+				wrapped = true;
+				idx = 0;
+				end = cyc_start - 1;
+				goto again;
+			}
+			pthread_mutex_unlock(&ino->lock);
+			bio_put(dev, b);
+			idx = 0;          /* the whole file was visited */
+			break;
+		}
+		if (ino->sizing) {
+			/* truncate or a size sync owns the file's I/O now */
+			if (!sync) {
+				pthread_mutex_unlock(&ino->lock);
+				bio_put(dev, b);
+				idx = first;
+				break;
+			}
+			inode_wait_locked(ino);
+			goto again;
+		}
+		uint64_t i = first;
+		while (b->nr_pages < maxp && b->iovcnt < IOV_MAX && ctl->nr_to_write > 0 &&
+		       i <= end) {
+			struct page *p = pm_lookup(&ino->map, i);
+			if (!p || !pm_tag_get(&ino->map, i, tag))
+				break;
+			if (p->flags & PG_LOCKED) {
+				if (b->nr_pages == 0 && sync) {
+					inode_wait_locked(ino);
+					goto again;
+				}
+				break;
+			}
+			assert((p->flags & PG_DIRTY) && !(p->flags & PG_WRITEBACK));
+			p->flags = (p->flags & ~PG_DIRTY) | PG_WRITEBACK;
+			pm_tag_clear(&ino->map, i, PM_TAG_DIRTY);
+			pm_tag_clear(&ino->map, i, PM_TAG_TOWRITE);
+			pm_tag_set(&ino->map, i, PM_TAG_WRITEBACK);
+			bio_add_page(c, b, p);
+			ctl->nr_to_write--;
+			if (i == UINT64_MAX)
+				break;
+			i++;
+		}
+		unsigned n = b->nr_pages;
+		if (!n) {
+			/* first page locked by a writer: skip it this pass */
+			pthread_mutex_unlock(&ino->lock);
+			bio_put(dev, b);
+			idx = first + 1;
+			continue;
+		}
+		ino->nr_dirty -= n;
+		ino->nr_writeback += n;
+		pthread_mutex_unlock(&ino->lock);
+		atomic_fetch_sub(&c->nr_dirty, n);
+		atomic_fetch_add(&c->nr_writeback, n);
+		atomic_fetch_sub(&dev->nr_dirty, n);
+		atomic_fetch_add(&dev->nr_writeback, n);
+		submit_bio_write(dev, ino, b, first);
+		written += n;
+		idx = i;
+	}
+	ctl->pages_written += written;
+	if (ctl->range_cyclic) {
+		pthread_mutex_lock(&ino->lock);
+		ino->writeback_index = idx;
+		pthread_mutex_unlock(&ino->lock);
+	}
+	return written;
+}
+
+/* ------------------------------------------------------------------ */
+/* passes over the device's dirty files                                 */
+
+static bool work_pending(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&dev->work_lock);
+	bool r = !list_empty(&dev->work_list) || dev->stop;
+	pthread_mutex_unlock(&dev->work_lock);
+	return r;
+}
+
+static bool inode_still_dirty(struct inode *ino)
+{
+	pthread_mutex_lock(&ino->lock);
+	bool d = ino->nr_dirty > 0;
+	bool size_only = !d && !ino->nr_writeback && ino->backend_size != ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	if (size_only)
+		inode_sync_size(ino);   /* the kernel's write_inode: metadata */
+	return d;
+}
+
+/*
+ * Background, periodic and start-all writeback (WB_SYNC_NONE).
+ * Returns the pages submitted.
+ */
+static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pages)
+{
+	struct wbc_cache *c = dev->cache;
+	uint64_t now = wbc_now_ns();
+	uint64_t older_than = now;
+	if (reason == WB_REASON_PERIODIC) {
+		uint64_t expire = c->cfg.dirty_expire_centisecs * NS_PER_CENTISEC;
+		older_than = now > expire ? now - expire : 0;
+	}
+	long total = 0;
+	while (nr_pages > 0) {
+		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
+			break;
+		if (work_pending(dev))
+			break;
+		pthread_mutex_lock(&dev->list_lock);
+		if (list_empty(&dev->b_io))
+			queue_io_locked(dev, older_than);
+		struct inode *ino = dirty_take_next_locked(dev);
+		pthread_mutex_unlock(&dev->list_lock);
+		if (!ino)
+			break;
+		struct wbc_ctl ctl = {
+			.sync_mode = WB_SYNC_NONE,
+			.nr_to_write = WBC_MIN(writeback_slice_pages(dev), nr_pages),
+			.range_start = 0,
+			.range_end = UINT64_MAX,
+			.range_cyclic = true,
+		};
+		long n = write_inode_pages(ino, &ctl);
+		dirty_requeue(ino, inode_still_dirty(ino), ctl.nr_to_write <= 0);
+		nr_pages -= n;
+		total += n;
+		bandwidth_update(dev, wbc_now_ns());
+	}
+	return total;
+}
+
+/* Sync work: write every dirty file of the device once, wait, flush. */
+static int wb_sync(struct wbc_dev *dev)
+{
+	struct list_head todo;
+	struct inode **touched = NULL;
+	size_t nr = 0, cap = 0;
+	int err = 0;
+
+	/* I/O started before the sync (by background passes, on files that
+	 * are now off the lists) must be complete before sync returns. */
+	dev_drain(dev);
+	list_init(&todo);
+	pthread_mutex_lock(&dev->list_lock);
+	list_splice_tail_init(&dev->b_io, &todo);
+	list_splice_tail_init(&dev->b_more_io, &todo);
+	list_splice_tail_init(&dev->b_dirty, &todo);
+	pthread_mutex_unlock(&dev->list_lock);
+
+	for (;;) {
+		pthread_mutex_lock(&dev->list_lock);
+		struct inode *ino = NULL;
+		if (!list_empty(&todo)) {
+			ino = container_of(todo.next, struct inode, wb_list);
+			list_del_init(&ino->wb_list);
+			ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
+			atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);
+		}
+		pthread_mutex_unlock(&dev->list_lock);
+		if (!ino)
+			break;
+		struct wbc_ctl ctl = {
+			.sync_mode = WB_SYNC_ALL,
+			.nr_to_write = LONG_MAX,
+			.range_start = 0,
+			.range_end = UINT64_MAX,
+		};
+		write_inode_pages(ino, &ctl);
+		if (nr == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			struct inode **t = realloc(touched, ncap * sizeof(*t));
+			if (!t) {
+				/* cannot remember it: wait for it now instead */
+				wait_on_writeback_range(ino, 0, UINT64_MAX);
+				int e = inode_sync_size(ino);
+				if (e && !err)
+					err = e;
+				bandwidth_update(dev, wbc_now_ns());
+				pthread_mutex_lock(&ino->lock);
+				bool d = ino->nr_dirty > 0;
+				pthread_mutex_unlock(&ino->lock);
+				dirty_requeue(ino, d, false);
+				continue;
+			}
+			touched = t;
+			cap = ncap;
+		}
+		igrab(ino);
+		touched[nr++] = ino;
+		pthread_mutex_lock(&ino->lock);
+		bool d = ino->nr_dirty > 0;
+		pthread_mutex_unlock(&ino->lock);
+		dirty_requeue(ino, d, false);
+		bandwidth_update(dev, wbc_now_ns());
+	}
+	dev_drain(dev);
+	for (size_t i = 0; i < nr; i++) {
+		int e = inode_sync_size(touched[i]);
+		if (e && !err)
+			err = e;
+		iput(touched[i]);
+	}
+	free(touched);
+	int e = dev->be->ops->flush(dev->be, NULL, false);
+	if (e && !err)
+		err = e;
+	pthread_mutex_lock(&dev->err_lock);
+	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since);
+	pthread_mutex_unlock(&dev->err_lock);
+	if (e && !err)
+		err = e;
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* the thread                                                           */
+
+static void *flusher_main(void *arg)
+{
+	struct wbc_dev *dev = arg;
+	struct wbc_cache *c = dev->cache;
+	uint64_t interval = c->cfg.dirty_writeback_centisecs * NS_PER_CENTISEC;
+	uint64_t next_periodic = wbc_now_ns() + interval;
+	uint64_t retry_at = 0;
+
+	pthread_mutex_lock(&dev->work_lock);
+	while (!dev->stop) {
+		if (!list_empty(&dev->work_list)) {
+			struct wb_work *w = container_of(dev->work_list.next, struct wb_work, list);
+			list_del_init(&w->list);
+			pthread_mutex_unlock(&dev->work_lock);
+			int err = wb_sync(dev);
+			pthread_mutex_lock(&dev->work_lock);
+			w->err = err;
+			w->done = true;
+			pthread_cond_broadcast(&dev->done_cond);
+			continue;
+		}
+		if (dev->start_all) {
+			dev->start_all = false;
+			pthread_mutex_unlock(&dev->work_lock);
+			long n = atomic_load(&dev->nr_dirty);
+			wb_writeback(dev, WB_REASON_START_ALL, WBC_MAX(n, 1));
+			pthread_mutex_lock(&dev->work_lock);
+			continue;
+		}
+		uint64_t now = wbc_now_ns();
+		if (interval && now >= next_periodic) {
+			next_periodic = now + interval;
+			pthread_mutex_unlock(&dev->work_lock);
+			long n = atomic_load(&dev->nr_dirty);
+			if (n > 0)
+				wb_writeback(dev, WB_REASON_PERIODIC, n);
+			bandwidth_update(dev, wbc_now_ns());
+			pthread_mutex_lock(&dev->work_lock);
+			continue;
+		}
+		bool kicked = dev->kicked;
+		dev->kicked = false;
+		if ((kicked || now >= retry_at) && over_bg_thresh(c) &&
+		    atomic_load(&dev->nr_dirty) > 0) {
+			pthread_mutex_unlock(&dev->work_lock);
+			long n = wb_writeback(dev, WB_REASON_BACKGROUND, LONG_MAX);
+			retry_at = n ? 0 : wbc_now_ns() + BACKGROUND_RETRY_NS;
+			pthread_mutex_lock(&dev->work_lock);
+			if (n)
+				continue;
+		}
+		if (dev->kicked || !list_empty(&dev->work_list) || dev->start_all || dev->stop)
+			continue;
+		uint64_t wake = interval ? next_periodic : UINT64_MAX;
+		if (retry_at && over_bg_thresh(c))
+			wake = WBC_MIN(wake, retry_at);
+		if (wake == UINT64_MAX)
+			pthread_cond_wait(&dev->work_cond, &dev->work_lock);
+		else if (wake > now)
+			wbc_cond_timedwait_ns(&dev->work_cond, &dev->work_lock, wake - now);
+	}
+	pthread_mutex_unlock(&dev->work_lock);
+	return NULL;
+}
+
+int flusher_start(struct wbc_dev *dev)
+{
+	int err = pthread_create(&dev->thread, NULL, flusher_main, dev);
+	if (err)
+		return -err;
+	dev->thread_started = true;
+	return 0;
+}
+
+void flusher_stop(struct wbc_dev *dev)
+{
+	if (!dev->thread_started)
+		return;
+	pthread_mutex_lock(&dev->work_lock);
+	dev->stop = true;
+	pthread_cond_signal(&dev->work_cond);
+	pthread_mutex_unlock(&dev->work_lock);
+	pthread_join(dev->thread, NULL);
+	dev->thread_started = false;
+	dev_drain(dev);
+}
+
+void flusher_kick(struct wbc_dev *dev, bool start_all)
+{
+	pthread_mutex_lock(&dev->work_lock);
+	bool was = start_all ? dev->start_all : dev->kicked;
+	if (start_all)
+		dev->start_all = true;
+	else
+		dev->kicked = true;
+	if (!was)
+		pthread_cond_signal(&dev->work_cond);
+	pthread_mutex_unlock(&dev->work_lock);
+}
+
+void wakeup_flusher_threads(struct wbc_cache *c, bool start_all)
+{
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next)
+		if (atomic_load(&d->nr_dirty) > 0)
+			flusher_kick(d, start_all);
+	pthread_mutex_unlock(&c->dev_lock);
+}
+
+int flusher_queue_sync(struct wbc_dev *dev)
+{
+	struct wb_work w = { .sync_mode = WB_SYNC_ALL, .reason = WB_REASON_SYNC };
+	list_init(&w.list);
+	pthread_mutex_lock(&dev->work_lock);
+	if (dev->stop) {
+		pthread_mutex_unlock(&dev->work_lock);
+		return -ESHUTDOWN;
+	}
+	list_add_tail(&w.list, &dev->work_list);
+	pthread_cond_signal(&dev->work_cond);
+	while (!w.done)
+		pthread_cond_wait(&dev->done_cond, &dev->work_lock);
+	pthread_mutex_unlock(&dev->work_lock);
+	return w.err;
+}

@@ -1,0 +1,446 @@
+/*
+ * wbcache private types.
+ *
+ * LOCK ORDERING (outermost first; a thread holding a lock may take only
+ * locks listed below it):
+ *
+ *   inode->rwsem        pthread rwlock: shared by pread/pwrite, exclusive
+ *                       for truncate.  Never taken by flusher or completion.
+ *     inode->lock       the inode's page index, the flags of its pages,
+ *                       i_size, backend_size, counters, errseq.
+ *       cache->lru_lock free list, CLOCK hand, page->inode/index binding.
+ *                       Reclaim holds lru_lock and only TRYLOCKS inode->lock.
+ *       dev->list_lock  b_dirty / b_io / b_more_io and inode->state.
+ *   dev->inode_lock     name hash and inode reference counts (leaf).
+ *   dev->work_lock      work queue, flusher wakeups (leaf).
+ *   dev->io_lock        bio pool, in-flight count (leaf).
+ *   cache->dirty_lock   writers waiting at the dirty limit (leaf).
+ *
+ * No lock is held across backend submission, a wait for I/O, a sleep, or a
+ * read-in from the backend (invariant 6 of DESIGN.md): waits use condition
+ * variables, which release the mutex.
+ */
+#ifndef WBC_INTERNAL_H
+#define WBC_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "wbcache.h"
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                        */
+
+#define WBC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define WBC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* Largest file offset accepted: keeps page indices and sums far from
+ * overflow (the same bound as the kernel's MAX_LFS_FILESIZE on 64-bit). */
+#define WBC_MAX_OFFSET (1ULL << 62)
+
+/* Assert that the calling thread holds a mutex.  Mutexes are created with
+ * PTHREAD_MUTEX_ERRORCHECK in debug builds, so a lock by the owner returns
+ * EDEADLK at once (and a failing check stops the program, as intended);
+ * release builds (NDEBUG) compile the check away. */
+#ifdef NDEBUG
+#define assert_held(m) ((void)(m))
+#else
+#define assert_held(m) assert(pthread_mutex_lock(m) == EDEADLK)
+#endif
+void wbc_mutex_init(pthread_mutex_t *m);
+
+uint64_t wbc_now_ns(void);                  /* CLOCK_MONOTONIC */
+void wbc_cond_init(pthread_cond_t *c);      /* condvar on CLOCK_MONOTONIC */
+/* Wait on @c for at most @ns; returns 0 or ETIMEDOUT. */
+int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns);
+
+/* intrusive doubly linked list */
+struct list_head {
+	struct list_head *next, *prev;
+};
+static inline void list_init(struct list_head *h) { h->next = h->prev = h; }
+static inline bool list_empty(const struct list_head *h) { return h->next == h; }
+static inline void __list_add(struct list_head *n, struct list_head *prev,
+			      struct list_head *next)
+{
+	next->prev = n;
+	n->next = next;
+	n->prev = prev;
+	prev->next = n;
+}
+static inline void list_add_tail(struct list_head *n, struct list_head *h)
+{
+	__list_add(n, h->prev, h);
+}
+static inline void list_del_init(struct list_head *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	list_init(n);
+}
+static inline void list_move_tail(struct list_head *n, struct list_head *h)
+{
+	list_del_init(n);
+	list_add_tail(n, h);
+}
+/* Append all of @from to the tail of @to; @from becomes empty. */
+static inline void list_splice_tail_init(struct list_head *from, struct list_head *to)
+{
+	if (list_empty(from))
+		return;
+	from->next->prev = to->prev;
+	to->prev->next = from->next;
+	from->prev->next = to;
+	to->prev = from->prev;
+	list_init(from);
+}
+
+/* ------------------------------------------------------------------ */
+/* page index (pagemap.c): a radix tree with per-node tag bitmaps        */
+
+enum pm_tag { PM_TAG_DIRTY, PM_TAG_WRITEBACK, PM_TAG_TOWRITE, PM_NR_TAGS };
+#define PM_BITS 6
+#define PM_FANOUT (1u << PM_BITS)
+
+struct pm_node;
+struct pagemap {
+	struct pm_node *root;
+	uint64_t count;        /* entries present */
+};
+
+void pm_init(struct pagemap *pm);
+void pm_destroy(struct pagemap *pm);       /* frees nodes, not entries */
+void *pm_lookup(const struct pagemap *pm, uint64_t index);
+int pm_insert(struct pagemap *pm, uint64_t index, void *entry);  /* 0, -EEXIST, -ENOMEM */
+void *pm_delete(struct pagemap *pm, uint64_t index);             /* removed entry or NULL */
+void pm_tag_set(struct pagemap *pm, uint64_t index, enum pm_tag tag);
+void pm_tag_clear(struct pagemap *pm, uint64_t index, enum pm_tag tag);
+bool pm_tag_get(const struct pagemap *pm, uint64_t index, enum pm_tag tag);
+/* First entry at index >= start carrying @tag (or any entry for tag < 0);
+ * sets *index.  NULL when none. */
+void *pm_next(const struct pagemap *pm, uint64_t start, int tag, uint64_t *index);
+bool pm_any_tagged(const struct pagemap *pm, enum pm_tag tag);
+
+/* ------------------------------------------------------------------ */
+/* pages                                                                */
+
+enum {
+	PG_UPTODATE  = 1u << 0,  /* data matches the file */
+	PG_DIRTY     = 1u << 1,  /* newer than the backend (tag DIRTY)    */
+	PG_WRITEBACK = 1u << 2,  /* I/O in flight (tag WRITEBACK)          */
+	PG_LOCKED    = 1u << 3,  /* a reader or writer is copying its data */
+};
+
+struct inode;
+
+/* One page descriptor per arena page; descriptors are allocated with the
+ * arena at open and never freed before close. */
+struct page {
+	struct inode *inode;     /* owner: changed under lru_lock AND inode->lock */
+	uint64_t index;          /* page index in the owner */
+	uint32_t flags;          /* PG_*: owner's inode->lock */
+	atomic_bool referenced;  /* CLOCK second-chance bit, lock-free */
+	bool on_free;            /* lru_lock */
+	struct page *next_free;  /* lru_lock */
+};
+
+/* ------------------------------------------------------------------ */
+/* backends                                                             */
+
+enum bio_op { BIO_READ, BIO_WRITE };
+
+struct wbc_bio;
+typedef void (*bio_end_io_t)(struct wbc_bio *bio);
+
+struct wbc_bio {
+	enum bio_op op;
+	void *obj;              /* backend object */
+	uint64_t off;           /* byte offset */
+	size_t len;             /* bytes */
+	struct iovec *iov;
+	int iovcnt;
+	int res;                /* bytes done or -errno, set before end_io */
+	size_t done;            /* backend-private: bytes done before a resubmit */
+	bio_end_io_t end_io;
+	void *priv;
+	/* writeback bookkeeping */
+	struct inode *inode;
+	struct page **pages;
+	unsigned nr_pages;
+	struct wbc_bio *next_free;
+	/* Release on submit, acquire on completion: orders the submitter's
+	 * stores for completion threads (visible to ThreadSanitizer, which
+	 * cannot see the kernel's ordering through io_uring). */
+	atomic_int handoff;
+};
+
+struct backend;
+struct backend_ops {
+	const char *kind;
+	/* Open object @name (flat name).  create: make it if missing.
+	 * Sets *obj and *size.  0 or -errno. */
+	int (*open)(struct backend *be, const char *name, bool create,
+		    void **obj, uint64_t *size);
+	void (*close)(struct backend *be, void *obj);
+	/* Queue @bio.  Returns 0 when queued: bio->end_io will run exactly
+	 * once, in any thread, possibly before submit returns; the caller must
+	 * hold no lock.  -errno when not queued (end_io is not called). */
+	int (*submit)(struct backend *be, struct wbc_bio *bio);
+	/* Make completed writes to @obj durable (obj NULL: the whole backend). */
+	int (*flush)(struct backend *be, void *obj, bool datasync);
+	int (*setsize)(struct backend *be, void *obj, uint64_t size);
+	void (*destroy)(struct backend *be);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	unsigned qd;            /* queue depth: bios in flight at most */
+	size_t max_io;          /* largest single I/O in bytes */
+	bool single;            /* one object, named "" */
+	void *priv;
+};
+
+/* spec.c */
+int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
+int backend_create(const char *spec, struct backend **out, char *err, size_t errlen);
+int mem_backend_create(struct backend **out);
+int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
+			size_t max_io, struct backend **out, char *err, size_t errlen);
+
+/* Read @len bytes at @off of @obj synchronously through submit; returns
+ * bytes read (short at end of object) or -errno. */
+ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off);
+
+/* ------------------------------------------------------------------ */
+/* errseq (errseq.c): per-file writeback error sequence                 */
+
+struct errseq {
+	uint32_t seq;    /* bumped on each recorded error */
+	int err;         /* latest error (negative errno) */
+};
+void errseq_record(struct errseq *e, int err);
+/* Returns the error a handle that sampled *@since has not seen, and
+ * advances *@since; 0 when none. */
+int errseq_check_advance(const struct errseq *e, uint32_t *since);
+
+/* ------------------------------------------------------------------ */
+/* inodes (cached files)                                                */
+
+enum {
+	I_DIRTY = 1u << 0,   /* on b_dirty / b_io / b_more_io */
+	I_SYNC  = 1u << 1,   /* being written by the flusher, off the lists */
+};
+
+struct inode {
+	struct wbc_dev *dev;
+	char *name;
+	void *obj;                  /* backend object */
+	/* dev->inode_lock */
+	struct inode *hash_next;
+	unsigned refs;              /* handles + dirty lists + bios in flight */
+
+	pthread_rwlock_t rwsem;
+	pthread_mutex_t lock;
+	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
+	/* inode->lock */
+	struct pagemap map;
+	uint64_t i_size;
+	uint64_t backend_size;      /* size the backend object has (our view) */
+	uint64_t nr_pages, nr_dirty, nr_writeback;
+	uint64_t writeback_index;   /* where the next cyclic pass starts */
+	unsigned waiters;
+	bool sizing;                /* truncate/size sync owns the backend size */
+	struct errseq wb_err;
+
+	/* dev->list_lock */
+	unsigned state;             /* I_DIRTY, I_SYNC */
+	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
+	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
+	atomic_bool dirty_hint;     /* mirrors I_DIRTY for a lock-free fast path */
+};
+
+struct wbc_file {
+	struct inode *inode;
+	struct wbc_dev *dev;
+	uint32_t err_since;         /* errseq sample: inode->lock */
+	atomic_bool closed;
+};
+
+/* ------------------------------------------------------------------ */
+/* writeback control and work                                           */
+
+enum wb_sync_mode { WB_SYNC_NONE, WB_SYNC_ALL };
+enum wb_reason { WB_REASON_BACKGROUND, WB_REASON_PERIODIC, WB_REASON_SYNC,
+		 WB_REASON_START_ALL, WB_REASON_FSYNC };
+
+/* One pass over one inode (the kernel's writeback_control). */
+struct wbc_ctl {
+	enum wb_sync_mode sync_mode;
+	long nr_to_write;           /* pages; decremented as pages are submitted */
+	uint64_t range_start, range_end;   /* page indices, inclusive */
+	bool range_cyclic;          /* start at writeback_index, wrap once */
+	long pages_written;
+	int err;                    /* first submission error */
+};
+
+struct wb_work {
+	struct list_head list;
+	enum wb_sync_mode sync_mode;
+	enum wb_reason reason;
+	bool done;
+	int err;
+};
+
+/* ------------------------------------------------------------------ */
+/* device                                                               */
+
+struct wbc_dev {
+	struct wbc_cache *cache;
+	struct wbc_dev *next;       /* cache->dev_lock */
+	unsigned id;
+	char *spec;
+	struct backend *be;
+
+	pthread_mutex_t inode_lock;
+	struct inode **hash;        /* inode_lock */
+	size_t hash_size, nr_inodes;/* inode_lock */
+
+	pthread_mutex_t list_lock;
+	struct list_head b_dirty;   /* dirtied, oldest first */
+	struct list_head b_io;      /* queued for this pass */
+	struct list_head b_more_io; /* used their slice; taken after b_io */
+
+	pthread_mutex_t work_lock;
+	pthread_cond_t work_cond;   /* wakes the flusher */
+	pthread_cond_t done_cond;   /* sync work finished */
+	struct list_head work_list; /* work_lock */
+	bool stop, start_all, kicked;   /* work_lock */
+	pthread_t thread;
+	bool thread_started;
+
+	pthread_mutex_t io_lock;
+	pthread_cond_t io_cond;
+	struct wbc_bio *bio_pool;   /* all bios; io_lock guards the free list */
+	struct wbc_bio *bio_free;
+	struct iovec *iov_pool;
+	struct page **page_pool;
+	unsigned inflight, io_waiters;
+
+	atomic_llong nr_dirty;      /* pages */
+	atomic_llong nr_writeback;  /* pages */
+	atomic_ullong completed_bytes;
+	/* bandwidth.c, flusher thread only (stats read bw atomically) */
+	uint64_t bw_stamp_ns, bw_completed;
+	atomic_ullong write_bw;     /* bytes/s */
+	uint64_t avg_write_bw;
+
+	pthread_mutex_t err_lock;
+	struct errseq wb_err;       /* err_lock: any writeback error of the device */
+	uint32_t sync_err_since;    /* err_lock: reported through wbc_dev_sync */
+};
+
+/* ------------------------------------------------------------------ */
+/* cache                                                                */
+
+struct wbc_cache {
+	struct wbc_config cfg;
+	uint32_t page_shift;
+	size_t page_size;
+	uint64_t nr_pages;
+	char *arena;
+	size_t arena_len;
+	struct page *pages;
+
+	pthread_mutex_t lru_lock;
+	pthread_cond_t free_cond;   /* lru_lock: a page was freed */
+	struct page *free_list;
+	uint64_t nr_free, clock_hand;
+	unsigned free_waiters;
+
+	uint64_t thresh, bg_thresh; /* pages, fixed at open */
+
+	pthread_mutex_t dirty_lock;
+	pthread_cond_t dirty_cond;  /* dirty fell below the limit */
+	atomic_uint dirty_waiters;
+	atomic_uint page_waiters;
+
+	atomic_llong nr_dirty, nr_writeback, nr_cached;
+	atomic_ullong st_written, st_written_back, st_read_in, st_reclaimed,
+		      st_write_ios, st_write_errors, st_lost, st_dirty_waits,
+		      st_page_waits;
+
+	pthread_mutex_t dev_lock;
+	struct wbc_dev *devs;       /* dev_lock */
+	unsigned nr_devs;
+};
+
+static inline char *page_data(const struct wbc_cache *c, const struct page *p)
+{
+	return c->arena + ((size_t)(p - c->pages) << c->page_shift);
+}
+
+/* cache.c */
+struct page *page_alloc(struct wbc_cache *c);            /* waits for a page */
+void page_free_locked(struct wbc_cache *c, struct page *p);  /* lru_lock held */
+void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index);
+void page_release(struct wbc_cache *c, struct page *p);  /* unbind + free */
+void cache_wake_page_waiters(struct wbc_cache *c);
+bool cache_page_in_arena(const struct wbc_cache *c, const void *addr);
+
+/* file.c */
+struct inode *iget(struct wbc_dev *dev, const char *name, bool create, int *err);
+void igrab(struct inode *ino);
+void iput(struct inode *ino);
+void inode_wait_locked(struct inode *ino);
+void inode_wake_locked(struct inode *ino);
+int inode_sync_size(struct inode *ino);
+void inode_drop_all_pages(struct inode *ino);
+
+/* dirty.c */
+void mark_inode_dirty(struct inode *ino);
+void queue_io_locked(struct wbc_dev *dev, uint64_t older_than);
+struct inode *dirty_take_next_locked(struct wbc_dev *dev);
+void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
+
+/* flusher.c */
+int flusher_start(struct wbc_dev *dev);
+void flusher_stop(struct wbc_dev *dev);
+void flusher_kick(struct wbc_dev *dev, bool start_all);
+/* Kick the flusher of every device that has dirty pages. */
+void wakeup_flusher_threads(struct wbc_cache *c, bool start_all);
+int flusher_queue_sync(struct wbc_dev *dev);
+long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl);
+void wait_on_writeback_range(struct inode *ino, uint64_t start, uint64_t end);
+void tag_pages_for_writeback(struct inode *ino, uint64_t start, uint64_t end);
+int dev_io_init(struct wbc_dev *dev);
+void dev_io_destroy(struct wbc_dev *dev);
+
+/* throttle.c */
+void thresholds_compute(struct wbc_cache *c);
+bool over_bg_thresh(struct wbc_cache *c);
+void balance_dirty_pages(struct wbc_dev *dev);
+#define THROTTLE_BATCH 16   /* pages dirtied between limit checks: the slack */
+void dirty_limit_wake(struct wbc_cache *c);
+
+/* bandwidth.c */
+void bandwidth_update(struct wbc_dev *dev, uint64_t now);
+long writeback_slice_pages(struct wbc_dev *dev);
+#define WBC_INIT_BW (100ull << 20)   /* Linux INIT_BW: 100 MB/s before any sample */
+
+/* errors */
+void dev_record_error(struct wbc_dev *dev, int err);
+
+#endif

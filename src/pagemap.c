@@ -1,0 +1,237 @@
+/*
+ * Per-file page index: a radix tree of 64-way nodes keyed by page index.
+ *
+ * Each node keeps, besides its slots, a bitmap of present slots and one
+ * bitmap per tag (DIRTY, WRITEBACK, TOWRITE).  A tag bit in an interior node
+ * is set exactly when the child below it has that tag somewhere:
+ *
+ *   root (shift 12)   tags[DIRTY] = ..1.....1..
+ *                                     |     |
+ *   node (shift 6)    ........1.   ..1......       <- bit set iff some leaf
+ *                             |      |                below is tagged
+ *   leaf (shift 0)    [p][p][P][p]  [P][p]         <- P: page tagged DIRTY
+ *
+ * so "next page with tag T at or after i" skips untagged subtrees by
+ * counting trailing zeros of one word per level: O(height) for a hit, and
+ * untagged ranges cost nothing.  Height grows as indices grow; 11 levels
+ * cover 2^64.  Callers hold the owning inode's lock.
+ */
+#include "internal.h"
+
+struct pm_node {
+	struct pm_node *parent;
+	unsigned shift;          /* index bits below this node: 0 for leaves */
+	unsigned offset;         /* slot in parent */
+	uint64_t present;
+	uint64_t tags[PM_NR_TAGS];
+	void *slots[PM_FANOUT];
+};
+
+void pm_init(struct pagemap *pm)
+{
+	pm->root = NULL;
+	pm->count = 0;
+}
+
+static void free_subtree(struct pm_node *n)
+{
+	if (!n)
+		return;
+	if (n->shift) {
+		uint64_t bits = n->present;
+		while (bits) {
+			free_subtree(n->slots[__builtin_ctzll(bits)]);
+			bits &= bits - 1;
+		}
+	}
+	free(n);
+}
+
+void pm_destroy(struct pagemap *pm)
+{
+	free_subtree(pm->root);
+	pm_init(pm);
+}
+
+/* Largest index the tree can hold without growing. */
+static uint64_t node_max(const struct pm_node *n)
+{
+	unsigned bits = n->shift + PM_BITS;
+	return bits >= 64 ? UINT64_MAX : (1ULL << bits) - 1;
+}
+
+static unsigned slot_of(const struct pm_node *n, uint64_t index)
+{
+	return (unsigned)(index >> n->shift) & (PM_FANOUT - 1);
+}
+
+static struct pm_node *leaf_of(const struct pagemap *pm, uint64_t index)
+{
+	struct pm_node *n = pm->root;
+	if (!n || index > node_max(n))
+		return NULL;
+	while (n && n->shift)
+		n = n->slots[slot_of(n, index)];
+	return n;
+}
+
+void *pm_lookup(const struct pagemap *pm, uint64_t index)
+{
+	struct pm_node *n = leaf_of(pm, index);
+	return n ? n->slots[index & (PM_FANOUT - 1)] : NULL;
+}
+
+static struct pm_node *node_new(unsigned shift)
+{
+	struct pm_node *n = calloc(1, sizeof(*n));
+	if (n)
+		n->shift = shift;
+	return n;
+}
+
+int pm_insert(struct pagemap *pm, uint64_t index, void *entry)
+{
+	assert(entry);
+	if (!pm->root && !(pm->root = node_new(0)))
+		return -ENOMEM;
+	/* Grow: the old root becomes slot 0 of a taller root; its tags and
+	 * presence summarize into bit 0 of the new one. */
+	while (index > node_max(pm->root)) {
+		struct pm_node *old = pm->root, *r = node_new(old->shift + PM_BITS);
+		if (!r)
+			return -ENOMEM;
+		r->slots[0] = old;
+		if (old->present) {
+			r->present = 1;
+			for (int t = 0; t < PM_NR_TAGS; t++)
+				if (old->tags[t])
+					r->tags[t] = 1;
+		}
+		old->parent = r;
+		old->offset = 0;
+		pm->root = r;
+	}
+	struct pm_node *n = pm->root;
+	while (n->shift) {
+		unsigned s = slot_of(n, index);
+		struct pm_node *c = n->slots[s];
+		if (!c) {
+			if (!(c = node_new(n->shift - PM_BITS)))
+				return -ENOMEM;
+			c->parent = n;
+			c->offset = s;
+			n->slots[s] = c;
+			n->present |= 1ULL << s;
+		}
+		n = c;
+	}
+	unsigned s = index & (PM_FANOUT - 1);
+	if (n->slots[s])
+		return -EEXIST;
+	n->slots[s] = entry;
+	n->present |= 1ULL << s;
+	pm->count++;
+	return 0;
+}
+
+/* Clear tag bits upward from @n while a node's bitmap becomes empty. */
+static void tag_clear_up(struct pm_node *n, unsigned s, enum pm_tag tag)
+{
+	while (n) {
+		n->tags[tag] &= ~(1ULL << s);
+		if (n->tags[tag])
+			return;
+		s = n->offset;
+		n = n->parent;
+	}
+}
+
+void pm_tag_set(struct pagemap *pm, uint64_t index, enum pm_tag tag)
+{
+	struct pm_node *n = leaf_of(pm, index);
+	unsigned s = index & (PM_FANOUT - 1);
+	assert(n && n->slots[s]);
+	while (n) {
+		bool was = n->tags[tag] != 0;
+		n->tags[tag] |= 1ULL << s;
+		if (was)
+			return;   /* ancestors already summarize a tagged child */
+		s = n->offset;
+		n = n->parent;
+	}
+}
+
+void pm_tag_clear(struct pagemap *pm, uint64_t index, enum pm_tag tag)
+{
+	struct pm_node *n = leaf_of(pm, index);
+	unsigned s = index & (PM_FANOUT - 1);
+	if (n && (n->tags[tag] & (1ULL << s)))
+		tag_clear_up(n, s, tag);
+}
+
+bool pm_tag_get(const struct pagemap *pm, uint64_t index, enum pm_tag tag)
+{
+	struct pm_node *n = leaf_of(pm, index);
+	return n && (n->tags[tag] >> (index & (PM_FANOUT - 1)) & 1);
+}
+
+bool pm_any_tagged(const struct pagemap *pm, enum pm_tag tag)
+{
+	return pm->root && pm->root->tags[tag];
+}
+
+void *pm_delete(struct pagemap *pm, uint64_t index)
+{
+	struct pm_node *n = leaf_of(pm, index);
+	unsigned s = index & (PM_FANOUT - 1);
+	if (!n || !n->slots[s])
+		return NULL;
+	void *entry = n->slots[s];
+	for (int t = 0; t < PM_NR_TAGS; t++)
+		if (n->tags[t] & (1ULL << s))
+			tag_clear_up(n, s, t);
+	n->slots[s] = NULL;
+	n->present &= ~(1ULL << s);
+	pm->count--;
+	/* Free nodes that became empty, bottom up. */
+	while (n && !n->present) {
+		struct pm_node *p = n->parent;
+		if (p) {
+			p->slots[n->offset] = NULL;
+			p->present &= ~(1ULL << n->offset);
+		} else {
+			pm->root = NULL;
+		}
+		free(n);
+		n = p;
+	}
+	return entry;
+}
+
+static void *find(const struct pm_node *n, uint64_t base, uint64_t start, int tag,
+		  uint64_t *out)
+{
+	unsigned o = start > base ? (unsigned)((start - base) >> n->shift) : 0;
+	uint64_t bits = tag < 0 ? n->present : n->tags[tag];
+	bits &= ~0ULL << o;
+	while (bits) {
+		unsigned i = __builtin_ctzll(bits);
+		uint64_t cbase = base + ((uint64_t)i << n->shift);
+		if (!n->shift) {
+			*out = cbase;
+			return n->slots[i];
+		}
+		void *r = find(n->slots[i], cbase, WBC_MAX(start, cbase), tag, out);
+		if (r)
+			return r;
+		bits &= bits - 1;
+	}
+	return NULL;
+}
+
+void *pm_next(const struct pagemap *pm, uint64_t start, int tag, uint64_t *index)
+{
+	if (!pm->root || start > node_max(pm->root))
+		return NULL;
+	return find(pm->root, 0, start, tag, index);
+}

@@ -1,0 +1,84 @@
+/* Small helpers shared by the test programs: exit 0 pass, 1 fail, 77 skip. */
+#ifndef WBC_TESTUTIL_H
+#define WBC_TESTUTIL_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wbcache.h"
+
+#define T_SKIP 77
+
+#define CHECK(cond) do { \
+	if (!(cond)) { \
+		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+		exit(1); \
+	} } while (0)
+
+#define CHECK_EQ(a, b) do { \
+	long long _a = (long long)(a), _b = (long long)(b); \
+	if (_a != _b) { \
+		fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
+			__FILE__, __LINE__, #a, _a, #b, _b); \
+		exit(1); \
+	} } while (0)
+
+/* xorshift64*: deterministic pseudo-random numbers for tests */
+static inline uint64_t t_rand(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 2685821657736338717ull;
+}
+
+static inline void t_fill(char *buf, size_t n, uint64_t seed)
+{
+	uint64_t s = seed | 1;
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(t_rand(&s) >> 56);
+}
+
+/* A fresh scratch directory under $TMPDIR-free /var/tmp (disk, so O_DIRECT
+ * works); removed by t_rmdir(). */
+static inline char *t_mkdtemp(void)
+{
+	const char *base = getenv("WBCACHE_TEST_DIR");
+	char *p;
+	if (asprintf(&p, "%s/wbc-test-XXXXXX", base && *base ? base : "/var/tmp") < 0)
+		exit(1);
+	if (!mkdtemp(p)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	return p;
+}
+
+static inline void t_rmdir(char *dir)
+{
+	char *cmd;
+	if (asprintf(&cmd, "rm -rf '%s'", dir) >= 0) {
+		if (system(cmd)) { /* best effort */ }
+		free(cmd);
+	}
+	free(dir);
+}
+
+static inline struct wbc_config t_config(uint64_t mem, uint32_t page_size)
+{
+	struct wbc_config cfg;
+	wbc_config_init(&cfg);
+	cfg.mem_bytes = mem;
+	cfg.page_size = page_size;
+	return cfg;
+}
+#endif
