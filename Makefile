@@ -4,6 +4,7 @@
 
 CC      ?= cc
 SAN     ?=
+comma   := ,
 PREFIX  ?= /usr/local
 V       ?= 0
 
@@ -19,7 +20,6 @@ else
     CFLAGS_OPT += -fno-sanitize-recover=undefined
   endif
 endif
-comma := ,
 override CFLAGS := $(CFLAGS_BASE) $(CFLAGS_OPT) $(EXTRA_CFLAGS)
 LDLIBS  := -luring -lpthread -lm
 

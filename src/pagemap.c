@@ -92,8 +92,16 @@ static struct pm_node *node_new(unsigned shift)
 int pm_insert(struct pagemap *pm, uint64_t index, void *entry)
 {
 	assert(entry);
-	if (!pm->root && !(pm->root = node_new(0)))
-		return -ENOMEM;
+	if (!pm->root) {
+		/* first entry: a root just tall enough, so the tree never holds
+		 * an empty node (growth below summarizes the old root as one
+		 * present child) */
+		unsigned shift = 0;
+		while (shift + PM_BITS < 64 && index >> (shift + PM_BITS))
+			shift += PM_BITS;
+		if (!(pm->root = node_new(shift)))
+			return -ENOMEM;
+	}
 	/* Grow: the old root becomes slot 0 of a taller root; its tags and
 	 * presence summarize into bit 0 of the new one. */
 	while (index > node_max(pm->root)) {
@@ -234,4 +242,40 @@ void *pm_next(const struct pagemap *pm, uint64_t start, int tag, uint64_t *index
 	if (!pm->root || start > node_max(pm->root))
 		return NULL;
 	return find(pm->root, 0, start, tag, index);
+}
+
+/* Structural check for tests: presence and tag summaries agree with the
+ * children, no node is empty, parent links and offsets are right.
+ * Returns the entries found. */
+static uint64_t check_node(const struct pm_node *n, const struct pm_node *parent, unsigned off)
+{
+	uint64_t count = 0, tags[PM_NR_TAGS] = { 0 }, present = 0;
+	assert(n->parent == parent && (!parent || n->offset == off));
+	for (unsigned i = 0; i < PM_FANOUT; i++) {
+		if (!n->slots[i])
+			continue;
+		present |= 1ULL << i;
+		if (n->shift) {
+			const struct pm_node *c = n->slots[i];
+			assert(c->shift + PM_BITS == n->shift);
+			count += check_node(c, n, i);
+			for (int t = 0; t < PM_NR_TAGS; t++)
+				if (c->tags[t])
+					tags[t] |= 1ULL << i;
+		} else {
+			count++;
+		}
+	}
+	assert(present == n->present && present);
+	for (int t = 0; t < PM_NR_TAGS; t++)
+		assert(!n->shift ? (n->tags[t] & ~present) == 0 : tags[t] == n->tags[t]);
+	(void)off;
+	return count;
+}
+
+void pm_check(const struct pagemap *pm)
+{
+	uint64_t n = pm->root ? check_node(pm->root, NULL, 0) : 0;
+	assert(n == pm->count);
+	(void)n;
 }

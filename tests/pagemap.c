@@ -1,0 +1,142 @@
+/* Page index: insert, lookup, delete and tags against a brute-force
+ * reference, including sparse and huge indices, and "next tagged at or
+ * after i" for every tag. */
+#include "testutil.h"
+#include "internal.h"
+
+#define N 20000
+
+static uint64_t keys[N];
+static unsigned char present[N], tags[N];
+
+static uint64_t ref_next(uint64_t start, int tag, int *which)
+{
+	uint64_t best = UINT64_MAX;
+	*which = -1;
+	for (int i = 0; i < N; i++) {
+		if (!present[i] || keys[i] < start)
+			continue;
+		if (tag >= 0 && !(tags[i] & (1u << tag)))
+			continue;
+		if (keys[i] <= best) {
+			best = keys[i];
+			*which = i;
+		}
+	}
+	return best;
+}
+
+int main(void)
+{
+	struct pagemap pm;
+	pm_init(&pm);
+	/* a first entry beyond the first leaf, then one inside it */
+	static int a, b;
+	CHECK_EQ(pm_insert(&pm, 119, &a), 0);
+	CHECK_EQ(pm_insert(&pm, 5, &b), 0);
+	pm_check(&pm);
+	uint64_t at;
+	CHECK(pm_next(&pm, 0, -1, &at) == &b && at == 5);
+	CHECK(pm_delete(&pm, 119) == &a && pm_delete(&pm, 5) == &b);
+	CHECK(pm.root == NULL);
+	uint64_t s = 42;
+	/* distinct keys: dense runs, sparse keys and the extremes */
+	for (int i = 0; i < N; i++) {
+		uint64_t k;
+		if (i < N / 2)
+			k = (uint64_t)i;                          /* dense */
+		else if (i < N - 2)
+			k = (t_rand(&s) >> (t_rand(&s) % 64)) | (1ull << 20);
+		else
+			k = i == N - 2 ? UINT64_MAX : UINT64_MAX - 64;
+		for (int j = 0; j < i; j++)
+			if (keys[j] == k) { k = (uint64_t)i + (1ull << 40); break; }
+		keys[i] = k;
+	}
+	/* entries are pointers to the key slots */
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(pm_insert(&pm, keys[i], &keys[i]), 0);
+		present[i] = 1;
+	}
+	CHECK_EQ(pm.count, N);
+	CHECK_EQ(pm_insert(&pm, keys[7], &keys[7]), -EEXIST);
+	for (int i = 0; i < N; i++)
+		CHECK(pm_lookup(&pm, keys[i]) == &keys[i]);
+	CHECK(pm_lookup(&pm, (1ull << 40) - 3) == NULL || keys[0] == (1ull << 40) - 3);
+
+	/* random tag / untag / delete / reinsert rounds */
+	for (int round = 0; round < 60000; round++) {
+		int i = (int)(t_rand(&s) % N);
+		int tag = (int)(t_rand(&s) % PM_NR_TAGS);
+		switch (t_rand(&s) % 4) {
+		case 0: case 1:
+			if (present[i]) {
+				pm_tag_set(&pm, keys[i], tag);
+				tags[i] |= 1u << tag;
+			}
+			break;
+		case 2:
+			pm_tag_clear(&pm, keys[i], tag);
+			tags[i] &= ~(1u << tag);
+			break;
+		case 3:
+			if (present[i]) {
+				CHECK(pm_delete(&pm, keys[i]) == &keys[i]);
+				present[i] = 0;
+				tags[i] = 0;
+			} else {
+				CHECK_EQ(pm_insert(&pm, keys[i], &keys[i]), 0);
+				present[i] = 1;
+			}
+			break;
+		}
+		if (round % 50 == 0) {
+			if (round % 1000 == 0)
+				pm_check(&pm);
+			uint64_t start = round % 100 == 0 ? keys[t_rand(&s) % N] : t_rand(&s) >> (t_rand(&s) % 64);
+			for (int t = -1; t < PM_NR_TAGS; t++) {
+				int which;
+				uint64_t want = ref_next(start, t, &which);
+				uint64_t got = 0;
+				void *e = pm_next(&pm, start, t, &got);
+				if (which < 0) {
+					CHECK(e == NULL);
+				} else {
+					CHECK(e == &keys[which]);
+					CHECK(got == want);
+				}
+			}
+			for (int k = 0; k < 20; k++) {
+				int j = (int)(t_rand(&s) % N);
+				for (int t = 0; t < PM_NR_TAGS; t++)
+					CHECK_EQ(pm_tag_get(&pm, keys[j], t), !!(tags[j] & (1u << t)));
+			}
+		}
+	}
+	/* walk every tagged entry in order and count */
+	for (int t = 0; t < PM_NR_TAGS; t++) {
+		uint64_t idx = 0, n = 0, prev = 0;
+		int want = 0;
+		for (int i = 0; i < N; i++)
+			want += present[i] && (tags[i] & (1u << t));
+		while (pm_next(&pm, idx, t, &idx)) {
+			CHECK(n == 0 || idx > prev);
+			prev = idx;
+			n++;
+			if (idx == UINT64_MAX)
+				break;
+			idx++;
+		}
+		CHECK_EQ(n, want);
+		CHECK_EQ(pm_any_tagged(&pm, t), want > 0);
+	}
+	/* delete everything: the tree frees itself */
+	for (int i = 0; i < N; i++)
+		if (present[i])
+			CHECK(pm_delete(&pm, keys[i]) == &keys[i]);
+	CHECK_EQ(pm.count, 0);
+	CHECK(pm.root == NULL);
+	pm_destroy(&pm);
+	printf("pagemap: ok\n");
+	return 0;
+}
