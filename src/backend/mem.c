@@ -6,6 +6,8 @@
 
 #define MEM_QD 32
 #define MEM_MAX_IO (4u << 20)
+/* Objects larger than this are refused (-EFBIG) rather than attempted. */
+#define MEM_MAX_OBJ (1ull << 40)
 
 struct mobj {
 	struct mobj *next;
@@ -59,6 +61,8 @@ static void mem_close(struct backend *be, void *obj)
 
 static int resize_locked(struct mobj *o, uint64_t size)
 {
+	if (size > MEM_MAX_OBJ)
+		return -EFBIG;
 	if (size > o->cap) {
 		uint64_t cap = WBC_MAX(size, o->cap * 2);
 		char *d = realloc(o->data, cap);

@@ -1,0 +1,133 @@
+/*
+ * Bad arguments get an error, never a crash: configuration, device specs,
+ * names, offsets, and handles used after close.
+ */
+#include "testutil.h"
+
+#include <limits.h>
+
+int main(void)
+{
+	struct wbc_config cfg;
+	wbc_cache *c = NULL;
+
+	/* configuration */
+	CHECK_EQ(wbc_cache_open(NULL, &c), -EINVAL);
+	cfg = t_config(1 << 20, 3000);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* not a power of two */
+	cfg = t_config(1 << 20, 0);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);
+	cfg = t_config(1 << 20, 256);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* below 512 */
+	cfg = t_config(64 << 20, 2 << 20);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* above 1 MiB */
+	cfg = t_config(0, 4096);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* zero budget */
+	cfg = t_config(15 * 4096, 4096);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* fewer than 16 pages */
+	cfg = t_config(1 << 20, 4096);
+	cfg.dirty_ratio = 101;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);
+	cfg = t_config(1 << 20, 4096);
+	cfg.dirty_background_ratio = 200;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);
+	cfg = t_config(1 << 20, 4096);
+	cfg.dirty_ratio = 0;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* no dirty limit at all */
+	cfg = t_config(1 << 20, 4096);
+	cfg.dirty_bytes = 100;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* below two pages */
+	CHECK(c == NULL);
+
+	cfg = t_config(1 << 20, 4096);
+	cfg.dirty_ratio = 0;
+	cfg.dirty_bytes = 64 << 10;                             /* bytes instead of ratio */
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	struct wbc_stats st;
+	CHECK_EQ(wbc_stats(c, &st), 0);
+	CHECK_EQ(st.thresh_bytes, 64 << 10);
+	CHECK_EQ(st.bg_thresh_bytes, 32 << 10);                 /* bg >= thresh: halved */
+	CHECK_EQ(wbc_stats(c, NULL), -EINVAL);
+
+	/* device specs */
+	wbc_dev *dev = NULL;
+	char msg[256];
+	const char *bad[] = { "", "nope", "file:", "dir:", "dir:/nonexistent-wbcache/x",
+			      "dir:/tmp,qd=0", "dir:/tmp,qd=99999", "dir:/tmp,bogus=1",
+			      "dir:/tmp,qd=abc", "dir:/tmp,qd", "dir:/tmp,max_io=1",
+			      "dir:/tmp,direct=2", "mem:x" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		int e = wbc_dev_add_msg(c, bad[i], &dev, msg, sizeof(msg));
+		if (e >= 0 || !msg[0]) {
+			fprintf(stderr, "spec '%s' accepted (%d) or no message\n", bad[i], e);
+			return 1;
+		}
+	}
+	CHECK_EQ(wbc_dev_add(c, NULL, &dev), -EINVAL);
+	CHECK(dev == NULL);
+	CHECK_EQ(wbc_dev_add(c, "mem", &dev), 0);
+
+	/* names and flags */
+	wbc_file *f = NULL;
+	char longname[300];
+	memset(longname, 'n', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	const char *badnames[] = { "", ".", "..", "a/b", "/abs", longname };
+	for (size_t i = 0; i < sizeof(badnames) / sizeof(*badnames); i++)
+		CHECK_EQ(wbc_file_open(dev, badnames[i], WBC_O_CREAT, &f), -EINVAL);
+	CHECK_EQ(wbc_file_open(dev, "x", 0x100, &f), -EINVAL);
+	CHECK_EQ(wbc_file_open(dev, "missing", 0, &f), -ENOENT);
+	CHECK_EQ(wbc_file_open(NULL, "x", WBC_O_CREAT, &f), -EINVAL);
+	CHECK_EQ(wbc_file_open(dev, "x", WBC_O_CREAT, &f), 0);
+
+	/* offsets */
+	char b[16] = "0123456789";
+	CHECK_EQ(wbc_pwrite(f, b, 10, UINT64_MAX - 3), -EINVAL);
+	CHECK_EQ(wbc_pwrite(f, b, 10, (1ull << 62) - 5), -EINVAL);
+	CHECK_EQ(wbc_pwrite(f, b, SIZE_MAX, 0), -EINVAL);
+	CHECK_EQ(wbc_pread(f, b, 10, UINT64_MAX - 3), -EINVAL);
+	CHECK_EQ(wbc_pwrite(f, NULL, 10, 0), -EINVAL);
+	CHECK_EQ(wbc_pread(f, NULL, 10, 0), -EINVAL);
+	CHECK_EQ(wbc_truncate(f, 1ull << 63), -EINVAL);
+	CHECK_EQ(wbc_fsync_range(f, UINT64_MAX, 1, 0), -EINVAL);
+	CHECK_EQ(wbc_pwrite(f, b, 0, 0), 0);
+	CHECK_EQ(wbc_pwrite(f, b, 10, 0), 10);
+	CHECK_EQ(wbc_pread(f, b, 10, 100), 0);                  /* past EOF */
+	CHECK_EQ(wbc_pwrite(f, b, 10, (1ull << 62) - 10), 10);  /* the last bytes allowed */
+	CHECK_EQ(wbc_file_size(f), 1ull << 62);
+	CHECK_EQ(wbc_truncate(f, 10), 0);
+
+	/* use after close */
+	wbc_file *g;
+	CHECK_EQ(wbc_file_open(dev, "x", 0, &g), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_pwrite(f, b, 1, 0), -EBADF);
+	CHECK_EQ(wbc_pread(f, b, 1, 0), -EBADF);
+	CHECK_EQ(wbc_fsync(f), -EBADF);
+	CHECK_EQ(wbc_truncate(f, 0), -EBADF);
+	CHECK_EQ(wbc_file_size(f), -EBADF);
+	CHECK_EQ(wbc_file_close(f), -EBADF);
+	CHECK_EQ(wbc_pread(g, b, 10, 0), 10);                   /* the other handle lives */
+	CHECK_EQ(wbc_pwrite((wbc_file *)(uintptr_t)0x12345, b, 1, 0), -EBADF);
+	CHECK_EQ(wbc_file_close(NULL), 0);
+
+	/* file: devices hold exactly one file, named "" */
+	CHECK_EQ(wbc_dev_sync(NULL), -EINVAL);
+	CHECK_EQ(wbc_cache_sync(NULL), -EINVAL);
+	CHECK_EQ(wbc_cache_close(c), 0);                         /* closes g */
+	CHECK_EQ(wbc_file_close(g), -EBADF);
+	CHECK_EQ(wbc_cache_close(NULL), 0);
+	CHECK(wbc_strerror(-EINVAL) != NULL);
+
+	char *dir = t_mkdtemp();
+	char spec[600];
+	snprintf(spec, sizeof(spec), "file:%s/img", dir);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+	CHECK_EQ(wbc_file_open(dev, "name", 0, &f), -EINVAL);
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	t_rmdir(dir);
+	printf("api: ok\n");
+	return 0;
+}

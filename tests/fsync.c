@@ -1,0 +1,115 @@
+/*
+ * fsync durability: once wbc_fsync / wbc_fdatasync / wbc_fsync_range /
+ * wbc_dev_sync returns 0, a separate plain open()+read() of the backing
+ * file sees the data and the size, while the cache is still open (nothing
+ * was closed or flushed by other means).  Covers the dir: backend (one
+ * backing file per cached file) and the file: backend (one file).
+ */
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#define SZ (3u << 20)
+
+static void expect_file(const char *path, const char *want, uint64_t off, uint64_t len,
+			int64_t size)
+{
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	struct stat st;
+	CHECK_EQ(fstat(fd, &st), 0);
+	if (size >= 0)
+		CHECK_EQ(st.st_size, size);
+	char *buf = malloc(len);
+	CHECK_EQ(pread(fd, buf, len, (off_t)off), len);
+	CHECK(!memcmp(buf, want + off, len));
+	free(buf);
+	close(fd);
+}
+
+int main(void)
+{
+	char *dir = t_mkdtemp();
+	char spec[800], path[700];
+	snprintf(spec, sizeof(spec), "dir:%s", dir);
+	/* expiry off and a big cache: only fsync can put the data there */
+	struct wbc_config cfg = t_config(64u << 20, 4096);
+	cfg.dirty_writeback_centisecs = 0;
+	cfg.dirty_ratio = 90;
+	cfg.dirty_background_ratio = 80;
+	wbc_cache *c;
+	wbc_dev *dev;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+	char *data = malloc(SZ);
+	t_fill(data, SZ, 7);
+
+	/* fsync: whole file, unaligned size */
+	wbc_file *a;
+	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &a), 0);
+	CHECK_EQ(wbc_pwrite(a, data, SZ - 123, 0), SZ - 123);
+	snprintf(path, sizeof(path), "%s/a", dir);
+	struct stat st;
+	CHECK_EQ(stat(path, &st), 0);
+	CHECK_EQ(st.st_size, 0);                       /* not written yet */
+	CHECK_EQ(wbc_fsync(a), 0);
+	expect_file(path, data, 0, SZ - 123, SZ - 123);
+
+	/* overwrite in the middle, fdatasync */
+	t_fill(data + 1000, 50000, 8);
+	CHECK_EQ(wbc_pwrite(a, data + 1000, 50000, 1000), 50000);
+	CHECK_EQ(wbc_fdatasync(a), 0);
+	expect_file(path, data, 0, SZ - 123, SZ - 123);
+
+	/* fsync_range: the range is on the backend */
+	wbc_file *b;
+	CHECK_EQ(wbc_file_open(dev, "b", WBC_O_CREAT, &b), 0);
+	CHECK_EQ(wbc_pwrite(b, data, SZ, 0), SZ);
+	CHECK_EQ(wbc_fsync_range(b, 1u << 20, 12345, 1), 0);
+	snprintf(path, sizeof(path), "%s/b", dir);
+	expect_file(path, data, 1u << 20, 12345, -1);
+
+	/* device sync: everything, including b's other bytes */
+	wbc_file *d;
+	CHECK_EQ(wbc_file_open(dev, "d", WBC_O_CREAT, &d), 0);
+	CHECK_EQ(wbc_pwrite(d, data, 777, 5), 777);
+	CHECK_EQ(wbc_dev_sync(dev), 0);
+	expect_file(path, data, 0, SZ, SZ);
+	snprintf(path, sizeof(path), "%s/d", dir);
+	char *dd = calloc(1, 782);
+	memcpy(dd + 5, data, 777);
+	expect_file(path, dd, 0, 782, 782);
+	free(dd);
+
+	/* truncate is on the backend at once */
+	CHECK_EQ(wbc_truncate(a, 4097), 0);
+	snprintf(path, sizeof(path), "%s/a", dir);
+	expect_file(path, data, 0, 4097, 4097);
+
+	struct wbc_stats s;
+	wbc_stats(c, &s);
+	CHECK_EQ(s.dirty_bytes, 0);
+	wbc_file_close(a);
+	wbc_file_close(b);
+	wbc_file_close(d);
+	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* file: backend, one backing file */
+	snprintf(path, sizeof(path), "%s/single.img", dir);
+	snprintf(spec, sizeof(spec), "file:%s", path);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+	wbc_file *one;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &one), 0);
+	CHECK_EQ(wbc_pwrite(one, data, SZ, 0), SZ);
+	CHECK_EQ(wbc_fsync(one), 0);
+	expect_file(path, data, 0, SZ, SZ);
+	wbc_file_close(one);
+	CHECK_EQ(wbc_cache_close(c), 0);
+
+	free(data);
+	t_rmdir(dir);
+	printf("fsync: ok\n");
+	return 0;
+}
