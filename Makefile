@@ -7,6 +7,9 @@ SAN     ?=
 comma   := ,
 PREFIX  ?= /usr/local
 V       ?= 0
+ifeq ($(V),0)
+  Q := @
+endif
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
                -g -pthread -Iinclude -D_GNU_SOURCE
@@ -43,18 +46,18 @@ deps:
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h tests/*.h tools/*.h) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -c $< -o $@
+	$(Q)$(CC) $(CFLAGS) -Isrc -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(Q)ar rcs $@ $^
 
 $(CLI): $(TOOL_OBJ) $(LIB)
-	$(CC) $(CFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/tests/%.t: tests/%.c $(LIB) tests/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc $< $(LIB) $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) -Isrc $< $(LIB) $(LDLIBS) -o $@
 
 # The main job: stream 1 GiB through the engine on the file backend.
 run: all

@@ -27,7 +27,6 @@ void mark_inode_dirty(struct inode *ino)
 	if (atomic_load_explicit(&ino->dirty_hint, memory_order_acquire))
 		return;
 	struct wbc_dev *dev = ino->dev;
-	bool grab = false;
 	pthread_mutex_lock(&dev->list_lock);
 	if (!(ino->state & I_DIRTY)) {
 		atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
@@ -36,13 +35,13 @@ void mark_inode_dirty(struct inode *ino)
 		if (!(ino->state & I_SYNC)) {
 			ino->dirtied_when = wbc_now_ns();
 			list_add_tail(&ino->wb_list, &dev->b_dirty);
-			grab = true;
+			/* the lists' reference, taken before a flusher can
+			 * see the inode (and drop it) */
+			igrab(ino);
 		}
 		ino->state |= I_DIRTY;
 	}
 	pthread_mutex_unlock(&dev->list_lock);
-	if (grab)
-		igrab(ino);
 }
 
 void queue_io_locked(struct wbc_dev *dev, uint64_t older_than)

@@ -11,7 +11,9 @@
  *       cache->lru_lock free list, CLOCK hand, page->inode/index binding.
  *                       Reclaim holds lru_lock and only TRYLOCKS inode->lock.
  *       dev->list_lock  b_dirty / b_io / b_more_io and inode->state.
- *   dev->inode_lock     name hash and inode reference counts (leaf).
+ *   dev->inode_lock     name hash and inode reference counts (leaf; taken
+ *                       under list_lock by mark_inode_dirty).
+ *   cache->dev_lock     the device list; dev->work_lock nests inside it.
  *   dev->work_lock      work queue, flusher wakeups (leaf).
  *   dev->io_lock        bio pool, in-flight count (leaf).
  *   cache->dirty_lock   writers waiting at the dirty limit (leaf).
