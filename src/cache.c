@@ -327,8 +327,11 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 	st->page_size = ps;
 	st->mem_bytes = c->arena_len;
 	st->cached_bytes = (uint64_t)atomic_load(&c->nr_cached) * ps;
-	st->dirty_bytes = (uint64_t)WBC_MAX(atomic_load(&c->nr_dirty), 0) * ps;
-	st->writeback_bytes = (uint64_t)WBC_MAX(atomic_load(&c->nr_writeback), 0) * ps;
+	/* one load of the total, so dirty + writeback is a value it had */
+	uint64_t unclean = (uint64_t)WBC_MAX(atomic_load(&c->nr_unclean), 0);
+	uint64_t dirty = WBC_MIN((uint64_t)WBC_MAX(atomic_load(&c->nr_dirty), 0), unclean);
+	st->dirty_bytes = dirty * ps;
+	st->writeback_bytes = (unclean - dirty) * ps;
 	st->bg_thresh_bytes = c->bg_thresh * ps;
 	st->thresh_bytes = c->thresh * ps;
 	st->written_bytes = atomic_load(&c->st_written);

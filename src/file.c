@@ -239,6 +239,7 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 	if (dropped_dirty) {
 		ino->nr_dirty -= dropped_dirty;
 		atomic_fetch_sub(&c->nr_dirty, (long long)dropped_dirty);
+		atomic_fetch_sub(&c->nr_unclean, (long long)dropped_dirty);
 		atomic_fetch_sub(&dev->nr_dirty, (long long)dropped_dirty);
 	}
 }
@@ -559,6 +560,7 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 	pthread_mutex_unlock(&ino->lock);
 	if (newly) {
 		atomic_fetch_add(&c->nr_dirty, 1);
+		atomic_fetch_add(&c->nr_unclean, 1);
 		atomic_fetch_add(&dev->nr_dirty, 1);
 		mark_inode_dirty(ino);
 	}

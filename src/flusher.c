@@ -153,7 +153,7 @@ static void wb_end_io(struct wbc_bio *bio)
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
 
-	atomic_fetch_sub(&c->nr_writeback, n);
+	atomic_fetch_sub(&c->nr_unclean, n);
 	atomic_fetch_sub(&dev->nr_writeback, n);
 	if (err) {
 		/* Drop policy: the pages are clean again; the data is counted
@@ -337,7 +337,6 @@ again:
 		ino->nr_writeback += n;
 		pthread_mutex_unlock(&ino->lock);
 		atomic_fetch_sub(&c->nr_dirty, n);
-		atomic_fetch_add(&c->nr_writeback, n);
 		atomic_fetch_sub(&dev->nr_dirty, n);
 		atomic_fetch_add(&dev->nr_writeback, n);
 		submit_bio_write(dev, ino, b, first);

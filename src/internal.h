@@ -380,7 +380,10 @@ struct wbc_cache {
 	atomic_uint dirty_waiters;
 	atomic_uint page_waiters;
 
-	atomic_llong nr_dirty, nr_writeback, nr_cached;
+	/* pages: dirty; dirty + under writeback (one counter, so that the
+	 * flusher moving pages from one state to the other never changes the
+	 * total that writers are limited by); resident */
+	atomic_llong nr_dirty, nr_unclean, nr_cached;
 	atomic_ullong st_written, st_written_back, st_read_in, st_reclaimed,
 		      st_write_ios, st_write_errors, st_lost, st_dirty_waits,
 		      st_page_waits;

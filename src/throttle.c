@@ -39,7 +39,7 @@ bool over_bg_thresh(struct wbc_cache *c)
 
 static uint64_t dirty_total(struct wbc_cache *c)
 {
-	long long n = atomic_load(&c->nr_dirty) + atomic_load(&c->nr_writeback);
+	long long n = atomic_load(&c->nr_unclean);
 	return n > 0 ? (uint64_t)n : 0;
 }
 

@@ -35,7 +35,7 @@ int main(void)
 	wbc_cache *c;
 	wbc_dev *dev;
 	wbc_file *f[NF];
-	char name[8];
+	char name[16];
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
 	for (int i = 0; i < NF; i++) {

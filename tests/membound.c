@@ -23,7 +23,7 @@ static atomic_long violations, samples;
 static void *writer(void *arg)
 {
 	long id = (long)arg;
-	char name[8], buf[64 << 10];
+	char name[24], buf[64 << 10];
 	snprintf(name, sizeof(name), "m%ld", id);
 	wbc_file *f;
 	CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f), 0);

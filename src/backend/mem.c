@@ -97,7 +97,8 @@ static int mem_submit(struct backend *be, struct wbc_bio *bio)
 		for (int i = 0; i < bio->iovcnt; i++) {
 			size_t n = off >= o->size ? 0 :
 				   (size_t)WBC_MIN(bio->iov[i].iov_len, o->size - off);
-			memcpy(bio->iov[i].iov_base, o->data + off, n);
+			if (n)
+				memcpy(bio->iov[i].iov_base, o->data + off, n);
 			off += n;
 			if (n < bio->iov[i].iov_len)
 				break;
