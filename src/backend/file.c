@@ -162,6 +162,8 @@ static int queue_bio(struct fbe *f, struct wbc_bio *bio)
 static int file_submit(struct backend *be, struct wbc_bio *bio)
 {
 	bio->done = 0;
+	/* publish every field of the bio to the reaper thread */
+	atomic_store_explicit(&bio->handoff, 1, memory_order_release);
 	return queue_bio(be->priv, bio);
 }
 
