@@ -137,6 +137,19 @@ static void wb_end_io(struct wbc_bio *bio)
 	int err = bio->res < 0 ? bio->res : ((size_t)bio->res != len ? -EIO : 0);
 	bool size_dirty;
 
+	/* Counters first: whoever waits for these pages (fsync) finds them
+	 * up to date when it wakes. */
+	if (err) {
+		/* Drop policy: the pages are clean again; the data is counted
+		 * lost and every open handle sees the error at its next fsync. */
+		atomic_fetch_add(&c->st_write_errors, 1);
+		atomic_fetch_add(&c->st_lost, len);
+		dev_record_error(dev, err);
+	} else {
+		atomic_fetch_add(&c->st_written_back, len);
+		atomic_fetch_add(&c->st_write_ios, 1);
+		atomic_fetch_add(&dev->completed_bytes, len);
+	}
 	pthread_mutex_lock(&ino->lock);
 	for (unsigned i = 0; i < n; i++) {
 		struct page *p = bio->pages[i];
@@ -155,17 +168,6 @@ static void wb_end_io(struct wbc_bio *bio)
 
 	atomic_fetch_sub(&c->nr_unclean, n);
 	atomic_fetch_sub(&dev->nr_writeback, n);
-	if (err) {
-		/* Drop policy: the pages are clean again; the data is counted
-		 * lost and every open handle sees the error at its next fsync. */
-		atomic_fetch_add(&c->st_write_errors, 1);
-		atomic_fetch_add(&c->st_lost, len);
-		dev_record_error(dev, err);
-	} else {
-		atomic_fetch_add(&c->st_written_back, len);
-		atomic_fetch_add(&c->st_write_ios, 1);
-		atomic_fetch_add(&dev->completed_bytes, len);
-	}
 	bio_put(dev, bio);
 	cache_wake_page_waiters(c);
 	dirty_limit_wake(c);
