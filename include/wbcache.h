@@ -71,9 +71,16 @@ int wbc_cache_close(wbc_cache *cache);
  *   "file:PATH[,opts]"         one regular file or block device: the device
  *                              holds a single file, opened with name ""
  *   "dir:PATH[,opts]"          a directory, one backing file per cached file
- * opts (comma separated): qd=N (queue depth, default 32), max_io=SIZE
- * (largest single I/O, default from the block device, at least 1M),
+ *   "model[:opts]"             RAM behind a device model: bw=SIZE (per
+ *                              second), lat=TIME, iops=N, qd=N, max_io=SIZE,
+ *                              sched=T@P%;..., err=OFF+LEN, errp=P,
+ *                              stall=T+D, seed=N
+ * file/dir opts (comma separated): qd=N (queue depth, default 32),
+ * max_io=SIZE (largest single I/O, default from the block device),
  * direct=0 (buffered instead of O_DIRECT).
+ * Any spec also takes the kernel's per-device tunables: min_ratio=N,
+ * max_ratio=N (percent of the dirty threshold), max_bytes=SIZE,
+ * strict_limit=1.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec, or
  * the -errno of opening the backend.
  */
@@ -149,7 +156,10 @@ struct wbc_stats {
 	uint64_t dirty_bytes;        /* dirty, not yet under writeback */
 	uint64_t writeback_bytes;    /* under writeback */
 	uint64_t bg_thresh_bytes;    /* background writeback starts above this */
-	uint64_t thresh_bytes;       /* writers wait above this */
+	uint64_t thresh_bytes;       /* dirty_ratio / dirty_bytes */
+	uint64_t freerun_bytes;      /* writers are not throttled below this */
+	uint64_t setpoint_bytes;     /* the throttle steers dirty + writeback here */
+	uint64_t limit_bytes;        /* hard limit: writers stop here */
 	uint64_t written_bytes;      /* accepted by wbc_pwrite() */
 	uint64_t written_back_bytes; /* completed writeback */
 	uint64_t read_in_bytes;      /* read from backends on cache misses */
@@ -157,7 +167,9 @@ struct wbc_stats {
 	uint64_t write_ios;          /* writeback I/Os completed */
 	uint64_t write_errors;       /* writeback I/Os that failed */
 	uint64_t lost_bytes;         /* dirty data dropped after a write error */
-	uint64_t dirty_waits;        /* times a writer waited at the dirty limit */
+	uint64_t pauses;             /* throttle pauses of writers */
+	uint64_t paused_ns;          /* their total length */
+	uint64_t max_pause_ns;
 	uint64_t page_waits;         /* times a writer waited for a free page */
 	uint64_t write_bw;           /* summed device write bandwidth estimate, bytes/s */
 	uint32_t nr_devices;
@@ -165,6 +177,46 @@ struct wbc_stats {
 
 /* Fill @st.  Returns 0 or -EINVAL for NULL arguments. */
 int wbc_stats(wbc_cache *cache, struct wbc_stats *st);
+
+/* One device's counters (wbc_dev_stats()). */
+struct wbc_dev_stats {
+	uint64_t dirty_bytes, writeback_bytes;
+	uint64_t wb_thresh_bytes;    /* its share of the dirty threshold */
+	uint64_t write_bw;           /* bytes/s, 3 s window */
+	uint64_t avg_write_bw;       /* bytes/s, smoothed again */
+	uint64_t dirty_ratelimit;    /* bytes/s a writer may dirty at the setpoint */
+	uint64_t written_back_bytes;
+	uint64_t dirtied_bytes;
+};
+int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
+
+/* The calling thread's throttling record (thread-local, all caches). */
+struct wbc_thread_stats {
+	uint64_t pages_dirtied;
+	uint64_t pauses, paused_ns, last_pause_ns, max_pause_ns;
+};
+void wbc_thread_stats(struct wbc_thread_stats *st);
+
+/*
+ * Groups (the kernel's memory-cgroup writeback domains): a group has its
+ * own dirty limit; files opened in it charge their dirty pages to it, and a
+ * writer to such a file is throttled by whichever of the cache's and the
+ * group's control lines is lower.  @limit_bytes, else @limit_ratio percent
+ * of the cache.  Returns 0, or -EINVAL (no limit, ratio over 100, limit
+ * under two pages).  Groups live until the cache is closed.
+ */
+typedef struct wbc_group wbc_group;
+int wbc_group_create(wbc_cache *cache, uint64_t limit_bytes, unsigned limit_ratio,
+		     wbc_group **out);
+struct wbc_group_stats {
+	uint64_t dirty_bytes, writeback_bytes, thresh_bytes, bg_thresh_bytes,
+		 setpoint_bytes, limit_bytes;
+};
+int wbc_group_stats(wbc_group *g, struct wbc_group_stats *st);
+/* wbc_file_open() charging the file's dirty pages to @group (NULL: none).
+ * A file's group is the one it was first opened with. */
+int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *group,
+			wbc_file **out);
 
 /* Human-readable message for a value returned by this API. */
 const char *wbc_strerror(int err);

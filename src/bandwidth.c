@@ -1,60 +1,174 @@
 /*
- * Write bandwidth estimate per device, the kernel's wb_update_write_bandwidth:
+ * Per-device rate estimation: write bandwidth, the dirty rate limit, and
+ * the device's proportion of recent writeback completions.
  *
- *   every >= 200 ms (BW_INTERVAL), with elapsed time e and bytes completed d:
- *       rate            = d / e
- *       write_bw       := (write_bw * (T - e) + rate * e) / T     T = 3 s
- *   (a 3 s moving window; e is capped at T), then a second smoothing that
- *   only follows write_bw when it moves in one direction twice:
+ * WRITE BANDWIDTH (the kernel's wb_update_write_bandwidth): every >= 200 ms
+ * (BW_INTERVAL), with elapsed time e and bytes completed d:
+ *       write_bw       := (write_bw * (T - e) + (d / e) * e) / T      T = 3 s
+ *   (a 3 s moving window; e capped at T), then a second smoothing that
+ *   follows write_bw only while it keeps moving one way:
  *       avg_write_bw   += (old_write_bw - avg_write_bw) / 8
+ * The rate is measured over the time the device had I/O in flight, not
+ * the wall time: a device that writers keep half idle is not half as fast.
+ * An interval with nothing completed, or busy under 1/8 of it, is idle:
+ * no measurement, the window restarts.  Unlike the kernel, the first measured
+ * interval replaces the initial 100 MB/s guess (and seeds dirty_ratelimit)
+ * instead of being blended into it: a guess is not a measurement, and
+ * blending it in makes a fast device look slow for the first seconds,
+ * which holds dirty_ratelimit down for as long.
  *
- * The estimate sizes each file's writeback slice: half a second of device
- * bandwidth, rounded down to 4 MiB and never less (MIN_WRITEBACK), so a fast
- * device writes big chunks per file and a slow one does not hold one file
- * for long.  Runs in the flusher thread only.
+ * DIRTY RATELIMIT (wb_update_dirty_ratelimit): the rate each writer may
+ * dirty at the setpoint.  With N writers each dirtying at task_ratelimit =
+ * dirty_ratelimit * pos_ratio, the device sees dirty_rate = N *
+ * task_ratelimit, so the rate that would balance dirtying with writeback is
+ *       balanced = task_ratelimit * write_bw / dirty_rate   (= write_bw / N)
+ * dirty_ratelimit moves towards it in damped steps: only when balanced and
+ * task_ratelimit agree on the direction (below the setpoint, up; above,
+ * down), by 1/8 of the gap, less the closer it already is.
+ *
+ * PROPORTIONS (flexible proportions): each device counts the pages whose
+ * writeback completed; every PROP_PERIOD (3 s) all counts halve.  A
+ * device's share of the dirty threshold is its count over the sum.
+ *
+ * SLICE: half a second of avg_write_bw, rounded down to 4 MiB and never
+ * below it (MIN_WRITEBACK): the pages one file may write per pass.
  */
 #include "internal.h"
 
+#include <math.h>
+
 #define BW_INTERVAL_NS  (200ull * 1000 * 1000)
 #define BW_PERIOD_NS    (3000ull * 1000 * 1000)
+#define PROP_PERIOD_NS  (3000ull * 1000 * 1000)
 #define MIN_WRITEBACK   (4ull << 20)
+
+static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint64_t dirtied)
+{
+	assert_held(&dev->bw_lock);
+	struct wbc_cache *c = dev->cache;
+	struct dom d;
+	dom_global(c, &d);
+	if (d.dirty <= d.freerun)
+		return;            /* nobody is throttled: nothing to balance */
+	double wb_thresh;
+	double pos = pos_ratio_cubic(d.setpoint, d.dirty, d.limit) * wb_pos_ratio(dev, &d, &wb_thresh);
+	double ratelimit = (double)atomic_load(&dev->dirty_ratelimit);
+	double task = ratelimit * pos;
+	double dirty_rate = (double)dirtied / elapsed_s;
+	double write_bw = (double)atomic_load(&dev->write_bw) / (double)c->page_size;
+	double balanced = task * write_bw / WBC_MAX(dirty_rate, 1);
+	double prev = dev->balanced_ratelimit > 0 ? dev->balanced_ratelimit : balanced;
+	double step = 0;
+	if (d.dirty < d.setpoint) {
+		double x = WBC_MIN(WBC_MIN(prev, balanced), task);
+		if (ratelimit < x)
+			step = x - ratelimit;
+	} else {
+		double x = WBC_MAX(WBC_MAX(prev, balanced), task);
+		if (ratelimit > x)
+			step = ratelimit - x;
+	}
+	/* slow down when close: no point chasing a target that itself
+	 * fluctuates (shift = ratelimit / (2 step + 1), as the kernel) */
+	double shift = ratelimit / (2 * step + 1);
+	step = shift < 63 ? ceil(ldexp(step, -(int)shift) / 8) : 0;
+	if (ratelimit < balanced)
+		ratelimit = WBC_MIN(ratelimit + step, balanced);
+	else
+		ratelimit = WBC_MAX(ratelimit - step, balanced);
+	dev->balanced_ratelimit = balanced;
+	atomic_store(&dev->dirty_ratelimit, (uint64_t)WBC_MAX(ratelimit, 1));
+}
 
 void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 {
+	if (pthread_mutex_trylock(&dev->bw_lock))
+		return;            /* another thread is updating it */
 	uint64_t elapsed = now - dev->bw_stamp_ns;
-	if (elapsed < BW_INTERVAL_NS)
+	if (now < dev->bw_stamp_ns || elapsed < BW_INTERVAL_NS) {
+		pthread_mutex_unlock(&dev->bw_lock);
 		return;
+	}
 	uint64_t done = atomic_load(&dev->completed_bytes);
+	uint64_t dirtied = atomic_load(&dev->dirtied_pages);
 	uint64_t delta = done - dev->bw_completed;
+	uint64_t ddelta = dirtied - dev->bw_dirtied;
 	dev->bw_stamp_ns = now;
 	dev->bw_completed = done;
-	/* Idle: nothing completed and nothing in flight means there was no
-	 * demand, not a slow device; restart the window instead. */
-	bool busy;
+	dev->bw_dirtied = dirtied;
 	pthread_mutex_lock(&dev->io_lock);
-	busy = dev->inflight > 0;
+	uint64_t busy_total = dev->busy_ns + (dev->inflight ? now - dev->busy_since : 0);
 	pthread_mutex_unlock(&dev->io_lock);
-	if (!delta && !busy)
-		return;
+	uint64_t busy = busy_total - dev->bw_busy;
+	dev->bw_busy = busy_total;
+	if (!delta || busy < elapsed / 8) {
+		pthread_mutex_unlock(&dev->bw_lock);
+		return;            /* (nearly) idle: no measurement, restart */
+	}
 	if (elapsed > BW_PERIOD_NS)
 		elapsed = BW_PERIOD_NS;
-	double rate = (double)delta * 1e9 / (double)(now - (now - elapsed));
+	double e = (double)elapsed;
+	/* bytes per second of time the device had work: what it can do, not
+	 * how much it was asked to do */
+	double rate = (double)delta * 1e9 / (double)WBC_MIN(busy, elapsed);
 	uint64_t old = atomic_load(&dev->write_bw);
-	double bw = ((double)old * (double)(BW_PERIOD_NS - elapsed) +
-		     rate * (double)elapsed) / (double)BW_PERIOD_NS;
-	uint64_t cur = (uint64_t)bw;
-	uint64_t avg = dev->avg_write_bw;
+	uint64_t cur = (uint64_t)(((double)old * ((double)BW_PERIOD_NS - e) + rate * e) /
+				  (double)BW_PERIOD_NS);
+	uint64_t avg = atomic_load(&dev->avg_write_bw);
+	if (!dev->bw_measured) {
+		dev->bw_measured = true;
+		old = cur = avg = (uint64_t)rate;
+		atomic_store(&dev->dirty_ratelimit,
+			     WBC_MAX(cur >> dev->cache->page_shift, (uint64_t)1));
+	}
 	if (avg > old && old >= cur)
 		avg -= (avg - old) / 8;
 	else if (avg < old && old <= cur)
 		avg += (old - avg) / 8;
-	dev->avg_write_bw = avg;
+	atomic_store(&dev->avg_write_bw, avg);
 	atomic_store(&dev->write_bw, cur);
+	update_ratelimit_locked(dev, e / 1e9, ddelta);
+	pthread_mutex_unlock(&dev->bw_lock);
+	prop_account(dev, delta >> dev->cache->page_shift);
+}
+
+void prop_account(struct wbc_dev *dev, uint64_t pages)
+{
+	struct wbc_cache *c = dev->cache;
+	uint64_t now = wbc_now_ns();
+	pthread_mutex_lock(&c->dev_lock);
+	pthread_mutex_lock(&c->prop_lock);
+	while (now - c->prop_stamp_ns >= PROP_PERIOD_NS) {
+		c->prop_stamp_ns += PROP_PERIOD_NS;
+		c->prop_total /= 2;
+		for (struct wbc_dev *d = c->devs; d; d = d->next)
+			d->prop_events /= 2;
+		if (c->prop_total < 1e-9) {            /* long idle: start over */
+			c->prop_stamp_ns = now;
+			break;
+		}
+	}
+	dev->prop_events += (double)pages;
+	c->prop_total += (double)pages;
+	pthread_mutex_unlock(&c->prop_lock);
+	pthread_mutex_unlock(&c->dev_lock);
+}
+
+double prop_fraction(struct wbc_dev *dev)
+{
+	struct wbc_cache *c = dev->cache;
+	pthread_mutex_lock(&c->dev_lock);
+	unsigned n = c->nr_devs;
+	pthread_mutex_lock(&c->prop_lock);
+	double f = c->prop_total > 0 ? dev->prop_events / c->prop_total : 1.0 / WBC_MAX(n, 1u);
+	pthread_mutex_unlock(&c->prop_lock);
+	pthread_mutex_unlock(&c->dev_lock);
+	return f;
 }
 
 long writeback_slice_pages(struct wbc_dev *dev)
 {
-	uint64_t bytes = dev->avg_write_bw / 2;
+	uint64_t bytes = atomic_load(&dev->avg_write_bw) / 2;
 	bytes -= bytes % MIN_WRITEBACK;
 	if (bytes < MIN_WRITEBACK)
 		bytes = MIN_WRITEBACK;

@@ -122,8 +122,8 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 	}
 	wbc_mutex_init(&c->lru_lock);
 	wbc_cond_init(&c->free_cond);
-	wbc_mutex_init(&c->dirty_lock);
-	wbc_cond_init(&c->dirty_cond);
+	wbc_mutex_init(&c->prop_lock);
+	c->prop_stamp_ns = wbc_now_ns();
 	wbc_mutex_init(&c->dev_lock);
 	/* Free list in arena order, so a streaming writer gets neighbouring
 	 * pages and writeback can merge them into fewer iovecs. */
@@ -169,13 +169,17 @@ int wbc_cache_close(wbc_cache *c)
 		dev_destroy(d);
 		d = next;
 	}
-	assert(atomic_load(&c->nr_dirty) == 0 || err);
+	assert(ctr_dirty(&c->ctr) == 0 || err);
 	munmap(c->arena, c->arena_len);
 	free(c->pages);
 	pthread_mutex_destroy(&c->lru_lock);
 	pthread_cond_destroy(&c->free_cond);
-	pthread_mutex_destroy(&c->dirty_lock);
-	pthread_cond_destroy(&c->dirty_cond);
+	pthread_mutex_destroy(&c->prop_lock);
+	while (c->groups) {
+		struct wbc_group *g = c->groups;
+		c->groups = g->next;
+		free(g);
+	}
 	pthread_mutex_destroy(&c->dev_lock);
 	free(c);
 	return err;
@@ -328,12 +332,20 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 	st->mem_bytes = c->arena_len;
 	st->cached_bytes = (uint64_t)atomic_load(&c->nr_cached) * ps;
 	/* one load of the total, so dirty + writeback is a value it had */
-	uint64_t unclean = (uint64_t)WBC_MAX(atomic_load(&c->nr_unclean), 0);
-	uint64_t dirty = WBC_MIN((uint64_t)WBC_MAX(atomic_load(&c->nr_dirty), 0), unclean);
+	uint64_t unclean = (uint64_t)ctr_unclean(&c->ctr);
+	uint64_t dirty = WBC_MIN((uint64_t)ctr_dirty(&c->ctr), unclean);
 	st->dirty_bytes = dirty * ps;
 	st->writeback_bytes = (unclean - dirty) * ps;
+	struct dom d;
+	dom_global(c, &d);
 	st->bg_thresh_bytes = c->bg_thresh * ps;
 	st->thresh_bytes = c->thresh * ps;
+	st->freerun_bytes = (uint64_t)d.freerun * ps;
+	st->setpoint_bytes = (uint64_t)d.setpoint * ps;
+	st->limit_bytes = (uint64_t)d.limit * ps;
+	st->pauses = atomic_load(&c->st_pauses);
+	st->paused_ns = atomic_load(&c->st_paused_ns);
+	st->max_pause_ns = atomic_load(&c->st_max_pause_ns);
 	st->written_bytes = atomic_load(&c->st_written);
 	st->written_back_bytes = atomic_load(&c->st_written_back);
 	st->read_in_bytes = atomic_load(&c->st_read_in);
@@ -341,11 +353,10 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 	st->write_ios = atomic_load(&c->st_write_ios);
 	st->write_errors = atomic_load(&c->st_write_errors);
 	st->lost_bytes = atomic_load(&c->st_lost);
-	st->dirty_waits = atomic_load(&c->st_dirty_waits);
 	st->page_waits = atomic_load(&c->st_page_waits);
 	pthread_mutex_lock(&c->dev_lock);
-	for (struct wbc_dev *d = c->devs; d; d = d->next) {
-		st->write_bw += atomic_load(&d->write_bw);
+	for (struct wbc_dev *dv = c->devs; dv; dv = dv->next) {
+		st->write_bw += atomic_load(&dv->write_bw);
 		st->nr_devices++;
 	}
 	pthread_mutex_unlock(&c->dev_lock);

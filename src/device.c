@@ -7,6 +7,60 @@
 
 void handles_close_dev(struct wbc_dev *dev);   /* file.c */
 
+/*
+ * Take the per-device tunables (min_ratio=, max_ratio=, max_bytes=,
+ * strict_limit=) out of a spec's comma-separated options; the rest is the
+ * backend's.  Returns 0 or -EINVAL with a message.
+ */
+static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msglen)
+{
+	char *p = strchr(spec, ',');
+	while (p) {
+		char *tok = p + 1, *next = strchr(tok, ',');
+		size_t len = next ? (size_t)(next - tok) : strlen(tok);
+		static const char *keys[] = { "min_ratio=", "max_ratio=", "max_bytes=", "strict_limit=" };
+		int k = -1;
+		for (int i = 0; i < 4; i++)
+			if (!strncmp(tok, keys[i], strlen(keys[i])))
+				k = i;
+		if (k < 0) {
+			p = next;
+			continue;
+		}
+		char val[64];
+		size_t vlen = len - strlen(keys[k]);
+		uint64_t v;
+		if (vlen >= sizeof(val)) {
+			snprintf(msg, msglen, "bad value for %.*s", (int)len, tok);
+			return -EINVAL;
+		}
+		memcpy(val, tok + strlen(keys[k]), vlen);
+		val[vlen] = '\0';
+		int bad = wbc_parse_size(val, &v);
+		if (!bad && k == 0 && v <= 100)
+			dev->min_ratio = (unsigned)v;
+		else if (!bad && k == 1 && v >= 1 && v <= 100)
+			dev->max_ratio = (unsigned)v;
+		else if (!bad && k == 2 && v)
+			dev->max_bytes = v;
+		else if (!bad && k == 3 && v <= 1)
+			dev->strict_limit = v;
+		else {
+			snprintf(msg, msglen, "bad device tunable '%.*s' (min_ratio=0..100, "
+				 "max_ratio=1..100, max_bytes=SIZE, strict_limit=0|1)", (int)len, tok);
+			return -EINVAL;
+		}
+		/* cut the option out of the spec */
+		memmove(p, next ? next : tok + len, strlen(next ? next : tok + len) + 1);
+		p = *p == ',' ? p : NULL;
+	}
+	if (dev->min_ratio > dev->max_ratio) {
+		snprintf(msg, msglen, "min_ratio above max_ratio");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, size_t msglen)
 {
 	char dummy[8];
@@ -19,23 +73,31 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 		snprintf(msg, msglen, "missing argument");
 		return -EINVAL;
 	}
-	struct backend *be;
-	int err = backend_create(spec, &be, msg, msglen);
-	if (err)
-		return err;
-	if (be->max_io < c->page_size)
-		be->max_io = c->page_size;
 	struct wbc_dev *dev = calloc(1, sizeof(*dev));
-	if (!dev || !(dev->spec = strdup(spec)) ||
+	char *bspec = strdup(spec);
+	if (!dev || !bspec || !(dev->spec = strdup(spec)) ||
 	    !(dev->hash = calloc(INITIAL_HASH, sizeof(*dev->hash)))) {
-		if (dev) {
+		if (dev)
 			free(dev->spec);
-			free(dev);
-		}
-		be->ops->destroy(be);
+		free(dev);
+		free(bspec);
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
+	dev->max_ratio = 100;
+	struct backend *be;
+	int err = take_dev_opts(dev, bspec, msg, msglen);
+	if (!err)
+		err = backend_create(bspec, &be, msg, msglen);
+	free(bspec);
+	if (err) {
+		free(dev->hash);
+		free(dev->spec);
+		free(dev);
+		return err;
+	}
+	if (be->max_io < c->page_size)
+		be->max_io = c->page_size;
 	dev->cache = c;
 	dev->be = be;
 	dev->hash_size = INITIAL_HASH;
@@ -50,7 +112,9 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 	list_init(&dev->b_more_io);
 	list_init(&dev->work_list);
 	atomic_store(&dev->write_bw, WBC_INIT_BW);
-	dev->avg_write_bw = WBC_INIT_BW;
+	atomic_store(&dev->avg_write_bw, WBC_INIT_BW);
+	atomic_store(&dev->dirty_ratelimit, WBC_INIT_BW >> c->page_shift);
+	wbc_mutex_init(&dev->bw_lock);
 	dev->bw_stamp_ns = wbc_now_ns();
 	if ((err = dev_io_init(dev)) || (err = flusher_start(dev))) {
 		dev_io_destroy(dev);
@@ -119,6 +183,7 @@ void dev_destroy(struct wbc_dev *dev)
 	pthread_mutex_destroy(&dev->list_lock);
 	pthread_mutex_destroy(&dev->work_lock);
 	pthread_mutex_destroy(&dev->err_lock);
+	pthread_mutex_destroy(&dev->bw_lock);
 	pthread_mutex_destroy(&dev->io_lock);
 	pthread_cond_destroy(&dev->work_cond);
 	pthread_cond_destroy(&dev->done_cond);
@@ -166,4 +231,66 @@ ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, 
 	pthread_mutex_destroy(&w.lock);
 	pthread_cond_destroy(&w.cond);
 	return err ? err : bio.res;
+}
+
+int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
+{
+	if (!dev || !st)
+		return -EINVAL;
+	struct wbc_cache *c = dev->cache;
+	uint64_t ps = c->page_size;
+	memset(st, 0, sizeof(*st));
+	uint64_t unclean = (uint64_t)ctr_unclean(&dev->ctr);
+	uint64_t dirty = WBC_MIN((uint64_t)ctr_dirty(&dev->ctr), unclean);
+	st->dirty_bytes = dirty * ps;
+	st->writeback_bytes = (unclean - dirty) * ps;
+	st->wb_thresh_bytes = (uint64_t)dev_wb_thresh(dev, (double)c->thresh) * ps;
+	st->write_bw = atomic_load(&dev->write_bw);
+	st->avg_write_bw = atomic_load(&dev->avg_write_bw);
+	st->dirty_ratelimit = atomic_load(&dev->dirty_ratelimit) * ps;
+	st->written_back_bytes = atomic_load(&dev->completed_bytes);
+	st->dirtied_bytes = atomic_load(&dev->dirtied_pages) * ps;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* groups                                                               */
+
+int wbc_group_create(wbc_cache *c, uint64_t limit_bytes, unsigned limit_ratio, wbc_group **out)
+{
+	if (!c || !out || limit_ratio > 100 || (!limit_bytes && !limit_ratio))
+		return -EINVAL;
+	uint64_t t = limit_bytes ? limit_bytes >> c->page_shift : c->nr_pages * limit_ratio / 100;
+	if (t < 2)
+		return -EINVAL;
+	struct wbc_group *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->cache = c;
+	g->thresh = WBC_MIN(t, c->nr_pages);
+	g->bg_thresh = g->thresh / 2;
+	pthread_mutex_lock(&c->dev_lock);
+	g->next = c->groups;
+	c->groups = g;
+	pthread_mutex_unlock(&c->dev_lock);
+	*out = g;
+	return 0;
+}
+
+int wbc_group_stats(wbc_group *g, struct wbc_group_stats *st)
+{
+	if (!g || !st)
+		return -EINVAL;
+	uint64_t ps = g->cache->page_size;
+	uint64_t unclean = (uint64_t)ctr_unclean(&g->ctr);
+	uint64_t dirty = WBC_MIN((uint64_t)ctr_dirty(&g->ctr), unclean);
+	struct dom d;
+	dom_group(g, &d);
+	st->dirty_bytes = dirty * ps;
+	st->writeback_bytes = (unclean - dirty) * ps;
+	st->thresh_bytes = g->thresh * ps;
+	st->bg_thresh_bytes = g->bg_thresh * ps;
+	st->setpoint_bytes = (uint64_t)d.setpoint * ps;
+	st->limit_bytes = (uint64_t)d.limit * ps;
+	return 0;
 }

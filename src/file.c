@@ -155,7 +155,8 @@ static void inode_free(struct inode *ino)
 	free(ino);
 }
 
-struct inode *iget(struct wbc_dev *dev, const char *name, bool create, int *err)
+struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
+		   struct wbc_group *group, int *err)
 {
 	pthread_mutex_lock(&dev->inode_lock);
 	struct inode *ino = hash_find_locked(dev, name);
@@ -180,6 +181,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create, int *err)
 	}
 	ino->dev = dev;
 	ino->obj = obj;
+	ino->group = group;
 	ino->i_size = ino->backend_size = size;
 	pthread_rwlock_init(&ino->rwsem, NULL);
 	wbc_mutex_init(&ino->lock);
@@ -238,9 +240,7 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 	}
 	if (dropped_dirty) {
 		ino->nr_dirty -= dropped_dirty;
-		atomic_fetch_sub(&c->nr_dirty, (long long)dropped_dirty);
-		atomic_fetch_sub(&c->nr_unclean, (long long)dropped_dirty);
-		atomic_fetch_sub(&dev->nr_dirty, (long long)dropped_dirty);
+		account_dropped(ino, (long)dropped_dirty);
 	}
 }
 
@@ -249,7 +249,6 @@ void inode_drop_all_pages(struct inode *ino)
 	pthread_mutex_lock(&ino->lock);
 	drop_pages_from_locked(ino, 0);
 	pthread_mutex_unlock(&ino->lock);
-	dirty_limit_wake(ino->dev->cache);
 }
 
 void iput(struct inode *ino)
@@ -326,7 +325,14 @@ static bool name_ok(const struct backend *be, const char *name)
 
 int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out)
 {
-	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC)))
+	return wbc_file_open_group(dev, name, flags, NULL, out);
+}
+
+int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *group,
+			wbc_file **out)
+{
+	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC)) ||
+	    (group && group->cache != dev->cache))
 		return -EINVAL;
 	if (!name)
 		name = "";
@@ -337,7 +343,7 @@ int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out)
 	int err = handle_alloc(&slot, &gen, &s);
 	if (err)
 		return err;
-	struct inode *ino = iget(dev, name, flags & WBC_O_CREAT, &err);
+	struct inode *ino = iget(dev, name, flags & WBC_O_CREAT, group, &err);
 	if (!ino) {
 		pthread_mutex_lock(&htab_lock);
 		s->next_free = hfree;
@@ -527,7 +533,8 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 	return done ? (ssize_t)done : err;
 }
 
-/* Copy into one page and mark it dirty.  Returns 0 or -errno. */
+/* Copy into one page and mark it dirty.  Returns 1 when the page was
+ * newly dirtied, 0 when it was dirty already, or -errno. */
 static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n)
 {
 	struct wbc_dev *dev = ino->dev;
@@ -559,12 +566,10 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
 	if (newly) {
-		atomic_fetch_add(&c->nr_dirty, 1);
-		atomic_fetch_add(&c->nr_unclean, 1);
-		atomic_fetch_add(&dev->nr_dirty, 1);
+		account_dirtied(ino, 1);
 		mark_inode_dirty(ino);
 	}
-	return 0;
+	return newly;
 }
 
 ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
@@ -581,24 +586,21 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 	struct wbc_dev *dev = ino->dev;
 	struct wbc_cache *c = dev->cache;
 	size_t done = 0;
-	unsigned batch = 0;
 	pthread_rwlock_rdlock(&ino->rwsem);
 	while (done < len) {
 		uint64_t pos = off + done;
 		size_t n = WBC_MIN(c->page_size - (size_t)(pos & (c->page_size - 1)), len - done);
-		err = write_page(ino, pos, (const char *)buf + done, n);
-		if (err)
+		int r = write_page(ino, pos, (const char *)buf + done, n);
+		if (r < 0) {
+			err = r;
 			break;
-		done += n;
-		if (++batch == THROTTLE_BATCH) {
-			batch = 0;
-			balance_dirty_pages(dev);
 		}
+		done += n;
+		if (r && throttle_dirtied())
+			balance_dirty_pages(dev, ino->group);
 	}
 	pthread_rwlock_unlock(&ino->rwsem);
 	atomic_fetch_add(&c->st_written, done);
-	if (batch)
-		balance_dirty_pages(dev);
 	return done ? (ssize_t)done : err;
 }
 
@@ -647,7 +649,6 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
 	pthread_rwlock_unlock(&ino->rwsem);
-	dirty_limit_wake(c);
 	return err;
 }
 

@@ -85,7 +85,8 @@ static struct wbc_bio *bio_get(struct wbc_dev *dev)
 	}
 	struct wbc_bio *b = dev->bio_free;
 	dev->bio_free = b->next_free;
-	dev->inflight++;
+	if (!dev->inflight++)
+		dev->busy_since = wbc_now_ns();
 	pthread_mutex_unlock(&dev->io_lock);
 	b->iovcnt = 0;
 	b->nr_pages = 0;
@@ -98,7 +99,8 @@ static void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
 	pthread_mutex_lock(&dev->io_lock);
 	b->next_free = dev->bio_free;
 	dev->bio_free = b;
-	dev->inflight--;
+	if (!--dev->inflight)
+		dev->busy_ns += wbc_now_ns() - dev->busy_since;
 	if (dev->io_waiters)
 		pthread_cond_broadcast(&dev->io_cond);
 	pthread_mutex_unlock(&dev->io_lock);
@@ -166,11 +168,9 @@ static void wb_end_io(struct wbc_bio *bio)
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
 
-	atomic_fetch_sub(&c->nr_unclean, n);
-	atomic_fetch_sub(&dev->nr_writeback, n);
+	account_cleaned(ino, n);
 	bio_put(dev, bio);
 	cache_wake_page_waiters(c);
-	dirty_limit_wake(c);
 	if (size_dirty)
 		mark_inode_dirty(ino);   /* the flusher fixes the backend size */
 	iput(ino);
@@ -338,9 +338,7 @@ again:
 		ino->nr_dirty -= n;
 		ino->nr_writeback += n;
 		pthread_mutex_unlock(&ino->lock);
-		atomic_fetch_sub(&c->nr_dirty, n);
-		atomic_fetch_sub(&dev->nr_dirty, n);
-		atomic_fetch_add(&dev->nr_writeback, n);
+		account_writeback(ino, n);
 		submit_bio_write(dev, ino, b, first);
 		written += n;
 		idx = i;
@@ -528,7 +526,7 @@ static void *flusher_main(void *arg)
 		if (dev->start_all) {
 			dev->start_all = false;
 			pthread_mutex_unlock(&dev->work_lock);
-			long n = atomic_load(&dev->nr_dirty);
+			long n = ctr_dirty(&dev->ctr);
 			wb_writeback(dev, WB_REASON_START_ALL, WBC_MAX(n, 1));
 			pthread_mutex_lock(&dev->work_lock);
 			continue;
@@ -537,7 +535,7 @@ static void *flusher_main(void *arg)
 		if (interval && now >= next_periodic) {
 			next_periodic = now + interval;
 			pthread_mutex_unlock(&dev->work_lock);
-			long n = atomic_load(&dev->nr_dirty);
+			long n = ctr_dirty(&dev->ctr);
 			if (n > 0)
 				wb_writeback(dev, WB_REASON_PERIODIC, n);
 			bandwidth_update(dev, wbc_now_ns());
@@ -547,7 +545,7 @@ static void *flusher_main(void *arg)
 		bool kicked = dev->kicked;
 		dev->kicked = false;
 		if ((kicked || now >= retry_at) && over_bg_thresh(c) &&
-		    atomic_load(&dev->nr_dirty) > 0) {
+		    ctr_dirty(&dev->ctr) > 0) {
 			pthread_mutex_unlock(&dev->work_lock);
 			long n = wb_writeback(dev, WB_REASON_BACKGROUND, LONG_MAX);
 			retry_at = n ? 0 : wbc_now_ns() + BACKGROUND_RETRY_NS;
@@ -608,7 +606,7 @@ void wakeup_flusher_threads(struct wbc_cache *c, bool start_all)
 {
 	pthread_mutex_lock(&c->dev_lock);
 	for (struct wbc_dev *d = c->devs; d; d = d->next)
-		if (atomic_load(&d->nr_dirty) > 0)
+		if (ctr_dirty(&d->ctr) > 0)
 			flusher_kick(d, start_all);
 	pthread_mutex_unlock(&c->dev_lock);
 }

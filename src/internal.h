@@ -220,6 +220,8 @@ struct backend {
 int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
 int backend_create(const char *spec, struct backend **out, char *err, size_t errlen);
 int mem_backend_create(struct backend **out);
+int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
+void model_release_stall(struct backend *be);
 int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 			size_t max_io, struct backend **out, char *err, size_t errlen);
 
@@ -253,6 +255,7 @@ struct inode {
 	void *obj;                  /* backend object */
 	/* dev->inode_lock */
 	struct inode *hash_next;
+	struct wbc_group *group;    /* fixed at creation; may be NULL */
 	unsigned refs;              /* handles + dirty lists + bios in flight */
 
 	pthread_rwlock_t rwsem;
@@ -308,6 +311,28 @@ struct wb_work {
 };
 
 /* ------------------------------------------------------------------ */
+/* dirty accounting (throttle.c)                                        */
+
+/* Pages of one domain (the cache, a device, a group): dirty; and dirty +
+ * under writeback in one counter, so that the flusher moving pages from
+ * one state to the other never changes the total writers are limited by. */
+struct dirty_ctr {
+	atomic_llong dirty, unclean;
+};
+
+struct wbc_group {
+	struct wbc_cache *cache;
+	struct wbc_group *next;     /* cache->dev_lock */
+	uint64_t thresh, bg_thresh; /* pages */
+	struct dirty_ctr ctr;
+};
+
+/* The numbers of one throttling domain, read once per decision (pages). */
+struct dom {
+	double dirty, thresh, bg_thresh, freerun, setpoint, limit;
+};
+
+/* ------------------------------------------------------------------ */
 /* device                                                               */
 
 struct wbc_dev {
@@ -341,14 +366,28 @@ struct wbc_dev {
 	struct iovec *iov_pool;
 	struct page **page_pool;
 	unsigned inflight, io_waiters;
+	uint64_t busy_since;        /* io_lock: when inflight went 0 -> 1 */
+	uint64_t busy_ns;           /* io_lock: time with I/O in flight, total */
 
-	atomic_llong nr_dirty;      /* pages */
-	atomic_llong nr_writeback;  /* pages */
+	struct dirty_ctr ctr;       /* this device's pages */
 	atomic_ullong completed_bytes;
-	/* bandwidth.c, flusher thread only (stats read bw atomically) */
-	uint64_t bw_stamp_ns, bw_completed;
-	atomic_ullong write_bw;     /* bytes/s */
-	uint64_t avg_write_bw;
+	atomic_ullong dirtied_pages;/* ever dirtied: the dirty rate */
+
+	/* tunables (spec options), fixed after add */
+	unsigned min_ratio, max_ratio;  /* percent of thresh */
+	uint64_t max_bytes;             /* 0: none */
+	bool strict_limit;
+
+	/* bandwidth.c: bw_lock (updates); readers use the atomics */
+	pthread_mutex_t bw_lock;
+	uint64_t bw_stamp_ns, bw_completed, bw_dirtied, bw_busy;
+	double balanced_ratelimit;      /* pages/s */
+	bool bw_measured;               /* write_bw is a measurement, not INIT_BW */
+	atomic_ullong write_bw;         /* bytes/s */
+	atomic_ullong avg_write_bw;     /* bytes/s */
+	atomic_ullong dirty_ratelimit;  /* pages/s */
+	/* flexible proportions: cache->prop_lock */
+	double prop_events;             /* completed pages, halved every period */
 
 	pthread_mutex_t err_lock;
 	struct errseq wb_err;       /* err_lock: any writeback error of the device */
@@ -375,18 +414,18 @@ struct wbc_cache {
 
 	uint64_t thresh, bg_thresh; /* pages, fixed at open */
 
-	pthread_mutex_t dirty_lock;
-	pthread_cond_t dirty_cond;  /* dirty fell below the limit */
-	atomic_uint dirty_waiters;
 	atomic_uint page_waiters;
 
-	/* pages: dirty; dirty + under writeback (one counter, so that the
-	 * flusher moving pages from one state to the other never changes the
-	 * total that writers are limited by); resident */
-	atomic_llong nr_dirty, nr_unclean, nr_cached;
+	struct dirty_ctr ctr;       /* all pages of the cache */
+	atomic_llong nr_cached;     /* resident pages */
+	atomic_ullong st_pauses, st_paused_ns, st_max_pause_ns;
+
+	pthread_mutex_t prop_lock;  /* flexible proportions of the devices */
+	double prop_total;
+	uint64_t prop_stamp_ns;
+	struct wbc_group *groups;   /* dev_lock */
 	atomic_ullong st_written, st_written_back, st_read_in, st_reclaimed,
-		      st_write_ios, st_write_errors, st_lost, st_dirty_waits,
-		      st_page_waits;
+		      st_write_ios, st_write_errors, st_lost, st_page_waits;
 
 	pthread_mutex_t dev_lock;
 	struct wbc_dev *devs;       /* dev_lock */
@@ -407,7 +446,8 @@ void cache_wake_page_waiters(struct wbc_cache *c);
 bool cache_page_in_arena(const struct wbc_cache *c, const void *addr);
 
 /* file.c */
-struct inode *iget(struct wbc_dev *dev, const char *name, bool create, int *err);
+struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
+		   struct wbc_group *group, int *err);
 void igrab(struct inode *ino);
 void iput(struct inode *ino);
 void inode_wait_locked(struct inode *ino);
@@ -437,12 +477,29 @@ void dev_io_destroy(struct wbc_dev *dev);
 /* throttle.c */
 void thresholds_compute(struct wbc_cache *c);
 bool over_bg_thresh(struct wbc_cache *c);
-void balance_dirty_pages(struct wbc_dev *dev);
-#define THROTTLE_BATCH 16   /* pages dirtied between limit checks: the slack */
-void dirty_limit_wake(struct wbc_cache *c);
+void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
+/* Count one newly dirtied page; true when the caller should call
+ * balance_dirty_pages (its thread reached its check interval). */
+bool throttle_dirtied(void);
+void account_dirtied(struct inode *ino, long n);
+void account_writeback(struct inode *ino, long n);   /* dirty -> writeback */
+void account_cleaned(struct inode *ino, long n);     /* writeback -> clean */
+void account_dropped(struct inode *ino, long n);     /* dirty -> gone */
+long ctr_dirty(struct dirty_ctr *c);
+long ctr_unclean(struct dirty_ctr *c);
+double pos_ratio_cubic(double setpoint, double dirty, double limit);
+void dom_global(struct wbc_cache *c, struct dom *d);
+void dom_group(struct wbc_group *g, struct dom *d);
+double wb_pos_ratio(struct wbc_dev *dev, const struct dom *d, double *wb_thresh);
+double dev_wb_thresh(struct wbc_dev *dev, double thresh);
+/* The most pages one thread may dirty past the limit before it checks:
+ * the documented slack of invariant 2, per writing thread. */
+uint64_t throttle_slack_pages(struct wbc_cache *c);
 
 /* bandwidth.c */
-void bandwidth_update(struct wbc_dev *dev, uint64_t now);
+void bandwidth_update(struct wbc_dev *dev, uint64_t now);   /* any thread */
+void prop_account(struct wbc_dev *dev, uint64_t pages);
+double prop_fraction(struct wbc_dev *dev);
 long writeback_slice_pages(struct wbc_dev *dev);
 #define WBC_INIT_BW (100ull << 20)   /* Linux INIT_BW: 100 MB/s before any sample */
 

@@ -39,13 +39,17 @@ int backend_create(const char *spec, struct backend **out, char *err, size_t err
 {
 	if (!strcmp(spec, "mem"))
 		return mem_backend_create(out);
+	if (!strcmp(spec, "model"))
+		return model_backend_create("", out, err, errlen);
+	if (!strncmp(spec, "model:", 6))
+		return model_backend_create(spec + 6, out, err, errlen);
 	bool dir;
 	if (!strncmp(spec, "file:", 5))
 		dir = false;
 	else if (!strncmp(spec, "dir:", 4))
 		dir = true;
 	else {
-		snprintf(err, errlen, "unknown device spec '%s' (expected mem, file:PATH or dir:PATH)", spec);
+		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH or dir:PATH)", spec);
 		return -EINVAL;
 	}
 	char *copy = strdup(spec + (dir ? 4 : 5));

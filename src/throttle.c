@@ -1,20 +1,112 @@
 /*
- * Dirty thresholds and the writer-side limit.
+ * Dirty accounting, thresholds, and the IO-less throttle of writers
+ * (the kernel's balance_dirty_pages).
  *
- *   thresh    = dirty_bytes    or  dirty_ratio% of the cache's pages
- *   bg_thresh = dirty_background_bytes or dirty_background_ratio% of them
- *               (if bg_thresh >= thresh, bg_thresh = thresh / 2, as Linux)
+ * THRESHOLDS (pages).  For the cache (the global domain):
+ *   thresh    = dirty_bytes, or dirty_ratio% of the cache's pages
+ *   bg_thresh = dirty_background_bytes, or dirty_background_ratio% of them
+ *               (if bg_thresh >= thresh: bg_thresh = thresh / 2)
+ *   limit     = thresh (the arena is fixed, so thresh never moves and the
+ *               kernel's slowly-following hard limit is thresh itself)
+ *   freerun   = (thresh + bg_thresh) / 2
+ *   setpoint  = (freerun + limit) / 2
+ * A group has its own thresh (bytes or ratio), bg_thresh = thresh / 2 and
+ * the same derived points.  "Dirty" for throttling is dirty + writeback;
+ * background writeback compares dirty alone with bg_thresh.
  *
- * Background writeback runs while dirty pages (not counting those under
- * writeback, as in the kernel) exceed bg_thresh.  A writer whose pages push
- * dirty + writeback above thresh waits until completions bring it back
- * under: a hard limit that holds memory for dirty data to thresh plus the
- * pages of one write call's batch (THROTTLE_BATCH).
+ * THE CONTROL LINE.  Above freerun a writer may dirty at
+ *     task_ratelimit = dirty_ratelimit * pos_ratio       (pages/s)
+ * where dirty_ratelimit is its device's estimate of the rate at which N
+ * writers together match the device's write bandwidth (bandwidth.c), and
+ *
+ *     pos_ratio = 1 + ((setpoint - dirty) / (limit - setpoint))^3
+ *
+ *   pos_ratio
+ *     2.0 +.
+ *         |  `.
+ *         |    `-.
+ *     1.0 +-------`--.___________.                    <- balance at setpoint
+ *         |                       `-.
+ *         |                          `.
+ *     0.0 +---------+---------------+--`+-----> dirty
+ *               freerun          setpoint limit
+ *
+ * 2 at freerun, 1 at the setpoint, 0 at the limit, monotone between, flat
+ * near the setpoint (so dirty settles there without oscillating) and steep
+ * near the ends.  Times a per-device line (wb_pos_ratio) that steers each
+ * device's dirty pages towards its share of the setpoint; and for a file in
+ * a group, the lower of the global and the group's pos_ratio wins.
+ *
+ * THE PAUSE.  Each thread counts the pages it newly dirties; every
+ * nr_dirtied_pause pages it computes
+ *     pause = nr_dirtied / task_ratelimit - (time since its last pause)
+ * sleeps that long (at most MAX_PAUSE, 200 ms, and at most the time its
+ * device needs to write the pages it holds; nothing below MIN_PAUSE,
+ * 10 ms: the debt carries over), and picks the next interval so that the
+ * next pause is about TARGET_PAUSE.  At or over the limit pos_ratio is 0:
+ * the writer sleeps that maximum at a time until dirty falls below it.  A
+ * writer whose own device holds almost no dirty pages (DEV_PASS) is never
+ * paused, so a stalled device cannot hold up writers to other devices
+ * (the kernel's "give the other good wb's a pipe").  Writers never do I/O.
+ *
+ * SLACK (invariant 2): a thread may dirty up to its interval before it
+ * checks, and the interval is capped at throttle_slack_pages(); a device
+ * passing as "nearly clean" adds at most DEV_PASS pages.
  */
 #include "internal.h"
 
-/* A writer waiting at the limit re-checks at least this often. */
-#define LIMIT_WAIT_NS (100ull * 1000 * 1000)
+#include <math.h>
+#include <time.h>
+
+#define NS_PER_MS    (1000ull * 1000)
+#define MAX_PAUSE_NS (200 * NS_PER_MS)
+#define MIN_PAUSE_NS (10 * NS_PER_MS)
+#define TARGET_PAUSE_NS (20 * NS_PER_MS)
+/* A device with at most this many unclean pages passes the throttle. */
+#define DEV_PASS 32
+
+struct throttle_tls {
+	long nr_dirtied;            /* newly dirtied since the last check */
+	long nr_dirtied_pause;      /* check when nr_dirtied reaches this */
+	uint64_t paused_when;       /* ns: end of the last pause (or check) */
+	struct wbc_thread_stats st;
+};
+static _Thread_local struct throttle_tls tls = { .nr_dirtied_pause = 1 };
+
+/* ------------------------------------------------------------------ */
+/* accounting                                                           */
+
+long ctr_dirty(struct dirty_ctr *c) { return (long)WBC_MAX(atomic_load(&c->dirty), 0); }
+long ctr_unclean(struct dirty_ctr *c) { return (long)WBC_MAX(atomic_load(&c->unclean), 0); }
+
+static void ctr_add(struct dirty_ctr *c, long dirty, long unclean)
+{
+	if (dirty)
+		atomic_fetch_add(&c->dirty, dirty);
+	if (unclean)
+		atomic_fetch_add(&c->unclean, unclean);
+}
+
+static void account(struct inode *ino, long dirty, long unclean)
+{
+	struct wbc_dev *dev = ino->dev;
+	ctr_add(&dev->cache->ctr, dirty, unclean);
+	ctr_add(&dev->ctr, dirty, unclean);
+	if (ino->group)
+		ctr_add(&ino->group->ctr, dirty, unclean);
+}
+
+void account_dirtied(struct inode *ino, long n)
+{
+	account(ino, n, n);
+	atomic_fetch_add(&ino->dev->dirtied_pages, (unsigned long long)n);
+}
+void account_writeback(struct inode *ino, long n) { account(ino, -n, 0); }
+void account_cleaned(struct inode *ino, long n) { account(ino, 0, -n); }
+void account_dropped(struct inode *ino, long n) { account(ino, -n, -n); }
+
+/* ------------------------------------------------------------------ */
+/* thresholds and domains                                               */
 
 void thresholds_compute(struct wbc_cache *c)
 {
@@ -32,42 +124,269 @@ void thresholds_compute(struct wbc_cache *c)
 	c->bg_thresh = bg;
 }
 
+static void dom_fill(struct dom *d, double dirty, double thresh, double bg)
+{
+	d->dirty = dirty;
+	d->thresh = thresh;
+	d->bg_thresh = bg;
+	d->limit = thresh;
+	d->freerun = (thresh + bg) / 2;
+	d->setpoint = (d->freerun + d->limit) / 2;
+}
+
+void dom_global(struct wbc_cache *c, struct dom *d)
+{
+	dom_fill(d, (double)ctr_unclean(&c->ctr), (double)c->thresh, (double)c->bg_thresh);
+}
+
+void dom_group(struct wbc_group *g, struct dom *d)
+{
+	dom_fill(d, (double)ctr_unclean(&g->ctr), (double)g->thresh, (double)g->bg_thresh);
+}
+
 bool over_bg_thresh(struct wbc_cache *c)
 {
-	return (uint64_t)WBC_MAX(atomic_load(&c->nr_dirty), 0) > c->bg_thresh;
+	if ((uint64_t)ctr_dirty(&c->ctr) > c->bg_thresh)
+		return true;
+	bool over = false;
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_group *g = c->groups; g && !over; g = g->next)
+		over = (uint64_t)ctr_dirty(&g->ctr) > g->bg_thresh;
+	pthread_mutex_unlock(&c->dev_lock);
+	return over;
 }
 
-static uint64_t dirty_total(struct wbc_cache *c)
+uint64_t throttle_slack_pages(struct wbc_cache *c)
 {
-	long long n = atomic_load(&c->nr_unclean);
-	return n > 0 ? (uint64_t)n : 0;
+	struct dom d;
+	dom_global(c, &d);
+	/* a quarter of the distance from the setpoint to the limit: near the
+	 * limit pos_ratio is already small, so the last check before it came
+	 * with a short interval */
+	return WBC_MAX((uint64_t)((d.limit - d.setpoint) / 4), (uint64_t)DEV_PASS);
 }
 
-void dirty_limit_wake(struct wbc_cache *c)
+/* ------------------------------------------------------------------ */
+/* control lines                                                        */
+
+double pos_ratio_cubic(double setpoint, double dirty, double limit)
 {
-	if (!atomic_load(&c->dirty_waiters) || dirty_total(c) > c->thresh)
-		return;
-	pthread_mutex_lock(&c->dirty_lock);
-	pthread_cond_broadcast(&c->dirty_cond);
-	pthread_mutex_unlock(&c->dirty_lock);
+	if (limit <= setpoint)
+		return dirty < limit ? 1 : 0;
+	double x = (setpoint - dirty) / (limit - setpoint);
+	double pos = 1 + x * x * x;
+	return pos < 0 ? 0 : pos > 2 ? 2 : pos;
 }
 
-void balance_dirty_pages(struct wbc_dev *dev)
+/*
+ * The device's share of @thresh: thresh x (its fraction of recent
+ * writeback completions), with min_ratio% of thresh reserved for it and
+ * capped by max_ratio% and max_bytes (the kernel's __wb_calc_thresh).
+ */
+double dev_wb_thresh(struct wbc_dev *dev, double thresh)
 {
 	struct wbc_cache *c = dev->cache;
-	(void)dev;
-	if (over_bg_thresh(c))
-		wakeup_flusher_threads(c, false);
-	if (dirty_total(c) <= c->thresh)
-		return;
-	atomic_fetch_add(&c->st_dirty_waits, 1);
-	atomic_fetch_add(&c->dirty_waiters, 1);
-	while (dirty_total(c) > c->thresh) {
-		wakeup_flusher_threads(c, false);
-		pthread_mutex_lock(&c->dirty_lock);
-		if (dirty_total(c) > c->thresh)
-			wbc_cond_timedwait_ns(&c->dirty_cond, &c->dirty_lock, LIMIT_WAIT_NS);
-		pthread_mutex_unlock(&c->dirty_lock);
+	unsigned min_sum = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next)
+		min_sum += d->min_ratio;
+	pthread_mutex_unlock(&c->dev_lock);
+	min_sum = WBC_MIN(min_sum, 100u);
+	double t = thresh * (100 - min_sum) / 100 * prop_fraction(dev);
+	t += thresh * dev->min_ratio / 100;
+	t = WBC_MIN(t, thresh * dev->max_ratio / 100);
+	if (dev->max_bytes)
+		t = WBC_MIN(t, (double)(dev->max_bytes >> c->page_shift));
+	return t;
+}
+
+/*
+ * Per-device factor around the device's own setpoint (the kernel's
+ * wb_position_ratio), for domain @d; sets *wb_thresh.
+ *
+ *   wb_setpoint = setpoint * wb_thresh / thresh
+ *   span        = (thresh - wb_thresh + 8 * write_bw) * wb_thresh / thresh
+ *                 (wide for a lone device, its share of thresh in a JBOD)
+ *   factor      = (x_intercept - wb_dirty) / (x_intercept - wb_setpoint),
+ *                 x_intercept = wb_setpoint + span, never below 1/4,
+ *   and below wb_thresh / 2 the device is boosted (up to 8x) so that its
+ *   queue never runs dry.
+ */
+double wb_pos_ratio(struct wbc_dev *dev, const struct dom *d, double *wb_thresh_out)
+{
+	struct wbc_cache *c = dev->cache;
+	double wb_dirty = (double)ctr_unclean(&dev->ctr);
+	double wb_thresh = dev_wb_thresh(dev, d->thresh);
+	/* a new device (no completions yet) still gets room to ramp up */
+	if (d->limit > d->dirty)
+		wb_thresh = WBC_MAX(wb_thresh, (d->limit - d->dirty) / 8);
+	wb_thresh = WBC_MIN(WBC_MAX(wb_thresh, 1), d->thresh);
+	*wb_thresh_out = wb_thresh;
+	double bw_pages = (double)atomic_load(&dev->avg_write_bw) / (double)c->page_size;
+	double x = wb_thresh / d->thresh;
+	double f;
+	double wb_setpoint = d->setpoint * x;
+	double span = (d->thresh - wb_thresh + 8 * bw_pages) * x;
+	double x_intercept = wb_setpoint + span;
+	if (wb_dirty < x_intercept - span / 4)
+		f = (x_intercept - wb_dirty) / WBC_MAX(x_intercept - wb_setpoint, 1);
+	else
+		f = 0.25;
+	double reserve = wb_thresh / 2;
+	if (wb_dirty < reserve)
+		f *= wb_dirty > reserve / 8 ? reserve / wb_dirty : 8;
+	return f;
+}
+
+/* pos_ratio of a writer to @dev in group @grp (NULL: none). */
+static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
+			       struct dom *gd, double *wb_thresh)
+{
+	double pos = pos_ratio_cubic(gd->setpoint, gd->dirty, gd->limit);
+	double f = wb_pos_ratio(dev, gd, wb_thresh);
+	if (dev->strict_limit) {
+		double wb_dirty = (double)ctr_unclean(&dev->ctr);
+		double wb_bg = *wb_thresh * gd->bg_thresh / gd->thresh;
+		pos = WBC_MIN(pos, pos_ratio_cubic((*wb_thresh + wb_bg) / 2, wb_dirty, *wb_thresh));
+	} else {
+		pos *= f;
 	}
-	atomic_fetch_sub(&c->dirty_waiters, 1);
+	if (grp) {
+		struct dom md;
+		dom_group(grp, &md);
+		if (md.dirty > md.freerun || gd->dirty > gd->freerun)
+			pos = WBC_MIN(pos, pos_ratio_cubic(md.setpoint, md.dirty, md.limit));
+	}
+	return WBC_MIN(pos, 2.0 * 8);
+}
+
+/* ------------------------------------------------------------------ */
+/* the throttle                                                         */
+
+bool throttle_dirtied(void)
+{
+	tls.st.pages_dirtied++;
+	return ++tls.nr_dirtied >= tls.nr_dirtied_pause;
+}
+
+void wbc_thread_stats(struct wbc_thread_stats *st)
+{
+	if (st)
+		*st = tls.st;
+}
+
+static uint64_t isqrt(uint64_t v)
+{
+	return (uint64_t)sqrt((double)v);
+}
+
+/* Below freerun: check again after about sqrt(gap to thresh) pages, so
+ * the check gets frequent as dirty approaches the limits (the kernel's
+ * dirty_poll_interval). */
+static long poll_interval(double dirty, double thresh)
+{
+	return thresh > dirty ? (long)WBC_MAX(isqrt((uint64_t)(thresh - dirty)), 1) : 1;
+}
+
+static bool dom_freerun(const struct dom *d)
+{
+	return d->dirty <= d->freerun;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+			       .tv_nsec = (long)(ns % 1000000000ull) };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
+{
+	struct wbc_cache *c = dev->cache;
+	long slack = (long)throttle_slack_pages(c);
+	for (;;) {
+		uint64_t now = wbc_now_ns();
+		struct dom gd, md = { 0 };
+		dom_global(c, &gd);
+		if (grp)
+			dom_group(grp, &md);
+		if (over_bg_thresh(c))
+			wakeup_flusher_threads(c, false);
+		bandwidth_update(dev, now);
+
+		bool strict_over = false;
+		double wb_thresh = 0;
+		if (dev->strict_limit) {
+			double wb_dirty = (double)ctr_unclean(&dev->ctr);
+			wb_thresh = dev_wb_thresh(dev, gd.thresh);
+			strict_over = wb_dirty > (wb_thresh + wb_thresh * gd.bg_thresh / gd.thresh) / 2;
+		}
+		if (dom_freerun(&gd) && (!grp || dom_freerun(&md)) && !strict_over) {
+			long intv = poll_interval(gd.dirty, gd.thresh);
+			if (grp)
+				intv = WBC_MIN(intv, poll_interval(md.dirty, md.thresh));
+			tls.nr_dirtied = 0;
+			tls.nr_dirtied_pause = intv;
+			tls.paused_when = now;
+			return;
+		}
+		/* pass: this writer's device is nearly clean (a pipe through a
+		 * domain filled by some other, slower or stalled, device) */
+		if (ctr_unclean(&dev->ctr) <= DEV_PASS && !dev->strict_limit &&
+		    (!grp || md.dirty < md.limit)) {
+			tls.nr_dirtied = 0;
+			tls.nr_dirtied_pause = WBC_MIN((long)DEV_PASS / 2, slack);
+			tls.paused_when = now;
+			return;
+		}
+
+		double pos = writer_pos_ratio(dev, grp, &gd, &wb_thresh);
+		double rate = (double)atomic_load(&dev->dirty_ratelimit) * pos;  /* pages/s */
+		/* never sleep longer than the device needs to write what it
+		 * holds (the kernel's wb_max_pause): a small cache on a fast
+		 * device must not idle it for 200 ms */
+		double bw_pages = (double)atomic_load(&dev->write_bw) / (double)c->page_size;
+		double drain_ns = (double)ctr_unclean(&dev->ctr) / WBC_MAX(bw_pages, 1) * 1e9;
+		uint64_t max_pause = (uint64_t)WBC_MIN(WBC_MAX(drain_ns, (double)MIN_PAUSE_NS / 10),
+						       (double)MAX_PAUSE_NS);
+		uint64_t pause;
+		if (rate < 1) {
+			pause = max_pause;
+		} else {
+			double period = (double)tls.nr_dirtied / rate * 1e9;
+			double p = period - (double)(now - tls.paused_when);
+			if (p < (double)MIN_PAUSE_NS) {
+				/* too short to sleep: carry the debt, check later */
+				if (p < -1e9) {               /* a slow writer: forget */
+					tls.nr_dirtied = 0;
+					tls.paused_when = now;
+				}
+				long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
+				tls.nr_dirtied_pause = tls.nr_dirtied + WBC_MAX(WBC_MIN(next, slack), 1);
+				return;
+			}
+			pause = (uint64_t)WBC_MIN(p, (double)max_pause);
+		}
+		sleep_ns(pause);
+		tls.st.pauses++;
+		tls.st.paused_ns += pause;
+		tls.st.last_pause_ns = pause;
+		tls.st.max_pause_ns = WBC_MAX(tls.st.max_pause_ns, pause);
+		atomic_fetch_add(&c->st_pauses, 1);
+		atomic_fetch_add(&c->st_paused_ns, pause);
+		uint64_t mx = atomic_load(&c->st_max_pause_ns);
+		while (pause > mx && !atomic_compare_exchange_weak(&c->st_max_pause_ns, &mx, pause))
+			;
+		tls.paused_when = wbc_now_ns();
+		tls.nr_dirtied = 0;
+		long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
+		tls.nr_dirtied_pause = WBC_MAX(WBC_MIN(next, slack), 1);
+		if (rate >= 1)
+			return;
+		/* at or over the limit: pause again until below it */
+		dom_global(c, &gd);
+		if (gd.dirty < gd.limit && (!grp || (dom_group(grp, &md), md.dirty < md.limit)))
+			return;
+	}
 }

@@ -31,7 +31,26 @@ expect_err "stray argument" run extra
 out=$($W run --size 16M --bs 64K --mem 4M --dir "$dir") || fail "run failed: $out"
 echo "$out"
 echo "$out" | grep -q "MB/s" || fail "run printed no throughput"
-[ -z "$(ls -A "$dir")" ] || fail "run left files behind"
-$W run --size 1M --dir "$dir" --keep >/dev/null || fail "run --keep"
-[ "$(stat -c %s "$dir"/stream.*)" = 1048576 ] || fail "kept file has the wrong size"
+left=$(ls -A "$dir" | grep -v '^run-trace.csv$\|^run-plot.svg$')
+[ -z "$left" ] || fail "run left files behind: $left"
+head -1 "$dir/run-trace.csv" | grep -q '^t_s,dirty_mib' || fail "demo trace missing"
+grep -q '</svg>' "$dir/run-plot.svg" || fail "demo plot missing"
+$W run dd --size 1M --dir "$dir" --keep >/dev/null || fail "run --keep"
+[ "$(stat -c %s "$dir"/dd.*)" = 1048576 ] || fail "kept file has the wrong size"
+
+# workloads on model devices, with trace and plot
+out=$($W run randwrite --dev model:bw=100M --time 1 --file-size 64M --mem 16M --quiet \
+	--trace "$dir/r.csv" --plot "$dir/r.svg") || fail "randwrite: $out"
+echo "$out" | grep -q "fairness" || fail "randwrite printed no report"
+[ "$(wc -l < "$dir/r.csv")" -ge 5 ] || fail "trace too short"
+grep -q "dirty_ratelimit" "$dir/r.svg" || fail "plot has no legend"
+out=$($W run fsmark --dev mem --threads 2 --files 500 --mem 8M --quiet) || fail "fsmark: $out"
+echo "$out" | grep -q "files/s" || fail "fsmark printed no file rate"
+out=$($W run jbod --dev model:bw=50M --dev model:bw=100M --time 1 --file-size 16M --mem 16M --quiet) ||
+	fail "jbod: $out"
+[ "$(echo "$out" | grep -c 'model:bw=')" = 2 ] || fail "jbod report lacks the devices"
+expect_err "bad workload" run frobnicate
+expect_err "bad model spec" run dd --dev model:bw=fast
+expect_err "bad threads" run dd --threads 0
+expect_err "bad time" run randwrite --time -1
 echo "cli: ok"

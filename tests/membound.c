@@ -2,8 +2,8 @@
  * Memory bound (invariants 1 and 2): writing 64 MiB from two threads
  * through a 1 MiB cache never holds file data outside the arena, never
  * grows the heap with the data, and never lets dirty + writeback pages
- * pass thresh by more than the documented slack (THROTTLE_BATCH pages per
- * writing thread).  A third thread samples the counters throughout.
+ * pass the limit by more than the documented slack (throttle_slack_pages()
+ * per writing thread).  A third thread samples the counters throughout.
  */
 #include "testutil.h"
 #include "internal.h"
@@ -39,12 +39,12 @@ static void *writer(void *arg)
 static void *sampler(void *arg)
 {
 	(void)arg;
-	uint64_t slack = (uint64_t)WRITERS * THROTTLE_BATCH * PS;
+	uint64_t slack = (uint64_t)WRITERS * throttle_slack_pages(c) * PS;
 	while (atomic_load(&writers_left) > 0) {
 		struct wbc_stats st;
 		wbc_stats(c, &st);
 		if (st.cached_bytes > st.mem_bytes ||
-		    st.dirty_bytes + st.writeback_bytes > st.thresh_bytes + slack) {
+		    st.dirty_bytes + st.writeback_bytes > st.limit_bytes + slack) {
 			fprintf(stderr, "sample: cached %llu dirty %llu wb %llu thresh %llu\n",
 				(unsigned long long)st.cached_bytes, (unsigned long long)st.dirty_bytes,
 				(unsigned long long)st.writeback_bytes, (unsigned long long)st.thresh_bytes);

@@ -1,0 +1,448 @@
+/*
+ * Device model backend: RAM storage served at a configured speed.
+ *
+ *   model:bw=200M,lat=1ms,iops=0,qd=32,sched=5s@10%;8s@100%,
+ *         err=OFF+LEN,errp=0.001,stall=T+D,seed=N
+ *
+ * Each I/O occupies the device's transfer pipe for max(len / bw, 1 / iops)
+ * seconds, in submission order (one pipe: bandwidth is shared by all I/Os
+ * in flight), then completes `lat` later.  `sched` multiplies bw by a
+ * factor from a time on (seconds since the device was added).  `stall`
+ * holds every completion due in [T, T+D) until T+D.  `err` fails writes
+ * that touch byte range [OFF, OFF+LEN) with EIO, `errp` fails each write
+ * with that probability; a failed write stores nothing.
+ *
+ * One service thread per device completes I/Os in due order: it copies the
+ * data at completion time and runs end_io.  Storage is the mem backend.
+ */
+#include "../internal.h"
+
+#include <ctype.h>
+#include <math.h>
+
+#define MODEL_MAX_SCHED 16
+#define MODEL_DEFAULT_QD 32
+#define MODEL_MAX_IO (1u << 20)
+
+struct sched_point {
+	double at_s;
+	double factor;
+};
+
+struct model_cfg {
+	double bw;                  /* bytes/s; 0: unlimited */
+	double lat_s;
+	double iops;                /* 0: unlimited */
+	unsigned qd;
+	size_t max_io;
+	struct sched_point sched[MODEL_MAX_SCHED];
+	unsigned nr_sched;
+	uint64_t err_off, err_len;  /* err_len 0: none */
+	double errp;
+	double stall_at, stall_for; /* stall_for 0: none */
+	uint64_t seed;
+};
+
+struct pending {
+	uint64_t due_ns;
+	uint64_t seq;
+	struct wbc_bio *bio;
+	int res;                    /* injected error, else 0 */
+};
+
+struct model {
+	struct model_cfg cfg;
+	struct backend *mem;
+	uint64_t t0;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct pending *heap;       /* min-heap on (due_ns, seq) */
+	size_t n, cap;
+	uint64_t seq;
+	double busy_until_s;        /* the pipe is busy until then (since t0) */
+	uint64_t rng;
+	bool stop;
+	bool stall_released;        /* model_release_stall() */
+	pthread_t thread;
+};
+
+/* ------------------------------------------------------------------ */
+/* spec parsing                                                         */
+
+static int parse_time(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || v < 0 || !isfinite(v))
+		return -EINVAL;
+	if (!strcmp(end, "s") || !*end)
+		*out = v;
+	else if (!strcmp(end, "ms"))
+		*out = v / 1e3;
+	else if (!strcmp(end, "us"))
+		*out = v / 1e6;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || !(v >= lo && v <= hi))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* "5s@10%;8s@100%" */
+static int parse_sched(char *s, struct model_cfg *cfg)
+{
+	char *save = NULL;
+	for (char *tok = strtok_r(s, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+		char *at = strchr(tok, '@');
+		if (!at || cfg->nr_sched == MODEL_MAX_SCHED)
+			return -EINVAL;
+		*at++ = '\0';
+		size_t n = strlen(at);
+		if (!n || at[n - 1] != '%')
+			return -EINVAL;
+		at[n - 1] = '\0';
+		struct sched_point *p = &cfg->sched[cfg->nr_sched];
+		double pct;
+		if (parse_time(tok, &p->at_s) || parse_double(at, 0.001, 1e6, &pct))
+			return -EINVAL;
+		if (cfg->nr_sched && p->at_s < cfg->sched[cfg->nr_sched - 1].at_s)
+			return -EINVAL;
+		p->factor = pct / 100;
+		cfg->nr_sched++;
+	}
+	return cfg->nr_sched ? 0 : -EINVAL;
+}
+
+int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errlen)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->qd = MODEL_DEFAULT_QD;
+	cfg->max_io = MODEL_MAX_IO;
+	cfg->seed = 1;
+	if (!opts || !*opts)
+		return 0;
+	char *copy = strdup(opts);
+	if (!copy)
+		return -ENOMEM;
+	int rc = 0;
+	char *save = NULL;
+	for (char *kv = strtok_r(copy, ",", &save); kv && !rc; kv = strtok_r(NULL, ",", &save)) {
+		char *v = strchr(kv, '=');
+		if (!v) {
+			snprintf(err, errlen, "bad model option '%s' (expected key=value)", kv);
+			rc = -EINVAL;
+			break;
+		}
+		*v++ = '\0';
+		uint64_t u;
+		if (!strcmp(kv, "bw")) {
+			rc = wbc_parse_size(v, &u);
+			cfg->bw = (double)u;
+		} else if (!strcmp(kv, "lat")) {
+			rc = parse_time(v, &cfg->lat_s);
+		} else if (!strcmp(kv, "iops")) {
+			rc = parse_double(v, 0, 1e9, &cfg->iops);
+		} else if (!strcmp(kv, "qd")) {
+			rc = wbc_parse_size(v, &u);
+			if (!rc && (u < 1 || u > 4096))
+				rc = -EINVAL;
+			cfg->qd = (unsigned)u;
+		} else if (!strcmp(kv, "max_io")) {
+			rc = wbc_parse_size(v, &u);
+			if (!rc && (u < 512 || u > (64u << 20)))
+				rc = -EINVAL;
+			cfg->max_io = (size_t)u;
+		} else if (!strcmp(kv, "sched")) {
+			rc = parse_sched(v, cfg);
+		} else if (!strcmp(kv, "err")) {
+			char *plus = strchr(v, '+');
+			uint64_t off, len;
+			if (!plus)
+				rc = -EINVAL;
+			else {
+				*plus++ = '\0';
+				rc = wbc_parse_size(v, &off) || wbc_parse_size(plus, &len) || !len ?
+				     -EINVAL : 0;
+				cfg->err_off = off;
+				cfg->err_len = len;
+			}
+		} else if (!strcmp(kv, "errp")) {
+			rc = parse_double(v, 0, 1, &cfg->errp);
+		} else if (!strcmp(kv, "stall")) {
+			char *plus = strchr(v, '+');
+			if (!plus)
+				rc = -EINVAL;
+			else {
+				*plus++ = '\0';
+				rc = parse_time(v, &cfg->stall_at) || parse_time(plus, &cfg->stall_for) ?
+				     -EINVAL : 0;
+			}
+		} else if (!strcmp(kv, "seed")) {
+			rc = wbc_parse_size(v, &cfg->seed);
+		} else {
+			rc = -EINVAL;
+		}
+		if (rc)
+			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
+				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N)",
+				 kv, v);
+	}
+	free(copy);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* timing                                                               */
+
+static double bw_factor_at(const struct model_cfg *cfg, double t)
+{
+	double f = 1;
+	for (unsigned i = 0; i < cfg->nr_sched && cfg->sched[i].at_s <= t; i++)
+		f = cfg->sched[i].factor;
+	return f;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 2685821657736338717ull;
+}
+
+static void heap_push(struct model *m, struct pending p)
+{
+	size_t i = m->n++;
+	m->heap[i] = p;
+	while (i) {
+		size_t up = (i - 1) / 2;
+		struct pending *a = &m->heap[up], *b = &m->heap[i];
+		if (a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->seq < b->seq))
+			break;
+		struct pending t = *a;
+		*a = *b;
+		*b = t;
+		i = up;
+	}
+}
+
+static struct pending heap_pop(struct model *m)
+{
+	struct pending top = m->heap[0];
+	m->heap[0] = m->heap[--m->n];
+	size_t i = 0;
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, s = i;
+		if (l < m->n && (m->heap[l].due_ns < m->heap[s].due_ns ||
+				 (m->heap[l].due_ns == m->heap[s].due_ns && m->heap[l].seq < m->heap[s].seq)))
+			s = l;
+		if (r < m->n && (m->heap[r].due_ns < m->heap[s].due_ns ||
+				 (m->heap[r].due_ns == m->heap[s].due_ns && m->heap[r].seq < m->heap[s].seq)))
+			s = r;
+		if (s == i)
+			break;
+		struct pending t = m->heap[s];
+		m->heap[s] = m->heap[i];
+		m->heap[i] = t;
+		i = s;
+	}
+	return top;
+}
+
+static bool in_stall_locked(struct model *m, double t)
+{
+	const struct model_cfg *cfg = &m->cfg;
+	return cfg->stall_for > 0 && !m->stall_released && t >= cfg->stall_at &&
+	       t < cfg->stall_at + cfg->stall_for;
+}
+
+static void *model_main(void *arg)
+{
+	struct model *m = arg;
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		if (m->stop && !m->n)
+			break;
+		if (!m->n) {
+			pthread_cond_wait(&m->cond, &m->lock);
+			continue;
+		}
+		uint64_t now = wbc_now_ns();
+		double t = (double)(now - m->t0) / 1e9;
+		uint64_t due = m->heap[0].due_ns;
+		/* a stall holds completions until it ends (or is released) */
+		if (in_stall_locked(m, t)) {
+			double end = m->cfg.stall_at + m->cfg.stall_for;
+			wbc_cond_timedwait_ns(&m->cond, &m->lock, (uint64_t)((end - t) * 1e9) + 1);
+			continue;
+		}
+		if (due > now) {
+			wbc_cond_timedwait_ns(&m->cond, &m->lock, due - now);
+			continue;
+		}
+		struct pending p = heap_pop(m);
+		pthread_mutex_unlock(&m->lock);
+		struct wbc_bio *bio = p.bio;
+		if (p.res) {
+			bio->res = p.res;
+			bio->end_io(bio);
+		} else {
+			/* the mem backend copies and calls end_io inline */
+			int err = m->mem->ops->submit(m->mem, bio);
+			if (err) {
+				bio->res = err;
+				bio->end_io(bio);
+			}
+		}
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+static int model_submit(struct backend *be, struct wbc_bio *bio)
+{
+	struct model *m = be->priv;
+	const struct model_cfg *cfg = &m->cfg;
+	pthread_mutex_lock(&m->lock);
+	if (m->n == m->cap) {
+		size_t ncap = m->cap ? m->cap * 2 : 64;
+		struct pending *h = realloc(m->heap, ncap * sizeof(*h));
+		if (!h) {
+			pthread_mutex_unlock(&m->lock);
+			return -ENOMEM;
+		}
+		m->heap = h;
+		m->cap = ncap;
+	}
+	double now = (double)(wbc_now_ns() - m->t0) / 1e9;
+	double start = WBC_MAX(now, m->busy_until_s);
+	double xfer = 0;
+	if (cfg->bw > 0)
+		xfer = (double)bio->len / (cfg->bw * bw_factor_at(cfg, start));
+	if (cfg->iops > 0)
+		xfer = WBC_MAX(xfer, 1.0 / cfg->iops);
+	m->busy_until_s = start + xfer;
+	double done = m->busy_until_s + cfg->lat_s;
+	int res = 0;
+	if (bio->op == BIO_WRITE) {
+		if (cfg->err_len && bio->off < cfg->err_off + cfg->err_len &&
+		    bio->off + bio->len > cfg->err_off)
+			res = -EIO;
+		if (cfg->errp > 0 && (double)(rng_next(&m->rng) >> 11) / 9007199254740992.0 < cfg->errp)
+			res = -EIO;
+	}
+	struct pending p = { .due_ns = m->t0 + (uint64_t)(done * 1e9), .seq = m->seq++,
+			     .bio = bio, .res = res };
+	heap_push(m, p);
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static int model_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
+{
+	struct model *m = be->priv;
+	return m->mem->ops->open(m->mem, name, create, obj, size);
+}
+
+static void model_close(struct backend *be, void *obj)
+{
+	struct model *m = be->priv;
+	m->mem->ops->close(m->mem, obj);
+}
+
+static int model_flush(struct backend *be, void *obj, bool datasync)
+{
+	struct model *m = be->priv;
+	return m->mem->ops->flush(m->mem, obj, datasync);
+}
+
+static int model_setsize(struct backend *be, void *obj, uint64_t size)
+{
+	struct model *m = be->priv;
+	return m->mem->ops->setsize(m->mem, obj, size);
+}
+
+static void model_destroy(struct backend *be)
+{
+	struct model *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	m->stop = true;
+	m->stall_released = true;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->thread, NULL);
+	m->mem->ops->destroy(m->mem);
+	pthread_mutex_destroy(&m->lock);
+	pthread_cond_destroy(&m->cond);
+	free(m->heap);
+	free(m);
+	free(be);
+}
+
+static const struct backend_ops model_ops = {
+	.kind = "model",
+	.open = model_open,
+	.close = model_close,
+	.submit = model_submit,
+	.flush = model_flush,
+	.setsize = model_setsize,
+	.destroy = model_destroy,
+};
+
+/* End a configured stall now (tests). */
+void model_release_stall(struct backend *be)
+{
+	if (be->ops != &model_ops)
+		return;
+	struct model *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	m->stall_released = true;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen)
+{
+	struct model_cfg cfg;
+	int rc = model_parse(opts, &cfg, err, errlen);
+	if (rc)
+		return rc;
+	struct backend *be = calloc(1, sizeof(*be));
+	struct model *m = calloc(1, sizeof(*m));
+	if (!be || !m || (rc = mem_backend_create(&m->mem))) {
+		free(be);
+		free(m);
+		return rc ? rc : -ENOMEM;
+	}
+	m->cfg = cfg;
+	m->rng = cfg.seed | 1;
+	m->t0 = wbc_now_ns();
+	pthread_mutex_init(&m->lock, NULL);
+	wbc_cond_init(&m->cond);
+	rc = -pthread_create(&m->thread, NULL, model_main, m);
+	if (rc) {
+		m->mem->ops->destroy(m->mem);
+		free(m);
+		free(be);
+		snprintf(err, errlen, "cannot start the model thread");
+		return rc;
+	}
+	be->ops = &model_ops;
+	be->qd = cfg.qd;
+	be->max_io = cfg.max_io;
+	be->priv = m;
+	*out = be;
+	return 0;
+}

@@ -1,0 +1,49 @@
+/* Device spec parsing: every backend's options and the per-device
+ * tunables; bad input gets -EINVAL and a message naming the problem. */
+#include "testutil.h"
+
+int main(void)
+{
+	struct wbc_config cfg = t_config(1 << 20, 4096);
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	const char *good[] = {
+		"mem", "model", "model:bw=200M", "model:bw=200M,lat=1ms,qd=32",
+		"model:bw=1G,iops=1000,lat=250us,max_io=256K",
+		"model:bw=50M,sched=5s@10%;8s@100%", "model:err=1M+4K", "model:errp=0.01,seed=7",
+		"model:stall=2s+500ms", "mem,min_ratio=10", "mem,max_ratio=50,max_bytes=1M",
+		"model:bw=10M,strict_limit=1", "model:bw=10M,strict_limit=1,min_ratio=5,lat=1ms",
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
+		wbc_dev *d;
+		char msg[256];
+		int e = wbc_dev_add_msg(c, good[i], &d, msg, sizeof(msg));
+		if (e) {
+			fprintf(stderr, "'%s' refused: %s\n", good[i], msg);
+			return 1;
+		}
+	}
+	struct { const char *spec, *word; } bad[] = {
+		{ "model:bw=fast", "bw" }, { "model:lat=3x", "lat" }, { "model:qd=0", "qd" },
+		{ "model:sched=5s", "sched" }, { "model:sched=5s@", "sched" },
+		{ "model:sched=8s@10%;5s@20%", "sched" }, { "model:err=5", "err" },
+		{ "model:err=1M+0", "err" }, { "model:errp=2", "errp" }, { "model:stall=5s", "stall" },
+		{ "model:bogus=1", "bogus" }, { "model:bw", "bw" }, { "mem,min_ratio=101", "min_ratio" },
+		{ "mem,max_ratio=0", "max_ratio" }, { "mem,strict_limit=2", "strict_limit" },
+		{ "mem,min_ratio=60,max_ratio=50", "min_ratio" }, { "mem,max_bytes=lots", "max_bytes" },
+		{ "modelx", "modelx" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		wbc_dev *d = NULL;
+		char msg[256] = "";
+		int e = wbc_dev_add_msg(c, bad[i].spec, &d, msg, sizeof(msg));
+		if (e != -EINVAL || !strstr(msg, bad[i].word)) {
+			fprintf(stderr, "'%s': %d, message '%s' (should name '%s')\n", bad[i].spec, e,
+				msg, bad[i].word);
+			return 1;
+		}
+	}
+	CHECK_EQ(wbc_cache_close(c), 0);
+	printf("spec: ok\n");
+	return 0;
+}

@@ -1,0 +1,164 @@
+/*
+ * The timeline of a run as CSV and as an SVG chart: two panels sharing the
+ * time axis; on top the dirty pages against the thresholds (MiB), below
+ * each device's measured throughput, write bandwidth estimate and dirty
+ * rate limit (MB/s).
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "run.h"
+
+int trace_csv(const char *path, const struct sample *s, size_t n)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "t_s,dirty_mib,writeback_mib,bg_thresh_mib,freerun_mib,setpoint_mib,limit_mib,pause_ms");
+	unsigned nd = n ? s[0].ndev : 0;
+	for (unsigned d = 0; d < nd; d++)
+		fprintf(f, ",dev%u_dirty_mib,dev%u_writeback_mib,dev%u_write_bw_mbs,"
+			"dev%u_dirty_ratelimit_mbs,dev%u_throughput_mbs", d, d, d, d, d);
+	fputc('\n', f);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f", s[i].t, s[i].dirty,
+			s[i].writeback, s[i].bg_thresh, s[i].freerun, s[i].setpoint, s[i].limit,
+			s[i].pause_ms);
+		for (unsigned d = 0; d < nd; d++)
+			fprintf(f, ",%.3f,%.3f,%.1f,%.1f,%.1f", s[i].dev[d].dirty, s[i].dev[d].writeback,
+				s[i].dev[d].write_bw, s[i].dev[d].ratelimit, s[i].dev[d].tput);
+		fputc('\n', f);
+	}
+	return fclose(f) ? -errno : 0;
+}
+
+/* a "nice" tick step for a range */
+static double tick_step(double range)
+{
+	double raw = range / 5, mag = pow(10, floor(log10(raw > 0 ? raw : 1)));
+	double r = raw / mag;
+	return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
+}
+
+struct panel {
+	double x0, y0, w, h;      /* pixels */
+	double tmax, vmax;
+};
+
+static double px(const struct panel *p, double t) { return p->x0 + t / p->tmax * p->w; }
+static double py(const struct panel *p, double v) { return p->y0 + p->h - v / p->vmax * p->h; }
+
+static void axes(FILE *f, const struct panel *p, const char *ylabel)
+{
+	fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#444'/>\n",
+		p->x0, p->y0, p->w, p->h);
+	double ts = tick_step(p->tmax);
+	for (double t = 0; t <= p->tmax + 1e-9; t += ts)
+		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
+			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%g</text>\n",
+			px(p, t), p->y0, px(p, t), p->y0 + p->h, px(p, t), p->y0 + p->h + 14, t);
+	double vs = tick_step(p->vmax);
+	for (double v = 0; v <= p->vmax + 1e-9; v += vs)
+		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
+			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='end'>%g</text>\n",
+			p->x0, py(p, v), p->x0 + p->w, py(p, v), p->x0 - 4, py(p, v) + 4, v);
+	fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' transform='rotate(-90 %.1f %.1f)' "
+		"text-anchor='middle'>%s</text>\n", p->x0 - 42, p->y0 + p->h / 2, p->x0 - 42,
+		p->y0 + p->h / 2, ylabel);
+	fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='middle'>time (s)</text>\n",
+		p->x0 + p->w / 2, p->y0 + p->h + 30);
+}
+
+typedef double (*getter)(const struct sample *s, unsigned d);
+
+static void line(FILE *f, const struct panel *p, const struct sample *s, size_t n, getter g,
+		 unsigned d, const char *color, const char *dash)
+{
+	fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.6'%s points='", color, dash);
+	for (size_t i = 0; i < n; i++) {
+		double v = g(&s[i], d);
+		fprintf(f, "%.1f,%.1f ", px(p, s[i].t), py(p, v > p->vmax ? p->vmax : v));
+	}
+	fprintf(f, "'/>\n");
+}
+
+static void legend(FILE *f, double x, double y, const char *color, const char *dash, const char *label)
+{
+	fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='2'%s/>"
+		"<text x='%.1f' y='%.1f' font-size='11'>%s</text>\n",
+		x, y, x + 22, y, color, dash, x + 27, y + 4, label);
+}
+
+static double g_total(const struct sample *s, unsigned d) { (void)d; return s->dirty + s->writeback; }
+static double g_dirty(const struct sample *s, unsigned d) { (void)d; return s->dirty; }
+static double g_wb(const struct sample *s, unsigned d) { (void)d; return s->writeback; }
+static double g_bg(const struct sample *s, unsigned d) { (void)d; return s->bg_thresh; }
+static double g_free(const struct sample *s, unsigned d) { (void)d; return s->freerun; }
+static double g_set(const struct sample *s, unsigned d) { (void)d; return s->setpoint; }
+static double g_lim(const struct sample *s, unsigned d) { (void)d; return s->limit; }
+static double g_tput(const struct sample *s, unsigned d) { return s->dev[d].tput; }
+static double g_bw(const struct sample *s, unsigned d) { return s->dev[d].write_bw; }
+static double g_rl(const struct sample *s, unsigned d) { return s->dev[d].ratelimit; }
+
+int plot_svg(const char *path, const char *title, const struct sample *s, size_t n,
+	     const char *const *dev_names)
+{
+	if (!n)
+		return -EINVAL;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	const double W = 900, H = 640;
+	struct panel top = { 70, 40, 640, 250, s[n - 1].t > 0 ? s[n - 1].t : 1, 1 };
+	struct panel bot = { 70, 350, 640, 230, top.tmax, 1 };
+	for (size_t i = 0; i < n; i++) {
+		top.vmax = fmax(top.vmax, fmax(s[i].limit, s[i].dirty + s[i].writeback));
+		for (unsigned d = 0; d < s[i].ndev; d++)
+			bot.vmax = fmax(bot.vmax, fmax(s[i].dev[d].tput,
+				       fmax(s[i].dev[d].write_bw, s[i].dev[d].ratelimit)));
+	}
+	top.vmax *= 1.1;
+	bot.vmax *= 1.1;
+	fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n"
+		"<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
+		"font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n", W, H);
+	fprintf(f, "<text x='%g' y='22' font-size='14' text-anchor='middle'>%s</text>\n", W / 2, title);
+	axes(f, &top, "MiB");
+	axes(f, &bot, "MB/s");
+	const char *dash = " stroke-dasharray='5,3'", *dot = " stroke-dasharray='2,3'";
+	line(f, &top, s, n, g_lim, 0, "#d62728", "");
+	line(f, &top, s, n, g_set, 0, "#ff7f0e", dash);
+	line(f, &top, s, n, g_free, 0, "#8c564b", dot);
+	line(f, &top, s, n, g_bg, 0, "#7f7f7f", dash);
+	line(f, &top, s, n, g_wb, 0, "#2ca02c", "");
+	line(f, &top, s, n, g_dirty, 0, "#9467bd", "");
+	line(f, &top, s, n, g_total, 0, "#1f77b4", "");
+	double lx = top.x0 + top.w + 14, ly = top.y0 + 10;
+	legend(f, lx, ly, "#1f77b4", "", "dirty + writeback");
+	legend(f, lx, ly + 18, "#9467bd", "", "dirty");
+	legend(f, lx, ly + 36, "#2ca02c", "", "writeback");
+	legend(f, lx, ly + 54, "#d62728", "", "limit");
+	legend(f, lx, ly + 72, "#ff7f0e", dash, "setpoint");
+	legend(f, lx, ly + 90, "#8c564b", dot, "freerun");
+	legend(f, lx, ly + 108, "#7f7f7f", dash, "bg_thresh");
+	static const char *colors[] = { "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+					"#8c564b", "#e377c2", "#17becf" };
+	ly = bot.y0 + 10;
+	for (unsigned d = 0; d < s[0].ndev; d++) {
+		const char *col = colors[d % 8];
+		line(f, &bot, s, n, g_tput, d, col, "");
+		line(f, &bot, s, n, g_bw, d, col, dash);
+		line(f, &bot, s, n, g_rl, d, col, dot);
+		char lab[160];
+		snprintf(lab, sizeof(lab), "%s", dev_names[d]);
+		fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' font-weight='bold'>%.30s</text>\n",
+			lx, ly, lab);
+		legend(f, lx, ly + 14, col, "", "throughput");
+		legend(f, lx, ly + 30, col, dash, "write_bw");
+		legend(f, lx, ly + 46, col, dot, "dirty_ratelimit");
+		ly += 66;
+	}
+	fprintf(f, "</svg>\n");
+	return fclose(f) ? -errno : 0;
+}

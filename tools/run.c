@@ -1,0 +1,635 @@
+/*
+ * wbcache run WORKLOAD: drive a workload through the engine and report.
+ *
+ * Threads: W workers (the workload), one sampler (every 100 ms: the
+ * timeline, and the live status line on a terminal), the main thread
+ * (setup, join, report).  Workers record their own bytes and pauses; the
+ * sampler only reads the engine's counters.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run.h"
+
+#define DEFAULT_DIR "/var/tmp/wbcache"
+#define SAMPLE_NS (100ull * 1000 * 1000)
+#define MiB (1024.0 * 1024.0)
+
+enum workload { WL_DD, WL_RANDWRITE, WL_FSMARK, WL_JBOD };
+static const char *wl_names[] = { "dd", "randwrite", "fsmark", "jbod" };
+
+struct opts {
+	enum workload wl;
+	bool demo;
+	const char *dir;
+	const char *devs[RUN_MAX_DEVS];
+	unsigned ndev;
+	unsigned threads;          /* dd, randwrite, fsmark: total; jbod: per device */
+	uint64_t size;             /* dd: total bytes */
+	double time_s;             /* stop after (0: by size/files) */
+	uint64_t bs;
+	uint64_t file_size;
+	uint64_t files;            /* fsmark: per thread */
+	bool fsync_end;
+	bool keep, quiet;
+	const char *trace, *plot;
+	struct wbc_config cfg;
+};
+
+struct worker {
+	pthread_t th;
+	unsigned id;
+	wbc_dev *dev;
+	unsigned dev_idx;
+	uint64_t bytes;
+	uint64_t ops;
+	double secs;
+	int err;
+	uint64_t *pauses;          /* ns */
+	size_t npauses, cap;
+};
+
+static struct run {
+	struct opts o;
+	wbc_cache *cache;
+	wbc_dev *dev[RUN_MAX_DEVS];
+	struct worker *w;
+	unsigned nw;
+	atomic_bool stop;
+	double t0;
+	struct sample *s;
+	size_t ns, scap;
+	atomic_uint workers_done;
+	uint64_t last_written[RUN_MAX_DEVS];
+} R;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t xrand(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 2685821657736338717ull;
+}
+
+static void note_pause(struct worker *w, struct wbc_thread_stats *prev)
+{
+	struct wbc_thread_stats st;
+	wbc_thread_stats(&st);
+	if (st.pauses == prev->pauses)
+		return;
+	/* one record per throttled call; a call that paused several times
+	 * counts its last pause (the others are in paused_ns) */
+	if (w->npauses == w->cap) {
+		size_t ncap = w->cap ? w->cap * 2 : 1024;
+		uint64_t *p = realloc(w->pauses, ncap * sizeof(*p));
+		if (!p)
+			return;
+		w->pauses = p;
+		w->cap = ncap;
+	}
+	w->pauses[w->npauses++] = st.last_pause_ns;
+	*prev = st;
+}
+
+static bool time_up(void)
+{
+	return atomic_load(&R.stop) || (R.o.time_s > 0 && now_s() - R.t0 >= R.o.time_s);
+}
+
+static void fname(char *buf, size_t len, const char *kind, unsigned a, uint64_t b)
+{
+	snprintf(buf, len, "%s.%d.%u.%llu", kind, (int)getpid(), a, (unsigned long long)b);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	const struct opts *o = &R.o;
+	struct wbc_thread_stats prev;
+	wbc_thread_stats(&prev);
+	char *buf = aligned_alloc(4096, (o->bs + 4095) / 4096 * 4096);
+	if (!buf) {
+		w->err = -ENOMEM;
+		return NULL;
+	}
+	uint64_t seed = 0x9e3779b97f4a7c15ull * (w->id + 1);
+	for (uint64_t i = 0; i < o->bs; i++)
+		buf[i] = (char)(xrand(&seed) >> 56);
+	char name[96];
+	wbc_file *f = NULL;
+	double t0 = now_s();
+	switch (o->wl) {
+	case WL_DD: {
+		fname(name, sizeof(name), "dd", w->id, 0);
+		if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
+			break;
+		uint64_t share = o->size / R.nw;
+		for (uint64_t off = 0; (o->time_s > 0 || off < share) && !time_up(); off += o->bs) {
+			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
+			if (r < 0) {
+				w->err = (int)r;
+				break;
+			}
+			w->bytes += (uint64_t)r;
+			w->ops++;
+			note_pause(w, &prev);
+		}
+		break;
+	}
+	case WL_RANDWRITE:
+	case WL_JBOD: {
+		fname(name, sizeof(name), "rand", w->id, 0);
+		if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
+			break;
+		uint64_t blocks = o->file_size / o->bs;
+		while (!time_up()) {
+			uint64_t off = (xrand(&seed) % blocks) * o->bs;
+			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
+			if (r < 0) {
+				w->err = (int)r;
+				break;
+			}
+			w->bytes += (uint64_t)r;
+			w->ops++;
+			note_pause(w, &prev);
+			if (o->time_s <= 0 && w->bytes >= o->size / R.nw)
+				break;
+		}
+		break;
+	}
+	case WL_FSMARK:
+		for (uint64_t k = 0; k < o->files && !time_up(); k++) {
+			wbc_file *g;
+			fname(name, sizeof(name), "fsm", w->id, k);
+			if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &g)))
+				break;
+			for (uint64_t off = 0; off < o->file_size && !w->err; off += o->bs) {
+				size_t n = (size_t)(o->file_size - off < o->bs ? o->file_size - off : o->bs);
+				ssize_t r = wbc_pwrite(g, buf, n, off);
+				if (r < 0)
+					w->err = (int)r;
+				else
+					w->bytes += (uint64_t)r;
+			}
+			wbc_file_close(g);
+			w->ops++;
+			note_pause(w, &prev);
+		}
+		break;
+	}
+	if (f && !w->err && o->fsync_end)
+		w->err = wbc_fsync(f);
+	w->secs = now_s() - t0;
+	wbc_file_close(f);
+	free(buf);
+	atomic_fetch_add(&R.workers_done, 1);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* sampling                                                             */
+
+static void take_sample(double dt, struct wbc_stats *prev)
+{
+	if (R.ns == R.scap) {
+		size_t ncap = R.scap ? R.scap * 2 : 256;
+		struct sample *p = realloc(R.s, ncap * sizeof(*p));
+		if (!p)
+			return;
+		R.s = p;
+		R.scap = ncap;
+	}
+	struct sample *s = &R.s[R.ns++];
+	memset(s, 0, sizeof(*s));
+	struct wbc_stats st;
+	wbc_stats(R.cache, &st);
+	s->t = now_s() - R.t0;
+	s->dirty = (double)st.dirty_bytes / MiB;
+	s->writeback = (double)st.writeback_bytes / MiB;
+	s->bg_thresh = (double)st.bg_thresh_bytes / MiB;
+	s->freerun = (double)st.freerun_bytes / MiB;
+	s->setpoint = (double)st.setpoint_bytes / MiB;
+	s->limit = (double)st.limit_bytes / MiB;
+	uint64_t np = st.pauses - prev->pauses;
+	s->pause_ms = np ? (double)(st.paused_ns - prev->paused_ns) / (double)np / 1e6 : 0;
+	*prev = st;
+	s->ndev = R.o.ndev;
+	for (unsigned d = 0; d < R.o.ndev; d++) {
+		struct wbc_dev_stats ds;
+		wbc_dev_stats(R.dev[d], &ds);
+		s->dev[d].dirty = (double)ds.dirty_bytes / MiB;
+		s->dev[d].writeback = (double)ds.writeback_bytes / MiB;
+		s->dev[d].write_bw = (double)ds.write_bw / 1e6;
+		s->dev[d].ratelimit = (double)ds.dirty_ratelimit / 1e6;
+		s->dev[d].tput = dt > 0 ? (double)(ds.written_back_bytes - R.last_written[d]) / dt / 1e6 : 0;
+		R.last_written[d] = ds.written_back_bytes;
+	}
+}
+
+static void status_line(void)
+{
+	const struct sample *s = &R.s[R.ns - 1];
+	char line[512];
+	int n = snprintf(line, sizeof(line), "\r%5.1fs dirty+wb %6.1f MiB (setpoint %.0f, limit %.0f) wb %5.1f",
+			 s->t, s->dirty + s->writeback, s->setpoint, s->limit, s->writeback);
+	for (unsigned d = 0; d < s->ndev && n < (int)sizeof(line) - 40; d++)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, " | dev%u %4.0f MB/s", d, s->dev[d].tput);
+	snprintf(line + n, sizeof(line) - (size_t)n, " | pause %3.0f ms  ", s->pause_ms);
+	fputs(line, stderr);
+	fflush(stderr);
+}
+
+static void *sampler_main(void *arg)
+{
+	(void)arg;
+	struct wbc_stats prev;
+	wbc_stats(R.cache, &prev);
+	bool tty = !R.o.quiet && isatty(STDERR_FILENO);
+	double last = now_s();
+	while (atomic_load(&R.workers_done) < R.nw) {
+		struct timespec ts = { 0, (long)SAMPLE_NS };
+		nanosleep(&ts, NULL);
+		double t = now_s();
+		take_sample(t - last, &prev);
+		last = t;
+		if (tty && R.ns % 2 == 0)
+			status_line();
+	}
+	if (tty)
+		fputs("\n", stderr);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* report                                                               */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(const uint64_t *v, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t i = (size_t)ceil(p / 100 * (double)n);
+	return (double)v[i ? i - 1 : 0] / 1e6;
+}
+
+static void report(double secs)
+{
+	const struct opts *o = &R.o;
+	uint64_t total = 0, ops = 0;
+	size_t np = 0;
+	double sum = 0, sumsq = 0;
+	for (unsigned i = 0; i < R.nw; i++) {
+		total += R.w[i].bytes;
+		ops += R.w[i].ops;
+		np += R.w[i].npauses;
+		double x = R.w[i].secs > 0 ? (double)R.w[i].bytes / R.w[i].secs : 0;
+		sum += x;
+		sumsq += x * x;
+	}
+	printf("\n%s: %u thread(s) on %u device(s): %.1f MiB in %.2f s = %.0f MB/s",
+	       wl_names[o->wl], R.nw, o->ndev, (double)total / MiB, secs, (double)total / secs / 1e6);
+	if (o->wl == WL_FSMARK)
+		printf(", %.0f files/s", (double)ops / secs);
+	printf("\n\nthread  device       MB/s   pauses  p50 ms  p99 ms  max ms\n");
+	uint64_t *all = malloc((np ? np : 1) * sizeof(*all));
+	size_t k = 0;
+	for (unsigned i = 0; i < R.nw; i++) {
+		struct worker *w = &R.w[i];
+		qsort(w->pauses, w->npauses, sizeof(*w->pauses), cmp_u64);
+		memcpy(all + k, w->pauses, w->npauses * sizeof(*all));
+		k += w->npauses;
+		printf("%6u  %6u  %9.1f  %7zu  %6.1f  %6.1f  %6.1f\n", i, w->dev_idx,
+		       w->secs > 0 ? (double)w->bytes / w->secs / 1e6 : 0, w->npauses,
+		       pct(w->pauses, w->npauses, 50), pct(w->pauses, w->npauses, 99),
+		       pct(w->pauses, w->npauses, 100));
+	}
+	qsort(all, np, sizeof(*all), cmp_u64);
+	printf("\ndevice  written MiB   MB/s  busy%%  spec\n");
+	for (unsigned d = 0; d < o->ndev; d++) {
+		struct wbc_dev_stats ds;
+		wbc_dev_stats(R.dev[d], &ds);
+		size_t busy = 0;
+		for (size_t i = 0; i < R.ns; i++)
+			busy += R.s[i].dev[d].writeback > 0;
+		printf("%6u  %11.1f  %5.0f  %5.1f  %s\n", d, (double)ds.written_back_bytes / MiB,
+		       (double)ds.written_back_bytes / secs / 1e6,
+		       R.ns ? 100.0 * (double)busy / (double)R.ns : 0, o->devs[d]);
+	}
+	double dmin = 1e18, dmax = 0, dsum = 0, setp = 0, lim = 0;
+	for (size_t i = 0; i < R.ns; i++) {
+		double v = R.s[i].dirty + R.s[i].writeback;
+		dmin = fmin(dmin, v);
+		dmax = fmax(dmax, v);
+		dsum += v;
+		setp = R.s[i].setpoint;
+		lim = R.s[i].limit;
+	}
+	if (R.ns)
+		printf("\ndirty+writeback MiB: min %.1f mean %.1f max %.1f (setpoint %.1f, limit %.1f)\n",
+		       dmin, dsum / (double)R.ns, dmax, setp, lim);
+	printf("pauses: %zu, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n", np,
+	       pct(all, np, 50), pct(all, np, 90), pct(all, np, 99), pct(all, np, 100));
+	printf("fairness (Jain's index over thread throughputs): %.3f\n",
+	       sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0);
+	free(all);
+}
+
+/* ------------------------------------------------------------------ */
+/* options                                                              */
+
+static void run_usage(FILE *out)
+{
+	fprintf(out,
+"usage: wbcache run [WORKLOAD] [options]\n"
+"\n"
+"workloads:\n"
+"  dd          sequential streams, one file per thread (default)\n"
+"  randwrite   random --bs writes over a --file-size file per thread\n"
+"  fsmark      many small files per thread: create, write --file-size, close\n"
+"  jbod        --threads random writers on each of several devices\n"
+"  (none)      the demonstration: dd, 1 GiB, on dir:DIR, with a trace and a plot\n"
+"\n"
+"options:\n"
+"  --dev SPEC         a device (repeat for several): mem, model:bw=200M,lat=1ms,qd=32,\n"
+"                     file:PATH, dir:PATH; default dir:DIR; jbod default: four model\n"
+"                     devices at 25/50/100/200 MB/s\n"
+"  --dir DIR          data directory (default $WBCACHE_DIR or " DEFAULT_DIR ")\n"
+"  --threads N        writers (jbod: per device; default 1, jbod 2)\n"
+"  --size SIZE        dd: total bytes (default 1G)\n"
+"  --time SECONDS     run this long (randwrite, jbod default 10)\n"
+"  --bs SIZE          bytes per write (dd 1M, others 4K)\n"
+"  --file-size SIZE   randwrite/jbod file (default 1G), fsmark file (default 4K)\n"
+"  --files N          fsmark: files per thread (default 10000)\n"
+"  --no-fsync         dd: skip the final fsync\n"
+"  --mem SIZE         cache memory budget (default 256M)\n"
+"  --page-size SIZE   cache page size (default 4K)\n"
+"  --dirty-ratio N, --dirty-background-ratio N, --dirty-bytes SIZE,\n"
+"  --dirty-background-bytes SIZE, --dirty-expire-centisecs N,\n"
+"  --dirty-writeback-centisecs N      the kernel's tunables, same meaning\n"
+"  --trace FILE.csv   100 ms timeline;  --plot FILE.svg  the timeline as a chart\n"
+"  --quiet            no live status line;  --keep  leave written files\n");
+}
+
+static int bad(const char *what, const char *val)
+{
+	fprintf(stderr, "wbcache: bad value '%s' for %s\n", val, what);
+	return 2;
+}
+
+static int parse_u(const char *what, const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || v > max || *s == '-')
+		return bad(what, s);
+	*out = v;
+	return 0;
+}
+
+static int parse_sz(const char *what, const char *s, uint64_t *out)
+{
+	return wbc_parse_size(s, out) ? bad(what, s) : 0;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	enum { O_DEV = 256, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
+	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_QUIET,
+	       O_KEEP, O_HELP };
+	static const struct option lo[] = {
+		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
+		{ "size", 1, 0, O_SIZE }, { "time", 1, 0, O_TIME }, { "bs", 1, 0, O_BS },
+		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES },
+		{ "no-fsync", 0, 0, O_NOFSYNC }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
+		{ "dirty-ratio", 1, 0, O_DR }, { "dirty-background-ratio", 1, 0, O_DBR },
+		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
+		{ "dirty-expire-centisecs", 1, 0, O_EXP },
+		{ "dirty-writeback-centisecs", 1, 0, O_WB }, { "trace", 1, 0, O_TRACE },
+		{ "plot", 1, 0, O_PLOT }, { "quiet", 0, 0, O_QUIET }, { "keep", 0, 0, O_KEEP },
+		{ "help", 0, 0, O_HELP }, { 0, 0, 0, 0 },
+	};
+	memset(o, 0, sizeof(*o));
+	wbc_config_init(&o->cfg);
+	o->cfg.mem_bytes = 256ull << 20;
+	o->dir = getenv("WBCACHE_DIR");
+	if (!o->dir || !*o->dir)
+		o->dir = DEFAULT_DIR;
+	o->fsync_end = true;
+	o->demo = true;
+	int first = 1;
+	if (argc > 1 && argv[1][0] != '-') {
+		unsigned i;
+		for (i = 0; i < 4 && strcmp(argv[1], wl_names[i]); i++)
+			;
+		if (i == 4) {
+			fprintf(stderr, "wbcache: unknown workload '%s' (dd, randwrite, fsmark, jbod)\n", argv[1]);
+			return 2;
+		}
+		o->wl = i;
+		o->demo = false;
+		first = 2;
+	}
+	uint64_t v, threads = 0, files = 0, bs = 0, fsz = 0;
+	double t = 0;
+	int c, rc = 0;
+	optind = first;
+	while (!rc && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case O_DEV:
+			if (o->ndev == RUN_MAX_DEVS) {
+				fprintf(stderr, "wbcache: at most %d devices\n", RUN_MAX_DEVS);
+				return 2;
+			}
+			o->devs[o->ndev++] = optarg;
+			break;
+		case O_DIR: o->dir = optarg; break;
+		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads); if (!rc && !threads) rc = bad("--threads", optarg); break;
+		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); break;
+		case O_TIME: {
+			char *end;
+			t = strtod(optarg, &end);
+			if (end == optarg || *end || !(t > 0 && t < 1e6))
+				rc = bad("--time", optarg);
+			break;
+		}
+		case O_BS: rc = parse_sz("--bs", optarg, &bs); if (!rc && (!bs || bs > (1u << 30))) rc = bad("--bs", optarg); break;
+		case O_FSZ: rc = parse_sz("--file-size", optarg, &fsz); if (!rc && !fsz) rc = bad("--file-size", optarg); break;
+		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files); if (!rc && !files) rc = bad("--files", optarg); break;
+		case O_NOFSYNC: o->fsync_end = false; break;
+		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes); break;
+		case O_PS: rc = parse_sz("--page-size", optarg, &v); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg); o->cfg.page_size = (uint32_t)v; break;
+		case O_DR: rc = parse_u("--dirty-ratio", optarg, 100, &v); o->cfg.dirty_ratio = (uint32_t)v; break;
+		case O_DBR: rc = parse_u("--dirty-background-ratio", optarg, 100, &v); o->cfg.dirty_background_ratio = (uint32_t)v; break;
+		case O_DB: rc = parse_sz("--dirty-bytes", optarg, &o->cfg.dirty_bytes); break;
+		case O_DBB: rc = parse_sz("--dirty-background-bytes", optarg, &o->cfg.dirty_background_bytes); break;
+		case O_EXP: rc = parse_u("--dirty-expire-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_expire_centisecs = (uint32_t)v; break;
+		case O_WB: rc = parse_u("--dirty-writeback-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_writeback_centisecs = (uint32_t)v; break;
+		case O_TRACE: o->trace = optarg; break;
+		case O_PLOT: o->plot = optarg; break;
+		case O_QUIET: o->quiet = true; break;
+		case O_KEEP: o->keep = true; break;
+		case O_HELP: run_usage(stdout); return 1;
+		default: run_usage(stderr); return 2;
+		}
+	}
+	if (rc)
+		return rc;
+	if (optind < argc) {
+		fprintf(stderr, "wbcache: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	o->time_s = t;
+	o->threads = threads ? (unsigned)threads : (o->wl == WL_JBOD ? 2 : 1);
+	o->bs = bs ? bs : (o->wl == WL_DD ? 1u << 20 : 4096);
+	o->file_size = fsz ? fsz : (o->wl == WL_FSMARK ? 4096 : 1ull << 30);
+	o->files = files ? files : 10000;
+	if (!o->size)
+		o->size = 1ull << 30;
+	if (!t && (o->wl == WL_RANDWRITE || o->wl == WL_JBOD))
+		o->time_s = 10;
+	if ((o->wl == WL_RANDWRITE || o->wl == WL_JBOD) && o->file_size < o->bs) {
+		fprintf(stderr, "wbcache: --file-size must be at least --bs\n");
+		return 2;
+	}
+	return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	memset(&R, 0, sizeof(R));
+	struct opts *o = &R.o;
+	int rc = parse_opts(argc, argv, o);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+	static char dirspec[4200], tracebuf[4200], plotbuf[4200];
+	static const char *jbod_default[] = { "model:bw=25M", "model:bw=50M", "model:bw=100M",
+					      "model:bw=200M" };
+	bool uses_dir = false;
+	if (!o->ndev) {
+		if (o->wl == WL_JBOD) {
+			for (unsigned i = 0; i < 4; i++)
+				o->devs[o->ndev++] = jbod_default[i];
+		} else {
+			snprintf(dirspec, sizeof(dirspec), "dir:%s", o->dir);
+			o->devs[o->ndev++] = dirspec;
+			uses_dir = true;
+		}
+	}
+	if (o->demo) {
+		if (!o->trace) {
+			snprintf(tracebuf, sizeof(tracebuf), "%s/run-trace.csv", o->dir);
+			o->trace = tracebuf;
+		}
+		if (!o->plot) {
+			snprintf(plotbuf, sizeof(plotbuf), "%s/run-plot.svg", o->dir);
+			o->plot = plotbuf;
+		}
+	}
+	if ((uses_dir || o->demo) && mkdir(o->dir, 0755) && errno != EEXIST) {
+		fprintf(stderr, "wbcache: cannot create %s: %s\n", o->dir, strerror(errno));
+		return 1;
+	}
+	int err = wbc_cache_open(&o->cfg, &R.cache);
+	if (err) {
+		fprintf(stderr, "wbcache: bad cache configuration: %s (page size a power of two "
+			"512..1M, at least 16 pages, ratios 0..100)\n", wbc_strerror(err));
+		return 2;
+	}
+	for (unsigned d = 0; d < o->ndev; d++) {
+		char msg[256];
+		err = wbc_dev_add_msg(R.cache, o->devs[d], &R.dev[d], msg, sizeof(msg));
+		if (err) {
+			fprintf(stderr, "wbcache: %s\n", msg[0] ? msg : wbc_strerror(err));
+			wbc_cache_close(R.cache);
+			return 2;
+		}
+	}
+	R.nw = o->wl == WL_JBOD ? o->threads * o->ndev : o->threads;
+	R.w = calloc(R.nw, sizeof(*R.w));
+	struct wbc_stats st;
+	wbc_stats(R.cache, &st);
+	printf("wbcache run %s: %u thread(s), %u device(s), cache %.0f MiB "
+	       "(bg_thresh %.1f, setpoint %.1f, limit %.1f MiB)\n",
+	       wl_names[o->wl], R.nw, o->ndev, (double)st.mem_bytes / MiB,
+	       (double)st.bg_thresh_bytes / MiB, (double)st.setpoint_bytes / MiB,
+	       (double)st.limit_bytes / MiB);
+	fflush(stdout);
+	R.t0 = now_s();
+	pthread_t sampler;
+	for (unsigned i = 0; i < R.nw; i++) {
+		R.w[i].id = i;
+		R.w[i].dev_idx = o->wl == WL_JBOD ? i / o->threads : i % o->ndev;
+		R.w[i].dev = R.dev[R.w[i].dev_idx];
+		pthread_create(&R.w[i].th, NULL, worker_main, &R.w[i]);
+	}
+	pthread_create(&sampler, NULL, sampler_main, NULL);
+	for (unsigned i = 0; i < R.nw; i++)
+		pthread_join(R.w[i].th, NULL);
+	double secs = now_s() - R.t0;
+	pthread_join(sampler, NULL);
+	int werr = 0;
+	for (unsigned i = 0; i < R.nw; i++)
+		if (R.w[i].err && !werr)
+			werr = R.w[i].err;
+	report(secs);
+	if (werr)
+		fprintf(stderr, "wbcache: a writer failed: %s\n", wbc_strerror(werr));
+	int cerr = wbc_cache_close(R.cache);
+	if (cerr)
+		fprintf(stderr, "wbcache: writeback at close failed: %s\n", wbc_strerror(cerr));
+	if (o->trace) {
+		int e = trace_csv(o->trace, R.s, R.ns);
+		if (e)
+			fprintf(stderr, "wbcache: cannot write %s: %s\n", o->trace, strerror(-e));
+		else
+			printf("trace: %s\n", o->trace);
+	}
+	if (o->plot) {
+		char title[256];
+		snprintf(title, sizeof(title), "wbcache run %s: %u thread(s), cache %.0f MiB",
+			 wl_names[o->wl], R.nw, (double)o->cfg.mem_bytes / MiB);
+		int e = plot_svg(o->plot, title, R.s, R.ns, o->devs);
+		if (e)
+			fprintf(stderr, "wbcache: cannot write %s: %s\n", o->plot, strerror(-e));
+		else
+			printf("plot: %s\n", o->plot);
+	}
+	if (!o->keep && uses_dir) {
+		/* remove this run's files: the names carry our pid */
+		char cmd[4400];
+		snprintf(cmd, sizeof(cmd), "find '%s' -maxdepth 1 -name '*.%d.*' -delete", o->dir,
+			 (int)getpid());
+		if (system(cmd)) { /* best effort */ }
+	}
+	for (unsigned i = 0; i < R.nw; i++)
+		free(R.w[i].pauses);
+	free(R.w);
+	free(R.s);
+	return werr || cerr ? 1 : 0;
+}

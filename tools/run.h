@@ -1,0 +1,32 @@
+/* wbcache run: workloads, sampling, report, trace and plot. */
+#ifndef WBC_TOOLS_RUN_H
+#define WBC_TOOLS_RUN_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wbcache.h"
+
+#define RUN_MAX_DEVS 16
+
+/* One 100 ms sample of the timeline. */
+struct sample {
+	double t;                          /* seconds since start */
+	double dirty, writeback;           /* MiB */
+	double bg_thresh, freerun, setpoint, limit;   /* MiB */
+	double pause_ms;                   /* mean pause in the interval */
+	unsigned ndev;
+	struct {
+		double dirty, writeback, write_bw, ratelimit, tput;   /* MiB, MB/s */
+	} dev[RUN_MAX_DEVS];
+};
+
+/* plot.c: draw the timeline as an SVG document; 0 or -errno. */
+int plot_svg(const char *path, const char *title, const struct sample *s, size_t n,
+	     const char *const *dev_names);
+/* plot.c: the timeline as CSV; 0 or -errno. */
+int trace_csv(const char *path, const struct sample *s, size_t n);
+
+int cmd_run(int argc, char **argv);
+int wbc_parse_size(const char *s, uint64_t *out);   /* src/spec.c */
+#endif
