@@ -7,7 +7,9 @@
  *   2. start-all (the page allocator ran out of clean pages);
  *   3. periodic expiry (kupdate): every dirty_writeback interval, the files
  *      dirtied more than dirty_expire ago;
- *   4. background: while the cache's dirty pages exceed bg_thresh.
+ *   4. background: while the cache's (or a group's) dirty pages exceed
+ *      bg_thresh; or, kicked by a writer that the throttle holds back,
+ *      the pages this device has dirty now.
  * A non-sync pass stops as soon as sync work is queued, so sync never waits
  * behind a long background pass.  fsync does its own writeback in the
  * calling thread with the same write_inode_pages(); the two never submit the
@@ -544,14 +546,24 @@ static void *flusher_main(void *arg)
 		}
 		bool kicked = dev->kicked;
 		dev->kicked = false;
-		if ((kicked || now >= retry_at) && over_bg_thresh(c) &&
-		    ctr_dirty(&dev->ctr) > 0) {
+		long ndirty = ctr_dirty(&dev->ctr);
+		bool over = ndirty > 0 && over_bg_thresh(c);
+		if (ndirty > 0 && ((kicked || now >= retry_at) && over)) {
 			pthread_mutex_unlock(&dev->work_lock);
 			long n = wb_writeback(dev, WB_REASON_BACKGROUND, LONG_MAX);
 			retry_at = n ? 0 : wbc_now_ns() + BACKGROUND_RETRY_NS;
 			pthread_mutex_lock(&dev->work_lock);
 			if (n)
 				continue;
+		} else if (kicked && ndirty > 0) {
+			/* a writer to this device is throttled while the cache
+			 * is under bg_thresh (the other pages are some other
+			 * device's, in writeback): write what this device has */
+			pthread_mutex_unlock(&dev->work_lock);
+			long n = wb_writeback(dev, WB_REASON_START_ALL, ndirty);
+			retry_at = n ? 0 : wbc_now_ns() + BACKGROUND_RETRY_NS;
+			pthread_mutex_lock(&dev->work_lock);
+			continue;
 		}
 		if (dev->kicked || !list_empty(&dev->work_list) || dev->start_all || dev->stop)
 			continue;

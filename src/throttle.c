@@ -341,6 +341,9 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			return;
 		}
 
+		/* throttled: make sure this device's own pages are moving */
+		if (ctr_dirty(&dev->ctr) > 0)
+			flusher_kick(dev, false);
 		double pos = writer_pos_ratio(dev, grp, &gd, &wb_thresh);
 		double rate = (double)atomic_load(&dev->dirty_ratelimit) * pos;  /* pages/s */
 		/* never sleep longer than the device needs to write what it
