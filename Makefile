@@ -68,6 +68,7 @@ check: all
 
 bench: all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
+	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include

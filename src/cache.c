@@ -175,9 +175,8 @@ int wbc_cache_close(wbc_cache *c)
 	pthread_mutex_destroy(&c->lru_lock);
 	pthread_cond_destroy(&c->free_cond);
 	pthread_mutex_destroy(&c->prop_lock);
-	while (c->groups) {
-		struct wbc_group *g = c->groups;
-		c->groups = g->next;
+	for (struct wbc_group *g = atomic_load(&c->groups), *next; g; g = next) {
+		next = g->next;
 		free(g);
 	}
 	pthread_mutex_destroy(&c->dev_lock);

@@ -270,8 +270,8 @@ int wbc_group_create(wbc_cache *c, uint64_t limit_bytes, unsigned limit_ratio, w
 	g->thresh = WBC_MIN(t, c->nr_pages);
 	g->bg_thresh = g->thresh / 2;
 	pthread_mutex_lock(&c->dev_lock);
-	g->next = c->groups;
-	c->groups = g;
+	g->next = atomic_load(&c->groups);
+	atomic_store_explicit(&c->groups, g, memory_order_release);
 	pthread_mutex_unlock(&c->dev_lock);
 	*out = g;
 	return 0;

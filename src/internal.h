@@ -13,7 +13,10 @@
  *       dev->list_lock  b_dirty / b_io / b_more_io and inode->state.
  *   dev->inode_lock     name hash and inode reference counts (leaf; taken
  *                       under list_lock by mark_inode_dirty).
- *   cache->dev_lock     the device list; dev->work_lock nests inside it.
+ *   dev->bw_lock        rate estimation of one device (bandwidth.c)
+ *     cache->dev_lock   the device list, group creation
+ *       dev->work_lock  (wakeup_flusher_threads kicks under dev_lock)
+ *       cache->prop_lock  flexible proportions of the devices
  *   dev->work_lock      work queue, flusher wakeups (leaf).
  *   dev->io_lock        bio pool, in-flight count (leaf).
  *   cache->dirty_lock   writers waiting at the dirty limit (leaf).
@@ -322,7 +325,7 @@ struct dirty_ctr {
 
 struct wbc_group {
 	struct wbc_cache *cache;
-	struct wbc_group *next;     /* cache->dev_lock */
+	struct wbc_group *next;     /* set before the group is published */
 	uint64_t thresh, bg_thresh; /* pages */
 	struct dirty_ctr ctr;
 };
@@ -423,7 +426,9 @@ struct wbc_cache {
 	pthread_mutex_t prop_lock;  /* flexible proportions of the devices */
 	double prop_total;
 	uint64_t prop_stamp_ns;
-	struct wbc_group *groups;   /* dev_lock */
+	/* groups: pushed at the head under dev_lock, never removed before
+	 * close, read without a lock (over_bg_thresh runs under work_lock) */
+	struct wbc_group *_Atomic groups;
 	atomic_ullong st_written, st_written_back, st_read_in, st_reclaimed,
 		      st_write_ios, st_write_errors, st_lost, st_page_waits;
 

@@ -148,12 +148,12 @@ bool over_bg_thresh(struct wbc_cache *c)
 {
 	if ((uint64_t)ctr_dirty(&c->ctr) > c->bg_thresh)
 		return true;
-	bool over = false;
-	pthread_mutex_lock(&c->dev_lock);
-	for (struct wbc_group *g = c->groups; g && !over; g = g->next)
-		over = (uint64_t)ctr_dirty(&g->ctr) > g->bg_thresh;
-	pthread_mutex_unlock(&c->dev_lock);
-	return over;
+	/* lock-free walk: called with dev->work_lock held */
+	for (struct wbc_group *g = atomic_load_explicit(&c->groups, memory_order_acquire); g;
+	     g = g->next)
+		if ((uint64_t)ctr_dirty(&g->ctr) > g->bg_thresh)
+			return true;
+	return false;
 }
 
 uint64_t throttle_slack_pages(struct wbc_cache *c)
