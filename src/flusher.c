@@ -171,11 +171,12 @@ static void wb_end_io(struct wbc_bio *bio)
 	pthread_mutex_unlock(&ino->lock);
 
 	account_cleaned(ino, n);
-	bio_put(dev, bio);
 	cache_wake_page_waiters(c);
 	if (size_dirty)
 		mark_inode_dirty(ino);   /* the flusher fixes the backend size */
 	iput(ino);
+	/* last: a drained device (inflight 0) has no completion still running */
+	bio_put(dev, bio);
 }
 
 /* ------------------------------------------------------------------ */

@@ -320,15 +320,18 @@ static void report(double secs)
 	size_t k = 0;
 	for (unsigned i = 0; i < R.nw; i++) {
 		struct worker *w = &R.w[i];
-		qsort(w->pauses, w->npauses, sizeof(*w->pauses), cmp_u64);
-		memcpy(all + k, w->pauses, w->npauses * sizeof(*all));
+		if (w->npauses)
+			qsort(w->pauses, w->npauses, sizeof(*w->pauses), cmp_u64);
+		if (w->npauses)
+			memcpy(all + k, w->pauses, w->npauses * sizeof(*all));
 		k += w->npauses;
 		printf("%6u  %6u  %9.1f  %7zu  %6.1f  %6.1f  %6.1f\n", i, w->dev_idx,
 		       w->secs > 0 ? (double)w->bytes / w->secs / 1e6 : 0, w->npauses,
 		       pct(w->pauses, w->npauses, 50), pct(w->pauses, w->npauses, 99),
 		       pct(w->pauses, w->npauses, 100));
 	}
-	qsort(all, np, sizeof(*all), cmp_u64);
+	if (np)
+		qsort(all, np, sizeof(*all), cmp_u64);
 	printf("\ndevice  written MiB   MB/s  busy%%  spec\n");
 	for (unsigned d = 0; d < o->ndev; d++) {
 		struct wbc_dev_stats ds;

@@ -151,6 +151,9 @@ static int queue_bio(struct fbe *f, struct wbc_bio *bio)
 	else
 		io_uring_prep_readv(sqe, o->fd, bio->iov, (unsigned)bio->iovcnt, off);
 	io_uring_sqe_set_data(sqe, bio);
+	/* publish the bio to the reaper: every read and write of it by this
+	 * thread is done (ThreadSanitizer cannot see the kernel's ordering) */
+	atomic_store_explicit(&bio->handoff, 1, memory_order_release);
 	int r;
 	do
 		r = io_uring_submit(&f->ring);
@@ -162,8 +165,6 @@ static int queue_bio(struct fbe *f, struct wbc_bio *bio)
 static int file_submit(struct backend *be, struct wbc_bio *bio)
 {
 	bio->done = 0;
-	/* publish every field of the bio to the reaper thread */
-	atomic_store_explicit(&bio->handoff, 1, memory_order_release);
 	return queue_bio(be->priv, bio);
 }
 
