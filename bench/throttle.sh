@@ -33,9 +33,9 @@ r=$($W run dd --dev model:bw=200M --time "$TIME" --mem 256M --quiet \
 	--trace "$OUT/single.csv" --plot "$OUT/single.svg")
 tput=$(echo "$r" | awk '/^ *0 +0 /{print $3}')
 p99=$(echo "$r" | sed -n 's/^pauses: .*p99 \([0-9.]*\) ms.*/\1/p')
-read -r mean min max sp lim within <<<"$(trace_stats "$OUT/single.csv" 5 1e9)"
+read -r mean min max sp lim within <<<"$(trace_stats "$OUT/single.csv" 5 "$((TIME - 1))")"
 echo "   writer $tput MB/s = $(awk -v t="$tput" 'BEGIN{printf "%.3f", t / 209.7152}')x device bandwidth; p99 pause $p99 ms"
-echo "   dirty+writeback after 5 s: mean $mean MiB (min $min, max $max) vs setpoint $sp MiB:" \
+echo "   dirty+writeback from 5 s until the writer stops: mean $mean MiB (min $min, max $max) vs setpoint $sp MiB:" \
      "$(awk -v m="$mean" -v s="$sp" 'BEGIN{printf "%+.1f%%", 100 * (m - s) / s}'), $within% of samples within +-10%"
 
 echo "== 2. four dd writers, one model:bw=200M device"
@@ -54,9 +54,9 @@ echo "== 4. bandwidth drop: model:bw=200M, 10% from t = 5 s"
 r=$($W run dd --dev 'model:bw=200M,sched=5s@10%' --time "$TIME" --mem 256M --quiet \
 	--trace "$OUT/drop.csv" --plot "$OUT/drop.svg")
 read -r mean1 _ _ sp lim _ <<<"$(trace_stats "$OUT/drop.csv" 2 5)"
-read -r mean2 min2 max2 _ _ within2 <<<"$(trace_stats "$OUT/drop.csv" 10 1e9)"
+read -r mean2 min2 max2 _ _ within2 <<<"$(trace_stats "$OUT/drop.csv" 10 "$((TIME - 1))")"
 read -r m lim <<<"$(trace_max "$OUT/drop.csv")"
-echo "   before the drop (2-5 s): mean $mean1 MiB; from 10 s (5 s after it): mean $mean2 MiB" \
+echo "   before the drop (2-5 s): mean $mean1 MiB; from 10 s (5 s after it) until the writer stops: mean $mean2 MiB" \
      "(min $min2, max $max2), setpoint $sp MiB, $within2% of samples within +-10%"
 echo "   max dirty+writeback over the run $m MiB, limit $lim MiB"
 echo "traces and plots: $OUT/{single,jbod,drop}.{csv,svg}"

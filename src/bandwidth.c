@@ -24,7 +24,13 @@
  *       balanced = task_ratelimit * write_bw / dirty_rate   (= write_bw / N)
  * dirty_ratelimit moves towards it in damped steps: only when balanced and
  * task_ratelimit agree on the direction (below the setpoint, up; above,
- * down), by 1/8 of the gap, less the closer it already is.
+ * down), by 1/8 of the gap, less the closer it already is.  Two changes
+ * from the kernel, both for a device whose bandwidth changes: write_bw in
+ * that formula is the rate written over the same interval as dirty_rate
+ * (the 3 s average lags a 10x drop by seconds and makes the two estimates
+ * disagree meanwhile), balanced is capped at that rate, and a gap of 2x
+ * or more (with the position agreeing) is closed by up to 2x per update
+ * instead of by 1/8 steps.
  *
  * PROPORTIONS (flexible proportions): each device counts the pages whose
  * writeback completed; every PROP_PERIOD (3 s) all counts halve.  A
@@ -42,7 +48,8 @@
 #define PROP_PERIOD_NS  (3000ull * 1000 * 1000)
 #define MIN_WRITEBACK   (4ull << 20)
 
-static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint64_t dirtied)
+static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint64_t dirtied,
+				    double written_rate)
 {
 	assert_held(&dev->bw_lock);
 	struct wbc_cache *c = dev->cache;
@@ -55,8 +62,15 @@ static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint6
 	double ratelimit = (double)atomic_load(&dev->dirty_ratelimit);
 	double task = ratelimit * pos;
 	double dirty_rate = (double)dirtied / elapsed_s;
-	double write_bw = (double)atomic_load(&dev->write_bw) / (double)c->page_size;
+	/* the rate written over the same interval as dirty_rate, not the
+	 * 3 s average: after a bandwidth change the two would disagree for
+	 * seconds and hold dirty_ratelimit where it was */
+	double write_bw = written_rate / (double)c->page_size;
 	double balanced = task * write_bw / WBC_MAX(dirty_rate, 1);
+	/* no writer usefully dirties faster than the device writes: when the
+	 * writers are held at the limit (not by their rate) the formula above
+	 * reads their shortfall as headroom */
+	balanced = WBC_MIN(balanced, write_bw);
 	double prev = dev->balanced_ratelimit > 0 ? dev->balanced_ratelimit : balanced;
 	double step = 0;
 	if (d.dirty < d.setpoint) {
@@ -72,6 +86,13 @@ static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint6
 	 * fluctuates (shift = ratelimit / (2 step + 1), as the kernel) */
 	double shift = ratelimit / (2 * step + 1);
 	step = shift < 63 ? ceil(ldexp(step, -(int)shift) / 8) : 0;
+	/* far off (2x or more) with the position agreeing: move at once by
+	 * up to 2x rather than by 1/8 steps (a device whose bandwidth fell
+	 * 10x would otherwise sit at the limit for many seconds) */
+	if (d.dirty > d.setpoint && balanced < ratelimit / 2)
+		step = ratelimit - WBC_MAX(balanced, ratelimit / 2);
+	else if (d.dirty < d.setpoint && balanced > ratelimit * 2)
+		step = WBC_MIN(balanced, ratelimit * 2) - ratelimit;
 	if (ratelimit < balanced)
 		ratelimit = WBC_MIN(ratelimit + step, balanced);
 	else
@@ -127,7 +148,7 @@ void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 		avg += (old - avg) / 8;
 	atomic_store(&dev->avg_write_bw, avg);
 	atomic_store(&dev->write_bw, cur);
-	update_ratelimit_locked(dev, e / 1e9, ddelta);
+	update_ratelimit_locked(dev, e / 1e9, ddelta, (double)delta * 1e9 / e);
 	pthread_mutex_unlock(&dev->bw_lock);
 	prop_account(dev, delta >> dev->cache->page_shift);
 }

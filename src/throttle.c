@@ -62,6 +62,9 @@
 #define MAX_PAUSE_NS (200 * NS_PER_MS)
 #define MIN_PAUSE_NS (10 * NS_PER_MS)
 #define TARGET_PAUSE_NS (20 * NS_PER_MS)
+/* Above freerun a thread checks again before it has dirtied more than
+ * 1/GAP_SHARE of the room left below the limit. */
+#define GAP_SHARE 16
 /* A device with at most this many unclean pages passes the throttle. */
 #define DEV_PASS 32
 
@@ -345,6 +348,9 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		if (ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);
 		double pos = writer_pos_ratio(dev, grp, &gd, &wb_thresh);
+		/* near the limit, each thread may take only a small part of
+		 * what is left before it checks again */
+		long gap_share = (long)(WBC_MAX(gd.limit - gd.dirty, 0) / GAP_SHARE);
 		double rate = (double)atomic_load(&dev->dirty_ratelimit) * pos;  /* pages/s */
 		/* never sleep longer than the device needs to write what it
 		 * holds (the kernel's wb_max_pause): a small cache on a fast
@@ -366,7 +372,8 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 					tls.paused_when = now;
 				}
 				long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
-				tls.nr_dirtied_pause = tls.nr_dirtied + WBC_MAX(WBC_MIN(next, slack), 1);
+				tls.nr_dirtied_pause = tls.nr_dirtied +
+					WBC_MAX(WBC_MIN(WBC_MIN(next, slack), gap_share), 1);
 				return;
 			}
 			pause = (uint64_t)WBC_MIN(p, (double)max_pause);
@@ -384,7 +391,7 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		tls.paused_when = wbc_now_ns();
 		tls.nr_dirtied = 0;
 		long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
-		tls.nr_dirtied_pause = WBC_MAX(WBC_MIN(next, slack), 1);
+		tls.nr_dirtied_pause = WBC_MAX(WBC_MIN(WBC_MIN(next, slack), gap_share), 1);
 		if (rate >= 1)
 			return;
 		/* at or over the limit: pause again until below it */
