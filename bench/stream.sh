@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Streaming write benchmark, side by side in one run on one directory:
-#   wbcache   `wbcache run`: 1 MiB writes through the engine + file backend, then fsync
+#   wbcache   `wbcache run dd`: 1 MiB writes through the engine + file backend, then fsync
 #   fio       io_uring, O_DIRECT, 1 MiB blocks, iodepth 32, end_fsync
 #   dd        the kernel's buffered path: dd bs=1M conv=fsync
 # Each round runs the three back to back; the median of ROUNDS rounds is
@@ -21,8 +21,8 @@ trap 'rm -rf "$DIR"/stream.* "$DIR"/fio.* "$DIR"/dd.out' EXIT
 drop_caches() { sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 > /proc/sys/vm/drop_caches || true; }
 
 run_wbcache() {
-	"$BUILD"/wbcache run --dir "$DIR" --size "${SIZE_MB}M" --bs 1M --mem "$MEM" |
-		sed -n 's/.*: \([0-9]*\) MB\/s$/\1/p'
+	"$BUILD"/wbcache run dd --dir "$DIR" --size "${SIZE_MB}M" --bs 1M --mem "$MEM" --quiet |
+		sed -n 's/^dd: .* = \([0-9]*\) MB\/s$/\1/p'
 }
 run_fio() {
 	# terse v3: field 47 = KiB written, field 50 = write runtime in ms
