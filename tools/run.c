@@ -139,31 +139,16 @@ static void *worker_main(void *arg)
 	wbc_file *f = NULL;
 	double t0 = now_s();
 	switch (o->wl) {
-	case WL_DD: {
-		fname(name, sizeof(name), "dd", w->id, 0);
-		if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
-			break;
-		uint64_t share = o->size / R.nw;
-		for (uint64_t off = 0; (o->time_s > 0 || off < share) && !time_up(); off += o->bs) {
-			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
-			if (r < 0) {
-				w->err = (int)r;
-				break;
-			}
-			w->bytes += (uint64_t)r;
-			w->ops++;
-			note_pause(w, &prev);
-		}
-		break;
-	}
+	case WL_DD:
 	case WL_RANDWRITE:
 	case WL_JBOD: {
-		fname(name, sizeof(name), "rand", w->id, 0);
+		bool seq = o->wl == WL_DD;
+		fname(name, sizeof(name), seq ? "dd" : "rand", w->id, 0);
 		if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
 			break;
-		uint64_t blocks = o->file_size / o->bs;
-		while (!time_up()) {
-			uint64_t off = (xrand(&seed) % blocks) * o->bs;
+		uint64_t share = o->size / R.nw, blocks = o->file_size / o->bs;
+		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
+			uint64_t off = seq ? w->bytes : (xrand(&seed) % blocks) * o->bs;
 			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
 			if (r < 0) {
 				w->err = (int)r;
@@ -172,8 +157,6 @@ static void *worker_main(void *arg)
 			w->bytes += (uint64_t)r;
 			w->ops++;
 			note_pause(w, &prev);
-			if (o->time_s <= 0 && w->bytes >= o->size / R.nw)
-				break;
 		}
 		break;
 	}
