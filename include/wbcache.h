@@ -80,7 +80,10 @@ int wbc_cache_close(wbc_cache *cache);
  * direct=0 (buffered instead of O_DIRECT).
  * Any spec also takes the kernel's per-device tunables: min_ratio=N,
  * max_ratio=N (percent of the dirty threshold), max_bytes=SIZE,
- * strict_limit=1.
+ * strict_limit=1; and on_error=retry (default: pages that fail to write
+ * stay dirty and are retried with backoff, counted in at_risk_bytes) or
+ * on_error=drop (they are cleaned and counted in lost_bytes).  Either way
+ * every handle open at the time sees the error at its next fsync.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec, or
  * the -errno of opening the backend.
  */
@@ -92,7 +95,8 @@ int wbc_dev_add_msg(wbc_cache *cache, const char *spec, wbc_dev **out,
 		    char *msg, size_t msglen);
 
 /* Write back all dirty data of the device, wait for it, flush the backend.
- * Returns 0 or the first error (each error is reported once per call). */
+ * Returns 0, or a writeback error the device met since the previous
+ * wbc_dev_sync() (like syncfs: even one an fsync reported already). */
 int wbc_dev_sync(wbc_dev *dev);
 
 /* wbc_dev_sync() on every device of the cache. */
@@ -167,6 +171,7 @@ struct wbc_stats {
 	uint64_t write_ios;          /* writeback I/Os completed */
 	uint64_t write_errors;       /* writeback I/Os that failed */
 	uint64_t lost_bytes;         /* dirty data dropped after a write error */
+	uint64_t at_risk_bytes;      /* dirty again after a failed write (retry policy) */
 	uint64_t pauses;             /* throttle pauses of writers */
 	uint64_t paused_ns;          /* their total length */
 	uint64_t max_pause_ns;

@@ -18,9 +18,10 @@ static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msgl
 	while (p) {
 		char *tok = p + 1, *next = strchr(tok, ',');
 		size_t len = next ? (size_t)(next - tok) : strlen(tok);
-		static const char *keys[] = { "min_ratio=", "max_ratio=", "max_bytes=", "strict_limit=" };
+		static const char *keys[] = { "min_ratio=", "max_ratio=", "max_bytes=", "strict_limit=",
+					      "on_error=" };
 		int k = -1;
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 5; i++)
 			if (!strncmp(tok, keys[i], strlen(keys[i])))
 				k = i;
 		if (k < 0) {
@@ -29,15 +30,19 @@ static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msgl
 		}
 		char val[64];
 		size_t vlen = len - strlen(keys[k]);
-		uint64_t v;
+		uint64_t v = 0;
 		if (vlen >= sizeof(val)) {
 			snprintf(msg, msglen, "bad value for %.*s", (int)len, tok);
 			return -EINVAL;
 		}
 		memcpy(val, tok + strlen(keys[k]), vlen);
 		val[vlen] = '\0';
-		int bad = wbc_parse_size(val, &v);
-		if (!bad && k == 0 && v <= 100)
+		int bad = k == 4 ? 0 : wbc_parse_size(val, &v);
+		if (k == 4 && (!strcmp(val, "retry") || !strcmp(val, "drop")))
+			dev->on_error = strcmp(val, "retry") ? WBC_ON_ERROR_DROP : WBC_ON_ERROR_RETRY;
+		else if (k == 4)
+			bad = 1;
+		else if (!bad && k == 0 && v <= 100)
 			dev->min_ratio = (unsigned)v;
 		else if (!bad && k == 1 && v >= 1 && v <= 100)
 			dev->max_ratio = (unsigned)v;
@@ -45,9 +50,11 @@ static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msgl
 			dev->max_bytes = v;
 		else if (!bad && k == 3 && v <= 1)
 			dev->strict_limit = v;
-		else {
+		if (bad || (k != 4 && !((k == 0 && v <= 100) || (k == 1 && v >= 1 && v <= 100) ||
+					   (k == 2 && v) || (k == 3 && v <= 1)))) {
 			snprintf(msg, msglen, "bad device tunable '%.*s' (min_ratio=0..100, "
-				 "max_ratio=1..100, max_bytes=SIZE, strict_limit=0|1)", (int)len, tok);
+				 "max_ratio=1..100, max_bytes=SIZE, strict_limit=0|1, "
+				 "on_error=retry|drop)", (int)len, tok);
 			return -EINVAL;
 		}
 		/* cut the option out of the spec */

@@ -225,12 +225,14 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 	assert_held(&ino->lock);
 	struct wbc_dev *dev = ino->dev;
 	struct wbc_cache *c = dev->cache;
-	uint64_t idx = first, dropped_dirty = 0;
+	uint64_t idx = first, dropped_dirty = 0, dropped_err = 0;
 	struct page *p;
 	while ((p = pm_next(&ino->map, idx, -1, &idx))) {
 		assert(!(p->flags & (PG_WRITEBACK | PG_LOCKED)));
 		if (p->flags & PG_DIRTY)
 			dropped_dirty++;
+		if (p->flags & PG_ERROR)
+			dropped_err++;
 		pm_delete(&ino->map, idx);
 		ino->nr_pages--;
 		page_release(c, p);
@@ -242,6 +244,8 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 		ino->nr_dirty -= dropped_dirty;
 		account_dropped(ino, (long)dropped_dirty);
 	}
+	if (dropped_err)
+		atomic_fetch_sub(&c->st_at_risk_pages, (long long)dropped_err);
 }
 
 void inode_drop_all_pages(struct inode *ino)

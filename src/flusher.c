@@ -37,6 +37,9 @@
 /* A background pass that found nothing it could write (pages locked by
  * writers, file being resized) retries after this long. */
 #define BACKGROUND_RETRY_NS (10ull * 1000 * 1000)
+/* Background retries of a file whose writeback failed (retry policy). */
+#define RETRY_MIN_NS (100ull * 1000 * 1000)
+#define RETRY_MAX_NS (5000ull * 1000 * 1000)
 #define NS_PER_CENTISEC (10ull * 1000 * 1000)
 
 /* ------------------------------------------------------------------ */
@@ -139,15 +142,15 @@ static void wb_end_io(struct wbc_bio *bio)
 	unsigned n = bio->nr_pages;
 	size_t len = bio->len;
 	int err = bio->res < 0 ? bio->res : ((size_t)bio->res != len ? -EIO : 0);
-	bool size_dirty;
+	bool size_dirty, retry = err && dev->on_error == WBC_ON_ERROR_RETRY;
+	long at_risk_delta = 0;
 
 	/* Counters first: whoever waits for these pages (fsync) finds them
 	 * up to date when it wakes. */
 	if (err) {
-		/* Drop policy: the pages are clean again; the data is counted
-		 * lost and every open handle sees the error at its next fsync. */
 		atomic_fetch_add(&c->st_write_errors, 1);
-		atomic_fetch_add(&c->st_lost, len);
+		if (!retry)
+			atomic_fetch_add(&c->st_lost, len);
 		dev_record_error(dev, err);
 	} else {
 		atomic_fetch_add(&c->st_written_back, len);
@@ -160,20 +163,49 @@ static void wb_end_io(struct wbc_bio *bio)
 		assert(p->inode == ino && (p->flags & PG_WRITEBACK));
 		p->flags &= ~PG_WRITEBACK;
 		pm_tag_clear(&ino->map, p->index, PM_TAG_WRITEBACK);
+		if (retry) {
+			/* Retry policy: dirty again, at risk until written */
+			p->flags |= PG_DIRTY;
+			pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
+			if (!(p->flags & PG_ERROR)) {
+				p->flags |= PG_ERROR;
+				at_risk_delta++;
+			}
+		} else if (p->flags & PG_ERROR) {
+			/* written at last (or dropped by the drop policy) */
+			p->flags &= ~PG_ERROR;
+			at_risk_delta--;
+		}
 	}
 	ino->nr_writeback -= n;
+	if (retry) {
+		ino->nr_dirty += n;
+		/* back off: 100 ms doubling to 5 s between background retries */
+		ino->retry_backoff_ns = WBC_MIN(WBC_MAX(ino->retry_backoff_ns * 2, RETRY_MIN_NS),
+						RETRY_MAX_NS);
+		ino->retry_after = wbc_now_ns() + ino->retry_backoff_ns;
+	} else if (!err) {
+		ino->retry_backoff_ns = 0;
+		ino->retry_after = 0;
+	}
 	if (err)
 		errseq_record(&ino->wb_err, err);
 	else
 		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
 	size_dirty = !err && ino->backend_size != ino->i_size;
+	/* counters before the wakeup: an fsync that wakes sees them settled */
+	if (at_risk_delta)
+		atomic_fetch_add(&c->st_at_risk_pages, at_risk_delta);
+	if (retry)
+		account_redirtied(ino, n);
+	else
+		account_cleaned(ino, n);
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
 
-	account_cleaned(ino, n);
 	cache_wake_page_waiters(c);
-	if (size_dirty)
-		mark_inode_dirty(ino);   /* the flusher fixes the backend size */
+	if (size_dirty || retry)
+		mark_inode_dirty(ino);   /* the flusher fixes the size, or retries */
 	iput(ino);
 	/* last: a drained device (inflight 0) has no completion still running */
 	bio_put(dev, bio);
@@ -390,7 +422,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		uint64_t expire = c->cfg.dirty_expire_centisecs * NS_PER_CENTISEC;
 		older_than = now > expire ? now - expire : 0;
 	}
-	long total = 0;
+	long total = 0, skipped = 0;
 	while (nr_pages > 0) {
 		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
 			break;
@@ -403,6 +435,17 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		pthread_mutex_unlock(&dev->list_lock);
 		if (!ino)
 			break;
+		pthread_mutex_lock(&ino->lock);
+		bool backoff = ino->retry_after > wbc_now_ns();
+		pthread_mutex_unlock(&ino->lock);
+		if (backoff) {
+			/* failed recently: its turn comes after the backoff */
+			dirty_requeue(ino, true, false);
+			skipped++;
+			if (skipped > 1000)
+				break;
+			continue;
+		}
 		struct wbc_ctl ctl = {
 			.sync_mode = WB_SYNC_NONE,
 			.nr_to_write = WBC_MIN(writeback_slice_pages(dev), nr_pages),

@@ -148,6 +148,7 @@ enum {
 	PG_DIRTY     = 1u << 1,  /* newer than the backend (tag DIRTY)    */
 	PG_WRITEBACK = 1u << 2,  /* I/O in flight (tag WRITEBACK)          */
 	PG_LOCKED    = 1u << 3,  /* a reader or writer is copying its data */
+	PG_ERROR     = 1u << 4,  /* its last writeback failed (retry policy) */
 };
 
 struct inode;
@@ -167,6 +168,7 @@ struct page {
 /* backends                                                             */
 
 enum bio_op { BIO_READ, BIO_WRITE };
+enum { WBC_ON_ERROR_RETRY, WBC_ON_ERROR_DROP };
 
 struct wbc_bio;
 typedef void (*bio_end_io_t)(struct wbc_bio *bio);
@@ -225,6 +227,7 @@ int backend_create(const char *spec, struct backend **out, char *err, size_t err
 int mem_backend_create(struct backend **out);
 int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
 void model_release_stall(struct backend *be);
+void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp);
 int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 			size_t max_io, struct backend **out, char *err, size_t errlen);
 
@@ -272,6 +275,8 @@ struct inode {
 	uint64_t writeback_index;   /* where the next cyclic pass starts */
 	unsigned waiters;
 	bool sizing;                /* truncate/size sync owns the backend size */
+	uint64_t retry_after;       /* ns: no background retry before (errors) */
+	uint64_t retry_backoff_ns;
 	struct errseq wb_err;
 
 	/* dev->list_lock */
@@ -377,6 +382,7 @@ struct wbc_dev {
 	atomic_ullong dirtied_pages;/* ever dirtied: the dirty rate */
 
 	/* tunables (spec options), fixed after add */
+	int on_error;                   /* WBC_ON_ERROR_RETRY or _DROP */
 	unsigned min_ratio, max_ratio;  /* percent of thresh */
 	uint64_t max_bytes;             /* 0: none */
 	bool strict_limit;
@@ -422,6 +428,7 @@ struct wbc_cache {
 	struct dirty_ctr ctr;       /* all pages of the cache */
 	atomic_llong nr_cached;     /* resident pages */
 	atomic_ullong st_pauses, st_paused_ns, st_max_pause_ns;
+	atomic_llong st_at_risk_pages;  /* dirty again after a write error */
 
 	pthread_mutex_t prop_lock;  /* flexible proportions of the devices */
 	double prop_total;
@@ -490,6 +497,7 @@ void account_dirtied(struct inode *ino, long n);
 void account_writeback(struct inode *ino, long n);   /* dirty -> writeback */
 void account_cleaned(struct inode *ino, long n);     /* writeback -> clean */
 void account_dropped(struct inode *ino, long n);     /* dirty -> gone */
+void account_redirtied(struct inode *ino, long n);   /* writeback -> dirty */
 long ctr_dirty(struct dirty_ctr *c);
 long ctr_unclean(struct dirty_ctr *c);
 double pos_ratio_cubic(double setpoint, double dirty, double limit);

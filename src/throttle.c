@@ -107,6 +107,7 @@ void account_dirtied(struct inode *ino, long n)
 void account_writeback(struct inode *ino, long n) { account(ino, -n, 0); }
 void account_cleaned(struct inode *ino, long n) { account(ino, 0, -n); }
 void account_dropped(struct inode *ino, long n) { account(ino, -n, -n); }
+void account_redirtied(struct inode *ino, long n) { account(ino, n, 0); }
 
 /* ------------------------------------------------------------------ */
 /* thresholds and domains                                               */

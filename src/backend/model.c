@@ -401,6 +401,19 @@ static const struct backend_ops model_ops = {
 	.destroy = model_destroy,
 };
 
+/* Change the injected errors now (tests: a fault that ends). */
+void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp)
+{
+	if (be->ops != &model_ops)
+		return;
+	struct model *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	m->cfg.err_off = err_off;
+	m->cfg.err_len = err_len;
+	m->cfg.errp = errp;
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* End a configured stall now (tests). */
 void model_release_stall(struct backend *be)
 {
