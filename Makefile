@@ -35,7 +35,7 @@ CLI     := $(BUILD)/wbcache
 TEST_SRC := $(wildcard tests/*.c)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%.t,$(TEST_SRC))
 
-.PHONY: all deps check run bench install clean
+.PHONY: all deps check run bench install clean fuzz
 
 all: deps $(LIB) $(CLI) $(TESTS)
 	@ln -sfn $(notdir $(BUILD)) build/current 2>/dev/null || true
@@ -69,6 +69,17 @@ check: all
 bench: all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
+
+# libFuzzer (clang): FUZZ_TIME seconds; new finds land in build/fuzz/corpus,
+# crashes in build/fuzz/crash-*: copy those into tests/fuzz-corpus/, where
+# tests/fuzz_regress replays them in every `make check`.
+FUZZ_TIME ?= 60
+fuzz: deps
+	@mkdir -p build/fuzz/corpus
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_GNU_SOURCE \
+		-pthread $(LIB_SRC) fuzz/fuzz_ops.c $(LDLIBS) -o build/fuzz/fuzz_ops
+	build/fuzz/fuzz_ops -max_total_time=$(FUZZ_TIME) -artifact_prefix=build/fuzz/ \
+		build/fuzz/corpus tests/fuzz-corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
