@@ -34,10 +34,12 @@ TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TOOL_SRC))
 CLI     := $(BUILD)/wbcache
 TEST_SRC := $(wildcard tests/*.c)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%.t,$(TEST_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .PHONY: all deps check run bench install clean fuzz
 
-all: deps $(LIB) $(CLI) $(TESTS)
+all: deps $(LIB) $(CLI) $(TESTS) $(BENCHES)
 	@ln -sfn $(notdir $(BUILD)) build/current 2>/dev/null || true
 
 # Installs missing Debian packages when root, else lists them and fails.
@@ -59,6 +61,10 @@ $(BUILD)/tests/%.t: tests/%.c $(LIB) tests/testutil.h
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -Isrc $< $(LIB) $(LDLIBS) -o $@
 
+$(BUILD)/bench/%: bench/%.c $(LIB) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -Isrc $< $(LIB) $(LDLIBS) -o $@
+
 # The main job: stream 1 GiB through the engine on the file backend.
 run: all
 	$(CLI) run
@@ -69,6 +75,7 @@ check: all
 bench: all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
+	$(BUILD)/bench/isolation
 
 # libFuzzer (clang): FUZZ_TIME seconds; new finds land in build/fuzz/corpus,
 # crashes in build/fuzz/crash-*: copy those into tests/fuzz-corpus/, where

@@ -51,7 +51,8 @@
  *
  * SLACK (invariant 2): a thread may dirty up to its interval before it
  * checks, and the interval is capped at throttle_slack_pages(); a device
- * passing as "nearly clean" adds at most DEV_PASS pages.
+ * passing as "nearly clean" adds at most its pass allowance (at most
+ * thresh / 16, and a quarter of its share).
  */
 #include "internal.h"
 
@@ -65,8 +66,12 @@
 /* Above freerun a thread checks again before it has dirtied more than
  * 1/GAP_SHARE of the room left below the limit. */
 #define GAP_SHARE 16
-/* A device with at most this many unclean pages passes the throttle. */
+/* A device with at most this many unclean pages passes the throttle;
+ * more when its bandwidth warrants (PASS_WINDOW of it, at most
+ * thresh / PASS_MAX_PART and a quarter of its share). */
 #define DEV_PASS 32
+#define PASS_WINDOW_NS (20 * NS_PER_MS)
+#define PASS_MAX_PART 16
 
 struct throttle_tls {
 	long nr_dirtied;            /* newly dirtied since the last check */
@@ -335,12 +340,19 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			tls.paused_when = now;
 			return;
 		}
-		/* pass: this writer's device is nearly clean (a pipe through a
-		 * domain filled by some other, slower or stalled, device) */
-		if (ctr_unclean(&dev->ctr) <= DEV_PASS && !dev->strict_limit &&
-		    (!grp || md.dirty < md.limit)) {
+		/* pass: this writer's device holds little of its share (a pipe
+		 * through a domain filled by some other, slower or stalled,
+		 * device): enough for PASS_WINDOW of its bandwidth, at most
+		 * thresh / PASS_MAX_PART and a quarter of its share */
+		long unclean = ctr_unclean(&dev->ctr);
+		double pass = (double)atomic_load(&dev->write_bw) / (double)c->page_size *
+			      (double)PASS_WINDOW_NS / 1e9;
+		pass = WBC_MIN(pass, gd.thresh / PASS_MAX_PART);
+		pass = WBC_MIN(pass, dev_wb_thresh(dev, gd.thresh) / 4);
+		pass = WBC_MAX(pass, (double)DEV_PASS);
+		if (unclean <= (long)pass && !dev->strict_limit && (!grp || md.dirty < md.limit)) {
 			tls.nr_dirtied = 0;
-			tls.nr_dirtied_pause = WBC_MIN((long)DEV_PASS / 2, slack);
+			tls.nr_dirtied_pause = WBC_MAX(WBC_MIN((long)pass - unclean, slack), 1);
 			tls.paused_when = now;
 			return;
 		}
@@ -357,7 +369,8 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		 * holds (the kernel's wb_max_pause): a small cache on a fast
 		 * device must not idle it for 200 ms */
 		double bw_pages = (double)atomic_load(&dev->write_bw) / (double)c->page_size;
-		double drain_ns = (double)ctr_unclean(&dev->ctr) / WBC_MAX(bw_pages, 1) * 1e9;
+		/* half of it: wake while the device still has work queued */
+		double drain_ns = (double)ctr_unclean(&dev->ctr) / WBC_MAX(bw_pages, 1) * 1e9 / 2;
 		uint64_t max_pause = (uint64_t)WBC_MIN(WBC_MAX(drain_ns, (double)MIN_PAUSE_NS / 10),
 						       (double)MAX_PAUSE_NS);
 		uint64_t pause;
