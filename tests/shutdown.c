@@ -1,9 +1,9 @@
 /*
  * Shutdown: closing the cache writes everything back (the backing files
  * hold the data afterwards) and leaves no thread and no file descriptor
- * behind, over 20 open/write/close cycles (after a first that sets the baseline),
- * with open handles left for the
- * close to clean up.  Memory leaks are LeakSanitizer's part (SAN=address).
+ * behind, over 20 open/write/close cycles after a first one that sets the
+ * baseline, with open handles left for the close to clean up.  Memory
+ * leaks are LeakSanitizer's part (SAN=address).
  */
 #include "testutil.h"
 
