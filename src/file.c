@@ -126,6 +126,7 @@ static struct inode *hash_find_locked(struct wbc_dev *dev, const char *name)
 
 static void hash_grow_locked(struct wbc_dev *dev)
 {
+	assert_held(&dev->inode_lock);
 	size_t nsize = dev->hash_size * 2;
 	struct inode **n = calloc(nsize, sizeof(*n));
 	if (!n)

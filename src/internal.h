@@ -290,7 +290,6 @@ struct wbc_file {
 	struct inode *inode;
 	struct wbc_dev *dev;
 	uint32_t err_since;         /* errseq sample: inode->lock */
-	atomic_bool closed;
 };
 
 /* ------------------------------------------------------------------ */
@@ -298,7 +297,7 @@ struct wbc_file {
 
 enum wb_sync_mode { WB_SYNC_NONE, WB_SYNC_ALL };
 enum wb_reason { WB_REASON_BACKGROUND, WB_REASON_PERIODIC, WB_REASON_SYNC,
-		 WB_REASON_START_ALL, WB_REASON_FSYNC };
+		 WB_REASON_START_ALL };
 
 /* One pass over one inode (the kernel's writeback_control). */
 struct wbc_ctl {

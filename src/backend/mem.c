@@ -59,6 +59,7 @@ static void mem_close(struct backend *be, void *obj)
 	(void)obj;
 }
 
+/* Caller holds o->lock for writing (an rwlock: not assertable). */
 static int resize_locked(struct mobj *o, uint64_t size)
 {
 	if (size > MEM_MAX_OBJ)

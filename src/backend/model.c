@@ -261,6 +261,7 @@ static struct pending heap_pop(struct model *m)
 
 static bool in_stall_locked(struct model *m, double t)
 {
+	assert_held(&m->lock);
 	const struct model_cfg *cfg = &m->cfg;
 	return cfg->stall_for > 0 && !m->stall_released && t >= cfg->stall_at &&
 	       t < cfg->stall_at + cfg->stall_for;
@@ -442,7 +443,7 @@ int model_backend_create(const char *opts, struct backend **out, char *err, size
 	m->cfg = cfg;
 	m->rng = cfg.seed | 1;
 	m->t0 = wbc_now_ns();
-	pthread_mutex_init(&m->lock, NULL);
+	wbc_mutex_init(&m->lock);
 	wbc_cond_init(&m->cond);
 	rc = -pthread_create(&m->thread, NULL, model_main, m);
 	if (rc) {
