@@ -82,6 +82,7 @@ bench: all
 # tests/fuzz_regress replays them in every `make check`.
 FUZZ_TIME ?= 60
 fuzz: deps
+	@command -v clang >/dev/null || { echo "make fuzz needs clang: apt-get install clang" >&2; exit 1; }
 	@mkdir -p build/fuzz/corpus
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_GNU_SOURCE \
 		-pthread $(LIB_SRC) fuzz/fuzz_ops.c $(LDLIBS) -o build/fuzz/fuzz_ops
