@@ -192,6 +192,10 @@ struct wbc_dev_stats {
 	uint64_t dirty_ratelimit;    /* bytes/s a writer may dirty at the setpoint */
 	uint64_t written_back_bytes;
 	uint64_t dirtied_bytes;
+	/* hold times of the device's dirty-file list lock: entry i counts
+	 * holds of [2^(i-1), 2^i) ns (entry 0: under 1 ns) */
+	uint64_t list_lock_hold_hist[32];
+	uint64_t list_lock_holds, list_lock_max_hold_ns;
 };
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
 

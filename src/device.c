@@ -157,10 +157,10 @@ int wbc_dev_sync(wbc_dev *dev)
 static void release_listed_inodes(struct wbc_dev *dev)
 {
 	for (;;) {
-		pthread_mutex_lock(&dev->list_lock);
+		dev_list_lock(dev);
 		queue_io_locked(dev, UINT64_MAX);
 		struct inode *ino = dirty_take_next_locked(dev);
-		pthread_mutex_unlock(&dev->list_lock);
+		dev_list_unlock(dev);
 		if (!ino)
 			return;
 		pthread_mutex_lock(&ino->lock);
@@ -257,6 +257,11 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->dirty_ratelimit = atomic_load(&dev->dirty_ratelimit) * ps;
 	st->written_back_bytes = atomic_load(&dev->completed_bytes);
 	st->dirtied_bytes = atomic_load(&dev->dirtied_pages) * ps;
+	for (int i = 0; i < LOCK_HIST_BUCKETS; i++) {
+		st->list_lock_hold_hist[i] = atomic_load(&dev->list_lock_stat.hist[i]);
+		st->list_lock_holds += st->list_lock_hold_hist[i];
+	}
+	st->list_lock_max_hold_ns = atomic_load(&dev->list_lock_stat.max_ns);
 	return 0;
 }
 

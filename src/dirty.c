@@ -19,6 +19,31 @@
  */
 #include "internal.h"
 
+void lock_stat_record(struct lock_stat *ls, uint64_t ns)
+{
+	unsigned b = ns ? (unsigned)(64 - __builtin_clzll(ns)) : 0;
+	atomic_fetch_add_explicit(&ls->hist[WBC_MIN(b, LOCK_HIST_BUCKETS - 1u)], 1,
+				  memory_order_relaxed);
+	uint64_t mx = atomic_load_explicit(&ls->max_ns, memory_order_relaxed);
+	while (ns > mx && !atomic_compare_exchange_weak(&ls->max_ns, &mx, ns))
+		;
+}
+
+/* The dirty-list lock, with its hold time recorded (wbc_dev_stats). */
+void dev_list_lock(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&dev->list_lock);
+	dev->list_locked_at = wbc_now_ns();
+}
+
+void dev_list_unlock(struct wbc_dev *dev)
+{
+	assert_held(&dev->list_lock);
+	uint64_t held = wbc_now_ns() - dev->list_locked_at;
+	pthread_mutex_unlock(&dev->list_lock);
+	lock_stat_record(&dev->list_lock_stat, held);
+}
+
 void mark_inode_dirty(struct inode *ino)
 {
 	/* Fast path: already queued.  A stale true here is harmless: the
@@ -27,7 +52,7 @@ void mark_inode_dirty(struct inode *ino)
 	if (atomic_load_explicit(&ino->dirty_hint, memory_order_acquire))
 		return;
 	struct wbc_dev *dev = ino->dev;
-	pthread_mutex_lock(&dev->list_lock);
+	dev_list_lock(dev);
 	if (!(ino->state & I_DIRTY)) {
 		atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
 		/* Under I_SYNC the flusher requeues it and keeps its age: an
@@ -41,7 +66,7 @@ void mark_inode_dirty(struct inode *ino)
 		}
 		ino->state |= I_DIRTY;
 	}
-	pthread_mutex_unlock(&dev->list_lock);
+	dev_list_unlock(dev);
 }
 
 void queue_io_locked(struct wbc_dev *dev, uint64_t older_than)
@@ -77,7 +102,7 @@ void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
 {
 	struct wbc_dev *dev = ino->dev;
 	bool put = false;
-	pthread_mutex_lock(&dev->list_lock);
+	dev_list_lock(dev);
 	assert(ino->state & I_SYNC);
 	ino->state &= ~I_SYNC;
 	if (still_dirty || (ino->state & I_DIRTY)) {
@@ -99,7 +124,7 @@ void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
 	} else {
 		put = true;
 	}
-	pthread_mutex_unlock(&dev->list_lock);
+	dev_list_unlock(dev);
 	if (put)
 		iput(ino);
 }

@@ -428,11 +428,11 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			break;
 		if (work_pending(dev))
 			break;
-		pthread_mutex_lock(&dev->list_lock);
+		dev_list_lock(dev);
 		if (list_empty(&dev->b_io))
 			queue_io_locked(dev, older_than);
 		struct inode *ino = dirty_take_next_locked(dev);
-		pthread_mutex_unlock(&dev->list_lock);
+		dev_list_unlock(dev);
 		if (!ino)
 			break;
 		pthread_mutex_lock(&ino->lock);
@@ -474,14 +474,14 @@ static int wb_sync(struct wbc_dev *dev)
 	 * are now off the lists) must be complete before sync returns. */
 	dev_drain(dev);
 	list_init(&todo);
-	pthread_mutex_lock(&dev->list_lock);
+	dev_list_lock(dev);
 	list_splice_tail_init(&dev->b_io, &todo);
 	list_splice_tail_init(&dev->b_more_io, &todo);
 	list_splice_tail_init(&dev->b_dirty, &todo);
-	pthread_mutex_unlock(&dev->list_lock);
+	dev_list_unlock(dev);
 
 	for (;;) {
-		pthread_mutex_lock(&dev->list_lock);
+		dev_list_lock(dev);
 		struct inode *ino = NULL;
 		if (!list_empty(&todo)) {
 			ino = container_of(todo.next, struct inode, wb_list);
@@ -489,7 +489,7 @@ static int wb_sync(struct wbc_dev *dev)
 			ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
 			atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);
 		}
-		pthread_mutex_unlock(&dev->list_lock);
+		dev_list_unlock(dev);
 		if (!ino)
 			break;
 		struct wbc_ctl ctl = {

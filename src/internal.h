@@ -340,6 +340,17 @@ struct dom {
 };
 
 /* ------------------------------------------------------------------ */
+/* lock hold times                                                      */
+
+#define LOCK_HIST_BUCKETS 32
+/* Hold times of one lock: bucket i counts holds in [2^(i-1), 2^i) ns. */
+struct lock_stat {
+	atomic_ullong hist[LOCK_HIST_BUCKETS];
+	atomic_ullong max_ns;
+};
+void lock_stat_record(struct lock_stat *ls, uint64_t ns);
+
+/* ------------------------------------------------------------------ */
 /* device                                                               */
 
 struct wbc_dev {
@@ -354,6 +365,8 @@ struct wbc_dev {
 	size_t hash_size, nr_inodes;/* inode_lock */
 
 	pthread_mutex_t list_lock;
+	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
+	struct lock_stat list_lock_stat;
 	struct list_head b_dirty;   /* dirtied, oldest first */
 	struct list_head b_io;      /* queued for this pass */
 	struct list_head b_more_io; /* used their slice; taken after b_io */
@@ -466,7 +479,9 @@ void inode_wake_locked(struct inode *ino);
 int inode_sync_size(struct inode *ino);
 void inode_drop_all_pages(struct inode *ino);
 
-/* dirty.c */
+/* dirty.c: the dirty-list lock, timed */
+void dev_list_lock(struct wbc_dev *dev);
+void dev_list_unlock(struct wbc_dev *dev);
 void mark_inode_dirty(struct inode *ino);
 void queue_io_locked(struct wbc_dev *dev, uint64_t older_than);
 struct inode *dirty_take_next_locked(struct wbc_dev *dev);

@@ -127,6 +127,21 @@ int main(void)
 	       (unsigned long long)s.written_back_bytes >> 10,
 	       (unsigned long long)s.reclaimed_pages);
 	CHECK(s.reclaimed_pages > 0);
+	/* the dirty-list lock's hold-time histogram is consistent */
+	for (int d = 0; d < 2; d++) {
+		struct wbc_dev_stats ds;
+		CHECK_EQ(wbc_dev_stats(devs[d], &ds), 0);
+		uint64_t sum = 0;
+		int top = -1;
+		for (int k = 0; k < 32; k++) {
+			sum += ds.list_lock_hold_hist[k];
+			if (ds.list_lock_hold_hist[k])
+				top = k;
+		}
+		CHECK(ds.list_lock_holds > 0 && sum == ds.list_lock_holds && top >= 0);
+		CHECK(top == 31 || ds.list_lock_max_hold_ns < (1ull << top));
+		CHECK(top == 0 || ds.list_lock_max_hold_ns >= (1ull << (top - 1)));
+	}
 	CHECK_EQ(wbc_file_close(shared), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	return 0;

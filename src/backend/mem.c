@@ -1,6 +1,7 @@
 /*
- * RAM backend: named byte arrays.  I/O is done in submit and completed
- * before submit returns.  Objects live until the backend is destroyed.
+ * RAM backend: named byte arrays in a hash table.  I/O is done in submit
+ * and completed before submit returns.  Objects live until the backend is
+ * destroyed.
  */
 #include "../internal.h"
 
@@ -18,16 +19,46 @@ struct mobj {
 };
 
 struct mem {
-	pthread_mutex_t lock;    /* objs list */
-	struct mobj *objs;
+	pthread_mutex_t lock;    /* the hash */
+	struct mobj **hash;
+	size_t hash_size, nr;
 };
+
+#define MEM_HASH_INIT 256
+
+static size_t mem_hash(const char *s, size_t size)
+{
+	uint64_t h = 1469598103934665603ull;           /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return (size_t)h & (size - 1);
+}
+
+/* Double the table when it is full on average (lock held). */
+static void mem_grow(struct mem *m)
+{
+	size_t nsize = m->hash_size * 2;
+	struct mobj **n = calloc(nsize, sizeof(*n));
+	if (!n)
+		return;                  /* longer chains, still correct */
+	for (size_t i = 0; i < m->hash_size; i++)
+		for (struct mobj *o = m->hash[i], *next; o; o = next) {
+			next = o->next;
+			size_t k = mem_hash(o->name, nsize);
+			o->next = n[k];
+			n[k] = o;
+		}
+	free(m->hash);
+	m->hash = n;
+	m->hash_size = nsize;
+}
 
 static int mem_open(struct backend *be, const char *name, bool create, void **obj,
 		    uint64_t *size)
 {
 	struct mem *m = be->priv;
 	pthread_mutex_lock(&m->lock);
-	struct mobj *o = m->objs;
+	struct mobj *o = m->hash[mem_hash(name, m->hash_size)];
 	while (o && strcmp(o->name, name))
 		o = o->next;
 	if (!o) {
@@ -42,8 +73,12 @@ static int mem_open(struct backend *be, const char *name, bool create, void **ob
 			return -ENOMEM;
 		}
 		pthread_rwlock_init(&o->lock, NULL);
-		o->next = m->objs;
-		m->objs = o;
+		if (m->nr >= m->hash_size)
+			mem_grow(m);
+		size_t k = mem_hash(name, m->hash_size);
+		o->next = m->hash[k];
+		m->hash[k] = o;
+		m->nr++;
 	}
 	pthread_mutex_unlock(&m->lock);
 	pthread_rwlock_rdlock(&o->lock);
@@ -133,15 +168,15 @@ static int mem_setsize(struct backend *be, void *obj, uint64_t size)
 static void mem_destroy(struct backend *be)
 {
 	struct mem *m = be->priv;
-	struct mobj *o = m->objs;
-	while (o) {
-		struct mobj *next = o->next;
-		pthread_rwlock_destroy(&o->lock);
-		free(o->data);
-		free(o->name);
-		free(o);
-		o = next;
-	}
+	for (size_t i = 0; i < m->hash_size; i++)
+		for (struct mobj *o = m->hash[i], *next; o; o = next) {
+			next = o->next;
+			pthread_rwlock_destroy(&o->lock);
+			free(o->data);
+			free(o->name);
+			free(o);
+		}
+	free(m->hash);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 	free(be);
@@ -161,11 +196,12 @@ int mem_backend_create(struct backend **out)
 {
 	struct backend *be = calloc(1, sizeof(*be));
 	struct mem *m = calloc(1, sizeof(*m));
-	if (!be || !m) {
+	if (!be || !m || !(m->hash = calloc(MEM_HASH_INIT, sizeof(*m->hash)))) {
 		free(be);
 		free(m);
 		return -ENOMEM;
 	}
+	m->hash_size = MEM_HASH_INIT;
 	pthread_mutex_init(&m->lock, NULL);
 	be->ops = &mem_ops;
 	be->qd = MEM_QD;
