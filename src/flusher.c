@@ -669,7 +669,7 @@ void wakeup_flusher_threads(struct wbc_cache *c, bool start_all)
 
 int flusher_queue_sync(struct wbc_dev *dev)
 {
-	struct wb_work w = { .sync_mode = WB_SYNC_ALL, .reason = WB_REASON_SYNC };
+	struct wb_work w = { .done = false };
 	list_init(&w.list);
 	pthread_mutex_lock(&dev->work_lock);
 	if (dev->stop) {

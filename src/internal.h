@@ -13,13 +13,18 @@
  *       dev->list_lock  b_dirty / b_io / b_more_io and inode->state.
  *   dev->inode_lock     name hash and inode reference counts (leaf; taken
  *                       under list_lock by mark_inode_dirty).
- *   dev->bw_lock        rate estimation of one device (bandwidth.c)
+ *   dev->bw_lock        rate estimation of one device (bandwidth.c; only
+ *                       ever trylocked, so no thread waits for it)
  *     cache->dev_lock   the device list, group creation
  *       dev->work_lock  (wakeup_flusher_threads kicks under dev_lock)
  *       cache->prop_lock  flexible proportions of the devices
+ *     dev->io_lock      bio pool, in-flight count, busy time (leaf)
  *   dev->work_lock      work queue, flusher wakeups (leaf).
- *   dev->io_lock        bio pool, in-flight count (leaf).
- *   cache->dirty_lock   writers waiting at the dirty limit (leaf).
+ *   dev->err_lock       the device's errseq (leaf).
+ *   handle table lock   (file.c, leaf).
+ *   backend-private locks (mem object rwlocks, the model's queue lock, the
+ *   file backend's submission lock) are leaves: backends call end_io with
+ *   none of them held.
  *
  * No lock is held across backend submission, a wait for I/O, a sleep, or a
  * read-in from the backend (invariant 6 of DESIGN.md): waits use condition
@@ -296,7 +301,7 @@ struct wbc_file {
 /* writeback control and work                                           */
 
 enum wb_sync_mode { WB_SYNC_NONE, WB_SYNC_ALL };
-enum wb_reason { WB_REASON_BACKGROUND, WB_REASON_PERIODIC, WB_REASON_SYNC,
+enum wb_reason { WB_REASON_BACKGROUND, WB_REASON_PERIODIC,
 		 WB_REASON_START_ALL };
 
 /* One pass over one inode (the kernel's writeback_control). */
@@ -309,10 +314,9 @@ struct wbc_ctl {
 	int err;                    /* first submission error */
 };
 
+/* A sync request queued for the flusher (wbc_dev_sync). */
 struct wb_work {
 	struct list_head list;
-	enum wb_sync_mode sync_mode;
-	enum wb_reason reason;
 	bool done;
 	int err;
 };

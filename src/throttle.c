@@ -266,7 +266,7 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 		if (md.dirty > md.freerun || gd->dirty > gd->freerun)
 			pos = WBC_MIN(pos, pos_ratio_cubic(md.setpoint, md.dirty, md.limit));
 	}
-	return WBC_MIN(pos, 2.0 * 8);
+	return pos;
 }
 
 /* ------------------------------------------------------------------ */

@@ -16,13 +16,7 @@ static atomic_int g1_done, violations, samples;
 static void *tenant1(void *arg)
 {
 	(void)arg;
-	wbc_file *f;
-	char buf[64 << 10];
-	t_fill(buf, sizeof(buf), 1);
-	CHECK_EQ(wbc_file_open_group(slow, "t1", WBC_O_CREAT, g1, &f), 0);
-	for (uint64_t off = 0; off < (40u << 20); off += sizeof(buf))
-		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), off), sizeof(buf));
-	CHECK_EQ(wbc_file_close(f), 0);
+	t_stream(slow, g1, "t1", 40u << 20, 1, 0);
 	atomic_store(&g1_done, 1);
 	return NULL;
 }
@@ -65,24 +59,11 @@ int main(void)
 	pthread_create(&s, NULL, sampler, NULL);
 
 	/* wait for tenant 1 to reach its group's limit */
-	for (int i = 0; i < 60000; i++) {
-		wbc_group_stats(g1, &gs);
-		if (gs.dirty_bytes + gs.writeback_bytes >= gs.setpoint_bytes)
-			break;
-		struct timespec ts = { 0, 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	CHECK(gs.dirty_bytes + gs.writeback_bytes >= gs.setpoint_bytes);
+	CHECK(T_WAIT_UNTIL((wbc_group_stats(g1, &gs),
+			    gs.dirty_bytes + gs.writeback_bytes >= gs.setpoint_bytes)));
 
-	wbc_file *f;
-	char buf[64 << 10];
-	t_fill(buf, sizeof(buf), 2);
-	CHECK_EQ(wbc_file_open_group(fast, "t2", WBC_O_CREAT, g2, &f), 0);
-	for (uint64_t off = 0; off < (64u << 20); off += sizeof(buf))
-		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), off), sizeof(buf));
+	t_stream(fast, g2, "t2", 64u << 20, 2, 0);
 	CHECK(!atomic_load(&g1_done));       /* tenant 1 is still held back */
-	CHECK_EQ(wbc_group_stats(g2, &gs), 0);
-	CHECK_EQ(wbc_file_close(f), 0);
 
 	pthread_join(t1, NULL);
 	pthread_join(s, NULL);

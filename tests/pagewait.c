@@ -47,14 +47,7 @@ int main(void)
 	pthread_t t;
 	pthread_create(&t, NULL, writer_b, NULL);
 	struct wbc_stats st;
-	for (int i = 0; i < 60000; i++) {
-		wbc_stats(c, &st);
-		if (st.page_waits)
-			break;
-		struct timespec ts = { 0, 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	CHECK(st.page_waits > 0);           /* B's writer had to wait for a page */
+	CHECK(T_WAIT_UNTIL((wbc_stats(c, &st), st.page_waits > 0)));           /* B's writer had to wait for a page */
 	CHECK(st.cached_bytes <= st.mem_bytes);
 	struct wbc_dev_stats ds;
 	wbc_dev_stats(a, &ds);

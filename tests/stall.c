@@ -15,13 +15,7 @@ static atomic_int a_done;
 static void *writer_a(void *arg)
 {
 	(void)arg;
-	wbc_file *f;
-	char buf[64 << 10];
-	t_fill(buf, sizeof(buf), 1);
-	CHECK_EQ(wbc_file_open(a, "a", WBC_O_CREAT, &f), 0);
-	for (uint64_t off = 0; off < (64u << 20); off += sizeof(buf))
-		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), off), sizeof(buf));
-	CHECK_EQ(wbc_file_close(f), 0);
+	t_stream(a, NULL, "a", 64u << 20, 1, 0);
 	atomic_store(&a_done, 1);
 	return NULL;
 }
@@ -37,23 +31,11 @@ int main(void)
 
 	/* wait until A's writer has pushed the cache to its limit */
 	struct wbc_stats st;
-	for (int i = 0; i < 60000; i++) {
-		wbc_stats(c, &st);
-		if (st.dirty_bytes + st.writeback_bytes >= st.setpoint_bytes)
-			break;
-		struct timespec ts = { 0, 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	CHECK(st.dirty_bytes + st.writeback_bytes >= st.setpoint_bytes);
+	CHECK(T_WAIT_UNTIL((wbc_stats(c, &st),
+			    st.dirty_bytes + st.writeback_bytes >= st.setpoint_bytes)));
 
 	/* B's writer gets through while A completes nothing */
-	wbc_file *f;
-	char buf[64 << 10];
-	t_fill(buf, sizeof(buf), 2);
-	CHECK_EQ(wbc_file_open(b, "b", WBC_O_CREAT, &f), 0);
-	for (uint64_t off = 0; off < (48u << 20); off += sizeof(buf))
-		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), off), sizeof(buf));
-	CHECK_EQ(wbc_fsync(f), 0);
+	t_stream(b, NULL, "b", 48u << 20, 2, 1);
 	struct wbc_dev_stats as, bs;
 	wbc_dev_stats(a, &as);
 	wbc_dev_stats(b, &bs);
@@ -64,7 +46,6 @@ int main(void)
 	CHECK_EQ(as.written_back_bytes, 0);
 	CHECK(bs.written_back_bytes >= (48u << 20));
 	CHECK(!atomic_load(&a_done));                 /* A's writer is still held */
-	CHECK_EQ(wbc_file_close(f), 0);
 
 	model_release_stall(a->be);
 	pthread_join(ta, NULL);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wbcache.h"
@@ -72,6 +73,32 @@ static inline void t_rmdir(char *dir)
 	}
 	free(dir);
 }
+
+/* Write @bytes of a pattern to file @name (in @group, may be NULL) in
+ * 64 KiB calls, fsync if asked, close; every call must succeed. */
+static inline void t_stream(wbc_dev *dev, wbc_group *group, const char *name,
+			    uint64_t bytes, uint64_t seed, int do_fsync)
+{
+	static _Thread_local char buf[64 << 10];
+	wbc_file *f;
+	t_fill(buf, sizeof(buf), seed);
+	CHECK_EQ(wbc_file_open_group(dev, name, WBC_O_CREAT, group, &f), 0);
+	for (uint64_t off = 0; off < bytes; off += sizeof(buf))
+		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), off), sizeof(buf));
+	if (do_fsync)
+		CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+}
+
+/* Poll @cond every millisecond for up to 60 s; evaluates to its last value.
+ * (A bound on a wait for progress, never a timing assertion.) */
+#define T_WAIT_UNTIL(cond) ({ \
+	int _ok = 0; \
+	for (int _i = 0; _i < 60000 && !(_ok = !!(cond)); _i++) { \
+		struct timespec _ts = { 0, 1000 * 1000 }; \
+		nanosleep(&_ts, NULL); \
+	} \
+	_ok; })
 
 static inline struct wbc_config t_config(uint64_t mem, uint32_t page_size)
 {
