@@ -82,10 +82,7 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 	}
 	struct wbc_dev *dev = calloc(1, sizeof(*dev));
 	char *bspec = strdup(spec);
-	if (!dev || !bspec || !(dev->spec = strdup(spec)) ||
-	    !(dev->hash = calloc(INITIAL_HASH, sizeof(*dev->hash)))) {
-		if (dev)
-			free(dev->spec);
+	if (!dev || !bspec || !(dev->hash = calloc(INITIAL_HASH, sizeof(*dev->hash)))) {
 		free(dev);
 		free(bspec);
 		snprintf(msg, msglen, "out of memory");
@@ -99,7 +96,6 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 	free(bspec);
 	if (err) {
 		free(dev->hash);
-		free(dev->spec);
 		free(dev);
 		return err;
 	}
@@ -127,7 +123,6 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 		dev_io_destroy(dev);
 		be->ops->destroy(be);
 		free(dev->hash);
-		free(dev->spec);
 		free(dev);
 		snprintf(msg, msglen, "cannot start the flusher: %s", strerror(-err));
 		return err;
@@ -185,7 +180,6 @@ void dev_destroy(struct wbc_dev *dev)
 	dev->be->ops->destroy(dev->be);
 	dev_io_destroy(dev);
 	free(dev->hash);
-	free(dev->spec);
 	pthread_mutex_destroy(&dev->inode_lock);
 	pthread_mutex_destroy(&dev->list_lock);
 	pthread_mutex_destroy(&dev->work_lock);

@@ -361,7 +361,6 @@ struct wbc_dev {
 	struct wbc_cache *cache;
 	struct wbc_dev *next;       /* cache->dev_lock */
 	unsigned id;
-	char *spec;
 	struct backend *be;
 
 	pthread_mutex_t inode_lock;
