@@ -197,7 +197,7 @@ void page_free_locked(struct wbc_cache *c, struct page *p)
 {
 	assert_held(&c->lru_lock);
 	assert(!p->inode && !p->on_free);
-	p->flags = 0;
+	atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
 	p->on_free = true;
 	p->next_free = c->free_list;
 	c->free_list = p;
@@ -240,14 +240,14 @@ static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
 		return false;           /* second chance */
 	if (pthread_mutex_trylock(&ino->lock))
 		return false;           /* lock order is inode -> lru: never wait */
-	bool ok = !(p->flags & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED));
+	bool ok = !(pg_flags(p) & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED));
 	if (ok) {
 		void *e = pm_delete(&ino->map, p->index);
 		assert(e == p);
 		(void)e;
 		ino->nr_pages--;
 		p->inode = NULL;
-		p->flags = 0;
+		atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&ino->lock);
 	return ok;

@@ -229,10 +229,11 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 	uint64_t idx = first, dropped_dirty = 0, dropped_err = 0;
 	struct page *p;
 	while ((p = pm_next(&ino->map, idx, -1, &idx))) {
-		assert(!(p->flags & (PG_WRITEBACK | PG_LOCKED)));
-		if (p->flags & PG_DIRTY)
+		uint32_t fl = pg_flags(p);
+		assert(!(fl & (PG_WRITEBACK | PG_LOCKED)));
+		if (fl & PG_DIRTY)
 			dropped_dirty++;
-		if (p->flags & PG_ERROR)
+		if (fl & PG_ERROR)
 			dropped_err++;
 		pm_delete(&ino->map, idx);
 		ino->nr_pages--;
@@ -406,13 +407,28 @@ void handles_close_dev(struct wbc_dev *dev)
 /* ------------------------------------------------------------------ */
 /* page claim / release                                                 */
 
+/* A page claim: what the caller asks for and what it got. */
+struct claim {
+	bool for_write;     /* wait for writeback to end (stable pages) */
+	bool full;          /* the write covers the whole page */
+	uint64_t end;       /* write: its end offset */
+	/* results */
+	bool uptodate;      /* the page held the file's data at claim */
+	bool dirtied;       /* the claim already dirtied the page and set i_size */
+	bool newly;         /* ... and the page was clean before */
+	uint64_t isize;     /* i_size at claim, before this write */
+};
+
 /*
  * Return page @idx of @ino with PG_LOCKED set, inserting a fresh (not
- * up-to-date) page when absent.  @for_write also waits for writeback to
- * end.  Sets *uptodate and *isize (i_size at claim).  Caller holds rwsem.
+ * up-to-date) page when absent.  Caller holds rwsem.  A write whose data
+ * will be complete after its copy (the page is up to date, or the write
+ * covers it) is dirtied here, in the same critical section: the flusher
+ * never takes a locked page, so marking before the copy is safe, and the
+ * writer then needs no second trip through the inode lock (page_unlock
+ * is one atomic step).
  */
-static int grab_page(struct inode *ino, uint64_t idx, bool for_write,
-		     struct page **out, bool *uptodate, uint64_t *isize)
+static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct page **out)
 {
 	struct wbc_cache *c = ino->dev->cache;
 	struct page *spare = NULL, *p;
@@ -421,18 +437,23 @@ static int grab_page(struct inode *ino, uint64_t idx, bool for_write,
 	for (;;) {
 		p = pm_lookup(&ino->map, idx);
 		if (p) {
-			if ((p->flags & PG_LOCKED) || (for_write && (p->flags & PG_WRITEBACK))) {
+			uint32_t fl = pg_flags(p);
+			if (fl & PG_LOCKED) {
+				page_wait_unlocked(ino, p);
+				continue;
+			}
+			if (cl->for_write && (fl & PG_WRITEBACK)) {
 				inode_wait_locked(ino);
 				continue;
 			}
-			p->flags |= PG_LOCKED;
+			pg_set(p, PG_LOCKED);
 			break;
 		}
 		if (spare) {
 			err = pm_insert(&ino->map, idx, spare);
 			if (err)
 				break;
-			spare->flags = PG_LOCKED;
+			atomic_store_explicit(&spare->flags, PG_LOCKED, memory_order_relaxed);
 			page_bind(c, spare, ino, idx);
 			ino->nr_pages++;
 			p = spare;
@@ -443,8 +464,23 @@ static int grab_page(struct inode *ino, uint64_t idx, bool for_write,
 		spare = page_alloc(c);
 		pthread_mutex_lock(&ino->lock);
 	}
-	*uptodate = p && (p->flags & PG_UPTODATE);
-	*isize = ino->i_size;
+	cl->isize = ino->i_size;
+	cl->dirtied = cl->newly = false;
+	if (p) {
+		uint32_t fl = pg_flags(p);
+		cl->uptodate = fl & PG_UPTODATE;
+		if (cl->for_write && (cl->uptodate || cl->full)) {
+			cl->dirtied = true;
+			cl->newly = !(fl & PG_DIRTY);
+			pg_set(p, PG_UPTODATE | PG_DIRTY);
+			if (cl->newly) {
+				pm_tag_set(&ino->map, idx, PM_TAG_DIRTY);
+				ino->nr_dirty++;
+			}
+			if (cl->end > ino->i_size)
+				ino->i_size = cl->end;
+		}
+	}
 	pthread_mutex_unlock(&ino->lock);
 	if (spare) {
 		pthread_mutex_lock(&c->lru_lock);
@@ -453,17 +489,27 @@ static int grab_page(struct inode *ino, uint64_t idx, bool for_write,
 	}
 	if (err)
 		return err;
-	atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
+	if (!atomic_load_explicit(&p->referenced, memory_order_relaxed))
+		atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
 	*out = p;
 	return 0;
 }
 
-static void unlock_page(struct inode *ino, struct page *p, uint32_t set)
+/* Drop PG_LOCKED (setting @set) in one atomic step, with no lock held;
+ * take the inode lock only to wake a waiter. */
+static void page_unlock(struct inode *ino, struct page *p, uint32_t set)
 {
-	pthread_mutex_lock(&ino->lock);
-	p->flags = (p->flags | set) & ~PG_LOCKED;
-	inode_wake_locked(ino);
-	pthread_mutex_unlock(&ino->lock);
+	uint32_t old = atomic_load_explicit(&p->flags, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&p->flags, &old,
+						      (old | set) & ~(PG_LOCKED | PG_WAITERS),
+						      memory_order_release, memory_order_relaxed))
+		;
+	assert(old & PG_LOCKED);
+	if (old & PG_WAITERS) {
+		pthread_mutex_lock(&ino->lock);
+		inode_wake_locked(ino);
+		pthread_mutex_unlock(&ino->lock);
+	}
 }
 
 /* Read page @p's data from the backend; zeros past the backend's end and
@@ -514,24 +560,24 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 	while (done < len) {
 		uint64_t pos = off + done;
 		struct page *p;
-		bool uptodate;
-		uint64_t isize;
-		err = grab_page(ino, pos >> c->page_shift, false, &p, &uptodate, &isize);
+		struct claim cl = { .for_write = false };
+		err = grab_page(ino, pos >> c->page_shift, &cl, &p);
 		if (err)
 			break;
+		uint64_t isize = cl.isize;
 		if (pos >= isize) {
-			unlock_page(ino, p, 0);
+			page_unlock(ino, p, 0);
 			break;
 		}
-		if (!uptodate && (err = fill_page(ino, p, isize))) {
-			unlock_page(ino, p, 0);
+		if (!cl.uptodate && (err = fill_page(ino, p, isize))) {
+			page_unlock(ino, p, 0);
 			break;
 		}
 		size_t poff = (size_t)(pos & (c->page_size - 1));
 		size_t n = (size_t)WBC_MIN((uint64_t)WBC_MIN(c->page_size - poff, len - done),
 					   isize - pos);
 		memcpy((char *)buf + done, page_data(c, p) + poff, n);
-		unlock_page(ino, p, PG_UPTODATE);
+		page_unlock(ino, p, PG_UPTODATE);
 		done += n;
 	}
 	pthread_rwlock_unlock(&ino->rwsem);
@@ -542,39 +588,41 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
  * newly dirtied, 0 when it was dirty already, or -errno. */
 static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n)
 {
-	struct wbc_dev *dev = ino->dev;
-	struct wbc_cache *c = dev->cache;
+	struct wbc_cache *c = ino->dev->cache;
 	size_t poff = (size_t)(pos & (c->page_size - 1));
 	struct page *p;
-	bool uptodate;
-	uint64_t isize;
-	int err = grab_page(ino, pos >> c->page_shift, true, &p, &uptodate, &isize);
+	struct claim cl = { .for_write = true, .full = n == c->page_size, .end = pos + n };
+	int err = grab_page(ino, pos >> c->page_shift, &cl, &p);
 	if (err)
 		return err;
-	if (!uptodate && n != c->page_size && (err = fill_page(ino, p, isize))) {
-		unlock_page(ino, p, 0);
-		return err;
+	if (cl.dirtied) {
+		/* the fast path: one trip through the inode lock */
+		memcpy(page_data(c, p) + poff, src, n);
+		page_unlock(ino, p, 0);
+	} else {
+		/* a partial write to a page not in the cache: read it first */
+		if ((err = fill_page(ino, p, cl.isize))) {
+			page_unlock(ino, p, 0);
+			return err;
+		}
+		memcpy(page_data(c, p) + poff, src, n);
+		pthread_mutex_lock(&ino->lock);
+		cl.newly = !(pg_flags(p) & PG_DIRTY);
+		pg_set(p, PG_UPTODATE | PG_DIRTY);
+		if (cl.newly) {
+			pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
+			ino->nr_dirty++;
+		}
+		if (cl.end > ino->i_size)
+			ino->i_size = cl.end;
+		pthread_mutex_unlock(&ino->lock);
+		page_unlock(ino, p, 0);
 	}
-	memcpy(page_data(c, p) + poff, src, n);
-
-	bool newly;
-	pthread_mutex_lock(&ino->lock);
-	p->flags = (p->flags | PG_UPTODATE) & ~PG_LOCKED;
-	newly = !(p->flags & PG_DIRTY);
-	if (newly) {
-		p->flags |= PG_DIRTY;
-		pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
-		ino->nr_dirty++;
-	}
-	if (pos + n > ino->i_size)
-		ino->i_size = pos + n;
-	inode_wake_locked(ino);
-	pthread_mutex_unlock(&ino->lock);
-	if (newly) {
+	if (cl.newly) {
 		account_dirtied(ino, 1);
 		mark_inode_dirty(ino);
 	}
-	return newly;
+	return cl.newly;
 }
 
 ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
@@ -641,7 +689,7 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 		drop_pages_from_locked(ino, (size + c->page_size - 1) >> c->page_shift);
 		size_t tail = (size_t)(size & (c->page_size - 1));
 		struct page *p = tail ? pm_lookup(&ino->map, size >> c->page_shift) : NULL;
-		if (p && (p->flags & PG_UPTODATE))
+		if (p && (pg_flags(p) & PG_UPTODATE))
 			memset(page_data(c, p) + tail, 0, c->page_size - tail);
 	}
 	ino->i_size = size;

@@ -160,20 +160,20 @@ static void wb_end_io(struct wbc_bio *bio)
 	pthread_mutex_lock(&ino->lock);
 	for (unsigned i = 0; i < n; i++) {
 		struct page *p = bio->pages[i];
-		assert(p->inode == ino && (p->flags & PG_WRITEBACK));
-		p->flags &= ~PG_WRITEBACK;
+		assert(p->inode == ino && (pg_flags(p) & PG_WRITEBACK));
+		pg_clear(p, PG_WRITEBACK);
 		pm_tag_clear(&ino->map, p->index, PM_TAG_WRITEBACK);
 		if (retry) {
 			/* Retry policy: dirty again, at risk until written */
-			p->flags |= PG_DIRTY;
+			pg_set(p, PG_DIRTY);
 			pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
-			if (!(p->flags & PG_ERROR)) {
-				p->flags |= PG_ERROR;
+			if (!(pg_flags(p) & PG_ERROR)) {
+				pg_set(p, PG_ERROR);
 				at_risk_delta++;
 			}
-		} else if (p->flags & PG_ERROR) {
+		} else if (pg_flags(p) & PG_ERROR) {
 			/* written at last (or dropped by the drop policy) */
-			p->flags &= ~PG_ERROR;
+			pg_clear(p, PG_ERROR);
 			at_risk_delta--;
 		}
 	}
@@ -227,6 +227,14 @@ void inode_wake_locked(struct inode *ino)
 	assert_held(&ino->lock);
 	if (ino->waiters)
 		pthread_cond_broadcast(&ino->wait);
+}
+
+void page_wait_unlocked(struct inode *ino, struct page *p)
+{
+	assert_held(&ino->lock);
+	uint32_t old = atomic_fetch_or_explicit(&p->flags, PG_WAITERS, memory_order_acq_rel);
+	if (old & PG_LOCKED)
+		inode_wait_locked(ino);
 }
 
 /* Tag every DIRTY page in [start, end] TOWRITE (the sync snapshot). */
@@ -344,15 +352,17 @@ again:
 			struct page *p = pm_lookup(&ino->map, i);
 			if (!p || !pm_tag_get(&ino->map, i, tag))
 				break;
-			if (p->flags & PG_LOCKED) {
+			uint32_t fl = pg_flags(p);
+			if (fl & PG_LOCKED) {
 				if (b->nr_pages == 0 && sync) {
-					inode_wait_locked(ino);
+					page_wait_unlocked(ino, p);
 					goto again;
 				}
 				break;
 			}
-			assert((p->flags & PG_DIRTY) && !(p->flags & PG_WRITEBACK));
-			p->flags = (p->flags & ~PG_DIRTY) | PG_WRITEBACK;
+			assert((fl & PG_DIRTY) && !(fl & PG_WRITEBACK));
+			pg_set(p, PG_WRITEBACK);
+			pg_clear(p, PG_DIRTY);
 			pm_tag_clear(&ino->map, i, PM_TAG_DIRTY);
 			pm_tag_clear(&ino->map, i, PM_TAG_TOWRITE);
 			pm_tag_set(&ino->map, i, PM_TAG_WRITEBACK);

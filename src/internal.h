@@ -154,6 +154,7 @@ enum {
 	PG_WRITEBACK = 1u << 2,  /* I/O in flight (tag WRITEBACK)          */
 	PG_LOCKED    = 1u << 3,  /* a reader or writer is copying its data */
 	PG_ERROR     = 1u << 4,  /* its last writeback failed (retry policy) */
+	PG_WAITERS   = 1u << 5,  /* someone waits on ino->wait for PG_LOCKED */
 };
 
 struct inode;
@@ -163,7 +164,7 @@ struct inode;
 struct page {
 	struct inode *inode;     /* owner: changed under lru_lock AND inode->lock */
 	uint64_t index;          /* page index in the owner */
-	uint32_t flags;          /* PG_*: owner's inode->lock */
+	_Atomic uint32_t flags;  /* PG_*: see pg_flags() */
 	atomic_bool referenced;  /* CLOCK second-chance bit, lock-free */
 	bool on_free;            /* lru_lock */
 	struct page *next_free;  /* lru_lock */
@@ -459,6 +460,32 @@ struct wbc_cache {
 	unsigned nr_devs;
 };
 
+/*
+ * Page flags are one atomic word.  They change under the owner's
+ * inode->lock, with one exception: the thread that holds PG_LOCKED drops it
+ * (and PG_WAITERS) in one atomic step without the lock (page_unlock in
+ * file.c), so a writer takes the inode lock once per page, before its copy.
+ * A thread that waits for PG_LOCKED sets PG_WAITERS under the inode lock
+ * first; the unlocker that sees it takes the lock to wake it.  Because a
+ * page is claimed only under the inode lock, whoever holds that lock and
+ * sees PG_LOCKED clear may change the flags with single atomic steps
+ * without racing anything but an unlock of another page.  Loads acquire
+ * and the unlock releases: the data copied under PG_LOCKED is visible to
+ * whoever sees the page unlocked.
+ */
+static inline uint32_t pg_flags(struct page *p)
+{
+	return atomic_load_explicit(&p->flags, memory_order_acquire);
+}
+static inline void pg_set(struct page *p, uint32_t f)
+{
+	atomic_fetch_or_explicit(&p->flags, f, memory_order_relaxed);
+}
+static inline void pg_clear(struct page *p, uint32_t f)
+{
+	atomic_fetch_and_explicit(&p->flags, ~f, memory_order_relaxed);
+}
+
 static inline char *page_data(const struct wbc_cache *c, const struct page *p)
 {
 	return c->arena + ((size_t)(p - c->pages) << c->page_shift);
@@ -479,6 +506,9 @@ void igrab(struct inode *ino);
 void iput(struct inode *ino);
 void inode_wait_locked(struct inode *ino);
 void inode_wake_locked(struct inode *ino);
+/* ino->lock held: wait once for @p's PG_LOCKED to clear (the caller looks
+ * the page up again afterwards). */
+void page_wait_unlocked(struct inode *ino, struct page *p);
 int inode_sync_size(struct inode *ino);
 void inode_drop_all_pages(struct inode *ino);
 
