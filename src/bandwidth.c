@@ -111,7 +111,7 @@ void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 		return;
 	}
 	uint64_t done = atomic_load(&dev->completed_bytes);
-	uint64_t dirtied = atomic_load(&dev->dirtied_pages);
+	uint64_t dirtied = (uint64_t)pcount_sum(&dev->dirtied_pages);
 	uint64_t delta = done - dev->bw_completed;
 	uint64_t ddelta = dirtied - dev->bw_dirtied;
 	dev->bw_stamp_ns = now;

@@ -345,7 +345,7 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 	st->pauses = atomic_load(&c->st_pauses);
 	st->paused_ns = atomic_load(&c->st_paused_ns);
 	st->max_pause_ns = atomic_load(&c->st_max_pause_ns);
-	st->written_bytes = atomic_load(&c->st_written);
+	st->written_bytes = (uint64_t)pcount_sum(&c->st_written);
 	st->written_back_bytes = atomic_load(&c->st_written_back);
 	st->read_in_bytes = atomic_load(&c->st_read_in);
 	st->reclaimed_pages = atomic_load(&c->st_reclaimed);

@@ -250,7 +250,7 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->avg_write_bw = atomic_load(&dev->avg_write_bw);
 	st->dirty_ratelimit = atomic_load(&dev->dirty_ratelimit) * ps;
 	st->written_back_bytes = atomic_load(&dev->completed_bytes);
-	st->dirtied_bytes = atomic_load(&dev->dirtied_pages) * ps;
+	st->dirtied_bytes = (uint64_t)pcount_sum(&dev->dirtied_pages) * ps;
 	for (int i = 0; i < LOCK_HIST_BUCKETS; i++) {
 		st->list_lock_hold_hist[i] = atomic_load(&dev->list_lock_stat.hist[i]);
 		st->list_lock_holds += st->list_lock_hold_hist[i];

@@ -653,7 +653,7 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 			balance_dirty_pages(dev, ino->group);
 	}
 	pthread_rwlock_unlock(&ino->rwsem);
-	atomic_fetch_add(&c->st_written, done);
+	pcount_add(&c->st_written, (long long)done);
 	return done ? (ssize_t)done : err;
 }
 

@@ -39,6 +39,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -325,11 +326,39 @@ struct wb_work {
 /* ------------------------------------------------------------------ */
 /* dirty accounting (throttle.c)                                        */
 
+/*
+ * Per-CPU counters.  Hot-path counts (pages dirtied, bytes written) are
+ * striped over PCPU_SLOTS slots 64 bytes apart, chosen by the CPU the
+ * caller runs on (sched_getcpu reads rseq's cpu_id: no system call), so
+ * writers on different CPUs never bounce a cache line per page.  Every
+ * slot is an exact atomic, so the sum is exact once updates stop; while
+ * they run it may lag by the updates in flight, like the kernel's percpu
+ * counters.  Readers (throttle checks, the flusher, stats) sum the slots.
+ * Alignment comes from the padding, not an attribute: the structures that
+ * hold these are calloc'd.
+ */
+#define PCPU_SLOTS 16
+static inline unsigned pcpu_slot(void)
+{
+	int cpu = sched_getcpu();
+	return cpu < 0 ? 0 : (unsigned)cpu % PCPU_SLOTS;
+}
+
+struct pcount {
+	struct { atomic_llong v; char pad[56]; } s[PCPU_SLOTS];
+};
+static inline void pcount_add(struct pcount *c, long long n)
+{
+	atomic_fetch_add_explicit(&c->s[pcpu_slot()].v, n, memory_order_relaxed);
+}
+long long pcount_sum(struct pcount *c);
+
 /* Pages of one domain (the cache, a device, a group): dirty; and dirty +
  * under writeback in one counter, so that the flusher moving pages from
- * one state to the other never changes the total writers are limited by. */
+ * one state to the other never changes the total writers are limited by.
+ * Per CPU: both counts of one CPU share its slot. */
 struct dirty_ctr {
-	atomic_llong dirty, unclean;
+	struct { atomic_llong dirty, unclean; char pad[48]; } s[PCPU_SLOTS];
 };
 
 struct wbc_group {
@@ -395,7 +424,7 @@ struct wbc_dev {
 
 	struct dirty_ctr ctr;       /* this device's pages */
 	atomic_ullong completed_bytes;
-	atomic_ullong dirtied_pages;/* ever dirtied: the dirty rate */
+	struct pcount dirtied_pages;/* ever dirtied: the dirty rate */
 
 	/* tunables (spec options), fixed after add */
 	int on_error;                   /* WBC_ON_ERROR_RETRY or _DROP */
@@ -452,7 +481,8 @@ struct wbc_cache {
 	/* groups: pushed at the head under dev_lock, never removed before
 	 * close, read without a lock (over_bg_thresh runs under work_lock) */
 	struct wbc_group *_Atomic groups;
-	atomic_ullong st_written, st_written_back, st_read_in, st_reclaimed,
+	struct pcount st_written;   /* bytes through wbc_pwrite */
+	atomic_ullong st_written_back, st_read_in, st_reclaimed,
 		      st_write_ios, st_write_errors, st_lost, st_page_waits;
 
 	pthread_mutex_t dev_lock;
@@ -547,6 +577,7 @@ void account_dropped(struct inode *ino, long n);     /* dirty -> gone */
 void account_redirtied(struct inode *ino, long n);   /* writeback -> dirty */
 long ctr_dirty(struct dirty_ctr *c);
 long ctr_unclean(struct dirty_ctr *c);
+void ctr_set_unclean(struct dirty_ctr *c, long v);   /* tests */
 double pos_ratio_cubic(double setpoint, double dirty, double limit);
 void dom_global(struct wbc_cache *c, struct dom *d);
 void dom_group(struct wbc_group *g, struct dom *d);

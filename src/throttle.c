@@ -84,30 +84,59 @@ static _Thread_local struct throttle_tls tls = { .nr_dirtied_pause = 1 };
 /* ------------------------------------------------------------------ */
 /* accounting                                                           */
 
-long ctr_dirty(struct dirty_ctr *c) { return (long)WBC_MAX(atomic_load(&c->dirty), 0); }
-long ctr_unclean(struct dirty_ctr *c) { return (long)WBC_MAX(atomic_load(&c->unclean), 0); }
+long long pcount_sum(struct pcount *c)
+{
+	long long v = 0;
+	for (unsigned i = 0; i < PCPU_SLOTS; i++)
+		v += atomic_load_explicit(&c->s[i].v, memory_order_relaxed);
+	return v;
+}
 
-static void ctr_add(struct dirty_ctr *c, long dirty, long unclean)
+long ctr_dirty(struct dirty_ctr *c)
+{
+	long long v = 0;
+	for (unsigned i = 0; i < PCPU_SLOTS; i++)
+		v += atomic_load_explicit(&c->s[i].dirty, memory_order_relaxed);
+	return (long)WBC_MAX(v, 0);
+}
+
+long ctr_unclean(struct dirty_ctr *c)
+{
+	long long v = 0;
+	for (unsigned i = 0; i < PCPU_SLOTS; i++)
+		v += atomic_load_explicit(&c->s[i].unclean, memory_order_relaxed);
+	return (long)WBC_MAX(v, 0);
+}
+
+/* Tests: make the unclean count @v (quiescent counters only). */
+void ctr_set_unclean(struct dirty_ctr *c, long v)
+{
+	for (unsigned i = 0; i < PCPU_SLOTS; i++)
+		atomic_store(&c->s[i].unclean, i ? 0 : v);
+}
+
+static void ctr_add(struct dirty_ctr *c, unsigned slot, long dirty, long unclean)
 {
 	if (dirty)
-		atomic_fetch_add(&c->dirty, dirty);
+		atomic_fetch_add_explicit(&c->s[slot].dirty, dirty, memory_order_relaxed);
 	if (unclean)
-		atomic_fetch_add(&c->unclean, unclean);
+		atomic_fetch_add_explicit(&c->s[slot].unclean, unclean, memory_order_relaxed);
 }
 
 static void account(struct inode *ino, long dirty, long unclean)
 {
 	struct wbc_dev *dev = ino->dev;
-	ctr_add(&dev->cache->ctr, dirty, unclean);
-	ctr_add(&dev->ctr, dirty, unclean);
+	unsigned slot = pcpu_slot();
+	ctr_add(&dev->cache->ctr, slot, dirty, unclean);
+	ctr_add(&dev->ctr, slot, dirty, unclean);
 	if (ino->group)
-		ctr_add(&ino->group->ctr, dirty, unclean);
+		ctr_add(&ino->group->ctr, slot, dirty, unclean);
 }
 
 void account_dirtied(struct inode *ino, long n)
 {
 	account(ino, n, n);
-	atomic_fetch_add(&ino->dev->dirtied_pages, (unsigned long long)n);
+	pcount_add(&ino->dev->dirtied_pages, n);
 }
 void account_writeback(struct inode *ino, long n) { account(ino, -n, 0); }
 void account_cleaned(struct inode *ino, long n) { account(ino, 0, -n); }

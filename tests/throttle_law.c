@@ -57,21 +57,21 @@ int main(void)
 	double wbt, prevf = 1e9;
 	struct dom dd = d;
 	for (int i = 0; i <= 200; i += 10) {
-		atomic_store(&dev->ctr.unclean, i);
+		ctr_set_unclean(&dev->ctr, i);
 		dd.dirty = i;
 		double f = wb_pos_ratio(dev, &dd, &wbt);
 		CHECK(f > 0 && f <= prevf + 1e-12);
 		prevf = f;
 	}
-	atomic_store(&dev->ctr.unclean, 175);
+	ctr_set_unclean(&dev->ctr, 175);
 	dd.dirty = 175;
 	double f = wb_pos_ratio(dev, &dd, &wbt);
 	CHECK(fabs(f - 1) < 0.01);                 /* at its setpoint: neutral */
 	CHECK(near(wbt, 200));                     /* a lone device's share: all */
-	atomic_store(&dev->ctr.unclean, 5);
+	ctr_set_unclean(&dev->ctr, 5);
 	dd.dirty = 5;
 	CHECK(wb_pos_ratio(dev, &dd, &wbt) > 2);   /* far below its share: boosted */
-	atomic_store(&dev->ctr.unclean, 0);
+	ctr_set_unclean(&dev->ctr, 0);
 
 	/* max_ratio caps the share; min_ratio reserves one */
 	wbc_dev *capped;
