@@ -196,6 +196,9 @@ struct wbc_dev_stats {
 	 * holds of [2^(i-1), 2^i) ns (entry 0: under 1 ns) */
 	uint64_t list_lock_hold_hist[32];
 	uint64_t list_lock_holds, list_lock_max_hold_ns;
+	/* files in writeback's lists (the kernel's b_dirty, b_io, b_more_io)
+	 * and the time buckets b_dirty is kept in */
+	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
 };
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
 

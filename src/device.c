@@ -110,17 +110,15 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 	wbc_mutex_init(&dev->err_lock);
 	wbc_cond_init(&dev->work_cond);
 	wbc_cond_init(&dev->done_cond);
-	list_init(&dev->b_dirty);
-	list_init(&dev->b_io);
-	list_init(&dev->b_more_io);
 	list_init(&dev->work_list);
 	atomic_store(&dev->write_bw, WBC_INIT_BW);
 	atomic_store(&dev->avg_write_bw, WBC_INIT_BW);
 	atomic_store(&dev->dirty_ratelimit, WBC_INIT_BW >> c->page_shift);
 	wbc_mutex_init(&dev->bw_lock);
 	dev->bw_stamp_ns = wbc_now_ns();
-	if ((err = dev_io_init(dev)) || (err = flusher_start(dev))) {
+	if ((err = dirty_init(dev)) || (err = dev_io_init(dev)) || (err = flusher_start(dev))) {
 		dev_io_destroy(dev);
+		dirty_destroy(dev);
 		be->ops->destroy(be);
 		free(dev->hash);
 		free(dev);
@@ -153,7 +151,7 @@ static void release_listed_inodes(struct wbc_dev *dev)
 {
 	for (;;) {
 		dev_list_lock(dev);
-		queue_io_locked(dev, UINT64_MAX);
+		queue_io_locked(dev, UINT64_MAX, UINT64_MAX);
 		struct inode *ino = dirty_take_next_locked(dev);
 		dev_list_unlock(dev);
 		if (!ino)
@@ -179,6 +177,7 @@ void dev_destroy(struct wbc_dev *dev)
 	assert(dev->nr_inodes == 0);
 	dev->be->ops->destroy(dev->be);
 	dev_io_destroy(dev);
+	dirty_destroy(dev);
 	free(dev->hash);
 	pthread_mutex_destroy(&dev->inode_lock);
 	pthread_mutex_destroy(&dev->list_lock);
@@ -256,6 +255,12 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 		st->list_lock_holds += st->list_lock_hold_hist[i];
 	}
 	st->list_lock_max_hold_ns = atomic_load(&dev->list_lock_stat.max_ns);
+	dev_list_lock(dev);
+	st->files_dirty = dev->nr_b_dirty;
+	st->files_io = dev->nr_b_io;
+	st->files_more_io = dev->nr_b_more_io;
+	st->dirty_buckets = dev->nr_buckets;
+	dev_list_unlock(dev);
 	return 0;
 }
 

@@ -1,23 +1,54 @@
 /*
- * Dirty-file tracking per device, the kernel's b_dirty / b_io / b_more_io:
+ * Dirty-file tracking per device, the kernel's b_dirty / b_io / b_more_io,
+ * with b_dirty kept as time buckets (a timer wheel that grows at its tail):
  *
- *   mark_inode_dirty()          queue_io()                 flusher
- *        |                          |                        |
- *        v        dirtied <= T      v                        v
- *    b_dirty  ----------------->  b_io  ---- take head ---> (I_SYNC, off
- *   (oldest first)           ^      ^                         the lists)
- *        ^                   |      | splice                   |
- *        | still dirty,      |  b_more_io <--- used its slice -+
- *        +-- slice not used -+-------------------------------- +
- *                                                      clean: dropped, iput
+ *   mark_inode_dirty()            queue_io(T)                 flusher
+ *        |                            |                          |
+ *        v                            v  whole buckets           v
+ *   b_dirty: [t0..][t1..][t2..] ---------------------> b_io --- take head -->
+ *   (buckets oldest first, each    start <= T, then       (I_SYNC, off the
+ *    a list of files dirtied in    b_more_io appended      lists)
+ *    [start, start + width))            ^                    |
+ *        ^                              |  used its slice    |
+ *        |                          b_more_io <--------------+
+ *        +-- still dirty, slice not used: filed in the newest bucket
+ *                                                   clean: dropped, iput
+ *
+ * Dirtying a file is O(1): append it to the newest bucket, or open a new
+ * bucket when the newest is older than one width.  Queueing "every file
+ * dirtied before T" splices whole buckets, so the dirty-list lock is never
+ * held for a walk over files; queue_io moves at most QUEUE_IO_BUCKETS
+ * buckets per call, which bounds even the bucket walk.
+ *
+ * Expiry is exact to one bucket width: a bucket is queued once its start is
+ * at or before T, so a file may be written up to one width (dirty_expire/64,
+ * 1 to 100 ms) before it is dirty_expire old.  dirtied_when is the time a
+ * file went from clean to dirty; a file put back in b_dirty is filed in the
+ * newest bucket and its dirtied_when moves forward only to the newest
+ * file's there (the kernel's redirty_tail), which keeps the files in order and
+ * never lets a busy file hold a sync back: sync first seals the newest
+ * bucket, queues everything up to it, and files put back during the sync go
+ * to buckets after the seal.
  *
  * An inode is in the writeback system while I_DIRTY (on one list) or I_SYNC
- * (held by a flusher); it owns one reference then.  dirtied_when is the time
- * the inode went from clean to dirty and only moves forward when the inode
- * is put back at the tail of b_dirty (to keep the list ordered).
- * All of this is under dev->list_lock.
+ * (held by a flusher); it owns one reference then.  All of this is under
+ * dev->list_lock.
  */
 #include "internal.h"
+
+struct dirty_bucket {
+	struct list_head link;      /* dev->buckets */
+	struct list_head inodes;    /* files filed here, in filing order */
+	uint64_t start;             /* ns; no file here is older */
+	uint64_t last;              /* ns; the newest file's dirtied_when */
+	uint64_t n;                 /* files */
+	uint64_t seq;               /* creation order */
+	bool sealed;                /* takes no more files */
+	struct dirty_bucket *next_free;
+};
+
+#define BUCKET_MIN_NS (1000ull * 1000)
+#define BUCKET_MAX_NS (100ull * 1000 * 1000)
 
 void lock_stat_record(struct lock_stat *ls, uint64_t ns)
 {
@@ -44,6 +75,70 @@ void dev_list_unlock(struct wbc_dev *dev)
 	lock_stat_record(&dev->list_lock_stat, held);
 }
 
+/* One bucket is allocated up front: when b_dirty is empty every bucket is
+ * in the pool, so filing a file never fails. */
+int dirty_init(struct wbc_dev *dev)
+{
+	uint64_t expire = (uint64_t)dev->cache->cfg.dirty_expire_centisecs * 10 * 1000 * 1000;
+	dev->bucket_ns = WBC_MIN(WBC_MAX(expire / 64, BUCKET_MIN_NS), BUCKET_MAX_NS);
+	list_init(&dev->buckets);
+	list_init(&dev->b_io);
+	list_init(&dev->b_more_io);
+	dev->bucket_pool = calloc(1, sizeof(struct dirty_bucket));
+	return dev->bucket_pool ? 0 : -ENOMEM;
+}
+
+void dirty_destroy(struct wbc_dev *dev)
+{
+	assert(list_empty(&dev->buckets) && list_empty(&dev->b_io) &&
+	       list_empty(&dev->b_more_io));
+	while (dev->bucket_pool) {
+		struct dirty_bucket *b = dev->bucket_pool;
+		dev->bucket_pool = b->next_free;
+		free(b);
+	}
+}
+
+void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when)
+{
+	assert_held(&dev->list_lock);
+	struct dirty_bucket *tail = list_empty(&dev->buckets) ? NULL :
+		container_of(dev->buckets.prev, struct dirty_bucket, link);
+	if (!tail || tail->sealed || when >= tail->start + dev->bucket_ns) {
+		struct dirty_bucket *b = dev->bucket_pool;
+		if (b)
+			dev->bucket_pool = b->next_free;
+		else
+			b = malloc(sizeof(*b));
+		if (b) {
+			b->start = b->last = tail ? WBC_MAX(when, tail->last) : when;
+			b->n = 0;
+			b->seq = ++dev->bucket_seq;
+			b->sealed = false;
+			list_init(&b->inodes);
+			list_add_tail(&b->link, &dev->buckets);
+			dev->nr_buckets++;
+			tail = b;
+		}
+		/* out of memory: the newest bucket takes it (the pool is never
+		 * empty while b_dirty is) */
+		assert(tail);
+	}
+	/* in order: never older than the newest file already filed */
+	ino->dirtied_when = tail->last = WBC_MAX(when, tail->last);
+	list_add_tail(&ino->wb_list, &tail->inodes);
+	tail->n++;
+	dev->nr_b_dirty++;
+}
+
+uint64_t dirty_seal_locked(struct wbc_dev *dev)
+{
+	assert_held(&dev->list_lock);
+	if (!list_empty(&dev->buckets))
+		container_of(dev->buckets.prev, struct dirty_bucket, link)->sealed = true;
+	return dev->bucket_seq;
+}
+
 void mark_inode_dirty(struct inode *ino)
 {
 	/* Fast path: already queued.  A stale true here is harmless: the
@@ -52,33 +147,49 @@ void mark_inode_dirty(struct inode *ino)
 	if (atomic_load_explicit(&ino->dirty_hint, memory_order_acquire))
 		return;
 	struct wbc_dev *dev = ino->dev;
+	uint64_t now = wbc_now_ns();
 	dev_list_lock(dev);
 	if (!(ino->state & I_DIRTY)) {
 		atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
 		/* Under I_SYNC the flusher requeues it and keeps its age: an
 		 * older dirtied_when only makes expiry earlier, never later. */
 		if (!(ino->state & I_SYNC)) {
-			ino->dirtied_when = wbc_now_ns();
-			list_add_tail(&ino->wb_list, &dev->b_dirty);
 			/* the lists' reference, taken before a flusher can
-			 * see the inode (and drop it) */
+			 * see the inode (and drop it); lock-free */
 			igrab(ino);
+			dirty_add_locked(dev, ino, now);
 		}
 		ino->state |= I_DIRTY;
 	}
 	dev_list_unlock(dev);
 }
 
-void queue_io_locked(struct wbc_dev *dev, uint64_t older_than)
+bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
 {
 	assert_held(&dev->list_lock);
-	while (!list_empty(&dev->b_dirty)) {
-		struct inode *ino = container_of(dev->b_dirty.next, struct inode, wb_list);
-		if (ino->dirtied_when > older_than)
+	unsigned moved = 0;
+	bool more = false;
+	while (!list_empty(&dev->buckets)) {
+		struct dirty_bucket *b = container_of(dev->buckets.next, struct dirty_bucket, link);
+		if (b->start > older_than || b->seq > upto_seq)
 			break;
-		list_move_tail(&ino->wb_list, &dev->b_io);
+		if (moved == QUEUE_IO_BUCKETS) {
+			more = true;
+			break;
+		}
+		list_splice_tail_init(&b->inodes, &dev->b_io);
+		dev->nr_b_io += b->n;
+		dev->nr_b_dirty -= b->n;
+		list_del_init(&b->link);
+		dev->nr_buckets--;
+		b->next_free = dev->bucket_pool;
+		dev->bucket_pool = b;
+		moved++;
 	}
 	list_splice_tail_init(&dev->b_more_io, &dev->b_io);
+	dev->nr_b_io += dev->nr_b_more_io;
+	dev->nr_b_more_io = 0;
+	return more;
 }
 
 struct inode *dirty_take_next_locked(struct wbc_dev *dev)
@@ -88,6 +199,7 @@ struct inode *dirty_take_next_locked(struct wbc_dev *dev)
 		return NULL;
 	struct inode *ino = container_of(dev->b_io.next, struct inode, wb_list);
 	list_del_init(&ino->wb_list);
+	dev->nr_b_io--;
 	ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
 	atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);
 	return ino;
@@ -112,14 +224,9 @@ void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
 		}
 		if (slice_used) {
 			list_add_tail(&ino->wb_list, &dev->b_more_io);
+			dev->nr_b_more_io++;
 		} else {
-			if (!list_empty(&dev->b_dirty)) {
-				struct inode *tail = container_of(dev->b_dirty.prev,
-								  struct inode, wb_list);
-				if (tail->dirtied_when > ino->dirtied_when)
-					ino->dirtied_when = tail->dirtied_when;
-			}
-			list_add_tail(&ino->wb_list, &dev->b_dirty);
+			dirty_add_locked(dev, ino, ino->dirtied_when);
 		}
 	} else {
 		put = true;

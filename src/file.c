@@ -162,7 +162,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	pthread_mutex_lock(&dev->inode_lock);
 	struct inode *ino = hash_find_locked(dev, name);
 	if (ino) {
-		ino->refs++;
+		atomic_fetch_add_explicit(&ino->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&dev->inode_lock);
 		return ino;
 	}
@@ -189,12 +189,12 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	wbc_cond_init(&ino->wait);
 	pm_init(&ino->map);
 	list_init(&ino->wb_list);
-	ino->refs = 1;
+	atomic_init(&ino->refs, 1);
 
 	pthread_mutex_lock(&dev->inode_lock);
 	struct inode *other = hash_find_locked(dev, name);
 	if (other) {   /* lost a race with another opener */
-		other->refs++;
+		atomic_fetch_add_explicit(&other->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&dev->inode_lock);
 		dev->be->ops->close(dev->be, obj);
 		inode_free(ino);
@@ -210,13 +210,14 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	return ino;
 }
 
+/* Take another reference; the caller holds one, so no lock is needed
+ * (mark_inode_dirty calls this under the dirty-list lock, which must never
+ * wait for the name hash). */
 void igrab(struct inode *ino)
 {
-	struct wbc_dev *dev = ino->dev;
-	pthread_mutex_lock(&dev->inode_lock);
-	assert(ino->refs > 0);
-	ino->refs++;
-	pthread_mutex_unlock(&dev->inode_lock);
+	unsigned old = atomic_fetch_add_explicit(&ino->refs, 1, memory_order_relaxed);
+	assert(old > 0);
+	(void)old;
 }
 
 /* Remove every page of @ino from the cache; dirty ones are uncharged (only
@@ -260,9 +261,17 @@ void inode_drop_all_pages(struct inode *ino)
 void iput(struct inode *ino)
 {
 	struct wbc_dev *dev = ino->dev;
+	/* Not the last reference: drop it without the lock.  The last one
+	 * drops under inode_lock, so iget never finds an inode at zero. */
+	unsigned r = atomic_load_explicit(&ino->refs, memory_order_relaxed);
+	while (r > 1)
+		if (atomic_compare_exchange_weak_explicit(&ino->refs, &r, r - 1,
+							  memory_order_acq_rel, memory_order_relaxed))
+			return;
 	pthread_mutex_lock(&dev->inode_lock);
-	assert(ino->refs > 0);
-	if (--ino->refs) {
+	unsigned old = atomic_fetch_sub_explicit(&ino->refs, 1, memory_order_acq_rel);
+	assert(old > 0);
+	if (old > 1) {
 		pthread_mutex_unlock(&dev->inode_lock);
 		return;
 	}

@@ -440,7 +440,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			break;
 		dev_list_lock(dev);
 		if (list_empty(&dev->b_io))
-			queue_io_locked(dev, older_than);
+			queue_io_locked(dev, older_than, UINT64_MAX);
 		struct inode *ino = dirty_take_next_locked(dev);
 		dev_list_unlock(dev);
 		if (!ino)
@@ -475,7 +475,6 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 /* Sync work: write every dirty file of the device once, wait, flush. */
 static int wb_sync(struct wbc_dev *dev)
 {
-	struct list_head todo;
 	struct inode **touched = NULL;
 	size_t nr = 0, cap = 0;
 	int err = 0;
@@ -483,22 +482,19 @@ static int wb_sync(struct wbc_dev *dev)
 	/* I/O started before the sync (by background passes, on files that
 	 * are now off the lists) must be complete before sync returns. */
 	dev_drain(dev);
-	list_init(&todo);
+	/* The files dirty now: b_io, b_more_io and the buckets up to the
+	 * newest, which is sealed.  Files dirtied or put back during the sync
+	 * land in later buckets and wait for the next one: no livelock. */
 	dev_list_lock(dev);
-	list_splice_tail_init(&dev->b_io, &todo);
-	list_splice_tail_init(&dev->b_more_io, &todo);
-	list_splice_tail_init(&dev->b_dirty, &todo);
+	uint64_t upto = dirty_seal_locked(dev);
 	dev_list_unlock(dev);
+	bool more = true;
 
 	for (;;) {
 		dev_list_lock(dev);
-		struct inode *ino = NULL;
-		if (!list_empty(&todo)) {
-			ino = container_of(todo.next, struct inode, wb_list);
-			list_del_init(&ino->wb_list);
-			ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
-			atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);
-		}
+		if (list_empty(&dev->b_io) && more)
+			more = queue_io_locked(dev, UINT64_MAX, upto);
+		struct inode *ino = dirty_take_next_locked(dev);
 		dev_list_unlock(dev);
 		if (!ino)
 			break;

@@ -269,7 +269,9 @@ struct inode {
 	/* dev->inode_lock */
 	struct inode *hash_next;
 	struct wbc_group *group;    /* fixed at creation; may be NULL */
-	unsigned refs;              /* handles + dirty lists + bios in flight */
+	/* handles + dirty lists + bios in flight; atomic: only the drop to
+	 * zero happens under dev->inode_lock (iput) */
+	atomic_uint refs;
 
 	pthread_rwlock_t rwsem;
 	pthread_mutex_t lock;
@@ -400,9 +402,13 @@ struct wbc_dev {
 	pthread_mutex_t list_lock;
 	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
 	struct lock_stat list_lock_stat;
-	struct list_head b_dirty;   /* dirtied, oldest first */
+	/* list_lock: dirty files (dirty.c) */
+	struct list_head buckets;   /* b_dirty: time buckets, oldest first */
+	struct dirty_bucket *bucket_pool;   /* free buckets */
+	uint64_t bucket_ns;         /* a bucket's width in time (fixed) */
 	struct list_head b_io;      /* queued for this pass */
 	struct list_head b_more_io; /* used their slice; taken after b_io */
+	uint64_t nr_b_dirty, nr_b_io, nr_b_more_io, nr_buckets, bucket_seq;
 
 	pthread_mutex_t work_lock;
 	pthread_cond_t work_cond;   /* wakes the flusher */
@@ -542,11 +548,24 @@ void page_wait_unlocked(struct inode *ino, struct page *p);
 int inode_sync_size(struct inode *ino);
 void inode_drop_all_pages(struct inode *ino);
 
-/* dirty.c: the dirty-list lock, timed */
+/* dirty.c: dirty files per device in time buckets, under the timed
+ * dirty-list lock */
+int dirty_init(struct wbc_dev *dev);
+void dirty_destroy(struct wbc_dev *dev);
 void dev_list_lock(struct wbc_dev *dev);
 void dev_list_unlock(struct wbc_dev *dev);
 void mark_inode_dirty(struct inode *ino);
-void queue_io_locked(struct wbc_dev *dev, uint64_t older_than);
+/* File @ino (not on a list) in b_dirty as dirtied at @when. */
+void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when);
+/* Move the buckets that start at or before @older_than and were created
+ * no later than bucket @upto_seq (at most QUEUE_IO_BUCKETS of them), then
+ * b_more_io, to b_io.  Returns true when buckets that qualify are left for
+ * another call. */
+#define QUEUE_IO_BUCKETS 64
+bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq);
+/* Close the newest bucket, so files filed later go to newer ones; returns
+ * its sequence number, the @upto_seq that queues what is dirty now (sync). */
+uint64_t dirty_seal_locked(struct wbc_dev *dev);
 struct inode *dirty_take_next_locked(struct wbc_dev *dev);
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
 
