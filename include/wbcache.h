@@ -74,7 +74,8 @@ int wbc_cache_close(wbc_cache *cache);
  *   "model[:opts]"             RAM behind a device model: bw=SIZE (per
  *                              second), lat=TIME, iops=N, qd=N, max_io=SIZE,
  *                              sched=T@P%;..., err=OFF+LEN, errp=P,
- *                              stall=T+D, seed=N
+ *                              stall=T+D, seed=N,
+ *                              discard=1 (sizes only, reads zeros)
  * file/dir opts (comma separated): qd=N (queue depth, default 32),
  * max_io=SIZE (largest single I/O, default from the block device),
  * direct=0 (buffered instead of O_DIRECT).

@@ -556,6 +556,7 @@ static int wb_sync(struct wbc_dev *dev)
 
 static void *flusher_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "wbc-flush");
 	struct wbc_dev *dev = arg;
 	struct wbc_cache *c = dev->cache;
 	uint64_t interval = c->cfg.dirty_writeback_centisecs * NS_PER_CENTISEC;

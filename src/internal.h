@@ -231,7 +231,9 @@ struct backend {
 /* spec.c */
 int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
 int backend_create(const char *spec, struct backend **out, char *err, size_t errlen);
-int mem_backend_create(struct backend **out);
+/* @discard: keep each object's size but not its data (reads return zeros):
+ * a device that costs no memory, for benchmarks (model's discard=1). */
+int mem_backend_create(struct backend **out, bool discard);
 int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
 void model_release_stall(struct backend *be);
 void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp);

@@ -38,7 +38,7 @@ int wbc_parse_size(const char *s, uint64_t *out)
 int backend_create(const char *spec, struct backend **out, char *err, size_t errlen)
 {
 	if (!strcmp(spec, "mem"))
-		return mem_backend_create(out);
+		return mem_backend_create(out, false);
 	if (!strcmp(spec, "model"))
 		return model_backend_create("", out, err, errlen);
 	if (!strncmp(spec, "model:", 6))

@@ -184,6 +184,7 @@ static void iov_advance(struct wbc_bio *bio, size_t n)
 
 static void *reaper_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "wbc-reap");
 	struct fbe *f = arg;
 	for (;;) {
 		struct io_uring_cqe *cqe;

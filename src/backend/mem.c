@@ -1,7 +1,8 @@
 /*
  * RAM backend: named byte arrays in a hash table.  I/O is done in submit
  * and completed before submit returns.  Objects live until the backend is
- * destroyed.
+ * destroyed.  A discarding backend keeps sizes only: writes succeed and
+ * are dropped, reads return zeros.
  */
 #include "../internal.h"
 
@@ -22,6 +23,7 @@ struct mem {
 	pthread_mutex_t lock;    /* the hash */
 	struct mobj **hash;
 	size_t hash_size, nr;
+	bool discard;
 };
 
 #define MEM_HASH_INIT 256
@@ -95,10 +97,14 @@ static void mem_close(struct backend *be, void *obj)
 }
 
 /* Caller holds o->lock for writing (an rwlock: not assertable). */
-static int resize_locked(struct mobj *o, uint64_t size)
+static int resize_locked(struct mem *m, struct mobj *o, uint64_t size)
 {
 	if (size > MEM_MAX_OBJ)
 		return -EFBIG;
+	if (m->discard) {
+		o->size = size;
+		return 0;
+	}
 	if (size > o->cap) {
 		uint64_t cap = WBC_MAX(size, o->cap * 2);
 		char *d = realloc(o->data, cap);
@@ -115,7 +121,7 @@ static int resize_locked(struct mobj *o, uint64_t size)
 
 static int mem_submit(struct backend *be, struct wbc_bio *bio)
 {
-	(void)be;
+	struct mem *m = be->priv;
 	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
 	struct mobj *o = bio->obj;
 	uint64_t off = bio->off;
@@ -123,9 +129,10 @@ static int mem_submit(struct backend *be, struct wbc_bio *bio)
 	if (bio->op == BIO_WRITE) {
 		pthread_rwlock_wrlock(&o->lock);
 		if (off + bio->len > o->size)
-			res = resize_locked(o, off + bio->len);
+			res = resize_locked(m, o, off + bio->len);
 		for (int i = 0; i < bio->iovcnt && !res; i++) {
-			memcpy(o->data + off, bio->iov[i].iov_base, bio->iov[i].iov_len);
+			if (!m->discard)
+				memcpy(o->data + off, bio->iov[i].iov_base, bio->iov[i].iov_len);
 			off += bio->iov[i].iov_len;
 		}
 	} else {
@@ -133,7 +140,9 @@ static int mem_submit(struct backend *be, struct wbc_bio *bio)
 		for (int i = 0; i < bio->iovcnt; i++) {
 			size_t n = off >= o->size ? 0 :
 				   (size_t)WBC_MIN(bio->iov[i].iov_len, o->size - off);
-			if (n)
+			if (n && m->discard)
+				memset(bio->iov[i].iov_base, 0, n);
+			else if (n)
 				memcpy(bio->iov[i].iov_base, o->data + off, n);
 			off += n;
 			if (n < bio->iov[i].iov_len)
@@ -157,10 +166,9 @@ static int mem_flush(struct backend *be, void *obj, bool datasync)
 
 static int mem_setsize(struct backend *be, void *obj, uint64_t size)
 {
-	(void)be;
 	struct mobj *o = obj;
 	pthread_rwlock_wrlock(&o->lock);
-	int err = resize_locked(o, size);
+	int err = resize_locked(be->priv, o, size);
 	pthread_rwlock_unlock(&o->lock);
 	return err;
 }
@@ -192,7 +200,7 @@ static const struct backend_ops mem_ops = {
 	.destroy = mem_destroy,
 };
 
-int mem_backend_create(struct backend **out)
+int mem_backend_create(struct backend **out, bool discard)
 {
 	struct backend *be = calloc(1, sizeof(*be));
 	struct mem *m = calloc(1, sizeof(*m));
@@ -202,6 +210,7 @@ int mem_backend_create(struct backend **out)
 		return -ENOMEM;
 	}
 	m->hash_size = MEM_HASH_INIT;
+	m->discard = discard;
 	pthread_mutex_init(&m->lock, NULL);
 	be->ops = &mem_ops;
 	be->qd = MEM_QD;

@@ -41,6 +41,7 @@ struct model_cfg {
 	double errp;
 	double stall_at, stall_for; /* stall_for 0: none */
 	uint64_t seed;
+	bool discard;               /* keep sizes only, like null_blk */
 };
 
 struct pending {
@@ -187,12 +188,17 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			}
 		} else if (!strcmp(kv, "seed")) {
 			rc = wbc_parse_size(v, &cfg->seed);
+		} else if (!strcmp(kv, "discard")) {
+			rc = wbc_parse_size(v, &u);
+			if (!rc && u > 1)
+				rc = -EINVAL;
+			cfg->discard = u;
 		} else {
 			rc = -EINVAL;
 		}
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
-				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N)",
+				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N discard=0|1)",
 				 kv, v);
 	}
 	free(copy);
@@ -269,6 +275,7 @@ static bool in_stall_locked(struct model *m, double t)
 
 static void *model_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "wbc-model");
 	struct model *m = arg;
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
@@ -435,7 +442,7 @@ int model_backend_create(const char *opts, struct backend **out, char *err, size
 		return rc;
 	struct backend *be = calloc(1, sizeof(*be));
 	struct model *m = calloc(1, sizeof(*m));
-	if (!be || !m || (rc = mem_backend_create(&m->mem))) {
+	if (!be || !m || (rc = mem_backend_create(&m->mem, cfg.discard))) {
 		free(be);
 		free(m);
 		return rc ? rc : -ENOMEM;
