@@ -84,7 +84,7 @@ static double bucket_queue_us(struct wbc_dev *dev, struct inode *inos, size_t n,
 	}
 	/* take everything off the lists again */
 	pthread_mutex_lock(&dev->list_lock);
-	while (queue_io_locked(dev, UINT64_MAX, UINT64_MAX) || !list_empty(&dev->b_io)) {
+	while (queue_io_locked(dev, UINT64_MAX, UINT64_MAX) || !dirty_io_empty_locked(dev)) {
 		struct inode *ino;
 		while ((ino = dirty_take_next_locked(dev)))
 			ino->state = 0;

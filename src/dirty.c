@@ -6,8 +6,8 @@
  *        |                            |                          |
  *        v                            v  whole buckets           v
  *   b_dirty: [t0..][t1..][t2..] ---------------------> b_io --- take head -->
- *   (buckets oldest first, each    start <= T, then       (I_SYNC, off the
- *    a list of files dirtied in    b_more_io appended      lists)
+ *   (buckets oldest first, each    start <= T; then       (I_SYNC, off the
+ *    a list of files dirtied in    b_more_io's files       lists)
  *    [start, start + width))            ^                    |
  *        ^                              |  used its slice    |
  *        |                          b_more_io <--------------+
@@ -16,9 +16,11 @@
  *
  * Dirtying a file is O(1): append it to the newest bucket, or open a new
  * bucket when the newest is older than one width.  Queueing "every file
- * dirtied before T" splices whole buckets, so the dirty-list lock is never
- * held for a walk over files; queue_io moves at most QUEUE_IO_BUCKETS
- * buckets per call, which bounds even the bucket walk.
+ * dirtied before T" moves whole buckets to b_io, which is itself a list of
+ * buckets (then b_more_io's files, a plain list): the dirty-list lock is
+ * never held for a walk over files, and queueing touches bucket headers
+ * only, never the files' cache lines.  queue_io moves at most
+ * QUEUE_IO_BUCKETS buckets per call, which bounds even the bucket walk.
  *
  * Expiry is exact to one bucket width: a bucket is queued once its start is
  * at or before T, so a file may be written up to one width (dirty_expire/64,
@@ -82,6 +84,7 @@ int dirty_init(struct wbc_dev *dev)
 	uint64_t expire = (uint64_t)dev->cache->cfg.dirty_expire_centisecs * 10 * 1000 * 1000;
 	dev->bucket_ns = WBC_MIN(WBC_MAX(expire / 64, BUCKET_MIN_NS), BUCKET_MAX_NS);
 	list_init(&dev->buckets);
+	list_init(&dev->io_buckets);
 	list_init(&dev->b_io);
 	list_init(&dev->b_more_io);
 	dev->bucket_pool = calloc(1, sizeof(struct dirty_bucket));
@@ -90,8 +93,8 @@ int dirty_init(struct wbc_dev *dev)
 
 void dirty_destroy(struct wbc_dev *dev)
 {
-	assert(list_empty(&dev->buckets) && list_empty(&dev->b_io) &&
-	       list_empty(&dev->b_more_io));
+	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
+	       list_empty(&dev->b_io) && list_empty(&dev->b_more_io));
 	while (dev->bucket_pool) {
 		struct dirty_bucket *b = dev->bucket_pool;
 		dev->bucket_pool = b->next_free;
@@ -177,13 +180,10 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 			more = true;
 			break;
 		}
-		list_splice_tail_init(&b->inodes, &dev->b_io);
+		list_move_tail(&b->link, &dev->io_buckets);
 		dev->nr_b_io += b->n;
 		dev->nr_b_dirty -= b->n;
-		list_del_init(&b->link);
 		dev->nr_buckets--;
-		b->next_free = dev->bucket_pool;
-		dev->bucket_pool = b;
 		moved++;
 	}
 	list_splice_tail_init(&dev->b_more_io, &dev->b_io);
@@ -192,13 +192,31 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 	return more;
 }
 
+bool dirty_io_empty_locked(struct wbc_dev *dev)
+{
+	assert_held(&dev->list_lock);
+	return list_empty(&dev->io_buckets) && list_empty(&dev->b_io);
+}
+
 struct inode *dirty_take_next_locked(struct wbc_dev *dev)
 {
 	assert_held(&dev->list_lock);
-	if (list_empty(&dev->b_io))
+	struct list_head *from = &dev->b_io;
+	struct dirty_bucket *b = NULL;
+	if (!list_empty(&dev->io_buckets)) {
+		b = container_of(dev->io_buckets.next, struct dirty_bucket, link);
+		from = &b->inodes;
+	} else if (list_empty(&dev->b_io)) {
 		return NULL;
-	struct inode *ino = container_of(dev->b_io.next, struct inode, wb_list);
+	}
+	struct inode *ino = container_of(from->next, struct inode, wb_list);
 	list_del_init(&ino->wb_list);
+	if (b && !--b->n) {
+		assert(list_empty(&b->inodes));
+		list_del_init(&b->link);
+		b->next_free = dev->bucket_pool;
+		dev->bucket_pool = b;
+	}
 	dev->nr_b_io--;
 	ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
 	atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);

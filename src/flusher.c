@@ -439,7 +439,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		if (work_pending(dev))
 			break;
 		dev_list_lock(dev);
-		if (list_empty(&dev->b_io))
+		if (dirty_io_empty_locked(dev))
 			queue_io_locked(dev, older_than, UINT64_MAX);
 		struct inode *ino = dirty_take_next_locked(dev);
 		dev_list_unlock(dev);
@@ -492,7 +492,7 @@ static int wb_sync(struct wbc_dev *dev)
 
 	for (;;) {
 		dev_list_lock(dev);
-		if (list_empty(&dev->b_io) && more)
+		if (dirty_io_empty_locked(dev) && more)
 			more = queue_io_locked(dev, UINT64_MAX, upto);
 		struct inode *ino = dirty_take_next_locked(dev);
 		dev_list_unlock(dev);

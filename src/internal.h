@@ -408,7 +408,8 @@ struct wbc_dev {
 	struct list_head buckets;   /* b_dirty: time buckets, oldest first */
 	struct dirty_bucket *bucket_pool;   /* free buckets */
 	uint64_t bucket_ns;         /* a bucket's width in time (fixed) */
-	struct list_head b_io;      /* queued for this pass */
+	struct list_head io_buckets;/* b_io: queued buckets, then ... */
+	struct list_head b_io;      /* ... these files (from b_more_io) */
 	struct list_head b_more_io; /* used their slice; taken after b_io */
 	uint64_t nr_b_dirty, nr_b_io, nr_b_more_io, nr_buckets, bucket_seq;
 
@@ -569,6 +570,7 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
  * its sequence number, the @upto_seq that queues what is dirty now (sync). */
 uint64_t dirty_seal_locked(struct wbc_dev *dev);
 struct inode *dirty_take_next_locked(struct wbc_dev *dev);
+bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
 
 /* flusher.c */
