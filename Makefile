@@ -76,6 +76,8 @@ bench: all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	$(BUILD)/bench/isolation
+	$(BUILD)/bench/overwrite
+	$(BUILD)/bench/manyfiles
 
 # libFuzzer (clang): FUZZ_TIME seconds; new finds land in build/fuzz/corpus,
 # crashes in build/fuzz/crash-*: copy those into tests/fuzz-corpus/, where

@@ -264,6 +264,19 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	return 0;
 }
 
+uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct)
+{
+	if (!st || !st->list_lock_holds)
+		return 0;
+	uint64_t seen = 0;
+	for (int b = 0; b < 32; b++) {
+		seen += st->list_lock_hold_hist[b];
+		if ((double)seen >= (double)st->list_lock_holds * pct / 100)
+			return b ? 1ull << b : 1;
+	}
+	return 1ull << 31;
+}
+
 /* ------------------------------------------------------------------ */
 /* groups                                                               */
 

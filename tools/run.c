@@ -322,21 +322,30 @@ static void report(double secs)
 		size_t busy = 0;
 		for (size_t i = 0; i < R.ns; i++)
 			busy += R.s[i].dev[d].writeback > 0;
-		/* p99 of the dirty-list lock hold time: the upper bound of the
-		 * histogram bucket holding the 99th percentile */
-		uint64_t seen = 0, p99 = 0;
-		for (int b = 0; b < 32 && ds.list_lock_holds; b++) {
-			seen += ds.list_lock_hold_hist[b];
-			if (seen * 100 >= ds.list_lock_holds * 99) {
-				p99 = 1ull << b;
-				break;
-			}
-		}
+		uint64_t p99 = wbc_lock_hold_percentile(&ds, 99);
 		printf("%6u  %11.1f  %5.0f  %5.1f  %15llu  %6.1f  %6.1f  %s\n", d,
 		       (double)ds.written_back_bytes / MiB, (double)ds.written_back_bytes / secs / 1e6,
 		       R.ns ? 100.0 * (double)busy / (double)R.ns : 0,
 		       (unsigned long long)ds.list_lock_holds, (double)p99 / 1e3,
 		       (double)ds.list_lock_max_hold_ns / 1e3, o->devs[d]);
+	}
+	/* the dirty-list lock's hold-time histogram: upper bound, count */
+	for (unsigned d = 0; d < o->ndev; d++) {
+		struct wbc_dev_stats ds;
+		wbc_dev_stats(R.dev[d], &ds);
+		printf("device %u list-lock holds by time:", d);
+		for (int b = 0; b < 32; b++) {
+			if (!ds.list_lock_hold_hist[b])
+				continue;
+			double ub = (double)(b ? 1ull << b : 1);
+			if (ub < 1e3)
+				printf(" <%.0fns:%llu", ub, (unsigned long long)ds.list_lock_hold_hist[b]);
+			else if (ub < 1e6)
+				printf(" <%.0fus:%llu", ub / 1e3, (unsigned long long)ds.list_lock_hold_hist[b]);
+			else
+				printf(" <%.0fms:%llu", ub / 1e6, (unsigned long long)ds.list_lock_hold_hist[b]);
+		}
+		printf("\n");
 	}
 	double dmin = 1e18, dmax = 0, dsum = 0, setp = 0, lim = 0;
 	for (size_t i = 0; i < R.ns; i++) {

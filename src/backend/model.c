@@ -353,7 +353,10 @@ static int model_submit(struct backend *be, struct wbc_bio *bio)
 	struct pending p = { .due_ns = m->t0 + (uint64_t)(done * 1e9), .seq = m->seq++,
 			     .bio = bio, .res = res };
 	heap_push(m, p);
-	pthread_cond_signal(&m->cond);
+	/* wake the model thread only when its next deadline moved earlier:
+	 * a bio queued behind others is found when they complete */
+	if (m->heap[0].seq == p.seq)
+		pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
