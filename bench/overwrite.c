@@ -6,7 +6,9 @@
  * tmpfs (/dev/shm, the kernel's cheapest write path).  Each thread owns one file of WS bytes (default
  * 64 MiB, env WS_MB), written once to make it resident, then overwritten
  * at random 4 KiB-aligned offsets for SECONDS (default 2) per round.
- * 1 and 2 threads; the median of 3 rounds; prints ns/op, ops/s and the
+ * 1 thread, 2 threads (a file each), and 2 threads sharing one file of
+ * twice the size (writers to different pages of one file run in parallel
+ * in wbcache); the median of 3 rounds; prints ns/op, ops/s and the
  * ratio.  THREADS=N runs N threads only; ONLY=wbcache|kernel one side.
  */
 #include "../tests/testutil.h"
@@ -37,6 +39,7 @@ struct worker {
 	enum peer kernel;
 	int fd;
 	wbc_file *f;
+	uint64_t span;         /* bytes of the file it writes in */
 	pthread_barrier_t *bar;
 	uint64_t ops;
 	double secs;
@@ -47,7 +50,7 @@ static void *work(void *arg)
 	struct worker *w = arg;
 	static __thread char buf[BS];
 	t_fill(buf, BS, (uint64_t)w->id + 1);
-	uint64_t pages = ws_bytes / BS, s = 0x9e3779b97f4a7c15ull * (uint64_t)(w->id + 1);
+	uint64_t pages = w->span / BS, s = 0x9e3779b97f4a7c15ull * (uint64_t)(w->id + 1);
 	pthread_barrier_wait(w->bar);
 	double t0 = now_s(), t;
 	uint64_t ops = 0;
@@ -66,14 +69,20 @@ static void *work(void *arg)
 }
 
 /* ops per second of @threads threads, each on its own file */
-static double round_ops(enum peer kernel, int threads)
+static double round_ops(enum peer kernel, int threads, bool shared)
 {
 	struct worker w[2];
 	pthread_barrier_t bar;
 	pthread_barrier_init(&bar, NULL, (unsigned)threads);
 	static char fill[1 << 20];
+	uint64_t span = shared ? ws_bytes * (uint64_t)threads : ws_bytes;
 	for (int i = 0; i < threads; i++) {
-		w[i] = (struct worker){ .id = i, .kernel = kernel, .bar = &bar };
+		w[i] = (struct worker){ .id = i, .kernel = kernel, .bar = &bar, .span = span };
+		if (shared && i) {        /* the same open file as thread 0 */
+			w[i].fd = w[0].fd;
+			w[i].f = w[0].f;
+			continue;
+		}
 		char name[64];
 		snprintf(name, sizeof(name), "ow%d", i);
 		if (kernel) {
@@ -82,11 +91,11 @@ static double round_ops(enum peer kernel, int threads)
 			w[i].fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
 			CHECK(w[i].fd >= 0);
 			free(path);
-			for (uint64_t off = 0; off < ws_bytes; off += sizeof(fill))
+			for (uint64_t off = 0; off < span; off += sizeof(fill))
 				CHECK_EQ(pwrite(w[i].fd, fill, sizeof(fill), (off_t)off), sizeof(fill));
 		} else {
 			CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT | WBC_O_TRUNC, &w[i].f), 0);
-			for (uint64_t off = 0; off < ws_bytes; off += sizeof(fill))
+			for (uint64_t off = 0; off < span; off += sizeof(fill))
 				CHECK_EQ(wbc_pwrite(w[i].f, fill, sizeof(fill), off), sizeof(fill));
 		}
 	}
@@ -96,6 +105,10 @@ static double round_ops(enum peer kernel, int threads)
 	for (int i = 0; i < threads; i++) {
 		pthread_join(w[i].th, NULL);
 		total += (double)w[i].ops / w[i].secs;
+	}
+	for (int i = 0; i < threads; i++) {
+		if (shared && i)
+			continue;
 		if (kernel)
 			close(w[i].fd);
 		else {   /* drop the dirty pages: no writeback in later rounds */
@@ -150,17 +163,22 @@ int main(void)
 	e = getenv("ONLY");
 	static const char *label[] = { "wbc_pwrite (mem device)", "pwrite, kernel, disk fs",
 				       "pwrite, kernel, tmpfs" };
-	for (int threads = tmin; threads <= tmax; threads++) {
+	for (int run = 0; run < 3; run++) {
+		int threads = run ? 2 : 1;
+		bool shared = run == 2;
+		if (threads < tmin || threads > tmax)
+			continue;
 		double v[3][3] = { { 0 } };
 		for (int r = 0; r < 3; r++)
 			for (int k = WBCACHE; k <= TMPFS; k++)
 				if ((k != TMPFS || shmdir) && (!e || !strcmp(e, k ? "kernel" : "wbcache")))
-					v[k][r] = round_ops(k, threads);
+					v[k][r] = round_ops(k, threads, shared);
 		for (int k = WBCACHE; k <= TMPFS; k++) {
 			qsort(v[k], 3, sizeof(double), cmp_d);
 			if (!v[k][1])
 				continue;
-			printf("%-8d %-26s %12.0f %13.0f", threads, label[k], v[k][1],
+			printf("%-8s %-26s %12.0f %13.0f", shared ? "2, 1 file" : threads > 1 ? "2" : "1",
+			       label[k], v[k][1],
 			       1e9 * threads / v[k][1]);
 			if (k != WBCACHE && v[WBCACHE][1])
 				printf(" %14.2fx", v[WBCACHE][1] / v[k][1]);
