@@ -25,6 +25,8 @@ else
 endif
 override CFLAGS := $(CFLAGS_BASE) $(CFLAGS_OPT) $(EXTRA_CFLAGS)
 LDLIBS  := -luring -lpthread -lm
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 
 LIB_SRC := $(wildcard src/*.c src/backend/*.c)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -54,8 +56,12 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(Q)ar rcs $@ $^
 
+$(BUILD)/tools/mount.o: tools/mount.c $(wildcard include/*.h tools/*.h) | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(FUSE_CFLAGS) -c $< -o $@
+
 $(CLI): $(TOOL_OBJ) $(LIB)
-	$(Q)$(CC) $(CFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) $(FUSE_LIBS) -o $@
 
 $(BUILD)/tests/%.t: tests/%.c $(LIB) tests/testutil.h
 	@mkdir -p $(dir $@)

@@ -95,6 +95,27 @@ int wbc_dev_add(wbc_cache *cache, const char *spec, wbc_dev **out);
 int wbc_dev_add_msg(wbc_cache *cache, const char *spec, wbc_dev **out,
 		    char *msg, size_t msglen);
 
+/*
+ * A device over files the caller opens (a file system layered on a
+ * directory tree, like `wbcache mount`): whenever wbcache needs the backing
+ * file of cached file @name (any name wbc_file_open accepts), it calls
+ * @open(@ctx, name, flags) with open(2) flags (O_RDWR | O_CLOEXEC, and
+ * O_DIRECT unless direct=0; again without O_DIRECT if that fails with
+ * EINVAL), in the thread that called wbc_file_open.  @open returns a new
+ * file descriptor, which wbcache owns and closes, or -errno.  @fs_fd is any
+ * descriptor on the backing file system (dup'd): a device sync calls
+ * syncfs() on it.  @opts: "" or the comma-separated options of "dir:"
+ * (qd=, max_io=, direct=) and the device tunables.  Returns as
+ * wbc_dev_add_msg().
+ */
+typedef int (*wbc_open_fn)(void *ctx, const char *name, int flags);
+int wbc_dev_add_opener(wbc_cache *cache, int fs_fd, const char *opts, wbc_open_fn open,
+		       void *ctx, wbc_dev **out, char *msg, size_t msglen);
+
+/* An unseen writeback error of the file for this handle (and mark it
+ * seen), without writing anything: what close(2) may report.  0 or -errno. */
+int wbc_file_check_error(wbc_file *f);
+
 /* Write back all dirty data of the device, wait for it, flush the backend.
  * Returns 0, or a writeback error the device met since the previous
  * wbc_dev_sync() (like syncfs: even one an fsync reported already). */

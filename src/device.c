@@ -68,7 +68,8 @@ static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msgl
 	return 0;
 }
 
-int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, size_t msglen)
+static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *opener,
+		   wbc_dev **out, char *msg, size_t msglen)
 {
 	char dummy[8];
 	if (!msg || !msglen) {
@@ -92,7 +93,7 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 	struct backend *be;
 	int err = take_dev_opts(dev, bspec, msg, msglen);
 	if (!err)
-		err = backend_create(bspec, &be, msg, msglen);
+		err = backend_create(bspec, opener, &be, msg, msglen);
 	free(bspec);
 	if (err) {
 		free(dev->hash);
@@ -132,6 +133,28 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 	pthread_mutex_unlock(&c->dev_lock);
 	*out = dev;
 	return 0;
+}
+
+int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, size_t msglen)
+{
+	return dev_add(c, spec, NULL, out, msg, msglen);
+}
+
+int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn open,
+		       void *ctx, wbc_dev **out, char *msg, size_t msglen)
+{
+	if (!opts || !open || fs_fd < 0) {
+		if (msg && msglen)
+			snprintf(msg, msglen, "missing argument");
+		return -EINVAL;
+	}
+	struct backend_opener op = { .fn = open, .ctx = ctx, .fs_fd = fs_fd };
+	char *spec;
+	if (asprintf(&spec, "opener%s%s", *opts ? "," : "", opts) < 0)
+		return -ENOMEM;
+	int err = dev_add(c, spec, &op, out, msg, msglen);
+	free(spec);
+	return err;
 }
 
 int wbc_dev_add(wbc_cache *c, const char *spec, wbc_dev **out)

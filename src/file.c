@@ -747,5 +747,16 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	return err ? err : ferr;
 }
 
+int wbc_file_check_error(wbc_file *h)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	pthread_mutex_lock(&f->inode->lock);
+	int err = errseq_check_advance(&f->inode->wb_err, &f->err_since);
+	pthread_mutex_unlock(&f->inode->lock);
+	return err;
+}
+
 int wbc_fsync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 0); }
 int wbc_fdatasync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 1); }

@@ -230,15 +230,25 @@ struct backend {
 
 /* spec.c */
 int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
-int backend_create(const char *spec, struct backend **out, char *err, size_t errlen);
+struct backend_opener;
+/* @opener: used by spec "opener[,opts]" only (NULL otherwise) */
+int backend_create(const char *spec, const struct backend_opener *opener,
+		   struct backend **out, char *err, size_t errlen);
 /* @discard: keep each object's size but not its data (reads return zeros):
  * a device that costs no memory, for benchmarks (model's discard=1). */
 int mem_backend_create(struct backend **out, bool discard);
 int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
 void model_release_stall(struct backend *be);
 void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp);
+/* A caller's opener (wbc_dev_add_opener), or none. */
+struct backend_opener {
+	wbc_open_fn fn;
+	void *ctx;
+	int fs_fd;
+};
 int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
-			size_t max_io, struct backend **out, char *err, size_t errlen);
+			size_t max_io, const struct backend_opener *opener,
+			struct backend **out, char *err, size_t errlen);
 
 /* Read @len bytes at @off of @obj synchronously through submit; returns
  * bytes read (short at end of object) or -errno. */

@@ -35,7 +35,8 @@ int wbc_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-int backend_create(const char *spec, struct backend **out, char *err, size_t errlen)
+int backend_create(const char *spec, const struct backend_opener *opener,
+		   struct backend **out, char *err, size_t errlen)
 {
 	if (!strcmp(spec, "mem"))
 		return mem_backend_create(out, false);
@@ -44,15 +45,23 @@ int backend_create(const char *spec, struct backend **out, char *err, size_t err
 	if (!strncmp(spec, "model:", 6))
 		return model_backend_create(spec + 6, out, err, errlen);
 	bool dir;
-	if (!strncmp(spec, "file:", 5))
-		dir = false;
-	else if (!strncmp(spec, "dir:", 4))
+	size_t skip;
+	if (opener && (!strcmp(spec, "opener") || !strncmp(spec, "opener,", 7))) {
 		dir = true;
-	else {
+		skip = 6;
+	} else if (!strncmp(spec, "file:", 5)) {
+		dir = false;
+		skip = 5;
+	} else if (!strncmp(spec, "dir:", 4)) {
+		dir = true;
+		skip = 4;
+	} else {
 		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH or dir:PATH)", spec);
 		return -EINVAL;
 	}
-	char *copy = strdup(spec + (dir ? 4 : 5));
+	char *copy = skip == 6 ? malloc(strlen(spec) + 16) : strdup(spec + skip);
+	if (copy && skip == 6)   /* a placeholder path, for messages */
+		sprintf(copy, "(opener)%s", spec + 6);
 	if (!copy)
 		return -ENOMEM;
 	unsigned qd = DEFAULT_QD;
@@ -91,7 +100,8 @@ int backend_create(const char *spec, struct backend **out, char *err, size_t err
 		rc = -EINVAL;
 	}
 	if (!rc)
-		rc = file_backend_create(copy, dir, direct, qd, (size_t)max_io, out, err, errlen);
+		rc = file_backend_create(copy, dir, direct, qd, (size_t)max_io, opener, out, err,
+					 errlen);
 	free(copy);
 	return rc;
 }

@@ -31,6 +31,10 @@ static void usage(FILE *out)
 "  run [WORKLOAD]   drive a workload (dd, randwrite, fsmark, jbod) through the\n"
 "                   engine and report; no workload: the demonstration\n"
 "                   (wbcache run --help lists the options)\n"
+"  mount BACKING_DIR MOUNTPOINT [-o OPTS] [-f]\n"
+"                   a FUSE file system over BACKING_DIR whose data goes\n"
+"                   through the engine (wbcache mount --help)\n"
+"  stat MOUNTPOINT  live statistics of a mount\n"
 "\n"
 "  --help, --version\n");
 }
@@ -51,6 +55,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "mount"))
+		return cmd_mount(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stat"))
+		return cmd_stat(argc - 1, argv + 1);
 	fprintf(stderr, "wbcache: unknown command '%s' (try --help)\n", argv[1]);
 	return 2;
 }

@@ -34,6 +34,7 @@ struct fobj {
 
 struct fbe {
 	char *path;
+	struct backend_opener opener;   /* fn NULL: open by name in dirfd */
 	bool dir;
 	bool direct;
 	int dirfd;
@@ -58,17 +59,30 @@ static void warn_buffered(struct fbe *f)
 
 static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, struct fobj **out)
 {
-	int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
-	if (f->dir)
-		flags |= O_NOFOLLOW;
-	int fd = openat(dirfd, name, flags | (f->direct ? O_DIRECT : 0), 0644);
-	if (fd < 0 && errno == EINVAL && f->direct) {
-		fd = openat(dirfd, name, flags, 0644);
-		if (fd >= 0)
-			warn_buffered(f);
+	int fd;
+	if (f->opener.fn) {
+		int flags = O_RDWR | O_CLOEXEC;
+		fd = f->opener.fn(f->opener.ctx, name, flags | (f->direct ? O_DIRECT : 0));
+		if (fd == -EINVAL && f->direct) {
+			fd = f->opener.fn(f->opener.ctx, name, flags);
+			if (fd >= 0)
+				warn_buffered(f);
+		}
+		if (fd < 0)
+			return fd;
+	} else {
+		int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+		if (f->dir)
+			flags |= O_NOFOLLOW;
+		fd = openat(dirfd, name, flags | (f->direct ? O_DIRECT : 0), 0644);
+		if (fd < 0 && errno == EINVAL && f->direct) {
+			fd = openat(dirfd, name, flags, 0644);
+			if (fd >= 0)
+				warn_buffered(f);
+		}
+		if (fd < 0)
+			return -errno;
 	}
-	if (fd < 0)
-		return -errno;
 	struct stat st;
 	if (fstat(fd, &st) || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
 		int e = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
@@ -301,7 +315,8 @@ static size_t blk_max_io(int fd)
 }
 
 int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
-			size_t max_io, struct backend **out, char *err, size_t errlen)
+			size_t max_io, const struct backend_opener *opener,
+			struct backend **out, char *err, size_t errlen)
 {
 	struct backend *be = calloc(1, sizeof(*be));
 	struct fbe *f = calloc(1, sizeof(*f));
@@ -316,7 +331,15 @@ int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->sq_lock, NULL);
 	int rc = 0, probe_fd;
-	if (dir) {
+	if (opener) {
+		f->opener = *opener;
+		f->dirfd = fcntl(opener->fs_fd, F_DUPFD_CLOEXEC, 0);
+		if (f->dirfd < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "bad file system descriptor: %s", strerror(errno));
+		}
+		probe_fd = f->dirfd;
+	} else if (dir) {
 		f->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (f->dirfd < 0) {
 			rc = -errno;

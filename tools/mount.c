@@ -1,0 +1,1259 @@
+/*
+ * `wbcache mount BACKING_DIR MOUNTPOINT [-o opts] [-f]`: a FUSE file system
+ * (libfuse3 low-level API, multi-threaded) whose file data goes through the
+ * wbcache engine and whose metadata passes through to BACKING_DIR.
+ *
+ * Nodes.  Every file the kernel knows (a FUSE node id) is a struct node
+ * holding an O_PATH descriptor of the backing inode, found by (st_dev,
+ * st_ino) in a hash table, so hard links share a node.  Every operation is
+ * relative to such a descriptor (the *at() calls with O_NOFOLLOW and
+ * AT_SYMLINK_NOFOLLOW, or the descriptor itself): no path is ever resolved
+ * from a string, so nothing can step outside BACKING_DIR through "..",
+ * symlinks or a concurrent rename.  The kernel checks permissions
+ * (default_permissions).
+ *
+ * Data.  Regular files are opened direct_io (the kernel's page cache is
+ * bypassed, data is cached once, in the engine).  The engine's device is an
+ * opener device: its file for a node is named by a number unique to that
+ * node (never reused in the process), and the engine opens the backing file
+ * by reopening the node's O_PATH descriptor, so writeback reaches the very
+ * inode that was written, never a file that later took its name.  A file
+ * whose last link goes (unlink, or rename over it) has its cached data
+ * dropped once no handle is open; a node the kernel forgets after data went
+ * through it is written back first, so a new node for the same inode never
+ * sees stale data.
+ *
+ * Sizes.  A node remembers the size of its data in the engine (while open,
+ * the engine's; after, the last one), and getattr reports it: data still in
+ * the cache counts.
+ *
+ * Stats.  `wbcache stat MOUNTPOINT` reads the extended attribute
+ * "user.wbcache.stats" of the mount's root, which the mount answers with
+ * live engine statistics (it is not listed and cannot be set).
+ *
+ * Unmount (fusermount3 -u, SIGINT, SIGTERM) ends the session loop; the
+ * cache is then closed, which writes everything back, and any error is
+ * reported and makes the exit status 1.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <dirent.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "wbcache.h"
+
+#include "run.h"
+
+#define STATS_XATTR "user.wbcache.stats"
+#define MAXU(a, b) ((a) > (b) ? (a) : (b))
+#define MINU(a, b) ((a) < (b) ? (a) : (b))
+
+struct node {
+	struct node *hnext;          /* mnt.lock */
+	uint64_t nlookup;            /* mnt.lock */
+	dev_t dev;
+	ino_t ino;
+	int fd;                      /* O_PATH, O_NOFOLLOW */
+	uint64_t gen;                /* the engine's name for its data */
+	bool is_reg;
+	pthread_mutex_t lock;        /* the fields below */
+	unsigned opens;
+	wbc_file *wf;                /* the node's engine handle while opens > 0 */
+	bool wrote;                  /* data went through the engine */
+	bool size_known;
+	uint64_t size;               /* the engine's size of the data */
+	struct timespec wmtime;      /* last write through the mount */
+};
+
+struct mnt {
+	char *backing;
+	int root_fd;
+	struct node root;
+	pthread_mutex_t lock;        /* the table */
+	struct node **hash;
+	size_t hsize, n;
+	wbc_cache *cache;
+	wbc_dev *dev;
+	atomic_ullong next_gen;
+	bool as_root;                /* the daemon may chown */
+	bool foreground;
+};
+
+static struct mnt M;
+/* The node whose engine file the calling thread is opening (the opener
+ * callback runs inside wbc_file_open, in the same thread). */
+static __thread struct node *opening;
+
+static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logmsg(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (M.foreground) {
+		fprintf(stderr, "wbcache mount: ");
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	} else {
+		vsyslog(LOG_ERR, fmt, ap);
+	}
+	va_end(ap);
+}
+
+/* ------------------------------------------------------------------ */
+/* nodes                                                                */
+
+static size_t hkey(dev_t dev, ino_t ino, size_t size)
+{
+	uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)ino * 0xc2b2ae3d27d4eb4full);
+	return (size_t)(h ^ (h >> 29)) & (size - 1);
+}
+
+static struct node *find_locked(dev_t dev, ino_t ino)
+{
+	struct node *n = M.hash[hkey(dev, ino, M.hsize)];
+	while (n && (n->dev != dev || n->ino != ino))
+		n = n->hnext;
+	return n;
+}
+
+static void insert_locked(struct node *n)
+{
+	if (M.n >= M.hsize) {
+		size_t ns = M.hsize * 2;
+		struct node **h = calloc(ns, sizeof(*h));
+		if (h) {
+			for (size_t i = 0; i < M.hsize; i++)
+				for (struct node *x = M.hash[i], *next; x; x = next) {
+					next = x->hnext;
+					size_t k = hkey(x->dev, x->ino, ns);
+					x->hnext = h[k];
+					h[k] = x;
+				}
+			free(M.hash);
+			M.hash = h;
+			M.hsize = ns;
+		}
+	}
+	size_t k = hkey(n->dev, n->ino, M.hsize);
+	n->hnext = M.hash[k];
+	M.hash[k] = n;
+	M.n++;
+}
+
+static void remove_locked(struct node *n)
+{
+	struct node **pp = &M.hash[hkey(n->dev, n->ino, M.hsize)];
+	while (*pp != n)
+		pp = &(*pp)->hnext;
+	*pp = n->hnext;
+	M.n--;
+}
+
+static struct node *node_of(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? &M.root : (struct node *)(uintptr_t)ino;
+}
+
+static fuse_ino_t id_of(struct node *n)
+{
+	return n == &M.root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+}
+
+static void gen_name(const struct node *n, char *buf, size_t len)
+{
+	snprintf(buf, len, "%" PRIu64, n->gen);
+}
+
+/* The opener of the engine's device: reopen the node's O_PATH descriptor
+ * with @flags.  A file the daemon may only read is opened read-only (its
+ * writes are refused by the kernel's permission check first). */
+static int open_backing(void *ctx, const char *name, int flags)
+{
+	(void)ctx;
+	struct node *n = opening;
+	char want[32], path[64];
+	if (!n)
+		return -ENOENT;
+	gen_name(n, want, sizeof(want));
+	if (strcmp(want, name))
+		return -ENOENT;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", n->fd);
+	int fd = open(path, flags);
+	if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS))
+		fd = open(path, (flags & ~O_ACCMODE) | O_RDONLY);
+	return fd < 0 ? -errno : fd;
+}
+
+/* A new engine handle on the node's data. */
+static int engine_open(struct node *n, wbc_file **out)
+{
+	char name[32];
+	gen_name(n, name, sizeof(name));
+	opening = n;
+	int err = wbc_file_open(M.dev, name, WBC_O_CREAT, out);
+	opening = NULL;
+	return err;
+}
+
+static int stat_node(struct node *n, struct stat *st)
+{
+	if (fstatat(n->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (!S_ISREG(st->st_mode))
+		return 0;
+	pthread_mutex_lock(&n->lock);
+	if (n->wf) {
+		int64_t sz = wbc_file_size(n->wf);
+		if (sz >= 0)
+			st->st_size = sz;
+	} else if (n->size_known) {
+		st->st_size = (off_t)n->size;
+	}
+	if (n->wrote && (n->wmtime.tv_sec > st->st_mtim.tv_sec ||
+			 (n->wmtime.tv_sec == st->st_mtim.tv_sec &&
+			  n->wmtime.tv_nsec > st->st_mtim.tv_nsec)))
+		st->st_mtim = st->st_ctim = n->wmtime;
+	pthread_mutex_unlock(&n->lock);
+	st->st_blocks = (blkcnt_t)MAXU((uint64_t)st->st_blocks, ((uint64_t)st->st_size + 511) / 512);
+	return 0;
+}
+
+/* Look @name up in @parent: a node with one more lookup, and its attrs. */
+static int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	if (parent == &M.root && !strcmp(name, "..")) {
+		name = ".";   /* the root's parent is the root: nothing above it */
+	}
+	int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(st.st_dev, st.st_ino);
+	if (n) {
+		n->nlookup++;
+		pthread_mutex_unlock(&M.lock);
+		close(fd);
+	} else {
+		n = calloc(1, sizeof(*n));
+		if (!n) {
+			pthread_mutex_unlock(&M.lock);
+			close(fd);
+			return -ENOMEM;
+		}
+		n->dev = st.st_dev;
+		n->ino = st.st_ino;
+		n->fd = fd;
+		n->nlookup = 1;
+		n->is_reg = S_ISREG(st.st_mode);
+		n->gen = atomic_fetch_add(&M.next_gen, 1);
+		pthread_mutex_init(&n->lock, NULL);
+		insert_locked(n);
+		pthread_mutex_unlock(&M.lock);
+	}
+	int err = stat_node(n, &e->attr);
+	if (err)
+		return err;   /* the lookup count stays: the kernel is told nothing */
+	e->ino = id_of(n);
+	e->attr_timeout = 1.0;
+	e->entry_timeout = 1.0;
+	return 0;
+}
+
+/* Drop the cached data of a node whose inode has no link left (it can
+ * never be read again once closed): caller holds n->lock, opens == 0. */
+static void drop_if_unlinked_locked(struct node *n)
+{
+	struct stat st;
+	if (!n->is_reg || !n->wrote || fstatat(n->fd, "", &st, AT_EMPTY_PATH) || st.st_nlink)
+		return;
+	wbc_file *h;
+	if (engine_open(n, &h) == 0) {
+		wbc_truncate(h, 0);          /* drops dirty pages: never written */
+		wbc_file_close(h);
+	}
+	n->wrote = false;
+	n->size_known = false;
+}
+
+/* After an unlink or a rename that may have removed the last link of the
+ * inode (dev, ino). */
+static void after_unlink(dev_t dev, ino_t ino)
+{
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(dev, ino);
+	pthread_mutex_unlock(&M.lock);
+	/* n stays valid: the kernel holds a lookup on a name it just removed
+	 * until this request is answered */
+	if (!n)
+		return;
+	pthread_mutex_lock(&n->lock);
+	if (!n->opens)
+		drop_if_unlinked_locked(n);
+	pthread_mutex_unlock(&n->lock);
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	struct node *n = node_of(ino);
+	pthread_mutex_lock(&M.lock);
+	if (n == &M.root || (n->nlookup -= nlookup) > 0) {
+		pthread_mutex_unlock(&M.lock);
+		return;
+	}
+	remove_locked(n);
+	pthread_mutex_unlock(&M.lock);
+	pthread_mutex_lock(&n->lock);
+	drop_if_unlinked_locked(n);
+	if (n->wrote) {
+		/* a later node for this inode must not find stale data behind
+		 * this one's cached data: write it back now */
+		wbc_file *h;
+		if (engine_open(n, &h) == 0) {
+			int err = wbc_fsync(h);
+			if (err)
+				logmsg("writeback of a forgotten file failed: %s", wbc_strerror(err));
+			wbc_file_close(h);
+		}
+	}
+	pthread_mutex_unlock(&n->lock);
+	close(n->fd);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+/* ------------------------------------------------------------------ */
+/* operations                                                           */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->max_write = 1u << 20;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;   /* data is cached once, here */
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int err = do_lookup(node_of(parent), name, &e);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(f[i].ino, f[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct stat st;
+	int err = stat_node(node_of(ino), &st);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_attr(req, &st, 1.0);
+}
+
+static int proc_path(struct node *n, char *buf, size_t len)
+{
+	snprintf(buf, len, "/proc/self/fd/%d", n->fd);
+	return 0;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	char path[64];
+	int err = 0;
+	struct stat st;
+	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	bool lnk = S_ISLNK(st.st_mode);
+	proc_path(n, path, sizeof(path));
+	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
+		if (lnk)
+			err = -EOPNOTSUPP;
+		else if (chmod(path, attr->st_mode & 07777))
+			err = -errno;
+	}
+	if (!err && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+		uid_t u = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
+		gid_t g = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
+		if (fchownat(n->fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+			err = -errno;
+	}
+	if (!err && (to_set & FUSE_SET_ATTR_SIZE)) {
+		if (!S_ISREG(st.st_mode)) {
+			err = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		} else {
+			wbc_file *h = fi ? (wbc_file *)(uintptr_t)fi->fh : NULL;
+			bool tmp = false;
+			pthread_mutex_lock(&n->lock);
+			if (!h && !(err = engine_open(n, &h)))
+				tmp = true;
+			if (!err)
+				err = wbc_truncate(h, (uint64_t)attr->st_size);
+			if (!err) {
+				n->wrote = true;
+				n->size_known = true;
+				n->size = (uint64_t)attr->st_size;
+				clock_gettime(CLOCK_REALTIME, &n->wmtime);
+			}
+			if (tmp)
+				wbc_file_close(h);
+			pthread_mutex_unlock(&n->lock);
+		}
+	}
+	if (!err && (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+		struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			tv[0].tv_nsec = UTIME_NOW;
+		else if (to_set & FUSE_SET_ATTR_ATIME)
+			tv[0] = attr->st_atim;
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			tv[1].tv_nsec = UTIME_NOW;
+		else if (to_set & FUSE_SET_ATTR_MTIME)
+			tv[1] = attr->st_mtim;
+		if (lnk)
+			err = -EOPNOTSUPP;
+		else if (utimensat(AT_FDCWD, path, tv, 0))
+			err = -errno;
+		else if (to_set & FUSE_SET_ATTR_MTIME) {
+			pthread_mutex_lock(&n->lock);
+			n->wrote = n->size_known;   /* an explicit mtime wins */
+			n->wmtime = (struct timespec){ 0, 0 };
+			pthread_mutex_unlock(&n->lock);
+		}
+	}
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	if ((err = stat_node(n, &st)))
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_attr(req, &st, 1.0);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	ssize_t r = readlinkat(node_of(ino)->fd, "", buf, sizeof(buf) - 1);
+	if (r < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	buf[r] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+/* Give a new entry the requesting user's ownership (the daemon runs as
+ * root; otherwise the backing file system made it the daemon's). */
+static void own_new(fuse_req_t req, struct node *parent, const char *name)
+{
+	if (!M.as_root)
+		return;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	if (fchownat(parent->fd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW))
+		logmsg("chown of a new entry failed: %s", strerror(errno));
+}
+
+static void reply_new(fuse_req_t req, struct node *parent, const char *name, int rc)
+{
+	if (rc) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	own_new(req, parent, name);
+	struct fuse_entry_param e;
+	int err = do_lookup(parent, name, &e);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct node *p = node_of(parent);
+	reply_new(req, p, name, mknodat(p->fd, name, mode, rdev));
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct node *p = node_of(parent);
+	reply_new(req, p, name, mkdirat(p->fd, name, mode));
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct node *p = node_of(parent);
+	reply_new(req, p, name, symlinkat(link, p->fd, name));
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct node *n = node_of(ino), *p = node_of(newparent);
+	if (linkat(n->fd, "", p->fd, newname, AT_EMPTY_PATH)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	struct fuse_entry_param e;
+	int err = do_lookup(p, newname, &e);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct node *p = node_of(parent);
+	struct stat st;
+	if (fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (unlinkat(p->fd, name, 0)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (S_ISREG(st.st_mode))
+		after_unlink(st.st_dev, st.st_ino);
+	fuse_reply_err(req, 0);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, unlinkat(node_of(parent)->fd, name, AT_REMOVEDIR) ? errno : 0);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct node *p = node_of(parent), *np = node_of(newparent);
+	struct stat victim;
+	bool had = !(flags & RENAME_EXCHANGE) &&
+		   !fstatat(np->fd, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
+	if (renameat2(p->fd, name, np->fd, newname, flags)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (had)
+		after_unlink(victim.st_dev, victim.st_ino);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- files ---- */
+
+static int open_common(struct node *n, struct fuse_file_info *fi)
+{
+	wbc_file *h;
+	pthread_mutex_lock(&n->lock);
+	int err = engine_open(n, &h);
+	if (!err && !n->opens) {
+		err = engine_open(n, &n->wf);
+		if (err)
+			wbc_file_close(h);
+	}
+	if (!err)
+		n->opens++;
+	pthread_mutex_unlock(&n->lock);
+	if (err)
+		return err;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->direct_io = 1;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	if (!n->is_reg) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	int err = open_common(n, fi);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct node *p = node_of(parent);
+	int fd = openat(p->fd, name, (fi->flags & (O_EXCL | O_TRUNC)) | O_CREAT | O_RDONLY |
+			O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	close(fd);
+	own_new(req, p, name);
+	struct fuse_entry_param e;
+	int err = do_lookup(p, name, &e);
+	if (!err && !node_of(e.ino)->is_reg)
+		err = -EISDIR;
+	if (!err)
+		err = open_common(node_of(e.ino), fi);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	fuse_reply_create(req, &e, fi);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	(void)ino;
+	char *buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ssize_t r = wbc_pread((wbc_file *)(uintptr_t)fi->fh, buf, size, (uint64_t)off);
+	if (r < 0)
+		fuse_reply_err(req, (int)-r);
+	else
+		fuse_reply_buf(req, buf, (size_t)r);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	ssize_t r = wbc_pwrite((wbc_file *)(uintptr_t)fi->fh, buf, size, (uint64_t)off);
+	if (r < 0) {
+		fuse_reply_err(req, (int)-r);
+		return;
+	}
+	pthread_mutex_lock(&n->lock);
+	n->wrote = true;
+	clock_gettime(CLOCK_REALTIME, &n->wmtime);
+	pthread_mutex_unlock(&n->lock);
+	fuse_reply_write(req, (size_t)r);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	int err = wbc_file_check_error((wbc_file *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, -err);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
+	int err = datasync ? wbc_fdatasync(h) : wbc_fsync(h);
+	fuse_reply_err(req, -err);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	wbc_file_close((wbc_file *)(uintptr_t)fi->fh);
+	pthread_mutex_lock(&n->lock);
+	if (!--n->opens) {
+		int64_t sz = wbc_file_size(n->wf);
+		if (sz >= 0 && n->wrote) {
+			n->size_known = true;
+			n->size = (uint64_t)sz;
+		}
+		wbc_file_close(n->wf);
+		n->wf = NULL;
+		drop_if_unlinked_locked(n);
+	}
+	pthread_mutex_unlock(&n->lock);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- directories ---- */
+
+struct dirh {
+	DIR *dp;
+	struct dirent *entry;
+	off_t offset;
+};
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dirh *d = calloc(1, sizeof(*d));
+	int fd = openat(node_of(ino)->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!d || fd < 0 || !(d->dp = fdopendir(fd))) {
+		int e = d ? errno : ENOMEM;
+		if (fd >= 0)
+			close(fd);
+		free(d);
+		fuse_reply_err(req, e);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+	char *buf = calloc(1, size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (off != d->offset) {
+		seekdir(d->dp, off);
+		d->entry = NULL;
+		d->offset = off;
+	}
+	size_t used = 0;
+	int err = 0;
+	for (;;) {
+		if (!d->entry) {
+			errno = 0;
+			d->entry = readdir(d->dp);
+			if (!d->entry) {
+				err = errno;
+				break;
+			}
+		}
+		struct stat st = { .st_ino = d->entry->d_ino,
+				   .st_mode = (mode_t)d->entry->d_type << 12 };
+		size_t n = fuse_add_direntry(req, buf + used, size - used, d->entry->d_name, &st,
+					     d->entry->d_off);
+		if (n > size - used)
+			break;
+		used += n;
+		d->offset = d->entry->d_off;
+		d->entry = NULL;
+	}
+	if (err && !used)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+	closedir(d->dp);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+	int fd = dirfd(d->dp);
+	fuse_reply_err(req, (datasync ? fdatasync(fd) : fsync(fd)) ? errno : 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	struct statvfs sv;
+	if (fstatvfs(M.root_fd, &sv))
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+/* ---- extended attributes (not on symlinks: the path would follow) ---- */
+
+static int xattr_path(struct node *n, char *path, size_t len)
+{
+	struct stat st;
+	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (S_ISLNK(st.st_mode))
+		return -EPERM;
+	return proc_path(n, path, len);
+}
+
+static size_t stats_text(char *buf, size_t len);
+
+static void reply_xattr_value(fuse_req_t req, size_t size, const char *val, ssize_t n)
+{
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (!size)
+		fuse_reply_xattr(req, (size_t)n);
+	else if ((size_t)n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, (size_t)n);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct node *n = node_of(ino);
+	char path[64];
+	if (n == &M.root && !strcmp(name, STATS_XATTR)) {
+		char text[4096];
+		size_t len = stats_text(text, sizeof(text));
+		reply_xattr_value(req, size, text, (ssize_t)len);
+		return;
+	}
+	int err = xattr_path(n, path, sizeof(path));
+	if (err) {
+		fuse_reply_err(req, err == -EPERM ? ENODATA : -err);
+		return;
+	}
+	char *val = size ? malloc(size) : NULL;
+	if (size && !val) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ssize_t r = getxattr(path, name, val, size);
+	reply_xattr_value(req, size, val, r);
+	free(val);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char path[64];
+	int err = xattr_path(node_of(ino), path, sizeof(path));
+	if (err) {
+		if (err == -EPERM)
+			fuse_reply_xattr(req, 0);
+		else
+			fuse_reply_err(req, -err);
+		return;
+	}
+	char *val = size ? malloc(size) : NULL;
+	if (size && !val) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ssize_t r = listxattr(path, val, size);
+	reply_xattr_value(req, size, val, r);
+	free(val);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	char path[64];
+	struct node *n = node_of(ino);
+	if (n == &M.root && !strcmp(name, STATS_XATTR)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	int err = xattr_path(n, path, sizeof(path));
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_err(req, setxattr(path, name, value, size, flags) ? errno : 0);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	char path[64];
+	int err = xattr_path(node_of(ino), path, sizeof(path));
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_err(req, removexattr(path, name) ? errno : 0);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.symlink = op_symlink,
+	.link = op_link,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.rename = op_rename,
+	.open = op_open,
+	.create = op_create,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.fsync = op_fsync,
+	.release = op_release,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+};
+
+/* ------------------------------------------------------------------ */
+/* stats                                                                */
+
+/* The fields of the kernel's /sys/kernel/debug/bdi/<dev>/stats, and more. */
+static size_t stats_text(char *buf, size_t len)
+{
+	struct wbc_stats s;
+	struct wbc_dev_stats d;
+	wbc_stats(M.cache, &s);
+	wbc_dev_stats(M.dev, &d);
+	int n = snprintf(buf, len,
+		"BdiWriteback:       %10" PRIu64 " kB\n"
+		"BdiReclaimable:     %10" PRIu64 " kB\n"
+		"BdiDirtyThresh:     %10" PRIu64 " kB\n"
+		"DirtyThresh:        %10" PRIu64 " kB\n"
+		"BackgroundThresh:   %10" PRIu64 " kB\n"
+		"BdiDirtied:         %10" PRIu64 " kB\n"
+		"BdiWritten:         %10" PRIu64 " kB\n"
+		"BdiWriteBandwidth:  %10" PRIu64 " kBps\n"
+		"BdiAvgWriteBandwidth: %8" PRIu64 " kBps\n"
+		"DirtyRatelimit:     %10" PRIu64 " kBps\n"
+		"b_dirty:            %10" PRIu64 "\n"
+		"b_io:               %10" PRIu64 "\n"
+		"b_more_io:          %10" PRIu64 "\n"
+		"dirty_buckets:      %10" PRIu64 "\n"
+		"Cached:             %10" PRIu64 " kB\n"
+		"CacheSize:          %10" PRIu64 " kB\n"
+		"WrittenByApps:      %10" PRIu64 " kB\n"
+		"WriteErrors:        %10" PRIu64 "\n"
+		"AtRisk:             %10" PRIu64 " kB\n"
+		"Lost:               %10" PRIu64 " kB\n"
+		"Pauses:             %10" PRIu64 "\n"
+		"PausedMs:           %10" PRIu64 "\n"
+		"ListLockMaxHoldUs:  %10" PRIu64 "\n",
+		d.writeback_bytes >> 10, d.dirty_bytes >> 10, d.wb_thresh_bytes >> 10,
+		s.thresh_bytes >> 10, s.bg_thresh_bytes >> 10, d.dirtied_bytes >> 10,
+		d.written_back_bytes >> 10, d.write_bw >> 10, d.avg_write_bw >> 10,
+		d.dirty_ratelimit >> 10, d.files_dirty, d.files_io, d.files_more_io,
+		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
+		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
+		s.paused_ns / 1000000, d.list_lock_max_hold_ns / 1000);
+	return n < 0 ? 0 : MINU((size_t)n, len - 1);
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	if (argc != 2 || argv[1][0] == '-') {
+		fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
+			"usage: wbcache stat MOUNTPOINT\n"
+			"prints the live statistics of a wbcache mount\n");
+		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	char buf[4096];
+	ssize_t n = getxattr(argv[1], STATS_XATTR, buf, sizeof(buf) - 1);
+	if (n < 0) {
+		fprintf(stderr, "wbcache stat: %s: %s\n", argv[1],
+			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
+		return 1;
+	}
+	buf[n] = '\0';
+	fputs(buf, stdout);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* main                                                                 */
+
+static void mount_usage(FILE *out)
+{
+	fprintf(out,
+"usage: wbcache mount BACKING_DIR MOUNTPOINT [-o OPT[,OPT...]] [-f]\n"
+"\n"
+"Mounts a FUSE file system at MOUNTPOINT whose files are those of BACKING_DIR,\n"
+"with their data cached and written back by wbcache.  Unmount with\n"
+"`fusermount3 -u MOUNTPOINT` (or SIGINT/SIGTERM to the process): everything\n"
+"is written back first, and a write error makes the exit status 1.\n"
+"\n"
+"  -f             stay in the foreground (default: detach; errors go to syslog)\n"
+"  -o OPTS        comma-separated, with the kernel's names:\n"
+"     mem=SIZE                        cache size (default 256M)\n"
+"     page_size=SIZE                  cache page size (default 4K)\n"
+"     dirty_ratio=N, dirty_bytes=SIZE\n"
+"     dirty_background_ratio=N, dirty_background_bytes=SIZE\n"
+"     dirty_expire_centisecs=N, dirty_writeback_centisecs=N\n"
+"     min_ratio=N, max_ratio=N, max_bytes=SIZE, strict_limit=0|1,\n"
+"     on_error=retry|drop             the device's tunables\n"
+"     qd=N, max_io=SIZE, direct=0|1   the backing I/O (io_uring, O_DIRECT)\n"
+"     allow_other                     let other users in (FUSE)\n"
+"\n"
+"`wbcache stat MOUNTPOINT` prints the mount's live statistics.\n");
+}
+
+static int parse_u64(const char *key, const char *val, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(val, &end, 10);
+	if (errno || end == val || *end || v > max || val[0] == '-') {
+		fprintf(stderr, "wbcache mount: bad value for %s: '%s'\n", key, val);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_size_opt(const char *key, const char *val, uint64_t *out)
+{
+	if (wbc_parse_size(val, out)) {
+		fprintf(stderr, "wbcache mount: bad size for %s: '%s'\n", key, val);
+		return -1;
+	}
+	return 0;
+}
+
+/* -o options: engine config, device options, FUSE options. */
+static int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
+		      char *fuseopts, size_t fuselen)
+{
+	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *val = strchr(kv, '=');
+		if (val)
+			*val++ = '\0';
+		uint64_t v;
+		const char *devkeys[] = { "min_ratio", "max_ratio", "max_bytes", "strict_limit",
+					  "on_error", "qd", "max_io", "direct" };
+		bool devkey = false;
+		for (size_t i = 0; i < sizeof(devkeys) / sizeof(devkeys[0]); i++)
+			devkey |= !strcmp(kv, devkeys[i]);
+		if (!strcmp(kv, "allow_other") && !val) {
+			snprintf(fuseopts + strlen(fuseopts), fuselen - strlen(fuseopts), ",allow_other");
+			continue;
+		}
+		if (!val || !*val) {
+			fprintf(stderr, "wbcache mount: unknown or incomplete option '%s' "
+				"(see wbcache mount --help)\n", kv);
+			return -1;
+		}
+		if (devkey) {
+			size_t used = strlen(devopts);
+			if ((size_t)snprintf(devopts + used, devlen - used, "%s%s=%s", used ? "," : "",
+					     kv, val) >= devlen - used) {
+				fprintf(stderr, "wbcache mount: too many device options\n");
+				return -1;
+			}
+			continue;
+		}
+		int rc = -1;
+		if (!strcmp(kv, "mem"))
+			rc = parse_size_opt(kv, val, &cfg->mem_bytes);
+		else if (!strcmp(kv, "page_size") && !(rc = parse_size_opt(kv, val, &v)))
+			cfg->page_size = v > UINT32_MAX ? 0 : (uint32_t)v;
+		else if (!strcmp(kv, "dirty_ratio") && !(rc = parse_u64(kv, val, 100, &v)))
+			cfg->dirty_ratio = (uint32_t)v;
+		else if (!strcmp(kv, "dirty_bytes"))
+			rc = parse_size_opt(kv, val, &cfg->dirty_bytes);
+		else if (!strcmp(kv, "dirty_background_ratio") && !(rc = parse_u64(kv, val, 100, &v)))
+			cfg->dirty_background_ratio = (uint32_t)v;
+		else if (!strcmp(kv, "dirty_background_bytes"))
+			rc = parse_size_opt(kv, val, &cfg->dirty_background_bytes);
+		else if (!strcmp(kv, "dirty_expire_centisecs") && !(rc = parse_u64(kv, val, UINT32_MAX, &v)))
+			cfg->dirty_expire_centisecs = (uint32_t)v;
+		else if (!strcmp(kv, "dirty_writeback_centisecs") &&
+			 !(rc = parse_u64(kv, val, UINT32_MAX, &v)))
+			cfg->dirty_writeback_centisecs = (uint32_t)v;
+		else if (rc && strcmp(kv, "page_size") && strcmp(kv, "dirty_ratio") &&
+			 strcmp(kv, "dirty_background_ratio") && strcmp(kv, "dirty_expire_centisecs") &&
+			 strcmp(kv, "dirty_writeback_centisecs")) {
+			fprintf(stderr, "wbcache mount: unknown option '%s' (see wbcache mount --help)\n", kv);
+			return -1;
+		}
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+int cmd_mount(int argc, char **argv)
+{
+	const char *pos[2] = { NULL, NULL };
+	int npos = 0;
+	bool foreground = false;
+	char *opts = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			mount_usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "-f")) {
+			foreground = true;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+			opts = argv[++i];
+		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
+			opts = argv[i] + 2;
+		} else if (argv[i][0] == '-' || npos == 2) {
+			fprintf(stderr, "wbcache mount: unexpected argument '%s'\n", argv[i]);
+			mount_usage(stderr);
+			return 2;
+		} else {
+			pos[npos++] = argv[i];
+		}
+	}
+	if (npos != 2) {
+		mount_usage(stderr);
+		return 2;
+	}
+	struct wbc_config cfg;
+	wbc_config_init(&cfg);
+	cfg.mem_bytes = 256u << 20;
+	char devopts[512] = "", fuseopts[256] = "";
+	char *optcopy = opts ? strdup(opts) : NULL;
+	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
+					   sizeof(fuseopts)))) {
+		free(optcopy);
+		return 2;
+	}
+	free(optcopy);
+
+	memset(&M, 0, sizeof(M));
+	M.foreground = foreground;
+	M.backing = realpath(pos[0], NULL);
+	struct stat st;
+	if (!M.backing || stat(M.backing, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wbcache mount: %s: %s\n", pos[0],
+			!M.backing || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
+		return 2;
+	}
+	char *mountpoint = realpath(pos[1], NULL);
+	if (!mountpoint || stat(mountpoint, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wbcache mount: mount point %s: %s\n", pos[1],
+			!mountpoint || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
+		return 2;
+	}
+	M.root_fd = open(M.backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (M.root_fd < 0) {
+		fprintf(stderr, "wbcache mount: %s: %s\n", M.backing, strerror(errno));
+		return 2;
+	}
+	M.root.fd = M.root_fd;
+	M.root.nlookup = 1;
+	fstat(M.root_fd, &st);
+	M.root.dev = st.st_dev;
+	M.root.ino = st.st_ino;
+	pthread_mutex_init(&M.root.lock, NULL);
+	pthread_mutex_init(&M.lock, NULL);
+	M.hsize = 1024;
+	M.hash = calloc(M.hsize, sizeof(*M.hash));
+	atomic_init(&M.next_gen, 1);
+	M.as_root = geteuid() == 0;
+	if (!M.hash)
+		return 1;
+	insert_locked(&M.root);
+
+	int rc = wbc_cache_open(&cfg, &M.cache);
+	if (rc) {
+		fprintf(stderr, "wbcache mount: bad cache configuration: %s\n", wbc_strerror(rc));
+		return 2;
+	}
+	char msg[256];
+	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rc = fsfd < 0 ? -errno : wbc_dev_add_opener(M.cache, fsfd, devopts, open_backing, NULL,
+						    &M.dev, msg, sizeof(msg));
+	if (fsfd >= 0)
+		close(fsfd);
+	if (rc) {
+		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
+		wbc_cache_close(M.cache);
+		return 2;
+	}
+	/* a node holds a descriptor: raise the limit as far as allowed */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+
+	char fsname[PATH_MAX + 64], shown[PATH_MAX];
+	snprintf(shown, sizeof(shown), "%s", M.backing);
+	for (char *p = shown; *p; p++)    /* a comma would split the options */
+		if (*p == ',' || *p == '\\')
+			*p = '_';
+	snprintf(fsname, sizeof(fsname), "default_permissions,fsname=wbcache:%s,subtype=wbcache%s",
+		 shown, fuseopts);
+	char *fargv[] = { argv[0], "-o", fsname, NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
+	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	if (!se) {
+		fprintf(stderr, "wbcache mount: cannot start a FUSE session\n");
+		wbc_cache_close(M.cache);
+		return 1;
+	}
+	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mountpoint)) {
+		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
+		fuse_session_destroy(se);
+		wbc_cache_close(M.cache);
+		return 1;
+	}
+	if (!foreground)
+		openlog("wbcache", LOG_PID, LOG_DAEMON);
+	fuse_daemonize(foreground);
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, 16);
+	fuse_loop_cfg_set_idle_threads(lc, 4);
+	int lrc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	fuse_session_destroy(se);
+
+	/* everything is written back here */
+	int err = wbc_cache_close(M.cache);
+	if (err)
+		logmsg("writeback at unmount failed: %s", wbc_strerror(err));
+	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
+		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
+	return err ? 1 : 0;
+}
