@@ -212,9 +212,10 @@ void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t 
 	pthread_mutex_lock(&c->lru_lock);
 	p->inode = ino;
 	p->index = index;
+	/* counted under lru_lock with the binding: never above nr_pages */
+	atomic_fetch_add(&c->nr_cached, 1);
 	pthread_mutex_unlock(&c->lru_lock);
 	atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
-	atomic_fetch_add(&c->nr_cached, 1);
 }
 
 /* Unbind a page from its inode (whose lock is held, page already removed
@@ -224,9 +225,9 @@ void page_release(struct wbc_cache *c, struct page *p)
 	assert_held(&p->inode->lock);
 	pthread_mutex_lock(&c->lru_lock);
 	p->inode = NULL;
+	atomic_fetch_sub(&c->nr_cached, 1);
 	page_free_locked(c, p);
 	pthread_mutex_unlock(&c->lru_lock);
-	atomic_fetch_sub(&c->nr_cached, 1);
 }
 
 /* Try to evict the page under the CLOCK hand.  lru_lock held. */
@@ -247,6 +248,7 @@ static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
 		(void)e;
 		ino->nr_pages--;
 		p->inode = NULL;
+		atomic_fetch_sub(&c->nr_cached, 1);
 		atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&ino->lock);
@@ -290,7 +292,6 @@ struct page *page_alloc(struct wbc_cache *c)
 			if (try_reclaim_locked(c, p)) {
 				pthread_mutex_unlock(&c->lru_lock);
 				atomic_fetch_add(&c->st_reclaimed, 1);
-				atomic_fetch_sub(&c->nr_cached, 1);
 				return p;
 			}
 		}

@@ -1160,27 +1160,30 @@ int cmd_mount(int argc, char **argv)
 
 	memset(&M, 0, sizeof(M));
 	M.foreground = foreground;
-	M.backing = realpath(pos[0], NULL);
+	M.root_fd = -1;
+	int status = 2, rc;
+	char *mountpoint = NULL;
+	struct fuse_session *se = NULL;
 	struct stat st;
+	M.backing = realpath(pos[0], NULL);
 	if (!M.backing || stat(M.backing, &st) || !S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "wbcache mount: %s: %s\n", pos[0],
 			!M.backing || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
-		return 2;
+		goto out;
 	}
-	char *mountpoint = realpath(pos[1], NULL);
+	mountpoint = realpath(pos[1], NULL);
 	if (!mountpoint || stat(mountpoint, &st) || !S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "wbcache mount: mount point %s: %s\n", pos[1],
 			!mountpoint || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
-		return 2;
+		goto out;
 	}
 	M.root_fd = open(M.backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (M.root_fd < 0) {
+	if (M.root_fd < 0 || fstat(M.root_fd, &st)) {
 		fprintf(stderr, "wbcache mount: %s: %s\n", M.backing, strerror(errno));
-		return 2;
+		goto out;
 	}
 	M.root.fd = M.root_fd;
 	M.root.nlookup = 1;
-	fstat(M.root_fd, &st);
 	M.root.dev = st.st_dev;
 	M.root.ino = st.st_ino;
 	pthread_mutex_init(&M.root.lock, NULL);
@@ -1190,13 +1193,13 @@ int cmd_mount(int argc, char **argv)
 	atomic_init(&M.next_gen, 1);
 	M.as_root = geteuid() == 0;
 	if (!M.hash)
-		return 1;
+		goto out;
 	insert_locked(&M.root);
 
-	int rc = wbc_cache_open(&cfg, &M.cache);
+	rc = wbc_cache_open(&cfg, &M.cache);
 	if (rc) {
 		fprintf(stderr, "wbcache mount: bad cache configuration: %s\n", wbc_strerror(rc));
-		return 2;
+		goto out;
 	}
 	char msg[256];
 	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1206,8 +1209,7 @@ int cmd_mount(int argc, char **argv)
 		close(fsfd);
 	if (rc) {
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
-		wbc_cache_close(M.cache);
-		return 2;
+		goto out;
 	}
 	/* a node holds a descriptor: raise the limit as far as allowed */
 	struct rlimit rl;
@@ -1216,7 +1218,7 @@ int cmd_mount(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 
-	char fsname[PATH_MAX + 64], shown[PATH_MAX];
+	char fsname[PATH_MAX + 512], shown[PATH_MAX];
 	snprintf(shown, sizeof(shown), "%s", M.backing);
 	for (char *p = shown; *p; p++)    /* a comma would split the options */
 		if (*p == ',' || *p == '\\')
@@ -1225,17 +1227,16 @@ int cmd_mount(int argc, char **argv)
 		 shown, fuseopts);
 	char *fargv[] = { argv[0], "-o", fsname, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
-	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	fuse_opt_free_args(&args);
+	status = 1;
 	if (!se) {
 		fprintf(stderr, "wbcache mount: cannot start a FUSE session\n");
-		wbc_cache_close(M.cache);
-		return 1;
+		goto out;
 	}
 	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mountpoint)) {
 		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
-		fuse_session_destroy(se);
-		wbc_cache_close(M.cache);
-		return 1;
+		goto out;
 	}
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
@@ -1246,14 +1247,36 @@ int cmd_mount(int argc, char **argv)
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	fuse_session_unmount(se);
-	fuse_remove_signal_handlers(se);
-	fuse_session_destroy(se);
-
-	/* everything is written back here */
-	int err = wbc_cache_close(M.cache);
-	if (err)
-		logmsg("writeback at unmount failed: %s", wbc_strerror(err));
 	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
 		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
-	return err ? 1 : 0;
+	status = 0;
+out:
+	if (se) {
+		fuse_remove_signal_handlers(se);
+		fuse_session_destroy(se);
+	}
+	if (M.cache) {
+		/* everything is written back here */
+		int err = wbc_cache_close(M.cache);
+		if (err) {
+			logmsg("writeback at unmount failed: %s", wbc_strerror(err));
+			status = 1;
+		}
+	}
+	/* nodes the kernel never forgot */
+	for (size_t i = 0; M.hash && i < M.hsize; i++)
+		for (struct node *n = M.hash[i], *next; n; n = next) {
+			next = n->hnext;
+			if (n != &M.root) {
+				close(n->fd);
+				pthread_mutex_destroy(&n->lock);
+				free(n);
+			}
+		}
+	free(M.hash);
+	if (M.root_fd >= 0)
+		close(M.root_fd);
+	free(M.backing);
+	free(mountpoint);
+	return status;
 }

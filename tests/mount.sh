@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# `wbcache mount` with the tools people use: shell tools, dd, fio
+# --verify=crc32c, fs_mark.  Checks data read back through the mount and in
+# BACKING_DIR (after fsync, after unmount by fusermount3 and by SIGTERM);
+# rename, unlink and truncate of files with dirty data; bad options; errnos
+# of the backing file system; no escape out of BACKING_DIR through symlinks;
+# permissions; a write error at unmount gives exit status 1.
+# Skips (77) where FUSE cannot be used here.
+set -u
+BUILD=${WBCACHE_BUILD:-build/release}
+W=$(realpath "$BUILD/wbcache")
+fail() { echo "FAIL: $*" >&2; cleanup; exit 1; }
+skip() { echo "skip: $*"; exit 77; }
+[ -e /dev/fuse ] || skip "no /dev/fuse"
+command -v fusermount3 >/dev/null || skip "no fusermount3 (apt-get install fuse3)"
+
+top=$(mktemp -d /var/tmp/wbc-mount-XXXXXX)
+bk=$top/backing mt=$top/mnt out=$top/outside
+mkdir -p "$bk" "$mt" "$out"
+pid=
+cleanup() {
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		fusermount3 -u "$mt" 2>/dev/null || kill "$pid"
+		wait "$pid" 2>/dev/null
+	fi
+	mountpoint -q "$mt" 2>/dev/null && fusermount3 -uz "$mt" 2>/dev/null
+	mountpoint -q "$top/tiny" 2>/dev/null && umount "$top/tiny"
+	rm -rf "$top"
+}
+trap cleanup EXIT
+
+# do_mount [OPTS]: mount in the background, wait until it is there
+do_mount() {
+	"$W" mount "$bk" "$mt" -f ${1:+-o "$1"} 2>"$top/mount.log" &
+	pid=$!
+	for _ in $(seq 100); do
+		mountpoint -q "$mt" && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	grep -q "fuse: device not found\|Operation not permitted\|failed to open /dev/fuse" \
+		"$top/mount.log" && skip "FUSE not usable: $(cat "$top/mount.log")"
+	fail "mount did not appear: $(cat "$top/mount.log")"
+}
+# do_umount [signal]: unmount, wait for the process, return its status
+do_umount() {
+	if [ -n "${1:-}" ]; then kill -"$1" "$pid"; else fusermount3 -u "$mt" || fail "fusermount3 -u"; fi
+	wait "$pid"; local rc=$?
+	pid=
+	return $rc
+}
+
+# ---- bad options: clear message, non-zero exit, nothing mounted
+for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes"; do
+	msg=$("$W" mount "$bk" "$mt" -f -o "$bad" 2>&1); rc=$?
+	[ $rc -ne 0 ] || fail "-o $bad accepted"
+	[ -n "$msg" ] || fail "-o $bad: no message"
+	mountpoint -q "$mt" && fail "-o $bad mounted anyway"
+done
+"$W" mount "$top/nonexistent" "$mt" -f 2>/dev/null && fail "missing backing dir accepted"
+"$W" mount "$bk" "$top/nonexistent" -f 2>/dev/null && fail "missing mount point accepted"
+
+# ---- write, read back, verify; data in BACKING_DIR after fsync
+do_mount "mem=64M,dirty_writeback_centisecs=0,dirty_expire_centisecs=360000,dirty_background_bytes=48M,dirty_bytes=56M"
+head -c 3000000 /dev/urandom >"$top/model"
+cp "$top/model" "$mt/a" || fail "cp into the mount"
+cmp "$top/model" "$mt/a" || fail "read back differs"
+[ "$(stat -c %s "$mt/a")" = 3000000 ] || fail "size through the mount: $(stat -c %s "$mt/a")"
+echo hello >"$mt/small"; [ "$(cat "$mt/small")" = hello ] || fail "small file"
+dd if="$top/model" of="$mt/synced" bs=64k conv=fsync status=none || fail "dd conv=fsync"
+cmp "$top/model" "$bk/synced" || fail "backing file differs after fsync"
+# stats show the dirty data and list counts
+"$W" stat "$mt" >"$top/stat" || fail "wbcache stat"
+grep -q '^BdiReclaimable: *[1-9]' "$top/stat" || fail "stat shows no dirty data: $(cat "$top/stat")"
+grep -q '^b_dirty: *[1-9]' "$top/stat" || fail "stat shows no dirty files"
+"$W" stat "$top" 2>/dev/null && fail "stat of a non-mount succeeded"
+
+# ---- truncate with dirty data
+head -c 100000 /dev/urandom >"$top/t"; cp "$top/t" "$mt/t"
+truncate -s 1000 "$mt/t"; truncate -s 1000 "$top/t"
+truncate -s 70000 "$mt/t"; truncate -s 70000 "$top/t"
+cmp "$top/t" "$mt/t" || fail "truncate down and up"
+[ "$(stat -c %s "$mt/t")" = 70000 ] || fail "size after truncate"
+
+# ---- rename with dirty data: the data follows the file
+cp "$top/model" "$mt/r1"; mkdir "$mt/dir"
+mv "$mt/r1" "$mt/dir/r2" || fail "rename"
+cmp "$top/model" "$mt/dir/r2" || fail "data after rename"
+# rename over a file with dirty data: the victim's data is dropped
+head -c 200000 /dev/zero | tr '\0' 'V' >"$mt/victim"
+echo replaced >"$mt/src"; mv "$mt/src" "$mt/victim"
+[ "$(cat "$mt/victim")" = replaced ] || fail "rename over a file"
+
+# ---- unlink with dirty data: dropped, never written, not under a reused name
+head -c 4000000 /dev/zero | tr '\0' 'U' >"$mt/gone"
+before=$(awk '/^BdiReclaimable/ {print $2}' <("$W" stat "$mt"))
+rm "$mt/gone" || fail "unlink"
+after=$(awk '/^BdiReclaimable/ {print $2}' <("$W" stat "$mt"))
+[ "$after" -le $((before - 3900)) ] || fail "unlinked data still dirty: $before -> $after kB"
+echo new >"$mt/gone"   # the name again: a new file, only its own data
+[ "$(cat "$mt/gone")" = new ] || fail "reused name shows old data"
+
+# ---- metadata and errnos of the backing file system
+mkdir "$mt/d2" && touch "$mt/d2/f"
+rmdir "$mt/d2" 2>"$top/err" && fail "rmdir of a non-empty dir"
+grep -q "not empty" "$top/err" || fail "rmdir errno: $(cat "$top/err")"
+mkdir "$mt/d2" 2>"$top/err" && fail "mkdir over an existing dir"
+grep -q "File exists" "$top/err" || fail "mkdir errno: $(cat "$top/err")"
+ln "$mt/d2/f" "$mt/hard" && [ "$(stat -c %h "$mt/hard")" = 2 ] || fail "hard link"
+chmod 600 "$mt/hard"; [ "$(stat -c %a "$bk/d2/f")" = 600 ] || fail "chmod"
+touch -d "2001-02-03 04:05:06" "$mt/hard"
+[ "$(stat -c %Y "$bk/d2/f")" = "$(date -d "2001-02-03 04:05:06" +%s)" ] || fail "utimens"
+ls "$mt" | grep -q '^dir$' || fail "readdir"
+df "$mt" >/dev/null || fail "statfs"
+if setfattr -n user.k -v v "$mt/small" 2>/dev/null; then
+	[ "$(getfattr --only-values -n user.k "$mt/small")" = v ] || fail "xattr round trip"
+fi
+
+# ---- permissions (default_permissions): another user is refused a 0600 file
+chmod 644 "$mt/small"; chmod 600 "$mt/t"
+if command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
+	setpriv --reuid=65534 --regid=65534 --clear-groups cat "$mt/t" >/dev/null 2>&1 &&
+		fail "another user read a 0600 file"
+fi
+
+# ---- no escape out of BACKING_DIR through symlinks
+echo secret >"$out/target"; chmod 644 "$out/target"
+ln -s "$out/target" "$bk/abs"; ln -s ../outside/target "$bk/rel"
+snap() { stat -c '%a %Y %s %h' "$out/target"; ls -A "$out"; }
+s0=$(snap)
+[ "$(readlink "$mt/abs")" = "$out/target" ] || fail "readlink"
+chown -h 1:1 "$mt/abs" 2>/dev/null; touch -h -d 2000-01-01 "$mt/rel" 2>/dev/null
+setfattr -h -n user.x -v 1 "$mt/abs" 2>/dev/null
+mv "$mt/abs" "$mt/abs2" && rm "$mt/abs2" "$mt/rel" || fail "rename/unlink of symlinks"
+[ "$(snap)" = "$s0" ] || fail "an operation on a symlink reached the file outside"
+[ -z "$(ls -A "$out" | grep -v '^target$')" ] || fail "files appeared outside"
+[ "$(stat -c %U "$out/target")" = "$(id -un)" ] || fail "outside file changed owner"
+
+# ---- fio verify (sequential and random) and fs_mark against the mount
+if command -v fio >/dev/null; then
+	for rw in write randwrite; do
+		fio --name=v-$rw --directory="$mt" --rw=$rw --bs=16k --size=16M --verify=crc32c \
+		    --do_verify=1 --output="$top/fio-$rw.log" >/dev/null 2>&1 || fail "fio $rw verify: $(tail -5 "$top/fio-$rw.log")"
+		grep -q "err= 0" "$top/fio-$rw.log" || fail "fio $rw reported errors"
+	done
+fi
+if command -v fs_mark >/dev/null; then
+	mkdir "$mt/fsm"
+	fs_mark -d "$mt/fsm" -n 300 -s 4096 -t 2 -S 1 -k >"$top/fsmark.log" 2>&1 ||
+		fail "fs_mark: $(tail -5 "$top/fsmark.log")"
+	[ "$(find "$mt/fsm" -type f | wc -l)" = 600 ] || fail "fs_mark files missing"
+fi
+
+# ---- unmount by fusermount3: everything written back, exit 0
+do_umount || fail "unmount exit status $?: $(cat "$top/mount.log")"
+cmp "$top/model" "$bk/a" || fail "backing file differs after unmount"
+cmp "$top/model" "$bk/dir/r2" || fail "renamed file not written back"
+cmp "$top/t" "$bk/t" || fail "truncated file not written back"
+[ "$(cat "$bk/gone")" = new ] || fail "reused name written with old data"
+[ "$(cat "$bk/victim")" = replaced ] || fail "rename victim"
+grep -q U "$bk/gone" && fail "unlinked data written"
+
+# ---- unmount by SIGTERM writes back too
+do_mount "dirty_writeback_centisecs=0"
+cp "$top/model" "$mt/term"
+do_umount TERM || fail "SIGTERM unmount exit status"
+cmp "$top/model" "$bk/term" || fail "not written back at SIGTERM"
+
+# ---- a write error at unmount is reported with exit status 1
+mkdir "$top/tiny"
+if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
+	bk=$top/tiny
+	do_mount "mem=16M,dirty_writeback_centisecs=0,dirty_background_bytes=15M,dirty_bytes=15M"
+	head -c 4000000 /dev/zero >"$mt/big" || fail "write into the cache"
+	do_umount && fail "unmount reported no error for a full backing file system"
+	grep -qi "writeback at unmount failed" "$top/mount.log" || fail "no message: $(cat "$top/mount.log")"
+	umount "$top/tiny"
+fi
+echo "mount tests passed"
