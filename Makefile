@@ -84,6 +84,7 @@ bench: all
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles
+	WBCACHE_BUILD=$(BUILD) bench/mount.sh
 
 # libFuzzer (clang): FUZZ_TIME seconds; new finds land in build/fuzz/corpus,
 # crashes in build/fuzz/crash-*: copy those into tests/fuzz-corpus/, where

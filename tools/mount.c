@@ -366,10 +366,17 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
 	int err = do_lookup(node_of(parent), name, &e);
-	if (err)
-		fuse_reply_err(req, -err);
-	else
+	if (err == -ENOENT) {
+		/* a negative entry the kernel may cache: every change of the
+		 * namespace comes through this mount */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = 1.0;
 		fuse_reply_entry(req, &e);
+	} else if (err) {
+		fuse_reply_err(req, -err);
+	} else {
+		fuse_reply_entry(req, &e);
+	}
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The FUSE mount against the kernel, side by side in one run on one backing
+# directory (default /var/tmp/wbm, on the disk):
+#   dd      dd bs=1M count=SIZE_MB conv=fsync: through the mount vs the
+#           kernel's buffered dd on the backing directory
+#   fio     1 MiB sequential writes (psync, end_fsync=1): through the mount
+#           vs the same job buffered on the backing directory
+#   fs_mark 4 KiB files, 2 threads, no fsync (-S 0): through the mount vs on
+#           the backing directory
+# Median of ROUNDS (3) rounds each; caches dropped before every run.
+# Environment: WBCACHE_BENCH_DIR, SIZE_MB (2048), ROUNDS (3), MEM (1G: the
+# mount's cache), FILES (20000: fs_mark files per thread).
+set -eu
+cd "$(dirname "$0")/.."
+BUILD=${WBCACHE_BUILD:-build/release}
+W=$(realpath "$BUILD/wbcache")
+DIR=${WBCACHE_BENCH_DIR:-/var/tmp/wbm}   # short: fs_mark takes paths under 40 bytes
+SIZE_MB=${SIZE_MB:-2048}
+ROUNDS=${ROUNDS:-3}
+MEM=${MEM:-1G}
+FILES=${FILES:-20000}
+for t in fio fs_mark fusermount3; do
+	command -v $t >/dev/null || { echo "$t is missing: scripts/install-deps" >&2; exit 1; }
+done
+bk=$DIR/b mt=$DIR/m
+mkdir -p "$bk" "$mt"
+pid=
+cleanup() {
+	[ -n "$pid" ] && { fusermount3 -u "$mt" 2>/dev/null; wait "$pid" 2>/dev/null; }
+	rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+drop_caches() { sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 > /proc/sys/vm/drop_caches || true; }
+do_mount() {
+	"$W" mount "$bk" "$mt" -f -o "mem=$MEM" &
+	pid=$!
+	for _ in $(seq 100); do mountpoint -q "$mt" && return 0; sleep 0.1; done
+	echo "mount failed" >&2; exit 1
+}
+do_umount() { fusermount3 -u "$mt"; wait "$pid"; pid=; }
+
+dd_mbs() {   # dd_mbs DIR -> MB/s
+	dd if=/dev/zero of="$1/dd.out" bs=1M count="$SIZE_MB" conv=fsync 2>&1 |
+		awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") t = $(i-1);
+			       printf "%d\n", $1 / t / 1e6 }'
+	rm -f "$1/dd.out"
+}
+fio_mbs() {  # fio_mbs DIR -> MB/s (terse v3: 47 = KiB written, 50 = ms)
+	fio --name=seq --directory="$1" --rw=write --bs=1M --size="${SIZE_MB}M" \
+	    --ioengine=psync --end_fsync=1 --output-format=terse --terse-version=3 |
+		awk -F';' '{ printf "%d\n", $47 * 1024 / ($50 / 1000) / 1e6 }'
+	rm -f "$1"/seq.*
+}
+fsmark_fps() {   # fsmark_fps DIR -> files/s
+	mkdir -p "$1/fsm"
+	fs_mark -d "$1/fsm" -n "$FILES" -s 4096 -t 2 -S 0 -k -L 1 >"$DIR/fsmark.log" 2>&1 || true
+	local v
+	v=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { printf "%d\n", v }' "$DIR/fsmark.log")
+	[ "$v" -gt 0 ] || { echo "fs_mark failed in $1:" >&2; head -3 "$DIR/fsmark.log" >&2; }
+	echo "$v"
+	rm -rf "$1/fsm"
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+declare -A R
+for r in $(seq "$ROUNDS"); do
+	for test in dd fio fsmark; do
+		case $test in dd) f=dd_mbs ;; fio) f=fio_mbs ;; fsmark) f=fsmark_fps ;; esac
+		drop_caches; do_mount; m=$($f "$mt"); do_umount
+		drop_caches; k=$($f "$bk")
+		R[$test.m]+="$m "; R[$test.k]+="$k "
+		echo "round $r $test: mount $m, kernel $k"
+	done
+done
+echo
+echo "wbcache mount vs the kernel on $bk, median of $ROUNDS rounds"
+printf '%-58s %10s %10s %8s\n' "test" "mount" "kernel" "ratio"
+row() {
+	m=$(echo ${R[$1.m]} | tr ' ' '\n' | median); k=$(echo ${R[$1.k]} | tr ' ' '\n' | median)
+	printf '%-58s %10s %10s %7.2fx\n' "$2" "$m" "$k" "$(awk -v a="$m" -v b="$k" 'BEGIN{print a/b}')"
+}
+row dd "dd bs=1M count=$SIZE_MB conv=fsync, MB/s"
+row fio "fio 1 MiB sequential write, psync, end_fsync, MB/s"
+row fsmark "fs_mark 2 threads x $FILES files of 4 KiB, -S 0, files/s"
