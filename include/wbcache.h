@@ -101,7 +101,8 @@ int wbc_dev_add_msg(wbc_cache *cache, const char *spec, wbc_dev **out,
  * file of cached file @name (any name wbc_file_open accepts), it calls
  * @open(@ctx, name, flags) with open(2) flags (O_RDWR | O_CLOEXEC, and
  * O_DIRECT unless direct=0; again without O_DIRECT if that fails with
- * EINVAL), in the thread that called wbc_file_open.  @open returns a new
+ * EINVAL), in the thread that called wbc_file_open (and, with
+ * WBC_OPENER_REOPEN, in any thread later).  @open returns a new
  * file descriptor, which wbcache owns and closes, or -errno.  @fs_fd is any
  * descriptor on the backing file system (dup'd): a device sync calls
  * syncfs() on it.  @opts: "" or the comma-separated options of "dir:"
@@ -109,8 +110,14 @@ int wbc_dev_add_msg(wbc_cache *cache, const char *spec, wbc_dev **out,
  * wbc_dev_add_msg().
  */
 typedef int (*wbc_open_fn)(void *ctx, const char *name, int flags);
+/* @open_flags: WBC_OPENER_REOPEN when @open works for a name from any
+ * thread for as long as wbcache holds the file: wbcache then keeps only a
+ * bounded number of descriptors open (a quarter of RLIMIT_NOFILE), closing
+ * idle ones and reopening them when I/O needs them. */
+#define WBC_OPENER_REOPEN 1u
 int wbc_dev_add_opener(wbc_cache *cache, int fs_fd, const char *opts, wbc_open_fn open,
-		       void *ctx, wbc_dev **out, char *msg, size_t msglen);
+		       void *ctx, unsigned open_flags, wbc_dev **out, char *msg,
+		       size_t msglen);
 
 /* An unseen writeback error of the file for this handle (and mark it
  * seen), without writing anything: what close(2) may report.  0 or -errno. */

@@ -141,14 +141,16 @@ int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, si
 }
 
 int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn open,
-		       void *ctx, wbc_dev **out, char *msg, size_t msglen)
+		       void *ctx, unsigned open_flags, wbc_dev **out, char *msg,
+		       size_t msglen)
 {
-	if (!opts || !open || fs_fd < 0) {
+	if (!opts || !open || fs_fd < 0 || (open_flags & ~WBC_OPENER_REOPEN)) {
 		if (msg && msglen)
 			snprintf(msg, msglen, "missing argument");
 		return -EINVAL;
 	}
-	struct backend_opener op = { .fn = open, .ctx = ctx, .fs_fd = fs_fd };
+	struct backend_opener op = { .fn = open, .ctx = ctx, .fs_fd = fs_fd,
+				     .flags = open_flags };
 	char *spec;
 	if (asprintf(&spec, "opener%s%s", *opts ? "," : "", opts) < 0)
 		return -ENOMEM;

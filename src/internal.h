@@ -6,13 +6,18 @@
  *
  *   inode->rwsem        pthread rwlock: shared by pread/pwrite, exclusive
  *                       for truncate.  Never taken by flusher or completion.
- *     inode->lock       the inode's page index, the flags of its pages,
- *                       i_size, backend_size, counters, errseq.
- *       cache->lru_lock free list, CLOCK hand, page->inode/index binding.
- *                       Reclaim holds lru_lock and only TRYLOCKS inode->lock.
- *       dev->list_lock  b_dirty / b_io / b_more_io and inode->state.
- *   dev->inode_lock     name hash and inode reference counts (leaf; taken
- *                       under list_lock by mark_inode_dirty).
+ *     inode->lock       the inode's page index, the flags of its pages
+ *                       (except the lock-free PG_LOCKED release, see
+ *                       pg_flags), i_size, backend_size, counters, errseq.
+ *       cache->lru_lock free list, CLOCK hand, page->inode/index binding,
+ *                       nr_cached.  Reclaim holds lru_lock and only
+ *                       TRYLOCKS inode->lock.
+ *       dev->list_lock  the time buckets (b_dirty), b_io, b_more_io, their
+ *                       counts and inode->state (dirty.c).  Nothing is taken
+ *                       under it: igrab is a lock-free increment.
+ *   dev->inode_lock     name hash, and the drop of an inode's last reference
+ *                       (refs is atomic; iput takes the lock only to drop
+ *                       to zero) (leaf).
  *   dev->bw_lock        rate estimation of one device (bandwidth.c; only
  *                       ever trylocked, so no thread waits for it)
  *     cache->dev_lock   the device list, group creation
@@ -245,6 +250,7 @@ struct backend_opener {
 	wbc_open_fn fn;
 	void *ctx;
 	int fs_fd;
+	unsigned flags;     /* WBC_OPENER_* */
 };
 int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 			size_t max_io, const struct backend_opener *opener,

@@ -160,6 +160,21 @@ cmp "$top/t" "$bk/t" || fail "truncated file not written back"
 [ "$(cat "$bk/victim")" = replaced ] || fail "rename victim"
 grep -q U "$bk/gone" && fail "unlinked data written"
 
+# ---- more files than the daemon may hold descriptors (root: file handles)
+if [ "$(id -u)" = 0 ]; then
+	( ulimit -n 256; exec "$W" mount "$bk" "$mt" -f ) 2>"$top/mount.log" &
+	pid=$!
+	for _ in $(seq 100); do mountpoint -q "$mt" && break; sleep 0.1; done
+	mkdir "$mt/many"
+	for i in $(seq 1500); do echo "$i" >"$mt/many/$i" || fail "file $i with 256 descriptors"; done
+	n=$(ls /proc/$pid/fd | wc -l)
+	[ "$n" -lt 256 ] || fail "the daemon holds $n descriptors"
+	[ "$(cat "$mt/many/777")" = 777 ] || fail "file content with few descriptors"
+	do_umount || fail "unmount after many files"
+	[ "$(ls "$bk/many" | wc -l)" = 1500 ] && [ "$(cat "$bk/many/1500")" = 1500 ] ||
+		fail "many files not written back"
+fi
+
 # ---- unmount by SIGTERM writes back too
 do_mount "dirty_writeback_centisecs=0"
 cp "$top/model" "$mt/term"

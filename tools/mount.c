@@ -75,8 +75,9 @@ struct node {
 	uint64_t nlookup;            /* mnt.lock */
 	dev_t dev;
 	ino_t ino;
-	int fd;                      /* O_PATH, O_NOFOLLOW */
-	uint64_t gen;                /* the engine's name for its data */
+	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
+	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
+	uint64_t gen;                /* unique per node (fallback engine name) */
 	bool is_reg;
 	pthread_mutex_t lock;        /* the fields below */
 	unsigned opens;
@@ -90,6 +91,7 @@ struct node {
 struct mnt {
 	char *backing;
 	int root_fd;
+	int mount_fd;                /* O_RDONLY on the backing root: open_by_handle_at */
 	struct node root;
 	pthread_mutex_t lock;        /* the table */
 	struct node **hash;
@@ -98,6 +100,7 @@ struct mnt {
 	wbc_dev *dev;
 	atomic_ullong next_gen;
 	bool as_root;                /* the daemon may chown */
+	bool handles;                /* nodes keep file handles, not descriptors */
 	bool foreground;
 };
 
@@ -181,9 +184,111 @@ static fuse_ino_t id_of(struct node *n)
 	return n == &M.root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 }
 
+/*
+ * Descriptors.  With file handles (root, and a backing file system that
+ * has them) a node keeps its handle, not a descriptor: nfd() opens an
+ * O_PATH descriptor from it, cached in a small per-thread ring keyed by
+ * the node's unique gen, so a request that uses up to three nodes keeps
+ * them valid; the engine's descriptors are bounded too
+ * (WBC_OPENER_REOPEN).  Then the mount needs no descriptor per file.
+ * Without handles every node keeps its descriptor (RLIMIT_NOFILE bounds
+ * the files the kernel may hold at once).
+ */
+#define NFD_RING 8
+static __thread struct { uint64_t gen; int fd; } nfd_ring[NFD_RING];
+static __thread unsigned nfd_next;
+
+static pthread_key_t nfd_key;   /* closes a thread's ring when it exits */
+static pthread_once_t nfd_once = PTHREAD_ONCE_INIT;
+
+static void nfd_ring_close(void *unused)
+{
+	(void)unused;
+	for (unsigned i = 0; i < NFD_RING; i++)
+		if (nfd_ring[i].fd > 0) {
+			close(nfd_ring[i].fd);
+			nfd_ring[i].fd = 0;
+		}
+}
+
+static void nfd_key_create(void)
+{
+	pthread_key_create(&nfd_key, nfd_ring_close);
+}
+
+static int nfd(struct node *n)
+{
+	if (n->fd >= 0)
+		return n->fd;
+	pthread_once(&nfd_once, nfd_key_create);
+	if (!pthread_getspecific(nfd_key))
+		pthread_setspecific(nfd_key, &nfd_ring);
+	for (unsigned i = 0; i < NFD_RING; i++)
+		if (nfd_ring[i].gen == n->gen && nfd_ring[i].fd > 0)
+			return nfd_ring[i].fd;
+	int fd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	unsigned k = nfd_next++ % NFD_RING;
+	if (nfd_ring[k].fd > 0)
+		close(nfd_ring[k].fd);
+	nfd_ring[k].gen = n->gen;
+	nfd_ring[k].fd = fd;
+	return fd;
+}
+
+/* The engine's name for a node's data: in handle mode the handle itself in
+ * hex (unique for the inode's lifetime: handles carry its generation), so
+ * any node for the inode finds the same cached data and the engine can
+ * reopen it from any thread; otherwise the node's gen. */
 static void gen_name(const struct node *n, char *buf, size_t len)
 {
-	snprintf(buf, len, "%" PRIu64, n->gen);
+	if (!n->fh) {
+		snprintf(buf, len, "%" PRIu64, n->gen);
+		return;
+	}
+	int k = snprintf(buf, len, "h%x-", (unsigned)n->fh->handle_type);
+	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++)
+		k += snprintf(buf + k, len - (size_t)k, "%02x", n->fh->f_handle[i]);
+}
+
+static struct file_handle *handle_of(int fd)
+{
+	struct file_handle *fh = malloc(sizeof(*fh) + MAX_HANDLE_SZ);
+	int mount_id;
+	if (!fh)
+		return NULL;
+	fh->handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH) || fh->handle_bytes > 120) {
+		free(fh);
+		return NULL;
+	}
+	return fh;
+}
+
+static struct file_handle *handle_parse(const char *name)
+{
+	unsigned type;
+	int pos;
+	if (sscanf(name, "h%x-%n", &type, &pos) != 1)
+		return NULL;
+	size_t hex = strlen(name + pos);
+	if (hex % 2 || hex / 2 > MAX_HANDLE_SZ)
+		return NULL;
+	struct file_handle *fh = malloc(sizeof(*fh) + hex / 2);
+	if (!fh)
+		return NULL;
+	fh->handle_type = (int)type;
+	fh->handle_bytes = (unsigned)(hex / 2);
+	for (size_t i = 0; i < hex / 2; i++) {
+		unsigned b;
+		if (sscanf(name + pos + 2 * i, "%2x", &b) != 1) {
+			free(fh);
+			return NULL;
+		}
+		fh->f_handle[i] = (unsigned char)b;
+	}
+	return fh;
 }
 
 /* The opener of the engine's device: reopen the node's O_PATH descriptor
@@ -192,6 +297,19 @@ static void gen_name(const struct node *n, char *buf, size_t len)
 static int open_backing(void *ctx, const char *name, int flags)
 {
 	(void)ctx;
+	int fd;
+	if (M.handles) {
+		/* any thread, any time: the name is the handle */
+		struct file_handle *fh = handle_parse(name);
+		if (!fh)
+			return -ENOENT;
+		fd = open_by_handle_at(M.mount_fd, fh, flags);
+		if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS))
+			fd = open_by_handle_at(M.mount_fd, fh, (flags & ~O_ACCMODE) | O_RDONLY);
+		int e = errno;
+		free(fh);
+		return fd < 0 ? -e : fd;
+	}
 	struct node *n = opening;
 	char want[32], path[64];
 	if (!n)
@@ -200,7 +318,7 @@ static int open_backing(void *ctx, const char *name, int flags)
 	if (strcmp(want, name))
 		return -ENOENT;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", n->fd);
-	int fd = open(path, flags);
+	fd = open(path, flags);
 	if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS))
 		fd = open(path, (flags & ~O_ACCMODE) | O_RDONLY);
 	return fd < 0 ? -errno : fd;
@@ -209,7 +327,7 @@ static int open_backing(void *ctx, const char *name, int flags)
 /* A new engine handle on the node's data. */
 static int engine_open(struct node *n, wbc_file **out)
 {
-	char name[32];
+	char name[256];
 	gen_name(n, name, sizeof(name));
 	opening = n;
 	int err = wbc_file_open(M.dev, name, WBC_O_CREAT, out);
@@ -219,7 +337,8 @@ static int engine_open(struct node *n, wbc_file **out)
 
 static int stat_node(struct node *n, struct stat *st)
 {
-	if (fstatat(n->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+	int fd = nfd(n);
+	if (fd < 0 || fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		return -errno;
 	if (!S_ISREG(st->st_mode))
 		return 0;
@@ -247,7 +366,8 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 	if (parent == &M.root && !strcmp(name, "..")) {
 		name = ".";   /* the root's parent is the root: nothing above it */
 	}
-	int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	int pfd = nfd(parent);
+	int fd = pfd < 0 ? -1 : openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
@@ -272,6 +392,10 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 		n->dev = st.st_dev;
 		n->ino = st.st_ino;
 		n->fd = fd;
+		if (M.handles && (n->fh = handle_of(fd))) {
+			close(fd);         /* reopened from the handle when used */
+			n->fd = -1;
+		}
 		n->nlookup = 1;
 		n->is_reg = S_ISREG(st.st_mode);
 		n->gen = atomic_fetch_add(&M.next_gen, 1);
@@ -293,7 +417,11 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 static void drop_if_unlinked_locked(struct node *n)
 {
 	struct stat st;
-	if (!n->is_reg || !n->wrote || fstatat(n->fd, "", &st, AT_EMPTY_PATH) || st.st_nlink)
+	if (!n->is_reg || !n->wrote)
+		return;
+	int fd = nfd(n);
+	/* a handle that no longer opens: the inode is gone */
+	if (fd >= 0 && (fstatat(fd, "", &st, AT_EMPTY_PATH) || st.st_nlink))
 		return;
 	wbc_file *h;
 	if (engine_open(n, &h) == 0) {
@@ -333,7 +461,7 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 	pthread_mutex_unlock(&M.lock);
 	pthread_mutex_lock(&n->lock);
 	drop_if_unlinked_locked(n);
-	if (n->wrote) {
+	if (n->wrote && !n->fh) {
 		/* a later node for this inode must not find stale data behind
 		 * this one's cached data: write it back now */
 		wbc_file *h;
@@ -345,7 +473,9 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		}
 	}
 	pthread_mutex_unlock(&n->lock);
-	close(n->fd);
+	if (n->fd >= 0)
+		close(n->fd);
+	free(n->fh);
 	pthread_mutex_destroy(&n->lock);
 	free(n);
 }
@@ -405,7 +535,10 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static int proc_path(struct node *n, char *buf, size_t len)
 {
-	snprintf(buf, len, "/proc/self/fd/%d", n->fd);
+	int fd = nfd(n);
+	if (fd < 0)
+		return -errno;
+	snprintf(buf, len, "/proc/self/fd/%d", fd);
 	return 0;
 }
 
@@ -416,7 +549,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	char path[64];
 	int err = 0;
 	struct stat st;
-	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+	int fd = nfd(n);
+	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
@@ -431,7 +565,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	if (!err && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
 		uid_t u = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
 		gid_t g = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
-		if (fchownat(n->fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			err = -errno;
 	}
 	if (!err && (to_set & FUSE_SET_ATTR_SIZE)) {
@@ -490,7 +624,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	char buf[PATH_MAX + 1];
-	ssize_t r = readlinkat(node_of(ino)->fd, "", buf, sizeof(buf) - 1);
+	int fd = nfd(node_of(ino));
+	ssize_t r = fd < 0 ? -1 : readlinkat(fd, "", buf, sizeof(buf) - 1);
 	if (r < 0) {
 		fuse_reply_err(req, errno);
 		return;
@@ -506,7 +641,8 @@ static void own_new(fuse_req_t req, struct node *parent, const char *name)
 	if (!M.as_root)
 		return;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	if (fchownat(parent->fd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW))
+	int fd = nfd(parent);
+	if (fd < 0 || fchownat(fd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW))
 		logmsg("chown of a new entry failed: %s", strerror(errno));
 }
 
@@ -528,25 +664,29 @@ static void reply_new(fuse_req_t req, struct node *parent, const char *name, int
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct node *p = node_of(parent);
-	reply_new(req, p, name, mknodat(p->fd, name, mode, rdev));
+	int fd = nfd(p);
+	reply_new(req, p, name, fd < 0 ? -1 : mknodat(fd, name, mode, rdev));
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct node *p = node_of(parent);
-	reply_new(req, p, name, mkdirat(p->fd, name, mode));
+	int fd = nfd(p);
+	reply_new(req, p, name, fd < 0 ? -1 : mkdirat(fd, name, mode));
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	struct node *p = node_of(parent);
-	reply_new(req, p, name, symlinkat(link, p->fd, name));
+	int fd = nfd(p);
+	reply_new(req, p, name, fd < 0 ? -1 : symlinkat(link, fd, name));
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	struct node *n = node_of(ino), *p = node_of(newparent);
-	if (linkat(n->fd, "", p->fd, newname, AT_EMPTY_PATH)) {
+	int nf = nfd(n), pf = nfd(p);
+	if (nf < 0 || pf < 0 || linkat(nf, "", pf, newname, AT_EMPTY_PATH)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
@@ -562,11 +702,12 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct node *p = node_of(parent);
 	struct stat st;
-	if (fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+	int fd = nfd(p);
+	if (fd < 0 || fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
-	if (unlinkat(p->fd, name, 0)) {
+	if (unlinkat(fd, name, 0)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
@@ -577,7 +718,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(node_of(parent)->fd, name, AT_REMOVEDIR) ? errno : 0);
+	int fd = nfd(node_of(parent));
+	fuse_reply_err(req, fd < 0 || unlinkat(fd, name, AT_REMOVEDIR) ? errno : 0);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -585,9 +727,14 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 {
 	struct node *p = node_of(parent), *np = node_of(newparent);
 	struct stat victim;
+	int pf = nfd(p), npf = nfd(np);
+	if (pf < 0 || npf < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
 	bool had = !(flags & RENAME_EXCHANGE) &&
-		   !fstatat(np->fd, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
-	if (renameat2(p->fd, name, np->fd, newname, flags)) {
+		   !fstatat(npf, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
+	if (renameat2(pf, name, npf, newname, flags)) {
 		fuse_reply_err(req, errno);
 		return;
 	}
@@ -636,8 +783,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		      struct fuse_file_info *fi)
 {
 	struct node *p = node_of(parent);
-	int fd = openat(p->fd, name, (fi->flags & (O_EXCL | O_TRUNC)) | O_CREAT | O_RDONLY |
-			O_NOFOLLOW | O_CLOEXEC, mode);
+	int pf = nfd(p);
+	int fd = pf < 0 ? -1 : openat(pf, name, (fi->flags & (O_EXCL | O_TRUNC)) | O_CREAT |
+				      O_RDONLY | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
 		return;
@@ -735,7 +883,8 @@ struct dirh {
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct dirh *d = calloc(1, sizeof(*d));
-	int fd = openat(node_of(ino)->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int nf = nfd(node_of(ino));
+	int fd = nf < 0 ? -1 : openat(nf, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!d || fd < 0 || !(d->dp = fdopendir(fd))) {
 		int e = d ? errno : ENOMEM;
 		if (fd >= 0)
@@ -823,7 +972,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static int xattr_path(struct node *n, char *path, size_t len)
 {
 	struct stat st;
-	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+	int fd = nfd(n);
+	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		return -errno;
 	if (S_ISLNK(st.st_mode))
 		return -EPERM;
@@ -1125,6 +1275,30 @@ static int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t 
 	return 0;
 }
 
+/* Every node holds a descriptor, and the engine one per cached file:
+ * raise the limit to fs.nr_open where allowed (root), else to the hard
+ * limit. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+	unsigned long long nr = 0;
+	if (f) {
+		if (fscanf(f, "%llu", &nr) != 1)
+			nr = 0;
+		fclose(f);
+	}
+	if (nr > rl.rlim_max) {
+		struct rlimit want = { nr, nr };
+		if (!setrlimit(RLIMIT_NOFILE, &want))
+			return;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	const char *pos[2] = { NULL, NULL };
@@ -1167,7 +1341,7 @@ int cmd_mount(int argc, char **argv)
 
 	memset(&M, 0, sizeof(M));
 	M.foreground = foreground;
-	M.root_fd = -1;
+	M.root_fd = M.mount_fd = -1;
 	int status = 2, rc;
 	char *mountpoint = NULL;
 	struct fuse_session *se = NULL;
@@ -1210,20 +1384,24 @@ int cmd_mount(int argc, char **argv)
 	}
 	char msg[256];
 	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	M.mount_fd = fsfd;
+	/* file handles: the daemon needs no descriptor per file */
+	struct file_handle *rfh = handle_of(M.root_fd);
+	if (rfh) {
+		int t = open_by_handle_at(M.mount_fd, rfh, O_PATH | O_CLOEXEC);
+		M.handles = t >= 0;
+		if (t >= 0)
+			close(t);
+		free(rfh);
+	}
 	rc = fsfd < 0 ? -errno : wbc_dev_add_opener(M.cache, fsfd, devopts, open_backing, NULL,
+						    M.handles ? WBC_OPENER_REOPEN : 0,
 						    &M.dev, msg, sizeof(msg));
-	if (fsfd >= 0)
-		close(fsfd);
 	if (rc) {
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
 		goto out;
 	}
-	/* a node holds a descriptor: raise the limit as far as allowed */
-	struct rlimit rl;
-	if (!getrlimit(RLIMIT_NOFILE, &rl)) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	raise_fd_limit();
 
 	char fsname[PATH_MAX + 512], shown[PATH_MAX];
 	snprintf(shown, sizeof(shown), "%s", M.backing);
@@ -1275,7 +1453,9 @@ out:
 		for (struct node *n = M.hash[i], *next; n; n = next) {
 			next = n->hnext;
 			if (n != &M.root) {
-				close(n->fd);
+				if (n->fd >= 0)
+					close(n->fd);
+				free(n->fh);
 				pthread_mutex_destroy(&n->lock);
 				free(n);
 			}
@@ -1283,6 +1463,8 @@ out:
 	free(M.hash);
 	if (M.root_fd >= 0)
 		close(M.root_fd);
+	if (M.mount_fd >= 0)
+		close(M.mount_fd);
 	free(M.backing);
 	free(mountpoint);
 	return status;

@@ -9,6 +9,13 @@
  * Threads: any thread submits (sq_lock serializes the submission ring); one
  * reaper thread per backend waits for completions and runs end_io.  A short
  * write is resubmitted for its remainder; -EAGAIN and -EINTR are retried.
+ *
+ * Descriptors.  An object normally keeps its descriptor while it is open.
+ * Objects of an opener device that may reopen (WBC_OPENER_REOPEN) share a
+ * cache of descriptors instead: an object's descriptor is opened when I/O
+ * or a call needs it, held while any does (users), and closed again, least
+ * recently used first, once more than fd_cap are open.  A million cached
+ * files then need no million descriptors.
  */
 #include "../internal.h"
 
@@ -16,6 +23,7 @@
 #include <liburing.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -26,10 +34,15 @@
 #define RING_SLACK 64
 
 struct fobj {
-	int fd;
+	int fd;                 /* -1: closed for now (reopenable objects) */
 	bool blk;
 	uint64_t blk_size;
 	int refs;               /* single mode: opens of "" */
+	/* reopenable objects, under fbe.fd_lock */
+	char *name;
+	int oflags;             /* the open flags that worked */
+	unsigned users;         /* I/O in flight and calls using fd */
+	struct fobj *lru_prev, *lru_next;   /* while fd >= 0: MRU first */
 };
 
 struct fbe {
@@ -44,6 +57,10 @@ struct fbe {
 	struct io_uring ring;
 	pthread_mutex_t sq_lock;
 	pthread_t reaper;
+	bool reopen;            /* descriptors are cached, see above */
+	pthread_mutex_t fd_lock;
+	struct fobj *lru_head, *lru_tail;
+	unsigned nr_open, fd_cap;
 };
 
 static char stop_marker;
@@ -59,12 +76,12 @@ static void warn_buffered(struct fbe *f)
 
 static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, struct fobj **out)
 {
-	int fd;
+	int fd, oflags = O_RDWR | O_CLOEXEC | (f->direct ? O_DIRECT : 0);
 	if (f->opener.fn) {
-		int flags = O_RDWR | O_CLOEXEC;
-		fd = f->opener.fn(f->opener.ctx, name, flags | (f->direct ? O_DIRECT : 0));
+		fd = f->opener.fn(f->opener.ctx, name, oflags);
 		if (fd == -EINVAL && f->direct) {
-			fd = f->opener.fn(f->opener.ctx, name, flags);
+			oflags &= ~O_DIRECT;
+			fd = f->opener.fn(f->opener.ctx, name, oflags);
 			if (fd >= 0)
 				warn_buffered(f);
 		}
@@ -95,6 +112,7 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 		return -ENOMEM;
 	}
 	o->fd = fd;
+	o->oflags = oflags;
 	o->blk = S_ISBLK(st.st_mode);
 	o->blk_size = (uint64_t)st.st_size;
 	if (o->blk && ioctl(fd, BLKGETSIZE64, &o->blk_size))
@@ -109,6 +127,75 @@ static uint64_t obj_size(struct fobj *o)
 		return o->blk_size;
 	struct stat st;
 	return fstat(o->fd, &st) ? 0 : (uint64_t)st.st_size;
+}
+
+/* ---- the descriptor cache of reopenable objects (fd_lock) ---- */
+
+static void lru_unlink_locked(struct fbe *f, struct fobj *o)
+{
+	*(o->lru_prev ? &o->lru_prev->lru_next : &f->lru_head) = o->lru_next;
+	*(o->lru_next ? &o->lru_next->lru_prev : &f->lru_tail) = o->lru_prev;
+	o->lru_prev = o->lru_next = NULL;
+}
+
+static void lru_push_locked(struct fbe *f, struct fobj *o)
+{
+	o->lru_prev = NULL;
+	o->lru_next = f->lru_head;
+	*(f->lru_head ? &f->lru_head->lru_prev : &f->lru_tail) = o;
+	f->lru_head = o;
+}
+
+/* Close idle descriptors, oldest first, down to fd_cap. */
+static void lru_trim_locked(struct fbe *f)
+{
+	struct fobj *o = f->lru_tail;
+	while (f->nr_open > f->fd_cap && o) {
+		struct fobj *prev = o->lru_prev;
+		if (!o->users) {
+			lru_unlink_locked(f, o);
+			close(o->fd);
+			o->fd = -1;
+			f->nr_open--;
+		}
+		o = prev;
+	}
+}
+
+/* The object's descriptor, held until obj_put_fd (reopened if it was
+ * closed); -errno when it cannot be reopened. */
+static int obj_get_fd(struct fbe *f, struct fobj *o)
+{
+	if (!f->reopen)
+		return o->fd;
+	pthread_mutex_lock(&f->fd_lock);
+	if (o->fd < 0) {
+		int fd = f->opener.fn(f->opener.ctx, o->name, o->oflags);
+		if (fd < 0) {
+			pthread_mutex_unlock(&f->fd_lock);
+			return fd;
+		}
+		o->fd = fd;
+		f->nr_open++;
+	} else {
+		lru_unlink_locked(f, o);
+	}
+	lru_push_locked(f, o);
+	o->users++;
+	int fd = o->fd;
+	lru_trim_locked(f);
+	pthread_mutex_unlock(&f->fd_lock);
+	return fd;
+}
+
+static void obj_put_fd(struct fbe *f, struct fobj *o)
+{
+	if (!f->reopen)
+		return;
+	pthread_mutex_lock(&f->fd_lock);
+	assert(o->users > 0);
+	o->users--;
+	pthread_mutex_unlock(&f->fd_lock);
 }
 
 static int file_open(struct backend *be, const char *name, bool create, void **obj,
@@ -128,6 +215,18 @@ static int file_open(struct backend *be, const char *name, bool create, void **o
 	}
 	*obj = o;
 	*size = obj_size(o);
+	if (f->reopen) {
+		if (!(o->name = strdup(name))) {
+			close(o->fd);
+			free(o);
+			return -ENOMEM;
+		}
+		pthread_mutex_lock(&f->fd_lock);
+		f->nr_open++;
+		lru_push_locked(f, o);
+		lru_trim_locked(f);
+		pthread_mutex_unlock(&f->fd_lock);
+	}
 	return 0;
 }
 
@@ -141,7 +240,18 @@ static void file_close(struct backend *be, void *obj)
 		pthread_mutex_unlock(&f->lock);
 		return;
 	}
-	close(o->fd);
+	if (f->reopen) {
+		pthread_mutex_lock(&f->fd_lock);
+		assert(!o->users);
+		if (o->fd >= 0) {
+			lru_unlink_locked(f, o);
+			f->nr_open--;
+		}
+		pthread_mutex_unlock(&f->fd_lock);
+		free(o->name);
+	}
+	if (o->fd >= 0)
+		close(o->fd);
 	free(o);
 }
 
@@ -178,8 +288,15 @@ static int queue_bio(struct fbe *f, struct wbc_bio *bio)
 
 static int file_submit(struct backend *be, struct wbc_bio *bio)
 {
+	struct fbe *f = be->priv;
 	bio->done = 0;
-	return queue_bio(be->priv, bio);
+	int fd = obj_get_fd(f, bio->obj);
+	if (fd < 0)
+		return fd;
+	int err = queue_bio(f, bio);
+	if (err)
+		obj_put_fd(f, bio->obj);
+	return err;
 }
 
 /* Drop the first @n bytes of bio's iovec array (after a short write). */
@@ -225,6 +342,7 @@ static void *reaper_main(void *arg)
 		if (retry && !queue_bio(f, bio))
 			continue;
 		bio->res = res < 0 ? res : (int)(bio->done + (size_t)res);
+		obj_put_fd(f, bio->obj);
 		bio->end_io(bio);
 	}
 }
@@ -234,20 +352,32 @@ static int file_flush(struct backend *be, void *obj, bool datasync)
 	struct fbe *f = be->priv;
 	struct fobj *o = obj ? obj : f->single;
 	int r;
-	if (o)
-		r = datasync ? fdatasync(o->fd) : fsync(o->fd);
-	else
+	if (o) {
+		int fd = obj_get_fd(f, o);
+		if (fd < 0)
+			return fd;
+		r = datasync ? fdatasync(fd) : fsync(fd);
+		int e = errno;
+		obj_put_fd(f, o);
+		errno = e;
+	} else {
 		r = syncfs(f->dirfd);
+	}
 	return r ? -errno : 0;
 }
 
 static int file_setsize(struct backend *be, void *obj, uint64_t size)
 {
-	(void)be;
+	struct fbe *f = be->priv;
 	struct fobj *o = obj;
 	if (o->blk)
 		return size <= o->blk_size ? 0 : -EFBIG;
-	return ftruncate(o->fd, (off_t)size) ? -errno : 0;
+	int fd = obj_get_fd(f, o);
+	if (fd < 0)
+		return fd;
+	int r = ftruncate(fd, (off_t)size) ? -errno : 0;
+	obj_put_fd(f, o);
+	return r;
 }
 
 static void file_destroy(struct backend *be)
@@ -273,6 +403,7 @@ static void file_destroy(struct backend *be)
 		close(f->dirfd);
 	pthread_mutex_destroy(&f->lock);
 	pthread_mutex_destroy(&f->sq_lock);
+	pthread_mutex_destroy(&f->fd_lock);
 	free(f->path);
 	free(f);
 	free(be);
@@ -330,9 +461,15 @@ int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 	f->dirfd = -1;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->sq_lock, NULL);
+	pthread_mutex_init(&f->fd_lock, NULL);
 	int rc = 0, probe_fd;
 	if (opener) {
 		f->opener = *opener;
+		f->reopen = opener->flags & WBC_OPENER_REOPEN;
+		struct rlimit rl;
+		/* a quarter of the descriptors this process may have */
+		f->fd_cap = !getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY ?
+			    (unsigned)WBC_MAX(rl.rlim_cur / 4, 64) : 4096;
 		f->dirfd = fcntl(opener->fs_fd, F_DUPFD_CLOEXEC, 0);
 		if (f->dirfd < 0) {
 			rc = -errno;
