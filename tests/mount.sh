@@ -112,9 +112,16 @@ touch -d "2001-02-03 04:05:06" "$mt/hard"
 [ "$(stat -c %Y "$bk/d2/f")" = "$(date -d "2001-02-03 04:05:06" +%s)" ] || fail "utimens"
 ls "$mt" | grep -q '^dir$' || fail "readdir"
 df "$mt" >/dev/null || fail "statfs"
-if setfattr -n user.k -v v "$mt/small" 2>/dev/null; then
+if command -v setfattr >/dev/null && setfattr -n user.probe -v 1 "$bk/small" 2>/dev/null; then
+	setfattr -n user.k -v v "$mt/small" || fail "setxattr"
 	[ "$(getfattr --only-values -n user.k "$mt/small")" = v ] || fail "xattr round trip"
+	getfattr -d "$mt/small" | grep -q 'user.k="v"' || fail "listxattr"
+	setfattr -x user.k "$mt/small" || fail "removexattr"
+	getfattr -n user.k "$mt/small" 2>/dev/null && fail "xattr still there"
+	[ "$(getfattr --only-values -n user.k "$bk/small" 2>/dev/null)" = "" ] || fail "xattr on the backing file"
 fi
+mkfifo "$mt/fifo" && [ -p "$bk/fifo" ] || fail "mknod (fifo)"
+rm "$mt/fifo"
 
 # ---- permissions (default_permissions): another user is refused a 0600 file
 chmod 644 "$mt/small"; chmod 600 "$mt/t"
