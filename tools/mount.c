@@ -634,6 +634,17 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_readlink(req, buf);
 }
 
+/* Answer with the entry @name of @parent (one more lookup). */
+static void reply_entry_of(fuse_req_t req, struct node *parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int err = do_lookup(parent, name, &e);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_entry(req, &e);
+}
+
 /* Give a new entry the requesting user's ownership (the daemon runs as
  * root; otherwise the backing file system made it the daemon's). */
 static void own_new(fuse_req_t req, struct node *parent, const char *name)
@@ -653,12 +664,7 @@ static void reply_new(fuse_req_t req, struct node *parent, const char *name, int
 		return;
 	}
 	own_new(req, parent, name);
-	struct fuse_entry_param e;
-	int err = do_lookup(parent, name, &e);
-	if (err)
-		fuse_reply_err(req, -err);
-	else
-		fuse_reply_entry(req, &e);
+	reply_entry_of(req, parent, name);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
@@ -690,12 +696,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		fuse_reply_err(req, errno);
 		return;
 	}
-	struct fuse_entry_param e;
-	int err = do_lookup(p, newname, &e);
-	if (err)
-		fuse_reply_err(req, -err);
-	else
-		fuse_reply_entry(req, &e);
+	reply_entry_of(req, p, newname);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
