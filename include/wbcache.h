@@ -103,7 +103,8 @@ int wbc_dev_add_msg(wbc_cache *cache, const char *spec, wbc_dev **out,
  * O_DIRECT unless direct=0; again without O_DIRECT if that fails with
  * EINVAL), in the thread that called wbc_file_open (and, with
  * WBC_OPENER_REOPEN, in any thread later).  @open returns a new
- * file descriptor, which wbcache owns and closes, or -errno.  @fs_fd is any
+ * file descriptor, which wbcache owns and closes, or -errno; it must not
+ * call wbcache (it may run with wbcache's locks held).  @fs_fd is any
  * descriptor on the backing file system (dup'd): a device sync calls
  * syncfs() on it.  @opts: "" or the comma-separated options of "dir:"
  * (qd=, max_io=, direct=) and the device tunables.  Returns as

@@ -28,8 +28,9 @@
  *   dev->err_lock       the device's errseq (leaf).
  *   handle table lock   (file.c, leaf).
  *   backend-private locks (mem object rwlocks, the model's queue lock, the
- *   file backend's submission lock) are leaves: backends call end_io with
- *   none of them held.
+ *   file backend's submission lock and descriptor-cache lock) are leaves:
+ *   backends call end_io with none of them held; an opener device's
+ *   callback runs under the descriptor-cache lock and takes none of ours.
  *
  * No lock is held across backend submission, a wait for I/O, a sleep, or a
  * read-in from the backend (invariant 6 of DESIGN.md): waits use condition
