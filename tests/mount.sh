@@ -100,6 +100,16 @@ after=$(awk '/^BdiReclaimable/ {print $2}' <("$W" stat "$mt"))
 echo new >"$mt/gone"   # the name again: a new file, only its own data
 [ "$(cat "$mt/gone")" = new ] || fail "reused name shows old data"
 
+# ---- the kernel forgets a file whose data is still in the cache (dentries
+# and inodes dropped): looked up again, it shows its full size and data
+if [ -w /proc/sys/vm/drop_caches ]; then
+	cp "$top/model" "$mt/forgotten"
+	sync_before=$(stat -c %s "$bk/forgotten")
+	echo 2 >/proc/sys/vm/drop_caches
+	[ "$(stat -c %s "$mt/forgotten")" = 3000000 ] || fail "size after forget: $(stat -c %s "$mt/forgotten") (backing had $sync_before)"
+	cmp "$top/model" "$mt/forgotten" || fail "data after forget"
+fi
+
 # ---- metadata and errnos of the backing file system
 mkdir "$mt/d2" && touch "$mt/d2/f"
 rmdir "$mt/d2" 2>"$top/err" && fail "rmdir of a non-empty dir"

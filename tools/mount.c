@@ -73,6 +73,7 @@
 struct node {
 	struct node *hnext;          /* mnt.lock */
 	uint64_t nlookup;            /* mnt.lock */
+	unsigned forgetting;         /* mnt.lock: forgets writing it back now */
 	dev_t dev;
 	ino_t ino;
 	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
@@ -449,6 +450,13 @@ static void after_unlink(dev_t dev, ino_t ino)
 	pthread_mutex_unlock(&n->lock);
 }
 
+/*
+ * The kernel dropped its last lookup of a node.  The node stays in the
+ * table while its data is dropped (unlinked) or written back, so a lookup
+ * meanwhile revives it instead of making a second node that would read the
+ * backing file's stale size; it is freed by the last forget that finds it
+ * unused.
+ */
 static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 {
 	struct node *n = node_of(ino);
@@ -457,13 +465,11 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		pthread_mutex_unlock(&M.lock);
 		return;
 	}
-	remove_locked(n);
+	n->forgetting++;
 	pthread_mutex_unlock(&M.lock);
 	pthread_mutex_lock(&n->lock);
 	drop_if_unlinked_locked(n);
-	if (n->wrote && !n->fh) {
-		/* a later node for this inode must not find stale data behind
-		 * this one's cached data: write it back now */
+	if (n->wrote) {
 		wbc_file *h;
 		if (engine_open(n, &h) == 0) {
 			int err = wbc_fsync(h);
@@ -473,6 +479,13 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		}
 	}
 	pthread_mutex_unlock(&n->lock);
+	pthread_mutex_lock(&M.lock);
+	bool unused = !--n->forgetting && !n->nlookup;
+	if (unused)
+		remove_locked(n);
+	pthread_mutex_unlock(&M.lock);
+	if (!unused)
+		return;
 	if (n->fd >= 0)
 		close(n->fd);
 	free(n->fh);
