@@ -27,6 +27,11 @@ expect_err "bad ratio" run --dirty-ratio 150 --dir "$dir"
 expect_err "bad spec" run --dev bogus:thing
 expect_err "bad spec option" run --dev "dir:$dir,qd=0"
 expect_err "stray argument" run extra
+expect_err "mount without directories" mount
+expect_err "mount with one directory" mount "$dir"
+expect_err "stat without a mount point" stat
+$W --help | grep -q "mount BACKING_DIR" || fail "--help does not list mount"
+$W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists no tunables"
 
 out=$($W run --size 16M --bs 64K --mem 4M --dir "$dir") || fail "run failed: $out"
 echo "$out"
