@@ -41,6 +41,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <assert.h>
 #include <dirent.h>
 #include <stdarg.h>
 #include <errno.h>
@@ -67,6 +68,22 @@
 #include "run.h"
 
 #define STATS_XATTR "user.wbcache.stats"
+/* Locks here are error-checking mutexes, so a *_locked function can assert
+ * that its caller holds the lock (a relock by the owner fails at once).
+ * M.lock and the nodes' locks are never held together. */
+#ifdef NDEBUG
+#define assert_held(m) ((void)(m))
+#else
+#define assert_held(m) assert(pthread_mutex_lock(m) == EDEADLK)
+#endif
+static void mutex_init_checked(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
 #define MAXU(a, b) ((a) > (b) ? (a) : (b))
 #define MINU(a, b) ((a) < (b) ? (a) : (b))
 
@@ -136,6 +153,7 @@ static size_t hkey(dev_t dev, ino_t ino, size_t size)
 
 static struct node *find_locked(dev_t dev, ino_t ino)
 {
+	assert_held(&M.lock);
 	struct node *n = M.hash[hkey(dev, ino, M.hsize)];
 	while (n && (n->dev != dev || n->ino != ino))
 		n = n->hnext;
@@ -144,6 +162,7 @@ static struct node *find_locked(dev_t dev, ino_t ino)
 
 static void insert_locked(struct node *n)
 {
+	assert_held(&M.lock);
 	if (M.n >= M.hsize) {
 		size_t ns = M.hsize * 2;
 		struct node **h = calloc(ns, sizeof(*h));
@@ -168,6 +187,7 @@ static void insert_locked(struct node *n)
 
 static void remove_locked(struct node *n)
 {
+	assert_held(&M.lock);
 	struct node **pp = &M.hash[hkey(n->dev, n->ino, M.hsize)];
 	while (*pp != n)
 		pp = &(*pp)->hnext;
@@ -400,7 +420,7 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 		n->nlookup = 1;
 		n->is_reg = S_ISREG(st.st_mode);
 		n->gen = atomic_fetch_add(&M.next_gen, 1);
-		pthread_mutex_init(&n->lock, NULL);
+		mutex_init_checked(&n->lock);
 		insert_locked(n);
 		pthread_mutex_unlock(&M.lock);
 	}
@@ -417,6 +437,7 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
  * never be read again once closed): caller holds n->lock, opens == 0. */
 static void drop_if_unlinked_locked(struct node *n)
 {
+	assert_held(&n->lock);
 	struct stat st;
 	if (!n->is_reg || !n->wrote)
 		return;
@@ -1381,15 +1402,17 @@ int cmd_mount(int argc, char **argv)
 	M.root.nlookup = 1;
 	M.root.dev = st.st_dev;
 	M.root.ino = st.st_ino;
-	pthread_mutex_init(&M.root.lock, NULL);
-	pthread_mutex_init(&M.lock, NULL);
+	mutex_init_checked(&M.root.lock);
+	mutex_init_checked(&M.lock);
 	M.hsize = 1024;
 	M.hash = calloc(M.hsize, sizeof(*M.hash));
 	atomic_init(&M.next_gen, 1);
 	M.as_root = geteuid() == 0;
 	if (!M.hash)
 		goto out;
+	pthread_mutex_lock(&M.lock);
 	insert_locked(&M.root);
+	pthread_mutex_unlock(&M.lock);
 
 	rc = wbc_cache_open(&cfg, &M.cache);
 	if (rc) {

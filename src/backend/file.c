@@ -133,6 +133,7 @@ static uint64_t obj_size(struct fobj *o)
 
 static void lru_unlink_locked(struct fbe *f, struct fobj *o)
 {
+	assert_held(&f->fd_lock);
 	*(o->lru_prev ? &o->lru_prev->lru_next : &f->lru_head) = o->lru_next;
 	*(o->lru_next ? &o->lru_next->lru_prev : &f->lru_tail) = o->lru_prev;
 	o->lru_prev = o->lru_next = NULL;
@@ -140,6 +141,7 @@ static void lru_unlink_locked(struct fbe *f, struct fobj *o)
 
 static void lru_push_locked(struct fbe *f, struct fobj *o)
 {
+	assert_held(&f->fd_lock);
 	o->lru_prev = NULL;
 	o->lru_next = f->lru_head;
 	*(f->lru_head ? &f->lru_head->lru_prev : &f->lru_tail) = o;
@@ -149,6 +151,7 @@ static void lru_push_locked(struct fbe *f, struct fobj *o)
 /* Close idle descriptors, oldest first, down to fd_cap. */
 static void lru_trim_locked(struct fbe *f)
 {
+	assert_held(&f->fd_lock);
 	struct fobj *o = f->lru_tail;
 	while (f->nr_open > f->fd_cap && o) {
 		struct fobj *prev = o->lru_prev;
@@ -461,7 +464,7 @@ int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 	f->dirfd = -1;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->sq_lock, NULL);
-	pthread_mutex_init(&f->fd_lock, NULL);
+	wbc_mutex_init(&f->fd_lock);
 	int rc = 0, probe_fd;
 	if (opener) {
 		f->opener = *opener;
