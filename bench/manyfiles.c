@@ -21,8 +21,13 @@
 #include "../tests/testutil.h"
 #include "internal.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+/* fast enough that the writers, not the device, set the pace */
+#define MODEL "model:bw=4G,discard=1"
 
 static double now_s(void)
 {
@@ -179,6 +184,39 @@ static void *creator(void *arg)
 	return NULL;
 }
 
+/* CPU seconds of this process's threads named @comm (wbc-flush, ...). */
+static double threads_cpu_s(const char *comm)
+{
+	double total = 0;
+	char path[300], buf[512];
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+		if (!open || !close || (size_t)(close - open - 1) != strlen(comm) ||
+		    strncmp(open + 1, comm, strlen(comm)))
+			continue;
+		unsigned long ut, st;
+		/* fields after the name: state ppid pgrp session tty tpgid flags
+		 * minflt cminflt majflt cmajflt utime stime */
+		if (sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			   &ut, &st) == 2)
+			total += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
 static long rss_kb(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -194,6 +232,7 @@ static long rss_kb(void)
 
 struct create_result {
 	double rate, cpu_rate, p99_us, p9999_us, max_us, bytes_per_file, written_back_mb;
+	double wb_cpu_us_per_file, paused_s, idle_pct;
 	uint64_t over, holds;
 	long nivcsw;
 };
@@ -210,7 +249,7 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	}
 	wbc_cache *c;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add(c, "model:bw=1G,discard=1", &cdev), 0);
+	CHECK_EQ(wbc_dev_add(c, MODEL, &cdev), 0);
 	per_thread = files / 2;
 	long rss0 = rss_kb();
 	struct rusage ru0, ru1;
@@ -223,6 +262,9 @@ static struct create_result create_run(uint64_t files, bool writeback)
 		pthread_join(th[i], NULL);
 	double secs = now_s() - t0;
 	getrusage(RUSAGE_SELF, &ru1);
+	double wb_cpu = threads_cpu_s("wbc-flush") + threads_cpu_s("wbc-model");
+	struct wbc_stats cs;
+	CHECK_EQ(wbc_stats(c, &cs), 0);
 	long rss1 = rss_kb();
 	struct wbc_dev_stats ds;
 	CHECK_EQ(wbc_dev_stats(cdev, &ds), 0);
@@ -239,6 +281,14 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	r.bytes_per_file = (double)(rss1 - rss0) * 1024 / (double)(per_thread * 2);
 	r.written_back_mb = (double)ds.written_back_bytes / 1e6;
 	r.nivcsw = ru1.ru_nivcsw - ru0.ru_nivcsw;
+	double files_written = (double)ds.written_back_bytes / 4096;
+	r.wb_cpu_us_per_file = files_written > 0 ? wb_cpu * 1e6 / files_written : 0;
+	r.paused_s = (double)cs.paused_ns / 1e9;
+	double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
+			      ru0.ru_stime.tv_sec) +
+		     (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
+			      ru0.ru_stime.tv_usec) / 1e6;
+	r.idle_pct = 100.0 * (1.0 - cpu / (secs * (double)WBC_MIN(sysconf(_SC_NPROCESSORS_ONLN), 4)));
 	printf("  writeback %-8s %9.0f files/s, %7.0f files per creator CPU-second  (%.1f s; "
 	       "%.0f MB written back meanwhile; dirty files %llu)\n",
 	       writeback ? "running" : "held off", r.rate, r.cpu_rate, secs, r.written_back_mb,
@@ -247,6 +297,13 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	       "%llu over 131 us; %ld involuntary context switches\n",
 	       (unsigned long long)r.holds, r.p99_us, r.p9999_us, r.max_us,
 	       (unsigned long long)r.over, r.nivcsw);
+	printf("    holds by time:");
+	for (int b = 0; b < 32; b++)
+		if (ds.list_lock_hold_hist[b])
+			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)ds.list_lock_hold_hist[b]);
+	printf("\n");
+	printf("    writeback threads: %.2f us CPU per file written back; writers paused %.2f s "
+	       "(throttle); CPUs idle %.0f%%\n", r.wb_cpu_us_per_file, r.paused_s, r.idle_pct);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	return r;
 }
@@ -255,12 +312,17 @@ int main(int argc, char **argv)
 {
 	const char *e = getenv("FILES");
 	uint64_t files = e ? strtoull(e, NULL, 0) : 1000000;
-	bool only_curve = argc > 1 && !strcmp(argv[1], "curve");
-	cost_curve();
-	if (only_curve)
+	const char *only = argc > 1 ? argv[1] : "";
+	if (!*only || !strcmp(only, "curve"))
+		cost_curve();
+	if (!strcmp(only, "curve"))
 		return 0;
-	printf("\nfs_mark-style: %llu files of 4 KiB, 2 threads, model:bw=1G,discard=1\n",
-	       (unsigned long long)files);
+	printf("\nfs_mark-style: %llu files of 4 KiB, 2 threads, %s\n", (unsigned long long)files,
+	       MODEL);
+	if (!strcmp(only, "running")) {     /* one phase, for profiling */
+		create_run(files, true);
+		return 0;
+	}
 	struct create_result off = create_run(files, false);
 	struct create_result on = create_run(files, true);
 	printf("create rate, writeback running / held off: %.2fx (wall clock), %.2fx (per "

@@ -21,6 +21,7 @@
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Pages examined per lru_lock hold before the lock is dropped, so that one
  * allocation never holds the lock for a walk proportional to the arena. */
@@ -31,13 +32,21 @@
 #define MIN_PAGE_SIZE 512u          /* smallest O_DIRECT logical block */
 #define MAX_PAGE_SIZE (1u << 20)
 
+#if !defined(NDEBUG) && defined(__GLIBC__)
+pid_t wbc_gettid(void)
+{
+	static __thread pid_t tid;
+	if (!tid)
+		tid = gettid();
+	return tid;
+}
+#endif
+
 void wbc_mutex_init(pthread_mutex_t *m)
 {
 	pthread_mutexattr_t a;
 	pthread_mutexattr_init(&a);
-#ifndef NDEBUG
-	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
-#endif
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
 	pthread_mutex_init(m, &a);
 	pthread_mutexattr_destroy(&a);
 }

@@ -174,6 +174,7 @@ int wbc_dev_sync(wbc_dev *dev)
 /* Detach every inode still on the dirty lists (cache close, after sync). */
 static void release_listed_inodes(struct wbc_dev *dev)
 {
+	dirty_drain(dev);
 	for (;;) {
 		dev_list_lock(dev);
 		queue_io_locked(dev, UINT64_MAX, UINT64_MAX);
@@ -281,7 +282,7 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	}
 	st->list_lock_max_hold_ns = atomic_load(&dev->list_lock_stat.max_ns);
 	dev_list_lock(dev);
-	st->files_dirty = dev->nr_b_dirty;
+	st->files_dirty = dev->nr_b_dirty + atomic_load(&dev->nr_inbox);
 	st->files_io = dev->nr_b_io;
 	st->files_more_io = dev->nr_b_more_io;
 	st->dirty_buckets = dev->nr_buckets;

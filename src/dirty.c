@@ -32,22 +32,19 @@
  * bucket, queues everything up to it, and files put back during the sync go
  * to buckets after the seal.
  *
- * An inode is in the writeback system while I_DIRTY (on one list) or I_SYNC
- * (held by a flusher); it owns one reference then.  All of this is under
- * dev->list_lock.
+ * Writers never take the list lock: a file that goes from clean to dirty
+ * is pushed on the device's inbox (a lock-free stack), and the flusher
+ * files the inbox in b_dirty before it queues (dirty_drain), at most
+ * DRAIN_BATCH files per hold.  The flusher takes and puts back files in
+ * batches, one hold per batch.
+ *
+ * An inode is in the writeback system while I_DIRTY (in the inbox or on
+ * one list) or I_SYNC (held by a flusher); it owns one reference then.
+ * ino->state changes by CAS (writers only ever add I_DIRTY); the lists and
+ * their counts are under dev->list_lock.
  */
 #include "internal.h"
 
-struct dirty_bucket {
-	struct list_head link;      /* dev->buckets */
-	struct list_head inodes;    /* files filed here, in filing order */
-	uint64_t start;             /* ns; no file here is older */
-	uint64_t last;              /* ns; the newest file's dirtied_when */
-	uint64_t n;                 /* files */
-	uint64_t seq;               /* creation order */
-	bool sealed;                /* takes no more files */
-	struct dirty_bucket *next_free;
-};
 
 #define BUCKET_MIN_NS (1000ull * 1000)
 #define BUCKET_MAX_NS (100ull * 1000 * 1000)
@@ -93,6 +90,7 @@ int dirty_init(struct wbc_dev *dev)
 
 void dirty_destroy(struct wbc_dev *dev)
 {
+	assert(!atomic_load(&dev->inbox));
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
 	       list_empty(&dev->b_io) && list_empty(&dev->b_more_io));
 	while (dev->bucket_pool) {
@@ -142,29 +140,65 @@ uint64_t dirty_seal_locked(struct wbc_dev *dev)
 	return dev->bucket_seq;
 }
 
+/*
+ * A page of @ino went dirty (the caller holds a reference and tagged the
+ * page first).  Lock-free: the clean -> dirty transition is one CAS on
+ * ino->state, and a file that is on no list and not being written goes on
+ * the device's inbox, a stack pushed by CAS (pushes only; the flusher takes
+ * the whole stack with one exchange, so there is no ABA).  A file under
+ * I_SYNC only gets I_DIRTY: the flusher files it when it puts it back, with
+ * its old dirtied_when (an older time only makes expiry earlier).
+ *
+ * Why a writer may return when it sees I_DIRTY: the flusher clears I_DIRTY
+ * before it takes ino->lock to look at the page tags, and the writer tagged
+ * its page under ino->lock before it read the state; so either the flusher
+ * sees the tag, or the writer sees the state without I_DIRTY.
+ */
 void mark_inode_dirty(struct inode *ino)
 {
-	/* Fast path: already queued.  A stale true here is harmless: the
-	 * flusher clears the hint before it looks at the page tags, and the
-	 * caller tagged its page before calling (see flusher.c). */
-	if (atomic_load_explicit(&ino->dirty_hint, memory_order_acquire))
+	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
+	do {
+		if (s & I_DIRTY)
+			return;
+	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY));
+	if (s & I_SYNC)
 		return;
+	/* the lists' reference, taken before the flusher can see it */
+	igrab(ino);
+	ino->dirtied_when = wbc_now_ns();
 	struct wbc_dev *dev = ino->dev;
-	uint64_t now = wbc_now_ns();
-	dev_list_lock(dev);
-	if (!(ino->state & I_DIRTY)) {
-		atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
-		/* Under I_SYNC the flusher requeues it and keeps its age: an
-		 * older dirtied_when only makes expiry earlier, never later. */
-		if (!(ino->state & I_SYNC)) {
-			/* the lists' reference, taken before a flusher can
-			 * see the inode (and drop it); lock-free */
-			igrab(ino);
-			dirty_add_locked(dev, ino, now);
-		}
-		ino->state |= I_DIRTY;
+	struct inode *head = atomic_load_explicit(&dev->inbox, memory_order_relaxed);
+	do
+		ino->inbox_next = head;
+	while (!atomic_compare_exchange_weak_explicit(&dev->inbox, &head, ino,
+						      memory_order_release, memory_order_relaxed));
+	atomic_fetch_add_explicit(&dev->nr_inbox, 1, memory_order_relaxed);
+}
+
+void dirty_drain(struct wbc_dev *dev)
+{
+	struct inode *ino = atomic_exchange_explicit(&dev->inbox, NULL, memory_order_acquire);
+	/* newest first: reverse into dirtying order (no lock: the chain is
+	 * ours now) */
+	struct inode *fifo = NULL;
+	while (ino) {
+		struct inode *next = ino->inbox_next;
+		ino->inbox_next = fifo;
+		fifo = ino;
+		ino = next;
 	}
-	dev_list_unlock(dev);
+	while (fifo) {
+		unsigned n = 0;
+		dev_list_lock(dev);
+		for (; fifo && n < DRAIN_BATCH; n++) {
+			ino = fifo;
+			fifo = ino->inbox_next;
+			ino->inbox_next = NULL;
+			dirty_add_locked(dev, ino, ino->dirtied_when);
+		}
+		atomic_fetch_sub_explicit(&dev->nr_inbox, n, memory_order_relaxed);
+		dev_list_unlock(dev);
+	}
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
@@ -218,38 +252,105 @@ struct inode *dirty_take_next_locked(struct wbc_dev *dev)
 		dev->bucket_pool = b;
 	}
 	dev->nr_b_io--;
-	ino->state = (ino->state & ~I_DIRTY) | I_SYNC;
-	atomic_store_explicit(&ino->dirty_hint, false, memory_order_release);
+	/* listed means I_DIRTY without I_SYNC, and writers only ever add
+	 * I_DIRTY: nothing else can change it now */
+	unsigned old = atomic_exchange(&ino->state, I_SYNC);
+	assert(old == I_DIRTY);
+	(void)old;
 	return ino;
+}
+
+size_t dirty_take_batch(struct wbc_dev *dev, struct inode **out, size_t max,
+			uint64_t older_than, uint64_t upto_seq, bool *more)
+{
+	size_t n = 0;
+	dev_list_lock(dev);
+	if (dirty_io_empty_locked(dev) && (!more || *more)) {
+		bool m = queue_io_locked(dev, older_than, upto_seq);
+		if (more)
+			*more = m;
+	}
+	while (n < max && (out[n] = dirty_take_next_locked(dev)))
+		n++;
+	dev_list_unlock(dev);
+	return n;
+}
+
+void dirty_untake(struct wbc_dev *dev, struct inode **inos, size_t n)
+{
+	if (!n)
+		return;
+	dev_list_lock(dev);
+	/* first in line again: the head of the first queued bucket (its
+	 * times are no longer looked at), or of b_io's own files */
+	struct dirty_bucket *b = list_empty(&dev->io_buckets) ? NULL :
+		container_of(dev->io_buckets.next, struct dirty_bucket, link);
+	for (size_t i = n; i-- > 0;) {
+		struct inode *ino = inos[i];
+		/* writers may have added I_DIRTY meanwhile: same result */
+		unsigned old = atomic_exchange(&ino->state, I_DIRTY);
+		assert(old & I_SYNC);
+		(void)old;
+		if (b) {
+			list_add(&ino->wb_list, &b->inodes);
+			b->n++;
+		} else {
+			list_add(&ino->wb_list, &dev->b_io);
+		}
+		dev->nr_b_io++;
+	}
+	dev_list_unlock(dev);
+}
+
+/* I_SYNC off, I_DIRTY on when @still_dirty; true: it stays listed. */
+static bool requeue_state(struct inode *ino, bool still_dirty)
+{
+	unsigned s = atomic_load(&ino->state), n;
+	do {
+		assert(s & I_SYNC);
+		n = (s & ~I_SYNC) | (still_dirty ? I_DIRTY : 0);
+	} while (!atomic_compare_exchange_weak(&ino->state, &s, n));
+	return n & I_DIRTY;
+}
+
+static void requeue_locked(struct wbc_dev *dev, struct inode *ino, bool slice_used)
+{
+	assert_held(&dev->list_lock);
+	if (slice_used) {
+		list_add_tail(&ino->wb_list, &dev->b_more_io);
+		dev->nr_b_more_io++;
+	} else {
+		dirty_add_locked(dev, ino, ino->dirtied_when);
+	}
 }
 
 /*
  * Put an inode back after the flusher wrote it.  @still_dirty: pages (or
  * the backend size) remain dirty; @slice_used: it stopped because its
- * slice ran out, so it goes to b_more_io and keeps its age.
+ * slice ran out, so it goes to b_more_io and keeps its age.  A file that
+ * went clean is dropped from the system (its reference put); a writer that
+ * dirties it after that pushes it to the inbox again.
  */
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
 {
-	struct wbc_dev *dev = ino->dev;
-	bool put = false;
-	dev_list_lock(dev);
-	assert(ino->state & I_SYNC);
-	ino->state &= ~I_SYNC;
-	if (still_dirty || (ino->state & I_DIRTY)) {
-		if (!(ino->state & I_DIRTY)) {
-			ino->state |= I_DIRTY;
-			atomic_store_explicit(&ino->dirty_hint, true, memory_order_release);
-		}
-		if (slice_used) {
-			list_add_tail(&ino->wb_list, &dev->b_more_io);
-			dev->nr_b_more_io++;
-		} else {
-			dirty_add_locked(dev, ino, ino->dirtied_when);
-		}
-	} else {
-		put = true;
+	struct requeue r = { ino, still_dirty, slice_used };
+	dirty_requeue_batch(ino->dev, &r, 1);
+}
+
+void dirty_requeue_batch(struct wbc_dev *dev, const struct requeue *r, size_t n)
+{
+	bool listed[n ? n : 1];
+	bool any = false;
+	for (size_t i = 0; i < n; i++)
+		any |= listed[i] = requeue_state(r[i].ino, r[i].still_dirty);
+	if (any) {
+		dev_list_lock(dev);
+		for (size_t i = 0; i < n; i++)
+			if (listed[i])
+				requeue_locked(dev, r[i].ino, r[i].slice_used);
+		dev_list_unlock(dev);
 	}
-	dev_list_unlock(dev);
-	if (put)
-		iput(ino);
+	for (size_t i = 0; i < n; i++)
+		if (!listed[i])
+			iput(r[i].ino);
 }

@@ -115,13 +115,22 @@ static uint64_t name_hash(const char *s)
 	return h;
 }
 
-static struct inode *hash_find_locked(struct wbc_dev *dev, const char *name)
+static struct inode *hash_find_locked(struct wbc_dev *dev, const char *name, uint64_t h)
 {
 	assert_held(&dev->inode_lock);
-	struct inode *i = dev->hash[name_hash(name) & (dev->hash_size - 1)];
-	while (i && strcmp(i->name, name))
+	struct inode *i = dev->hash[h & (dev->hash_size - 1)];
+	while (i && (i->hash != h || strcmp(i->name, name)))
 		i = i->hash_next;
 	return i;
+}
+
+static void hash_link(struct inode **head, struct inode *ino)
+{
+	ino->hash_next = *head;
+	if (*head)
+		(*head)->hash_pprev = &ino->hash_next;
+	ino->hash_pprev = head;
+	*head = ino;
 }
 
 static void hash_grow_locked(struct wbc_dev *dev)
@@ -135,9 +144,7 @@ static void hash_grow_locked(struct wbc_dev *dev)
 		struct inode *i = dev->hash[b];
 		while (i) {
 			struct inode *next = i->hash_next;
-			size_t k = name_hash(i->name) & (nsize - 1);
-			i->hash_next = n[k];
-			n[k] = i;
+			hash_link(&n[i->hash & (nsize - 1)], i);
 			i = next;
 		}
 	}
@@ -159,8 +166,9 @@ static void inode_free(struct inode *ino)
 struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		   struct wbc_group *group, int *err)
 {
+	uint64_t h = name_hash(name);
 	pthread_mutex_lock(&dev->inode_lock);
-	struct inode *ino = hash_find_locked(dev, name);
+	struct inode *ino = hash_find_locked(dev, name, h);
 	if (ino) {
 		atomic_fetch_add_explicit(&ino->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&dev->inode_lock);
@@ -183,6 +191,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	ino->dev = dev;
 	ino->obj = obj;
 	ino->group = group;
+	ino->hash = h;
 	ino->i_size = ino->backend_size = size;
 	pthread_rwlock_init(&ino->rwsem, NULL);
 	wbc_mutex_init(&ino->lock);
@@ -192,7 +201,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	atomic_init(&ino->refs, 1);
 
 	pthread_mutex_lock(&dev->inode_lock);
-	struct inode *other = hash_find_locked(dev, name);
+	struct inode *other = hash_find_locked(dev, name, h);
 	if (other) {   /* lost a race with another opener */
 		atomic_fetch_add_explicit(&other->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&dev->inode_lock);
@@ -202,9 +211,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	}
 	if (dev->nr_inodes >= dev->hash_size)
 		hash_grow_locked(dev);
-	size_t k = name_hash(name) & (dev->hash_size - 1);
-	ino->hash_next = dev->hash[k];
-	dev->hash[k] = ino;
+	hash_link(&dev->hash[h & (dev->hash_size - 1)], ino);
 	dev->nr_inodes++;
 	pthread_mutex_unlock(&dev->inode_lock);
 	return ino;
@@ -275,10 +282,9 @@ void iput(struct inode *ino)
 		pthread_mutex_unlock(&dev->inode_lock);
 		return;
 	}
-	struct inode **pp = &dev->hash[name_hash(ino->name) & (dev->hash_size - 1)];
-	while (*pp != ino)
-		pp = &(*pp)->hash_next;
-	*pp = ino->hash_next;
+	*ino->hash_pprev = ino->hash_next;
+	if (ino->hash_next)
+		ino->hash_next->hash_pprev = ino->hash_pprev;
 	dev->nr_inodes--;
 	pthread_mutex_unlock(&dev->inode_lock);
 

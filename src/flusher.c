@@ -238,17 +238,16 @@ void page_wait_unlocked(struct inode *ino, struct page *p)
 }
 
 /* Tag every DIRTY page in [start, end] TOWRITE (the sync snapshot). */
-void tag_pages_for_writeback(struct inode *ino, uint64_t start, uint64_t end)
+static void tag_pages_locked(struct inode *ino, uint64_t start, uint64_t end)
 {
+	assert_held(&ino->lock);
 	uint64_t idx = start;
-	pthread_mutex_lock(&ino->lock);
 	while (idx <= end && pm_next(&ino->map, idx, PM_TAG_DIRTY, &idx) && idx <= end) {
 		pm_tag_set(&ino->map, idx, PM_TAG_TOWRITE);
 		if (idx == UINT64_MAX)
 			break;
 		idx++;
 	}
-	pthread_mutex_unlock(&ino->lock);
 }
 
 void wait_on_writeback_range(struct inode *ino, uint64_t start, uint64_t end)
@@ -295,9 +294,43 @@ static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_
 	}
 }
 
+/* Under ino->lock: the next page tagged @tag in [*idx, *end], wrapping
+ * once to [0, cyc_start) for a cyclic pass. */
+static bool next_tagged_locked(struct inode *ino, enum pm_tag tag, uint64_t *idx, uint64_t *end,
+			       bool *wrapped, uint64_t cyc_start, uint64_t *first)
+{
+	assert_held(&ino->lock);
+	for (;;) {
+		if (pm_next(&ino->map, *idx, tag, first) && *first <= *end)
+			return true;
+		if (*wrapped)
+			return false;
+		*wrapped = true;
+		*idx = 0;
+		*end = cyc_start - 1;
+	}
+}
+
+/* Under ino->lock, at the end of a pass: the cyclic resume point and what
+ * the flusher needs to know to put the file back. */
+static void pass_end_locked(struct inode *ino, struct wbc_ctl *ctl, uint64_t idx)
+{
+	assert_held(&ino->lock);
+	if (ctl->range_cyclic)
+		ino->writeback_index = idx;
+	ctl->still_dirty = ino->nr_dirty > 0;
+	ctl->size_dirty = !ctl->still_dirty && !ino->nr_writeback &&
+			  ino->backend_size != ino->i_size;
+}
+
 /*
  * Write the dirty pages of @ino as @ctl says.  Returns the pages submitted.
- * The caller holds a reference on @ino and no lock.
+ * The caller holds a reference on @ino and no lock.  A file with one run
+ * of dirty pages costs one hold of ino->lock: tagging (sync), the backoff
+ * check (ctl->backoff), finding and claiming the pages, and the end-of-pass
+ * state (ctl->still_dirty, ctl->size_dirty) happen in it.  Background
+ * passes take their bio before the lock (the file is on the lists because
+ * it has dirty pages); sync passes only once they found a page.
  */
 long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 {
@@ -307,44 +340,49 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	enum pm_tag tag = sync ? PM_TAG_TOWRITE : PM_TAG_DIRTY;
 	unsigned maxp = bio_max_pages(dev);
 	long written = 0;
+	struct wbc_bio *b = sync ? NULL : bio_get(dev);
 
-	if (sync)
-		tag_pages_for_writeback(ino, ctl->range_start, ctl->range_end);
-
+	ctl->backed_off = false;
 	pthread_mutex_lock(&ino->lock);
+	if (sync)
+		tag_pages_locked(ino, ctl->range_start, ctl->range_end);
+	if (ctl->backoff && ino->retry_after > wbc_now_ns()) {
+		/* failed recently: its turn comes after the backoff */
+		ctl->backed_off = true;
+		pass_end_locked(ino, ctl, ino->writeback_index);
+		pthread_mutex_unlock(&ino->lock);
+		if (b)
+			bio_put(dev, b);
+		return 0;
+	}
 	uint64_t idx = ctl->range_cyclic ? ino->writeback_index : ctl->range_start;
-	pthread_mutex_unlock(&ino->lock);
 	uint64_t end = ctl->range_end;
 	uint64_t cyc_start = idx;
 	bool wrapped = !ctl->range_cyclic || idx == 0;
 
-	while (ctl->nr_to_write > 0) {
-		struct wbc_bio *b = bio_get(dev);
+	for (;;) {
 		uint64_t first;
-		pthread_mutex_lock(&ino->lock);
-again:
-		if (!pm_next(&ino->map, idx, tag, &first) || first > end) {
-			if (!wrapped) {
-				wrapped = true;
-				idx = 0;
-				end = cyc_start - 1;
-				goto again;
-			}
-			pthread_mutex_unlock(&ino->lock);
-			bio_put(dev, b);
-			idx = 0;          /* the whole file was visited */
+		if (ctl->nr_to_write <= 0 ||
+		    !next_tagged_locked(ino, tag, &idx, &end, &wrapped, cyc_start, &first)) {
+			/* done, or the whole file was visited (resume at 0) */
+			pass_end_locked(ino, ctl, ctl->nr_to_write <= 0 ? idx : 0);
 			break;
 		}
 		if (ino->sizing) {
 			/* truncate or a size sync owns the file's I/O now */
 			if (!sync) {
-				pthread_mutex_unlock(&ino->lock);
-				bio_put(dev, b);
-				idx = first;
+				pass_end_locked(ino, ctl, first);
 				break;
 			}
 			inode_wait_locked(ino);
-			goto again;
+			continue;
+		}
+		if (!b) {
+			/* never wait for a bio under the lock */
+			pthread_mutex_unlock(&ino->lock);
+			b = bio_get(dev);
+			pthread_mutex_lock(&ino->lock);
+			continue;
 		}
 		uint64_t i = first;
 		while (b->nr_pages < maxp && b->iovcnt < IOV_MAX && ctl->nr_to_write > 0 &&
@@ -356,7 +394,7 @@ again:
 			if (fl & PG_LOCKED) {
 				if (b->nr_pages == 0 && sync) {
 					page_wait_unlocked(ino, p);
-					goto again;
+					break;
 				}
 				break;
 			}
@@ -374,54 +412,66 @@ again:
 		}
 		unsigned n = b->nr_pages;
 		if (!n) {
+			if (sync)
+				continue;   /* waited for the locked page: look again */
 			/* first page locked by a writer: skip it this pass */
-			pthread_mutex_unlock(&ino->lock);
-			bio_put(dev, b);
 			idx = first + 1;
 			continue;
 		}
 		ino->nr_dirty -= n;
 		ino->nr_writeback += n;
+		idx = i;
+		/* look ahead, so a file written in one I/O costs one hold */
+		uint64_t next;
+		bool last = ctl->nr_to_write <= 0 ||
+			    !next_tagged_locked(ino, tag, &idx, &end, &wrapped, cyc_start, &next);
+		if (last)
+			pass_end_locked(ino, ctl, ctl->nr_to_write <= 0 ? idx : 0);
 		pthread_mutex_unlock(&ino->lock);
 		account_writeback(ino, n);
 		submit_bio_write(dev, ino, b, first);
+		b = NULL;
 		written += n;
-		idx = i;
-	}
-	ctl->pages_written += written;
-	if (ctl->range_cyclic) {
+		if (last) {
+			ctl->pages_written += written;
+			return written;
+		}
+		if (!sync)
+			b = bio_get(dev);
 		pthread_mutex_lock(&ino->lock);
-		ino->writeback_index = idx;
-		pthread_mutex_unlock(&ino->lock);
 	}
+	pthread_mutex_unlock(&ino->lock);
+	if (b)
+		bio_put(dev, b);
+	ctl->pages_written += written;
 	return written;
 }
 
 /* ------------------------------------------------------------------ */
 /* passes over the device's dirty files                                 */
 
+/* Sync work or a stop is waiting: a non-sync pass yields.  A hint read
+ * without the lock: a pass that misses it yields one file later. */
 static bool work_pending(struct wbc_dev *dev)
 {
-	pthread_mutex_lock(&dev->work_lock);
-	bool r = !list_empty(&dev->work_list) || dev->stop;
-	pthread_mutex_unlock(&dev->work_lock);
-	return r;
+	return atomic_load_explicit(&dev->work_hint, memory_order_relaxed);
 }
 
-static bool inode_still_dirty(struct inode *ino)
+static void work_hint_update_locked(struct wbc_dev *dev)
 {
-	pthread_mutex_lock(&ino->lock);
-	bool d = ino->nr_dirty > 0;
-	bool size_only = !d && !ino->nr_writeback && ino->backend_size != ino->i_size;
-	pthread_mutex_unlock(&ino->lock);
-	if (size_only)
-		inode_sync_size(ino);   /* the kernel's write_inode: metadata */
-	return d;
+	assert_held(&dev->work_lock);
+	atomic_store_explicit(&dev->work_hint, dev->stop || !list_empty(&dev->work_list),
+			      memory_order_relaxed);
 }
+
+/* Files taken from the lists per hold of the list lock. */
+#define WB_BATCH 16
 
 /*
  * Background, periodic and start-all writeback (WB_SYNC_NONE).
- * Returns the pages submitted.
+ * Returns the pages submitted.  Files are taken in batches of WB_BATCH and
+ * put back a batch at a time; files of a batch not reached (the pass ended)
+ * go back to the head of b_io in their order.
  */
 static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pages)
 {
@@ -432,43 +482,50 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		uint64_t expire = c->cfg.dirty_expire_centisecs * NS_PER_CENTISEC;
 		older_than = now > expire ? now - expire : 0;
 	}
-	long total = 0, skipped = 0;
+	struct inode *batch[WB_BATCH];
+	struct requeue done[WB_BATCH];
+	size_t nb = 0, at = 0, nd = 0;
+	long total = 0, skipped = 0, slice = 0;
 	while (nr_pages > 0) {
 		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
 			break;
 		if (work_pending(dev))
 			break;
-		dev_list_lock(dev);
-		if (dirty_io_empty_locked(dev))
-			queue_io_locked(dev, older_than, UINT64_MAX);
-		struct inode *ino = dirty_take_next_locked(dev);
-		dev_list_unlock(dev);
-		if (!ino)
-			break;
-		pthread_mutex_lock(&ino->lock);
-		bool backoff = ino->retry_after > wbc_now_ns();
-		pthread_mutex_unlock(&ino->lock);
-		if (backoff) {
-			/* failed recently: its turn comes after the backoff */
-			dirty_requeue(ino, true, false);
-			skipped++;
-			if (skipped > 1000)
+		if (at == nb) {
+			dirty_requeue_batch(dev, done, nd);
+			nd = 0;
+			dirty_drain(dev);
+			at = 0;
+			nb = dirty_take_batch(dev, batch, WB_BATCH, older_than, UINT64_MAX, NULL);
+			if (!nb)
 				break;
-			continue;
+			slice = writeback_slice_pages(dev);
 		}
+		struct inode *ino = batch[at++];
 		struct wbc_ctl ctl = {
 			.sync_mode = WB_SYNC_NONE,
-			.nr_to_write = WBC_MIN(writeback_slice_pages(dev), nr_pages),
+			.nr_to_write = WBC_MIN(slice, nr_pages),
 			.range_start = 0,
 			.range_end = UINT64_MAX,
 			.range_cyclic = true,
+			.backoff = true,
 		};
 		long n = write_inode_pages(ino, &ctl);
-		dirty_requeue(ino, inode_still_dirty(ino), ctl.nr_to_write <= 0);
+		if (ctl.backed_off) {
+			done[nd++] = (struct requeue){ ino, true, false };
+			if (++skipped > 1000)
+				break;
+			continue;
+		}
+		if (ctl.size_dirty)
+			inode_sync_size(ino);   /* the kernel's write_inode: metadata */
+		done[nd++] = (struct requeue){ ino, ctl.still_dirty, ctl.nr_to_write <= 0 };
 		nr_pages -= n;
 		total += n;
 		bandwidth_update(dev, wbc_now_ns());
 	}
+	dirty_untake(dev, batch + at, nb - at);
+	dirty_requeue_batch(dev, done, nd);
 	return total;
 }
 
@@ -482,54 +539,48 @@ static int wb_sync(struct wbc_dev *dev)
 	/* I/O started before the sync (by background passes, on files that
 	 * are now off the lists) must be complete before sync returns. */
 	dev_drain(dev);
-	/* The files dirty now: b_io, b_more_io and the buckets up to the
-	 * newest, which is sealed.  Files dirtied or put back during the sync
-	 * land in later buckets and wait for the next one: no livelock. */
+	/* The files dirty now: the inbox, b_io, b_more_io and the buckets up
+	 * to the newest, which is sealed.  Files dirtied or put back during
+	 * the sync land in later buckets and wait for the next one: no
+	 * livelock. */
+	dirty_drain(dev);
 	dev_list_lock(dev);
 	uint64_t upto = dirty_seal_locked(dev);
 	dev_list_unlock(dev);
 	bool more = true;
+	struct inode *batch[WB_BATCH];
+	struct requeue done[WB_BATCH];
+	size_t nb;
 
-	for (;;) {
-		dev_list_lock(dev);
-		if (dirty_io_empty_locked(dev) && more)
-			more = queue_io_locked(dev, UINT64_MAX, upto);
-		struct inode *ino = dirty_take_next_locked(dev);
-		dev_list_unlock(dev);
-		if (!ino)
-			break;
-		struct wbc_ctl ctl = {
-			.sync_mode = WB_SYNC_ALL,
-			.nr_to_write = LONG_MAX,
-			.range_start = 0,
-			.range_end = UINT64_MAX,
-		};
-		write_inode_pages(ino, &ctl);
-		if (nr == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct inode **t = realloc(touched, ncap * sizeof(*t));
-			if (!t) {
-				/* cannot remember it: wait for it now instead */
-				wait_on_writeback_range(ino, 0, UINT64_MAX);
-				int e = inode_sync_size(ino);
-				if (e && !err)
-					err = e;
-				bandwidth_update(dev, wbc_now_ns());
-				pthread_mutex_lock(&ino->lock);
-				bool d = ino->nr_dirty > 0;
-				pthread_mutex_unlock(&ino->lock);
-				dirty_requeue(ino, d, false);
-				continue;
+	while ((nb = dirty_take_batch(dev, batch, WB_BATCH, UINT64_MAX, upto, &more))) {
+		for (size_t k = 0; k < nb; k++) {
+			struct inode *ino = batch[k];
+			struct wbc_ctl ctl = {
+				.sync_mode = WB_SYNC_ALL,
+				.nr_to_write = LONG_MAX,
+				.range_start = 0,
+				.range_end = UINT64_MAX,
+			};
+			write_inode_pages(ino, &ctl);
+			done[k] = (struct requeue){ ino, ctl.still_dirty, false };
+			if (nr == cap) {
+				size_t ncap = cap ? cap * 2 : 64;
+				struct inode **t = realloc(touched, ncap * sizeof(*t));
+				if (!t) {
+					/* cannot remember it: wait for it now */
+					wait_on_writeback_range(ino, 0, UINT64_MAX);
+					int e = inode_sync_size(ino);
+					if (e && !err)
+						err = e;
+					continue;
+				}
+				touched = t;
+				cap = ncap;
 			}
-			touched = t;
-			cap = ncap;
+			igrab(ino);
+			touched[nr++] = ino;
 		}
-		igrab(ino);
-		touched[nr++] = ino;
-		pthread_mutex_lock(&ino->lock);
-		bool d = ino->nr_dirty > 0;
-		pthread_mutex_unlock(&ino->lock);
-		dirty_requeue(ino, d, false);
+		dirty_requeue_batch(dev, done, nb);
 		bandwidth_update(dev, wbc_now_ns());
 	}
 	dev_drain(dev);
@@ -568,6 +619,7 @@ static void *flusher_main(void *arg)
 		if (!list_empty(&dev->work_list)) {
 			struct wb_work *w = container_of(dev->work_list.next, struct wb_work, list);
 			list_del_init(&w->list);
+			work_hint_update_locked(dev);
 			pthread_mutex_unlock(&dev->work_lock);
 			int err = wb_sync(dev);
 			pthread_mutex_lock(&dev->work_lock);
@@ -645,6 +697,7 @@ void flusher_stop(struct wbc_dev *dev)
 		return;
 	pthread_mutex_lock(&dev->work_lock);
 	dev->stop = true;
+	work_hint_update_locked(dev);
 	pthread_cond_signal(&dev->work_cond);
 	pthread_mutex_unlock(&dev->work_lock);
 	pthread_join(dev->thread, NULL);
@@ -684,6 +737,7 @@ int flusher_queue_sync(struct wbc_dev *dev)
 		return -ESHUTDOWN;
 	}
 	list_add_tail(&w.list, &dev->work_list);
+	work_hint_update_locked(dev);
 	pthread_cond_signal(&dev->work_cond);
 	while (!w.done)
 		pthread_cond_wait(&dev->done_cond, &dev->work_lock);

@@ -12,9 +12,11 @@
  *       cache->lru_lock free list, CLOCK hand, page->inode/index binding,
  *                       nr_cached.  Reclaim holds lru_lock and only
  *                       TRYLOCKS inode->lock.
- *       dev->list_lock  the time buckets (b_dirty), b_io, b_more_io, their
- *                       counts and inode->state (dirty.c).  Nothing is taken
- *                       under it: igrab is a lock-free increment.
+ *       dev->list_lock  the time buckets (b_dirty), b_io, b_more_io and
+ *                       their counts (dirty.c).  Nothing is taken under
+ *                       it: igrab is a lock-free increment.  Writers never
+ *                       take it: a newly dirtied file goes on the device's
+ *                       lock-free inbox, which the flusher files.
  *   dev->inode_lock     name hash, and the drop of an inode's last reference
  *                       (refs is atomic; iput takes the lock only to drop
  *                       to zero) (leaf).
@@ -52,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "wbcache.h"
@@ -68,15 +71,19 @@
  * overflow (the same bound as the kernel's MAX_LFS_FILESIZE on 64-bit). */
 #define WBC_MAX_OFFSET (1ULL << 62)
 
-/* Assert that the calling thread holds a mutex.  Mutexes are created with
- * PTHREAD_MUTEX_ERRORCHECK in debug builds, so a lock by the owner returns
- * EDEADLK at once (and a failing check stops the program, as intended);
- * release builds (NDEBUG) compile the check away. */
-#ifdef NDEBUG
-#define assert_held(m) ((void)(m))
+/* Assert that the calling thread holds a mutex.  glibc records the
+ * owner's thread id in every mutex it locks (all types, also when a
+ * condition wait takes it back), so the check costs a load and a compare;
+ * release builds with NDEBUG, and other C libraries, compile it away. */
+#if !defined(NDEBUG) && defined(__GLIBC__)
+pid_t wbc_gettid(void);                     /* cached per thread */
+#define assert_held(m) assert((m)->__data.__owner == wbc_gettid())
 #else
-#define assert_held(m) assert(pthread_mutex_lock(m) == EDEADLK)
+#define assert_held(m) ((void)(m))
 #endif
+/* Our mutexes spin briefly before they sleep (PTHREAD_MUTEX_ADAPTIVE_NP):
+ * critical sections are short, and a futex sleep and wakeup cost more
+ * than the wait. */
 void wbc_mutex_init(pthread_mutex_t *m);
 
 uint64_t wbc_now_ns(void);                  /* CLOCK_MONOTONIC */
@@ -97,6 +104,10 @@ static inline void __list_add(struct list_head *n, struct list_head *prev,
 	n->next = next;
 	n->prev = prev;
 	prev->next = n;
+}
+static inline void list_add(struct list_head *n, struct list_head *h)
+{
+	__list_add(n, h, h->next);
 }
 static inline void list_add_tail(struct list_head *n, struct list_head *h)
 {
@@ -277,7 +288,7 @@ int errseq_check_advance(const struct errseq *e, uint32_t *since);
 /* inodes (cached files)                                                */
 
 enum {
-	I_DIRTY = 1u << 0,   /* on b_dirty / b_io / b_more_io */
+	I_DIRTY = 1u << 0,   /* in the inbox or on b_dirty / b_io / b_more_io */
 	I_SYNC  = 1u << 1,   /* being written by the flusher, off the lists */
 };
 
@@ -285,8 +296,10 @@ struct inode {
 	struct wbc_dev *dev;
 	char *name;
 	void *obj;                  /* backend object */
+	uint64_t hash;              /* name_hash(name), fixed */
 	/* dev->inode_lock */
 	struct inode *hash_next;
+	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
 	struct wbc_group *group;    /* fixed at creation; may be NULL */
 	/* handles + dirty lists + bios in flight; atomic: only the drop to
 	 * zero happens under dev->inode_lock (iput) */
@@ -307,11 +320,14 @@ struct inode {
 	uint64_t retry_backoff_ns;
 	struct errseq wb_err;
 
-	/* dev->list_lock */
-	unsigned state;             /* I_DIRTY, I_SYNC */
-	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
+	/* dirty tracking (dirty.c): state changes by CAS, no lock */
+	_Atomic unsigned state;     /* I_DIRTY, I_SYNC */
+	struct inode *inbox_next;   /* on dev->inbox: dirtied, not yet filed */
+	/* written by the thread that dirties a clean file (before the push),
+	 * then under dev->list_lock */
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
-	atomic_bool dirty_hint;     /* mirrors I_DIRTY for a lock-free fast path */
+	/* dev->list_lock */
+	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
 };
 
 struct wbc_file {
@@ -333,8 +349,13 @@ struct wbc_ctl {
 	long nr_to_write;           /* pages; decremented as pages are submitted */
 	uint64_t range_start, range_end;   /* page indices, inclusive */
 	bool range_cyclic;          /* start at writeback_index, wrap once */
+	bool backoff;               /* skip a file in its error backoff */
 	long pages_written;
 	int err;                    /* first submission error */
+	/* out, set at the end of the pass (write_inode_pages) */
+	bool backed_off;            /* skipped: in its error backoff */
+	bool still_dirty;           /* dirty pages left */
+	bool size_dirty;            /* only the backend size is out of date */
 };
 
 /* A sync request queued for the flusher (wbc_dev_sync). */
@@ -418,6 +439,11 @@ struct wbc_dev {
 	struct inode **hash;        /* inode_lock */
 	size_t hash_size, nr_inodes;/* inode_lock */
 
+	/* newly dirtied files, newest first: a lock-free stack that writers
+	 * push to and the flusher empties (dirty.c) */
+	_Atomic(struct inode *) inbox;
+	atomic_ullong nr_inbox;
+
 	pthread_mutex_t list_lock;
 	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
 	struct lock_stat list_lock_stat;
@@ -435,6 +461,9 @@ struct wbc_dev {
 	pthread_cond_t done_cond;   /* sync work finished */
 	struct list_head work_list; /* work_lock */
 	bool stop, start_all, kicked;   /* work_lock */
+	/* set under work_lock when sync work is queued or the flusher is to
+	 * stop; read without it by a pass deciding whether to yield */
+	atomic_bool work_hint;
 	pthread_t thread;
 	bool thread_started;
 
@@ -570,11 +599,26 @@ void inode_drop_all_pages(struct inode *ino);
 
 /* dirty.c: dirty files per device in time buckets, under the timed
  * dirty-list lock */
+struct dirty_bucket {
+	struct list_head link;      /* dev->buckets */
+	struct list_head inodes;    /* files filed here, in filing order */
+	uint64_t start;             /* ns; no file here is older */
+	uint64_t last;              /* ns; the newest file's dirtied_when */
+	uint64_t n;                 /* files */
+	uint64_t seq;               /* creation order */
+	bool sealed;                /* takes no more files */
+	struct dirty_bucket *next_free;
+};
+
 int dirty_init(struct wbc_dev *dev);
 void dirty_destroy(struct wbc_dev *dev);
 void dev_list_lock(struct wbc_dev *dev);
 void dev_list_unlock(struct wbc_dev *dev);
 void mark_inode_dirty(struct inode *ino);
+/* File the inbox's files in b_dirty (the flusher, or close after it
+ * stopped; at most DRAIN_BATCH files per hold of the list lock). */
+#define DRAIN_BATCH 64
+void dirty_drain(struct wbc_dev *dev);
 /* File @ino (not on a list) in b_dirty as dirtied at @when. */
 void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when);
 /* Move the buckets that start at or before @older_than and were created
@@ -587,8 +631,21 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
  * its sequence number, the @upto_seq that queues what is dirty now (sync). */
 uint64_t dirty_seal_locked(struct wbc_dev *dev);
 struct inode *dirty_take_next_locked(struct wbc_dev *dev);
+/* Take up to @max files from b_io, in one hold of the list lock; when b_io
+ * is empty first queue_io(@older_than, @upto_seq) (only while *@more, which
+ * takes queue_io's result; always when @more is NULL). */
+size_t dirty_take_batch(struct wbc_dev *dev, struct inode **out, size_t max,
+			uint64_t older_than, uint64_t upto_seq, bool *more);
+/* Put back files taken but not written, at the head of b_io, in order. */
+void dirty_untake(struct wbc_dev *dev, struct inode **inos, size_t n);
 bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
+/* dirty_requeue of @n files in one hold of the list lock. */
+struct requeue {
+	struct inode *ino;
+	bool still_dirty, slice_used;
+};
+void dirty_requeue_batch(struct wbc_dev *dev, const struct requeue *r, size_t n);
 
 /* flusher.c */
 int flusher_start(struct wbc_dev *dev);
@@ -599,7 +656,6 @@ void wakeup_flusher_threads(struct wbc_cache *c, bool start_all);
 int flusher_queue_sync(struct wbc_dev *dev);
 long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl);
 void wait_on_writeback_range(struct inode *ino, uint64_t start, uint64_t end);
-void tag_pages_for_writeback(struct inode *ino, uint64_t start, uint64_t end);
 int dev_io_init(struct wbc_dev *dev);
 void dev_io_destroy(struct wbc_dev *dev);
 

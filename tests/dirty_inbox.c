@@ -1,0 +1,206 @@
+/*
+ * The lock-free hand-over of newly dirtied files (src/dirty.c):
+ *   1. writers on several threads dirty files through the API; every file
+ *      is counted while in the inbox, filed exactly once by dirty_drain,
+ *      in dirtying order (dirtied_when never decreases along b_dirty), and
+ *      a sync writes every one of them;
+ *   2. the state machine on synthetic files: a file under I_SYNC that is
+ *      dirtied is not pushed (the flusher puts it back, listed); a clean
+ *      one is pushed once, with the lists' reference; a file that is put
+ *      back clean loses that reference;
+ *   3. stress: writer threads keep dirtying a set of synthetic files while
+ *      this thread plays the flusher (drain, take, put back clean or
+ *      dirty); at the end every file is listed at most once, and its
+ *      reference count matches whether it is listed.  Meant for
+ *      SAN=thread as much as for its checks.
+ */
+#include "testutil.h"
+#include "internal.h"
+
+#define THREADS 4
+#define FILES_PER 500
+#define SYN 64
+
+static wbc_dev *gdev;
+
+static void *api_writer(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	char buf[4096], name[32];
+	t_fill(buf, sizeof(buf), (uint64_t)id);
+	for (int i = 0; i < FILES_PER; i++) {
+		wbc_file *f;
+		snprintf(name, sizeof(name), "w%d-%d", id, i);
+		CHECK_EQ(wbc_file_open(gdev, name, WBC_O_CREAT, &f), 0);
+		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), sizeof(buf));
+		CHECK_EQ(wbc_file_close(f), 0);
+	}
+	return NULL;
+}
+
+static struct inode *fake(struct wbc_dev *dev)
+{
+	struct inode *ino = calloc(1, sizeof(*ino));
+	CHECK(ino);
+	ino->dev = dev;
+	atomic_init(&ino->refs, 2);    /* never dropped to zero here */
+	list_init(&ino->wb_list);
+	return ino;
+}
+
+/* Take everything listed (all calls); returns the count. */
+static size_t take_all(struct wbc_dev *dev, struct inode **out, size_t max)
+{
+	size_t n = 0, got;
+	while (n < max && (got = dirty_take_batch(dev, out + n, max - n, UINT64_MAX, UINT64_MAX,
+						  NULL)))
+		n += got;
+	return n;
+}
+
+static struct inode *syn[SYN];
+static atomic_bool stop;
+
+static void *syn_writer(void *arg)
+{
+	uint64_t seed = (uint64_t)(intptr_t)arg + 1;
+	while (!atomic_load(&stop))
+		mark_inode_dirty(syn[t_rand(&seed) % SYN]);
+	return NULL;
+}
+
+int main(void)
+{
+	struct wbc_config cfg = t_config(64u << 20, 4096);
+	cfg.dirty_writeback_centisecs = 0;       /* the flusher stays out of it */
+	cfg.dirty_background_bytes = 48u << 20;
+	cfg.dirty_bytes = 56u << 20;
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &gdev), 0);
+	struct wbc_dev *dev = gdev;
+	struct wbc_dev_stats st;
+
+	/* 1. API writers, then drain */
+	pthread_t th[THREADS];
+	for (int i = 0; i < THREADS; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, api_writer, (void *)(intptr_t)i), 0);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	const uint64_t total = THREADS * FILES_PER;
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_dirty, total);              /* counted in the inbox */
+	CHECK_EQ(atomic_load(&dev->nr_inbox), total);
+	dirty_drain(dev);
+	CHECK_EQ(atomic_load(&dev->nr_inbox), 0);
+	CHECK(!atomic_load(&dev->inbox));
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_dirty, total);              /* now in buckets */
+	dev_list_lock(dev);
+	uint64_t seen = 0, prev = 0;
+	struct list_head *bl;
+	for (bl = dev->buckets.next; bl != &dev->buckets; bl = bl->next) {
+		struct list_head *files = &container_of(bl, struct dirty_bucket, link)->inodes;
+		for (struct list_head *l = files->next; l != files; l = l->next) {
+			struct inode *ino = container_of(l, struct inode, wb_list);
+			CHECK_EQ(atomic_load(&ino->state), I_DIRTY);
+			CHECK(ino->dirtied_when >= prev);
+			prev = ino->dirtied_when;
+			CHECK_EQ(atomic_load(&ino->refs), 1);   /* the lists' only */
+			seen++;
+		}
+	}
+	dev_list_unlock(dev);
+	CHECK_EQ(seen, total);                         /* each exactly once */
+	CHECK_EQ(wbc_dev_sync(dev), 0);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_dirty + st.files_io + st.files_more_io, 0);
+	CHECK_EQ(st.written_back_bytes, total * 4096);
+
+	/* 2. the state machine, on synthetic files */
+	struct inode *a = fake(dev), *got[SYN * 2];
+	mark_inode_dirty(a);                           /* clean: pushed */
+	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
+	CHECK_EQ(atomic_load(&a->refs), 3);
+	mark_inode_dirty(a);                           /* already dirty: nothing */
+	CHECK_EQ(atomic_load(&dev->nr_inbox), 1);
+	CHECK_EQ(atomic_load(&a->refs), 3);
+	dirty_drain(dev);
+	CHECK_EQ(take_all(dev, got, SYN * 2), 1);
+	CHECK(got[0] == a);
+	CHECK_EQ(atomic_load(&a->state), I_SYNC);
+	mark_inode_dirty(a);                           /* under I_SYNC: not pushed */
+	CHECK_EQ(atomic_load(&a->state), I_SYNC | I_DIRTY);
+	CHECK_EQ(atomic_load(&dev->nr_inbox), 0);
+	dirty_requeue(a, false, false);                /* redirtied: listed again */
+	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
+	CHECK_EQ(atomic_load(&a->refs), 3);
+	CHECK_EQ(take_all(dev, got, SYN * 2), 1);
+	dirty_requeue(a, false, false);                /* clean: reference put */
+	CHECK_EQ(atomic_load(&a->state), 0);
+	CHECK_EQ(atomic_load(&a->refs), 2);
+	/* taken but not reached: back first in line, listed */
+	struct inode *b = fake(dev);
+	mark_inode_dirty(a);
+	mark_inode_dirty(b);
+	dirty_drain(dev);
+	CHECK_EQ(take_all(dev, got, SYN * 2), 2);
+	CHECK(got[0] == a && got[1] == b);
+	dirty_untake(dev, got, 2);
+	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
+	CHECK_EQ(take_all(dev, got, SYN * 2), 2);
+	CHECK(got[0] == a && got[1] == b);             /* order kept */
+	dirty_requeue(a, false, false);
+	dirty_requeue(b, false, false);
+	CHECK_EQ(atomic_load(&a->refs), 2);
+	CHECK_EQ(atomic_load(&b->refs), 2);
+
+	/* 3. stress: writers dirty, this thread flushes */
+	for (int i = 0; i < SYN; i++)
+		syn[i] = fake(dev);
+	for (int i = 0; i < THREADS; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, syn_writer, (void *)(intptr_t)i), 0);
+	uint64_t rounds = 0, seed = 99;
+	for (int r = 0; r < 2000; r++) {
+		dirty_drain(dev);
+		size_t n = dirty_take_batch(dev, got, 16, UINT64_MAX, UINT64_MAX, NULL);
+		rounds += n;
+		struct requeue rq[16];
+		for (size_t i = 0; i < n; i++)
+			rq[i] = (struct requeue){ got[i], t_rand(&seed) % 4 == 0, t_rand(&seed) % 2 };
+		if (n && t_rand(&seed) % 8 == 0) {
+			dirty_untake(dev, got, n);
+		} else {
+			dirty_requeue_batch(dev, rq, n);
+		}
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	CHECK(rounds > 0);
+	dirty_drain(dev);
+	size_t n = take_all(dev, got, SYN * 2);
+	CHECK(n <= SYN);
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = i + 1; j < n; j++)
+			CHECK(got[i] != got[j]);               /* listed once at most */
+	for (int i = 0; i < SYN; i++) {
+		bool listed = false;
+		for (size_t j = 0; j < n; j++)
+			listed |= got[j] == syn[i];
+		unsigned s = atomic_load(&syn[i]->state);
+		CHECK_EQ(s, listed ? I_SYNC : 0);
+		CHECK_EQ(atomic_load(&syn[i]->refs), listed ? 3 : 2);
+	}
+	for (size_t i = 0; i < n; i++)
+		dirty_requeue(got[i], false, false);
+	for (int i = 0; i < SYN; i++)
+		CHECK_EQ(atomic_load(&syn[i]->refs), 2);
+
+	CHECK_EQ(wbc_cache_close(c), 0);
+	free(a);
+	free(b);
+	for (int i = 0; i < SYN; i++)
+		free(syn[i]);
+	return 0;
+}
