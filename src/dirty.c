@@ -34,9 +34,12 @@
  *
  * Writers never take the list lock: a file that goes from clean to dirty
  * is pushed on the device's inbox (a lock-free stack), and the flusher
- * files the inbox in b_dirty before it queues (dirty_drain), at most
- * DRAIN_BATCH files per hold.  The flusher takes and puts back files in
- * batches, one hold per batch.
+ * files the inbox in b_dirty before it queues (dirty_drain).  Only the
+ * flusher changes the lists, and it does the per-file work on private
+ * lists, then splices them in or out: every hold of the list lock is O(1)
+ * in the number of files (queue_io: at most QUEUE_IO_BUCKETS buckets).
+ * A pass takes a whole queued bucket at a time (dirty_take), and puts the
+ * files it wrote back in batches (dirty_put, dirty_put_commit).
  *
  * An inode is in the writeback system while I_DIRTY (in the inbox or on
  * one list) or I_SYNC (held by a flusher); it owns one reference then.
@@ -100,25 +103,53 @@ void dirty_destroy(struct wbc_dev *dev)
 	}
 }
 
+static struct dirty_bucket *newest_bucket(struct wbc_dev *dev)
+{
+	return list_empty(&dev->buckets) ? NULL :
+		container_of(dev->buckets.prev, struct dirty_bucket, link);
+}
+
+/* A free bucket, or NULL without memory (the pool is never empty while
+ * b_dirty is, so there is always a newest bucket to fall back on). */
+static struct dirty_bucket *bucket_alloc(struct wbc_dev *dev)
+{
+	struct dirty_bucket *b = dev->bucket_pool;
+	if (b)
+		dev->bucket_pool = b->next_free;
+	else
+		b = malloc(sizeof(*b));
+	if (b) {
+		b->n = 0;
+		b->sealed = false;
+		list_init(&b->inodes);
+	}
+	return b;
+}
+
+static void bucket_free(struct wbc_dev *dev, struct dirty_bucket *b)
+{
+	b->next_free = dev->bucket_pool;
+	dev->bucket_pool = b;
+}
+
+/* Make @b, allocated by bucket_alloc, the newest bucket, starting at @start. */
+static void bucket_open_locked(struct wbc_dev *dev, struct dirty_bucket *b, uint64_t start)
+{
+	assert_held(&dev->list_lock);
+	b->start = b->last = start;
+	b->seq = ++dev->bucket_seq;
+	list_add_tail(&b->link, &dev->buckets);
+	dev->nr_buckets++;
+}
+
 void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when)
 {
 	assert_held(&dev->list_lock);
-	struct dirty_bucket *tail = list_empty(&dev->buckets) ? NULL :
-		container_of(dev->buckets.prev, struct dirty_bucket, link);
+	struct dirty_bucket *tail = newest_bucket(dev);
 	if (!tail || tail->sealed || when >= tail->start + dev->bucket_ns) {
-		struct dirty_bucket *b = dev->bucket_pool;
-		if (b)
-			dev->bucket_pool = b->next_free;
-		else
-			b = malloc(sizeof(*b));
+		struct dirty_bucket *b = bucket_alloc(dev);
 		if (b) {
-			b->start = b->last = tail ? WBC_MAX(when, tail->last) : when;
-			b->n = 0;
-			b->seq = ++dev->bucket_seq;
-			b->sealed = false;
-			list_init(&b->inodes);
-			list_add_tail(&b->link, &dev->buckets);
-			dev->nr_buckets++;
+			bucket_open_locked(dev, b, tail ? WBC_MAX(when, tail->last) : when);
 			tail = b;
 		}
 		/* out of memory: the newest bucket takes it (the pool is never
@@ -175,6 +206,57 @@ void mark_inode_dirty(struct inode *ino)
 	atomic_fetch_add_explicit(&dev->nr_inbox, 1, memory_order_relaxed);
 }
 
+/*
+ * The files of @fifo (in dirtying order, linked by inbox_next) that fit in
+ * one bucket go to the newest bucket, or to a new one: listed privately
+ * (no lock), then spliced in one hold.  Returns the files left over.
+ */
+static struct inode *drain_run(struct wbc_dev *dev, struct inode *fifo)
+{
+	struct dirty_bucket *tail = newest_bucket(dev), *nb = NULL, *into = tail;
+	uint64_t cur = tail ? tail->last : 0, limit;
+	if (tail && !tail->sealed && WBC_MAX(fifo->dirtied_when, cur) < tail->start + dev->bucket_ns) {
+		limit = tail->start + dev->bucket_ns;
+	} else if ((nb = bucket_alloc(dev))) {
+		into = NULL;
+		limit = WBC_MAX(fifo->dirtied_when, cur) + dev->bucket_ns;
+	} else {
+		limit = UINT64_MAX;   /* no memory: the newest bucket takes all */
+	}
+	struct list_head run;
+	list_init(&run);
+	uint64_t n = 0, first = 0;
+	while (fifo && (!n || WBC_MAX(fifo->dirtied_when, cur) < limit)) {
+		struct inode *ino = fifo;
+		fifo = ino->inbox_next;
+		ino->inbox_next = NULL;
+		/* in order: never older than the newest file already filed */
+		cur = ino->dirtied_when = WBC_MAX(ino->dirtied_when, cur);
+		if (!n)
+			first = cur;
+		list_add_tail(&ino->wb_list, &run);
+		n++;
+	}
+	dev_list_lock(dev);
+	if (nb) {
+		bucket_open_locked(dev, nb, first);
+		into = nb;
+	}
+	if (into) {
+		list_splice_tail_init(&run, &into->inodes);
+		into->n += n;
+		into->last = cur;
+		dev->nr_b_dirty += n;
+	} else {
+		/* no bucket and no memory for one: written with b_more_io */
+		list_splice_tail_init(&run, &dev->b_more_io);
+		dev->nr_b_more_io += n;
+	}
+	atomic_fetch_sub_explicit(&dev->nr_inbox, n, memory_order_relaxed);
+	dev_list_unlock(dev);
+	return fifo;
+}
+
 void dirty_drain(struct wbc_dev *dev)
 {
 	struct inode *ino = atomic_exchange_explicit(&dev->inbox, NULL, memory_order_acquire);
@@ -187,18 +269,8 @@ void dirty_drain(struct wbc_dev *dev)
 		fifo = ino;
 		ino = next;
 	}
-	while (fifo) {
-		unsigned n = 0;
-		dev_list_lock(dev);
-		for (; fifo && n < DRAIN_BATCH; n++) {
-			ino = fifo;
-			fifo = ino->inbox_next;
-			ino->inbox_next = NULL;
-			dirty_add_locked(dev, ino, ino->dirtied_when);
-		}
-		atomic_fetch_sub_explicit(&dev->nr_inbox, n, memory_order_relaxed);
-		dev_list_unlock(dev);
-	}
+	while (fifo)
+		fifo = drain_run(dev, fifo);
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
@@ -248,8 +320,7 @@ struct inode *dirty_take_next_locked(struct wbc_dev *dev)
 	if (b && !--b->n) {
 		assert(list_empty(&b->inodes));
 		list_del_init(&b->link);
-		b->next_free = dev->bucket_pool;
-		dev->bucket_pool = b;
+		bucket_free(dev, b);
 	}
 	dev->nr_b_io--;
 	/* listed means I_DIRTY without I_SYNC, and writers only ever add
@@ -260,45 +331,82 @@ struct inode *dirty_take_next_locked(struct wbc_dev *dev)
 	return ino;
 }
 
-size_t dirty_take_batch(struct wbc_dev *dev, struct inode **out, size_t max,
-			uint64_t older_than, uint64_t upto_seq, bool *more)
+void dirty_batch_init(struct dirty_batch *b)
 {
-	size_t n = 0;
+	list_init(&b->files);
+	b->n = 0;
+}
+
+void dirty_put_init(struct dirty_put *p)
+{
+	list_init(&p->redirty);
+	list_init(&p->more_io);
+	p->n_redirty = p->n_more_io = 0;
+}
+
+size_t dirty_take(struct wbc_dev *dev, struct dirty_batch *b, uint64_t older_than,
+		  uint64_t upto_seq, bool *more)
+{
+	assert(!b->n);
 	dev_list_lock(dev);
 	if (dirty_io_empty_locked(dev) && (!more || *more)) {
 		bool m = queue_io_locked(dev, older_than, upto_seq);
 		if (more)
 			*more = m;
 	}
-	while (n < max && (out[n] = dirty_take_next_locked(dev)))
-		n++;
+	if (!list_empty(&dev->io_buckets)) {
+		struct dirty_bucket *q = container_of(dev->io_buckets.next, struct dirty_bucket, link);
+		list_splice_tail_init(&q->inodes, &b->files);
+		b->n = q->n;
+		list_del_init(&q->link);
+		bucket_free(dev, q);
+	} else {
+		/* b_io's own files (from b_more_io): every file counted in
+		 * nr_b_io is here once no bucket is queued */
+		list_splice_tail_init(&dev->b_io, &b->files);
+		b->n = dev->nr_b_io;
+	}
+	dev->nr_b_io -= b->n;
+	atomic_fetch_add_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	dev_list_unlock(dev);
-	return n;
+	return b->n;
 }
 
-void dirty_untake(struct wbc_dev *dev, struct inode **inos, size_t n)
+struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 {
-	if (!n)
+	if (!b->n)
+		return NULL;
+	struct inode *ino = container_of(b->files.next, struct inode, wb_list);
+	list_del_init(&ino->wb_list);
+	b->n--;
+	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
+	/* listed means I_DIRTY without I_SYNC, and writers only ever add
+	 * I_DIRTY: nothing else can change it now */
+	unsigned old = atomic_exchange(&ino->state, I_SYNC);
+	assert(old == I_DIRTY);
+	(void)old;
+	return ino;
+}
+
+void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b)
+{
+	if (!b->n)
 		return;
 	dev_list_lock(dev);
 	/* first in line again: the head of the first queued bucket (its
 	 * times are no longer looked at), or of b_io's own files */
-	struct dirty_bucket *b = list_empty(&dev->io_buckets) ? NULL :
-		container_of(dev->io_buckets.next, struct dirty_bucket, link);
-	for (size_t i = n; i-- > 0;) {
-		struct inode *ino = inos[i];
-		/* writers may have added I_DIRTY meanwhile: same result */
-		unsigned old = atomic_exchange(&ino->state, I_DIRTY);
-		assert(old & I_SYNC);
-		(void)old;
-		if (b) {
-			list_add(&ino->wb_list, &b->inodes);
-			b->n++;
-		} else {
-			list_add(&ino->wb_list, &dev->b_io);
-		}
-		dev->nr_b_io++;
+	struct list_head *to = &dev->b_io;
+	if (!list_empty(&dev->io_buckets)) {
+		struct dirty_bucket *q = container_of(dev->io_buckets.next, struct dirty_bucket, link);
+		q->n += b->n;
+		to = &q->inodes;
 	}
+	/* splice @b->files in front of @to's files */
+	list_splice_tail_init(to, &b->files);
+	list_splice_tail_init(&b->files, to);
+	dev->nr_b_io += b->n;
+	atomic_fetch_sub_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
+	b->n = 0;
 	dev_list_unlock(dev);
 }
 
@@ -313,17 +421,6 @@ static bool requeue_state(struct inode *ino, bool still_dirty)
 	return n & I_DIRTY;
 }
 
-static void requeue_locked(struct wbc_dev *dev, struct inode *ino, bool slice_used)
-{
-	assert_held(&dev->list_lock);
-	if (slice_used) {
-		list_add_tail(&ino->wb_list, &dev->b_more_io);
-		dev->nr_b_more_io++;
-	} else {
-		dirty_add_locked(dev, ino, ino->dirtied_when);
-	}
-}
-
 /*
  * Put an inode back after the flusher wrote it.  @still_dirty: pages (or
  * the backend size) remain dirty; @slice_used: it stopped because its
@@ -331,26 +428,67 @@ static void requeue_locked(struct wbc_dev *dev, struct inode *ino, bool slice_us
  * went clean is dropped from the system (its reference put); a writer that
  * dirties it after that pushes it to the inbox again.
  */
-void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
+void dirty_put(struct wbc_dev *dev, struct dirty_put *p, struct inode *ino, bool still_dirty,
+	       bool slice_used)
 {
-	struct requeue r = { ino, still_dirty, slice_used };
-	dirty_requeue_batch(ino->dev, &r, 1);
+	if (!requeue_state(ino, still_dirty)) {
+		iput(ino);
+	} else if (slice_used) {
+		list_add_tail(&ino->wb_list, &p->more_io);
+		p->n_more_io++;
+	} else {
+		list_add_tail(&ino->wb_list, &p->redirty);
+		p->n_redirty++;
+	}
 }
 
-void dirty_requeue_batch(struct wbc_dev *dev, const struct requeue *r, size_t n)
+/* Files put back dirty are filed in the newest bucket, their dirtied_when
+ * moved forward only to the newest file's there (the kernel's
+ * redirty_tail), or in a new bucket when the newest is sealed. */
+void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p)
 {
-	bool listed[n ? n : 1];
-	bool any = false;
-	for (size_t i = 0; i < n; i++)
-		any |= listed[i] = requeue_state(r[i].ino, r[i].still_dirty);
-	if (any) {
-		dev_list_lock(dev);
-		for (size_t i = 0; i < n; i++)
-			if (listed[i])
-				requeue_locked(dev, r[i].ino, r[i].slice_used);
-		dev_list_unlock(dev);
+	if (!p->n_redirty && !p->n_more_io)
+		return;
+	struct dirty_bucket *tail = newest_bucket(dev), *nb = NULL;
+	uint64_t cur = tail ? tail->last : 0, first = 0;
+	if (p->n_redirty) {
+		if ((!tail || tail->sealed) && (nb = bucket_alloc(dev)))
+			tail = NULL;
+		for (struct list_head *l = p->redirty.next; l != &p->redirty; l = l->next) {
+			struct inode *ino = container_of(l, struct inode, wb_list);
+			cur = ino->dirtied_when = WBC_MAX(ino->dirtied_when, cur);
+			if (l == p->redirty.next)
+				first = cur;
+		}
 	}
-	for (size_t i = 0; i < n; i++)
-		if (!listed[i])
-			iput(r[i].ino);
+	dev_list_lock(dev);
+	if (p->n_redirty) {
+		if (nb) {
+			bucket_open_locked(dev, nb, first);
+			tail = nb;
+		}
+		if (tail) {
+			list_splice_tail_init(&p->redirty, &tail->inodes);
+			tail->n += p->n_redirty;
+			tail->last = cur;
+			dev->nr_b_dirty += p->n_redirty;
+		} else {
+			/* no bucket and no memory for one: with b_more_io */
+			list_splice_tail_init(&p->redirty, &p->more_io);
+			p->n_more_io += p->n_redirty;
+		}
+	}
+	list_splice_tail_init(&p->more_io, &dev->b_more_io);
+	dev->nr_b_more_io += p->n_more_io;
+	dev_list_unlock(dev);
+	p->n_redirty = p->n_more_io = 0;
+}
+
+void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)
+{
+	struct wbc_dev *dev = ino->dev;   /* @ino may be gone after the put */
+	struct dirty_put p;
+	dirty_put_init(&p);
+	dirty_put(dev, &p, ino, still_dirty, slice_used);
+	dirty_put_commit(dev, &p);
 }

@@ -464,14 +464,14 @@ static void work_hint_update_locked(struct wbc_dev *dev)
 			      memory_order_relaxed);
 }
 
-/* Files taken from the lists per hold of the list lock. */
+/* Files put back per hold of the list lock. */
 #define WB_BATCH 16
 
 /*
  * Background, periodic and start-all writeback (WB_SYNC_NONE).
- * Returns the pages submitted.  Files are taken in batches of WB_BATCH and
- * put back a batch at a time; files of a batch not reached (the pass ended)
- * go back to the head of b_io in their order.
+ * Returns the pages submitted.  Files come a queued bucket at a time and
+ * go back in batches of WB_BATCH; the files of a bucket not reached (the
+ * pass ended) go back to the head of b_io in their order.
  */
 static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pages)
 {
@@ -482,26 +482,25 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		uint64_t expire = c->cfg.dirty_expire_centisecs * NS_PER_CENTISEC;
 		older_than = now > expire ? now - expire : 0;
 	}
-	struct inode *batch[WB_BATCH];
-	struct requeue done[WB_BATCH];
-	size_t nb = 0, at = 0, nd = 0;
-	long total = 0, skipped = 0, slice = 0;
+	struct dirty_batch batch;
+	struct dirty_put put;
+	dirty_batch_init(&batch);
+	dirty_put_init(&put);
+	long total = 0, skipped = 0, slice = writeback_slice_pages(dev);
 	while (nr_pages > 0) {
 		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
 			break;
 		if (work_pending(dev))
 			break;
-		if (at == nb) {
-			dirty_requeue_batch(dev, done, nd);
-			nd = 0;
+		struct inode *ino = dirty_next(dev, &batch);
+		if (!ino) {
+			dirty_put_commit(dev, &put);
 			dirty_drain(dev);
-			at = 0;
-			nb = dirty_take_batch(dev, batch, WB_BATCH, older_than, UINT64_MAX, NULL);
-			if (!nb)
+			if (!dirty_take(dev, &batch, older_than, UINT64_MAX, NULL))
 				break;
 			slice = writeback_slice_pages(dev);
+			continue;
 		}
-		struct inode *ino = batch[at++];
 		struct wbc_ctl ctl = {
 			.sync_mode = WB_SYNC_NONE,
 			.nr_to_write = WBC_MIN(slice, nr_pages),
@@ -512,20 +511,22 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		};
 		long n = write_inode_pages(ino, &ctl);
 		if (ctl.backed_off) {
-			done[nd++] = (struct requeue){ ino, true, false };
+			dirty_put(dev, &put, ino, true, false);
 			if (++skipped > 1000)
 				break;
 			continue;
 		}
 		if (ctl.size_dirty)
 			inode_sync_size(ino);   /* the kernel's write_inode: metadata */
-		done[nd++] = (struct requeue){ ino, ctl.still_dirty, ctl.nr_to_write <= 0 };
+		dirty_put(dev, &put, ino, ctl.still_dirty, ctl.nr_to_write <= 0);
+		if (put.n_redirty + put.n_more_io >= WB_BATCH)
+			dirty_put_commit(dev, &put);
 		nr_pages -= n;
 		total += n;
 		bandwidth_update(dev, wbc_now_ns());
 	}
-	dirty_untake(dev, batch + at, nb - at);
-	dirty_requeue_batch(dev, done, nd);
+	dirty_untake(dev, &batch);
+	dirty_put_commit(dev, &put);
 	return total;
 }
 
@@ -548,40 +549,48 @@ static int wb_sync(struct wbc_dev *dev)
 	uint64_t upto = dirty_seal_locked(dev);
 	dev_list_unlock(dev);
 	bool more = true;
-	struct inode *batch[WB_BATCH];
-	struct requeue done[WB_BATCH];
-	size_t nb;
+	struct dirty_batch batch;
+	struct dirty_put put;
+	dirty_batch_init(&batch);
+	dirty_put_init(&put);
 
-	while ((nb = dirty_take_batch(dev, batch, WB_BATCH, UINT64_MAX, upto, &more))) {
-		for (size_t k = 0; k < nb; k++) {
-			struct inode *ino = batch[k];
-			struct wbc_ctl ctl = {
-				.sync_mode = WB_SYNC_ALL,
-				.nr_to_write = LONG_MAX,
-				.range_start = 0,
-				.range_end = UINT64_MAX,
-			};
-			write_inode_pages(ino, &ctl);
-			done[k] = (struct requeue){ ino, ctl.still_dirty, false };
-			if (nr == cap) {
-				size_t ncap = cap ? cap * 2 : 64;
-				struct inode **t = realloc(touched, ncap * sizeof(*t));
-				if (!t) {
-					/* cannot remember it: wait for it now */
-					wait_on_writeback_range(ino, 0, UINT64_MAX);
-					int e = inode_sync_size(ino);
-					if (e && !err)
-						err = e;
-					continue;
-				}
-				touched = t;
-				cap = ncap;
-			}
-			igrab(ino);
-			touched[nr++] = ino;
+	for (;;) {
+		struct inode *ino = dirty_next(dev, &batch);
+		if (!ino) {
+			dirty_put_commit(dev, &put);
+			if (!dirty_take(dev, &batch, UINT64_MAX, upto, &more))
+				break;
+			bandwidth_update(dev, wbc_now_ns());
+			continue;
 		}
-		dirty_requeue_batch(dev, done, nb);
-		bandwidth_update(dev, wbc_now_ns());
+		struct wbc_ctl ctl = {
+			.sync_mode = WB_SYNC_ALL,
+			.nr_to_write = LONG_MAX,
+			.range_start = 0,
+			.range_end = UINT64_MAX,
+		};
+		write_inode_pages(ino, &ctl);
+		bool still_dirty = ctl.still_dirty;
+		if (nr == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			struct inode **t = realloc(touched, ncap * sizeof(*t));
+			if (!t) {
+				/* cannot remember it: wait for it now */
+				wait_on_writeback_range(ino, 0, UINT64_MAX);
+				int e = inode_sync_size(ino);
+				if (e && !err)
+					err = e;
+				dirty_put(dev, &put, ino, still_dirty, false);
+				continue;
+			}
+			touched = t;
+			cap = ncap;
+		}
+		igrab(ino);
+		touched[nr++] = ino;
+		dirty_put(dev, &put, ino, still_dirty, false);
+		if (put.n_redirty >= WB_BATCH)
+			dirty_put_commit(dev, &put);
 	}
 	dev_drain(dev);
 	for (size_t i = 0; i < nr; i++) {

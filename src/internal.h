@@ -324,7 +324,7 @@ struct inode {
 	_Atomic unsigned state;     /* I_DIRTY, I_SYNC */
 	struct inode *inbox_next;   /* on dev->inbox: dirtied, not yet filed */
 	/* written by the thread that dirties a clean file (before the push),
-	 * then under dev->list_lock */
+	 * then by the flusher */
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
 	/* dev->list_lock */
 	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
@@ -443,13 +443,16 @@ struct wbc_dev {
 	 * push to and the flusher empties (dirty.c) */
 	_Atomic(struct inode *) inbox;
 	atomic_ullong nr_inbox;
+	atomic_ullong nr_taken;     /* in a flusher's batch (dirty_take) */
 
 	pthread_mutex_t list_lock;
 	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
 	struct lock_stat list_lock_stat;
-	/* list_lock: dirty files (dirty.c) */
+	/* list_lock: dirty files (dirty.c).  Only the flusher (or close,
+	 * after it stopped) changes them, under the lock; it may read them
+	 * without.  Others (stats) read the counts under the lock. */
 	struct list_head buckets;   /* b_dirty: time buckets, oldest first */
-	struct dirty_bucket *bucket_pool;   /* free buckets */
+	struct dirty_bucket *bucket_pool;   /* free buckets (the flusher's) */
 	uint64_t bucket_ns;         /* a bucket's width in time (fixed) */
 	struct list_head io_buckets;/* b_io: queued buckets, then ... */
 	struct list_head b_io;      /* ... these files (from b_more_io) */
@@ -616,8 +619,7 @@ void dev_list_lock(struct wbc_dev *dev);
 void dev_list_unlock(struct wbc_dev *dev);
 void mark_inode_dirty(struct inode *ino);
 /* File the inbox's files in b_dirty (the flusher, or close after it
- * stopped; at most DRAIN_BATCH files per hold of the list lock). */
-#define DRAIN_BATCH 64
+ * stopped): built privately, spliced in one hold per bucket. */
 void dirty_drain(struct wbc_dev *dev);
 /* File @ino (not on a list) in b_dirty as dirtied at @when. */
 void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when);
@@ -631,21 +633,42 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
  * its sequence number, the @upto_seq that queues what is dirty now (sync). */
 uint64_t dirty_seal_locked(struct wbc_dev *dev);
 struct inode *dirty_take_next_locked(struct wbc_dev *dev);
-/* Take up to @max files from b_io, in one hold of the list lock; when b_io
- * is empty first queue_io(@older_than, @upto_seq) (only while *@more, which
- * takes queue_io's result; always when @more is NULL). */
-size_t dirty_take_batch(struct wbc_dev *dev, struct inode **out, size_t max,
-			uint64_t older_than, uint64_t upto_seq, bool *more);
-/* Put back files taken but not written, at the head of b_io, in order. */
-void dirty_untake(struct wbc_dev *dev, struct inode **inos, size_t n);
 bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
-void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
-/* dirty_requeue of @n files in one hold of the list lock. */
-struct requeue {
-	struct inode *ino;
-	bool still_dirty, slice_used;
+/*
+ * The flusher's side works on private lists and splices them in or out in
+ * O(1) holds of the list lock:
+ *
+ *   dirty_take     a whole queued bucket (or b_io's own files) becomes the
+ *                  flusher's batch; when b_io is empty it first runs
+ *                  queue_io(@older_than, @upto_seq) (only while *@more,
+ *                  which takes queue_io's result; always when @more is
+ *                  NULL).  Returns the files taken.
+ *   dirty_next     the next file of the batch, now I_SYNC (no lock).
+ *   dirty_untake   the files of the batch not reached go back to the head
+ *                  of b_io, in order.
+ *   dirty_put      a written file: dropped (clean), or kept for the commit:
+ *                  to b_more_io (@slice_used) or to the newest bucket.
+ *   dirty_put_commit  splices what dirty_put kept.
+ */
+struct dirty_batch {
+	struct list_head files;
+	size_t n;
 };
-void dirty_requeue_batch(struct wbc_dev *dev, const struct requeue *r, size_t n);
+struct dirty_put {
+	struct list_head redirty, more_io;
+	size_t n_redirty, n_more_io;
+};
+void dirty_batch_init(struct dirty_batch *b);
+void dirty_put_init(struct dirty_put *p);
+size_t dirty_take(struct wbc_dev *dev, struct dirty_batch *b, uint64_t older_than,
+		  uint64_t upto_seq, bool *more);
+struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b);
+void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b);
+void dirty_put(struct wbc_dev *dev, struct dirty_put *p, struct inode *ino, bool still_dirty,
+	       bool slice_used);
+void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p);
+/* dirty_put and dirty_put_commit of one file */
+void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
 
 /* flusher.c */
 int flusher_start(struct wbc_dev *dev);

@@ -51,10 +51,17 @@ static struct inode *fake(struct wbc_dev *dev)
 /* Take everything listed (all calls); returns the count. */
 static size_t take_all(struct wbc_dev *dev, struct inode **out, size_t max)
 {
-	size_t n = 0, got;
-	while (n < max && (got = dirty_take_batch(dev, out + n, max - n, UINT64_MAX, UINT64_MAX,
-						  NULL)))
-		n += got;
+	struct dirty_batch b;
+	dirty_batch_init(&b);
+	size_t n = 0;
+	while (n < max) {
+		struct inode *ino = dirty_next(dev, &b);
+		if (ino)
+			out[n++] = ino;
+		else if (!dirty_take(dev, &b, UINT64_MAX, UINT64_MAX, NULL))
+			break;
+	}
+	CHECK_EQ(b.n, 0);
 	return n;
 }
 
@@ -140,18 +147,32 @@ int main(void)
 	CHECK_EQ(atomic_load(&a->state), 0);
 	CHECK_EQ(atomic_load(&a->refs), 2);
 	/* taken but not reached: back first in line, listed */
-	struct inode *b = fake(dev);
+	struct inode *b = fake(dev), *c3 = fake(dev);
 	mark_inode_dirty(a);
 	mark_inode_dirty(b);
+	mark_inode_dirty(c3);
 	dirty_drain(dev);
-	CHECK_EQ(take_all(dev, got, SYN * 2), 2);
-	CHECK(got[0] == a && got[1] == b);
-	dirty_untake(dev, got, 2);
-	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
-	CHECK_EQ(take_all(dev, got, SYN * 2), 2);
-	CHECK(got[0] == a && got[1] == b);             /* order kept */
+	struct dirty_batch batch;
+	dirty_batch_init(&batch);
+	CHECK_EQ(dirty_take(dev, &batch, UINT64_MAX, UINT64_MAX, NULL), 3);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_io, 3);                      /* the batch counts */
+	CHECK(dirty_next(dev, &batch) == a);
+	dirty_untake(dev, &batch);                     /* b, c3 go back */
+	CHECK_EQ(batch.n, 0);
+	CHECK_EQ(atomic_load(&b->state), I_DIRTY);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_io, 2);
+	mark_inode_dirty(a);                           /* written meanwhile */
+	dirty_requeue(a, false, true);                 /* slice used: b_more_io */
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_more_io, 1);
+	CHECK_EQ(take_all(dev, got, SYN * 2), 3);
+	CHECK(got[0] == b && got[1] == c3 && got[2] == a);   /* order kept */
 	dirty_requeue(a, false, false);
 	dirty_requeue(b, false, false);
+	dirty_requeue(c3, false, false);
+	CHECK_EQ(atomic_load(&c3->refs), 2);
 	CHECK_EQ(atomic_load(&a->refs), 2);
 	CHECK_EQ(atomic_load(&b->refs), 2);
 
@@ -161,19 +182,22 @@ int main(void)
 	for (int i = 0; i < THREADS; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, syn_writer, (void *)(intptr_t)i), 0);
 	uint64_t rounds = 0, seed = 99;
+	struct dirty_put put;
+	dirty_put_init(&put);
 	for (int r = 0; r < 2000; r++) {
 		dirty_drain(dev);
-		size_t n = dirty_take_batch(dev, got, 16, UINT64_MAX, UINT64_MAX, NULL);
-		rounds += n;
-		struct requeue rq[16];
-		for (size_t i = 0; i < n; i++)
-			rq[i] = (struct requeue){ got[i], t_rand(&seed) % 4 == 0, t_rand(&seed) % 2 };
-		if (n && t_rand(&seed) % 8 == 0) {
-			dirty_untake(dev, got, n);
-		} else {
-			dirty_requeue_batch(dev, rq, n);
+		if (!batch.n)
+			dirty_take(dev, &batch, UINT64_MAX, UINT64_MAX, NULL);
+		struct inode *ino;
+		for (int i = 0; i < 16 && (ino = dirty_next(dev, &batch)); i++) {
+			rounds++;
+			dirty_put(dev, &put, ino, t_rand(&seed) % 4 == 0, t_rand(&seed) % 2);
 		}
+		dirty_put_commit(dev, &put);
+		if (t_rand(&seed) % 8 == 0)
+			dirty_untake(dev, &batch);
 	}
+	dirty_untake(dev, &batch);
 	atomic_store(&stop, true);
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(th[i], NULL);
@@ -200,6 +224,7 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(a);
 	free(b);
+	free(c3);
 	for (int i = 0; i < SYN; i++)
 		free(syn[i]);
 	return 0;
