@@ -3,7 +3,6 @@
  */
 #include "internal.h"
 
-#define INITIAL_HASH 1024
 
 void handles_close_dev(struct wbc_dev *dev);   /* file.c */
 
@@ -83,7 +82,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 	}
 	struct wbc_dev *dev = calloc(1, sizeof(*dev));
 	char *bspec = strdup(spec);
-	if (!dev || !bspec || !(dev->hash = calloc(INITIAL_HASH, sizeof(*dev->hash)))) {
+	if (!dev || !bspec || names_init(dev)) {
 		free(dev);
 		free(bspec);
 		snprintf(msg, msglen, "out of memory");
@@ -96,7 +95,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		err = backend_create(bspec, opener, &be, msg, msglen);
 	free(bspec);
 	if (err) {
-		free(dev->hash);
+		names_destroy(dev);
 		free(dev);
 		return err;
 	}
@@ -104,8 +103,6 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		be->max_io = c->page_size;
 	dev->cache = c;
 	dev->be = be;
-	dev->hash_size = INITIAL_HASH;
-	wbc_mutex_init(&dev->inode_lock);
 	wbc_mutex_init(&dev->list_lock);
 	wbc_mutex_init(&dev->work_lock);
 	wbc_mutex_init(&dev->err_lock);
@@ -121,7 +118,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		dev_io_destroy(dev);
 		dirty_destroy(dev);
 		be->ops->destroy(be);
-		free(dev->hash);
+		names_destroy(dev);
 		free(dev);
 		snprintf(msg, msglen, "cannot start the flusher: %s", strerror(-err));
 		return err;
@@ -200,12 +197,12 @@ void dev_destroy(struct wbc_dev *dev)
 	handles_close_dev(dev);
 	flusher_stop(dev);
 	release_listed_inodes(dev);
-	assert(dev->nr_inodes == 0);
 	dev->be->ops->destroy(dev->be);
 	dev_io_destroy(dev);
 	dirty_destroy(dev);
-	free(dev->hash);
-	pthread_mutex_destroy(&dev->inode_lock);
+	size_t left = names_destroy(dev);
+	assert(!left);
+	(void)left;
 	pthread_mutex_destroy(&dev->list_lock);
 	pthread_mutex_destroy(&dev->work_lock);
 	pthread_mutex_destroy(&dev->err_lock);

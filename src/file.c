@@ -115,10 +115,45 @@ static uint64_t name_hash(const char *s)
 	return h;
 }
 
-static struct inode *hash_find_locked(struct wbc_dev *dev, const char *name, uint64_t h)
+#define SHARD_INITIAL 64
+
+static struct name_shard *shard_of(struct wbc_dev *dev, uint64_t h)
 {
-	assert_held(&dev->inode_lock);
-	struct inode *i = dev->hash[h & (dev->hash_size - 1)];
+	return &dev->shards[h >> 58];   /* the top 6 bits; chains use the low */
+}
+
+int names_init(struct wbc_dev *dev)
+{
+	for (int i = 0; i < NAME_SHARDS; i++) {
+		struct name_shard *s = &dev->shards[i];
+		if (!(s->tab = calloc(SHARD_INITIAL, sizeof(*s->tab)))) {
+			while (i-- > 0) {
+				free(dev->shards[i].tab);
+				pthread_mutex_destroy(&dev->shards[i].lock);
+			}
+			return -ENOMEM;
+		}
+		s->size = SHARD_INITIAL;
+		wbc_mutex_init(&s->lock);
+	}
+	return 0;
+}
+
+size_t names_destroy(struct wbc_dev *dev)
+{
+	size_t left = 0;
+	for (int i = 0; i < NAME_SHARDS; i++) {
+		left += dev->shards[i].n;
+		free(dev->shards[i].tab);
+		pthread_mutex_destroy(&dev->shards[i].lock);
+	}
+	return left;
+}
+
+static struct inode *hash_find_locked(struct name_shard *s, const char *name, uint64_t h)
+{
+	assert_held(&s->lock);
+	struct inode *i = s->tab[h & (s->size - 1)];
 	while (i && (i->hash != h || strcmp(i->name, name)))
 		i = i->hash_next;
 	return i;
@@ -133,24 +168,27 @@ static void hash_link(struct inode **head, struct inode *ino)
 	*head = ino;
 }
 
-static void hash_grow_locked(struct wbc_dev *dev)
+/* Double the shard's table (O(n) once per doubling, in one shard). */
+static void hash_grow_locked(struct name_shard *s)
 {
-	assert_held(&dev->inode_lock);
-	size_t nsize = dev->hash_size * 2;
+	assert_held(&s->lock);
+	size_t nsize = (size_t)s->size * 2;
 	struct inode **n = calloc(nsize, sizeof(*n));
-	if (!n)
+	if (!n || nsize > UINT32_MAX) {
+		free(n);
 		return;   /* keep the smaller table: longer chains, still correct */
-	for (size_t b = 0; b < dev->hash_size; b++) {
-		struct inode *i = dev->hash[b];
+	}
+	for (size_t b = 0; b < s->size; b++) {
+		struct inode *i = s->tab[b];
 		while (i) {
 			struct inode *next = i->hash_next;
 			hash_link(&n[i->hash & (nsize - 1)], i);
 			i = next;
 		}
 	}
-	free(dev->hash);
-	dev->hash = n;
-	dev->hash_size = nsize;
+	free(s->tab);
+	s->tab = n;
+	s->size = (uint32_t)nsize;
 }
 
 static void inode_free(struct inode *ino)
@@ -167,14 +205,15 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		   struct wbc_group *group, int *err)
 {
 	uint64_t h = name_hash(name);
-	pthread_mutex_lock(&dev->inode_lock);
-	struct inode *ino = hash_find_locked(dev, name, h);
+	struct name_shard *s = shard_of(dev, h);
+	pthread_mutex_lock(&s->lock);
+	struct inode *ino = hash_find_locked(s, name, h);
 	if (ino) {
 		atomic_fetch_add_explicit(&ino->refs, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&dev->inode_lock);
+		pthread_mutex_unlock(&s->lock);
 		return ino;
 	}
-	pthread_mutex_unlock(&dev->inode_lock);
+	pthread_mutex_unlock(&s->lock);
 
 	void *obj;
 	uint64_t size;
@@ -200,20 +239,20 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	list_init(&ino->wb_list);
 	atomic_init(&ino->refs, 1);
 
-	pthread_mutex_lock(&dev->inode_lock);
-	struct inode *other = hash_find_locked(dev, name, h);
+	pthread_mutex_lock(&s->lock);
+	struct inode *other = hash_find_locked(s, name, h);
 	if (other) {   /* lost a race with another opener */
 		atomic_fetch_add_explicit(&other->refs, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&dev->inode_lock);
+		pthread_mutex_unlock(&s->lock);
 		dev->be->ops->close(dev->be, obj);
 		inode_free(ino);
 		return other;
 	}
-	if (dev->nr_inodes >= dev->hash_size)
-		hash_grow_locked(dev);
-	hash_link(&dev->hash[h & (dev->hash_size - 1)], ino);
-	dev->nr_inodes++;
-	pthread_mutex_unlock(&dev->inode_lock);
+	if (s->n >= s->size)
+		hash_grow_locked(s);
+	hash_link(&s->tab[h & (s->size - 1)], ino);
+	s->n++;
+	pthread_mutex_unlock(&s->lock);
 	return ino;
 }
 
@@ -269,24 +308,25 @@ void iput(struct inode *ino)
 {
 	struct wbc_dev *dev = ino->dev;
 	/* Not the last reference: drop it without the lock.  The last one
-	 * drops under inode_lock, so iget never finds an inode at zero. */
+	 * drops under the shard's lock, so iget never finds an inode at zero. */
 	unsigned r = atomic_load_explicit(&ino->refs, memory_order_relaxed);
 	while (r > 1)
 		if (atomic_compare_exchange_weak_explicit(&ino->refs, &r, r - 1,
 							  memory_order_acq_rel, memory_order_relaxed))
 			return;
-	pthread_mutex_lock(&dev->inode_lock);
+	struct name_shard *s = shard_of(dev, ino->hash);
+	pthread_mutex_lock(&s->lock);
 	unsigned old = atomic_fetch_sub_explicit(&ino->refs, 1, memory_order_acq_rel);
 	assert(old > 0);
 	if (old > 1) {
-		pthread_mutex_unlock(&dev->inode_lock);
+		pthread_mutex_unlock(&s->lock);
 		return;
 	}
 	*ino->hash_pprev = ino->hash_next;
 	if (ino->hash_next)
 		ino->hash_next->hash_pprev = ino->hash_pprev;
-	dev->nr_inodes--;
-	pthread_mutex_unlock(&dev->inode_lock);
+	s->n--;
+	pthread_mutex_unlock(&s->lock);
 
 	/* No handle, no list, no bio: nothing can reach it but reclaim. */
 	assert(!(ino->state & (I_DIRTY | I_SYNC)) && !ino->nr_writeback);

@@ -17,9 +17,10 @@
  *                       it: igrab is a lock-free increment.  Writers never
  *                       take it: a newly dirtied file goes on the device's
  *                       lock-free inbox, which the flusher files.
- *   dev->inode_lock     name hash, and the drop of an inode's last reference
- *                       (refs is atomic; iput takes the lock only to drop
- *                       to zero) (leaf).
+ *   name_shard->lock    one shard of a device's name hash, and the drop of
+ *                       the last reference of an inode in it (refs is
+ *                       atomic; iput takes the lock only to drop to zero)
+ *                       (leaf).
  *   dev->bw_lock        rate estimation of one device (bandwidth.c; only
  *                       ever trylocked, so no thread waits for it)
  *     cache->dev_lock   the device list, group creation
@@ -297,12 +298,12 @@ struct inode {
 	char *name;
 	void *obj;                  /* backend object */
 	uint64_t hash;              /* name_hash(name), fixed */
-	/* dev->inode_lock */
+	/* its name_shard's lock */
 	struct inode *hash_next;
 	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
 	struct wbc_group *group;    /* fixed at creation; may be NULL */
 	/* handles + dirty lists + bios in flight; atomic: only the drop to
-	 * zero happens under dev->inode_lock (iput) */
+	 * zero happens under its name shard's lock (iput) */
 	atomic_uint refs;
 
 	pthread_rwlock_t rwsem;
@@ -429,15 +430,24 @@ void lock_stat_record(struct lock_stat *ls, uint64_t ns);
 /* ------------------------------------------------------------------ */
 /* device                                                               */
 
+#define NAME_SHARDS 64
+struct name_shard {             /* 64 bytes: one cache line each */
+	pthread_mutex_t lock;       /* the shard's chains, and the drop of
+				     * the last reference of its inodes */
+	struct inode **tab;
+	uint32_t size, n;
+	char pad[64 - sizeof(pthread_mutex_t) - sizeof(struct inode **) - 8];
+};
+
 struct wbc_dev {
 	struct wbc_cache *cache;
 	struct wbc_dev *next;       /* cache->dev_lock */
 	unsigned id;
 	struct backend *be;
 
-	pthread_mutex_t inode_lock;
-	struct inode **hash;        /* inode_lock */
-	size_t hash_size, nr_inodes;/* inode_lock */
+	/* the name hash, in shards by the name's hash, each with its lock,
+	 * so opens and the drops of last references rarely meet (file.c) */
+	struct name_shard shards[NAME_SHARDS];
 
 	/* newly dirtied files, newest first: a lock-free stack that writers
 	 * push to and the flusher empties (dirty.c) */
@@ -598,6 +608,9 @@ void inode_wake_locked(struct inode *ino);
  * the page up again afterwards). */
 void page_wait_unlocked(struct inode *ino, struct page *p);
 int inode_sync_size(struct inode *ino);
+int names_init(struct wbc_dev *dev);
+/* Returns the inodes still hashed (0 when all were released). */
+size_t names_destroy(struct wbc_dev *dev);
 void inode_drop_all_pages(struct inode *ino);
 
 /* dirty.c: dirty files per device in time buckets, under the timed
