@@ -36,7 +36,7 @@ struct hslot {
 	uint32_t next_free;
 };
 
-static pthread_mutex_t htab_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t htab_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 static struct hslot *_Atomic htab[HMAX_CHUNKS];   /* htab_lock to grow */
 static uint32_t hfree = UINT32_MAX, hnext;        /* htab_lock */
 

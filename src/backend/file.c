@@ -462,8 +462,8 @@ int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 	f->dir = dir;
 	f->direct = direct;
 	f->dirfd = -1;
-	pthread_mutex_init(&f->lock, NULL);
-	pthread_mutex_init(&f->sq_lock, NULL);
+	wbc_mutex_init(&f->lock);
+	wbc_mutex_init(&f->sq_lock);
 	wbc_mutex_init(&f->fd_lock);
 	int rc = 0, probe_fd;
 	if (opener) {

@@ -211,7 +211,7 @@ int mem_backend_create(struct backend **out, bool discard)
 	}
 	m->hash_size = MEM_HASH_INIT;
 	m->discard = discard;
-	pthread_mutex_init(&m->lock, NULL);
+	wbc_mutex_init(&m->lock);
 	be->ops = &mem_ops;
 	be->qd = MEM_QD;
 	be->max_io = MEM_MAX_IO;
