@@ -56,6 +56,8 @@ int dev_io_init(struct wbc_dev *dev)
 	dev->page_pool = calloc((size_t)qd * maxp, sizeof(*dev->page_pool));
 	if (!dev->bio_pool || !dev->iov_pool || !dev->page_pool)
 		return -ENOMEM;
+	dev->nr_bios = qd;
+	dev->bio_wake_batch = WBC_MAX(qd / 4, 1u);
 	for (unsigned i = 0; i < qd; i++) {
 		struct wbc_bio *b = &dev->bio_pool[i];
 		b->iov = &dev->iov_pool[(size_t)i * maxp];
@@ -106,7 +108,12 @@ static void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
 	dev->bio_free = b;
 	if (!--dev->inflight)
 		dev->busy_ns += wbc_now_ns() - dev->busy_since;
-	if (dev->io_waiters)
+	/* Wake waiters in batches, not per bio: a writer that ran out of bios
+	 * resumes once a quarter of the pool is free (the kernel's sbitmap
+	 * wake batch), a drain when nothing is in flight.  Every bio in use
+	 * is in flight or about to be, so the batch always fills. */
+	if (dev->io_waiters && (dev->nr_bios - dev->inflight >= dev->bio_wake_batch ||
+				!dev->inflight))
 		pthread_cond_broadcast(&dev->io_cond);
 	pthread_mutex_unlock(&dev->io_lock);
 }

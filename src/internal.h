@@ -487,6 +487,7 @@ struct wbc_dev {
 	struct iovec *iov_pool;
 	struct page **page_pool;
 	unsigned inflight, io_waiters;
+	unsigned nr_bios, bio_wake_batch;   /* fixed */
 	uint64_t busy_since;        /* io_lock: when inflight went 0 -> 1 */
 	uint64_t busy_ns;           /* io_lock: time with I/O in flight, total */
 
