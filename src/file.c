@@ -197,7 +197,6 @@ static void inode_free(struct inode *ino)
 	pthread_rwlock_destroy(&ino->rwsem);
 	pthread_mutex_destroy(&ino->lock);
 	pthread_cond_destroy(&ino->wait);
-	free(ino->name);
 	free(ino);
 }
 
@@ -220,13 +219,14 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	*err = dev->be->ops->open(dev->be, name, create, &obj, &size);
 	if (*err)
 		return NULL;
-	ino = calloc(1, sizeof(*ino));
-	if (!ino || !(ino->name = strdup(name))) {
-		free(ino);
+	size_t nlen = strlen(name) + 1;
+	ino = calloc(1, sizeof(*ino) + nlen);
+	if (!ino) {
 		dev->be->ops->close(dev->be, obj);
 		*err = -ENOMEM;
 		return NULL;
 	}
+	ino->name = memcpy(ino->name_buf, name, nlen);
 	ino->dev = dev;
 	ino->obj = obj;
 	ino->group = group;

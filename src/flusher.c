@@ -353,7 +353,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	pthread_mutex_lock(&ino->lock);
 	if (sync)
 		tag_pages_locked(ino, ctl->range_start, ctl->range_end);
-	if (ctl->backoff && ino->retry_after > wbc_now_ns()) {
+	if (ctl->backoff && ino->retry_after && ino->retry_after > wbc_now_ns()) {
 		/* failed recently: its turn comes after the backoff */
 		ctl->backed_off = true;
 		pass_end_locked(ino, ctl, ino->writeback_index);

@@ -295,7 +295,7 @@ enum {
 
 struct inode {
 	struct wbc_dev *dev;
-	char *name;
+	char *name;                 /* = name_buf, allocated with the inode */
 	void *obj;                  /* backend object */
 	uint64_t hash;              /* name_hash(name), fixed */
 	/* its name_shard's lock */
@@ -329,6 +329,7 @@ struct inode {
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
 	/* dev->list_lock */
 	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
+	char name_buf[];
 };
 
 struct wbc_file {

@@ -23,6 +23,7 @@
 #define MODEL_MAX_SCHED 16
 #define MODEL_DEFAULT_QD 32
 #define MODEL_MAX_IO (1u << 20)
+#define MODEL_COMPLETE_BATCH 32
 
 struct sched_point {
 	double at_s;
@@ -298,18 +299,25 @@ static void *model_main(void *arg)
 			wbc_cond_timedwait_ns(&m->cond, &m->lock, due - now);
 			continue;
 		}
-		struct pending p = heap_pop(m);
+		/* everything due now, in one hold (completions in due order) */
+		struct pending due_now[MODEL_COMPLETE_BATCH];
+		unsigned n = 0;
+		do
+			due_now[n++] = heap_pop(m);
+		while (n < MODEL_COMPLETE_BATCH && m->n && m->heap[0].due_ns <= now);
 		pthread_mutex_unlock(&m->lock);
-		struct wbc_bio *bio = p.bio;
-		if (p.res) {
-			bio->res = p.res;
-			bio->end_io(bio);
-		} else {
-			/* the mem backend copies and calls end_io inline */
-			int err = m->mem->ops->submit(m->mem, bio);
-			if (err) {
-				bio->res = err;
+		for (unsigned i = 0; i < n; i++) {
+			struct wbc_bio *bio = due_now[i].bio;
+			if (due_now[i].res) {
+				bio->res = due_now[i].res;
 				bio->end_io(bio);
+			} else {
+				/* the mem backend copies and calls end_io inline */
+				int err = m->mem->ops->submit(m->mem, bio);
+				if (err) {
+					bio->res = err;
+					bio->end_io(bio);
+				}
 			}
 		}
 		pthread_mutex_lock(&m->lock);
