@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 /* fast enough that the writers, not the device, set the pace */
-#define MODEL "model:bw=4G,discard=1"
+#define MODEL "model:bw=4G,qd=128,discard=1"
 
 static double now_s(void)
 {
@@ -319,8 +319,8 @@ int main(int argc, char **argv)
 		return 0;
 	printf("\nfs_mark-style: %llu files of 4 KiB, 2 threads, %s\n", (unsigned long long)files,
 	       MODEL);
-	if (!strcmp(only, "running")) {     /* one phase, for profiling */
-		create_run(files, true);
+	if (!strcmp(only, "running") || !strcmp(only, "held")) {   /* one phase, for profiling */
+		create_run(files, !strcmp(only, "running"));
 		return 0;
 	}
 	struct create_result off = create_run(files, false);

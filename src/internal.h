@@ -148,6 +148,10 @@ struct pm_node;
 struct pagemap {
 	struct pm_node *root;
 	uint64_t count;        /* entries present */
+	/* With no tree (root NULL), the entry at index 0 lives here: a file
+	 * of one page needs no node (the kernel's xarray does the same). */
+	void *single;
+	unsigned single_tags;  /* bit t: tag t */
 };
 
 void pm_init(struct pagemap *pm);

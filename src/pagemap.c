@@ -14,7 +14,9 @@
  * so "next page with tag T at or after i" skips untagged subtrees by
  * counting trailing zeros of one word per level: O(height) for a hit, and
  * untagged ranges cost nothing.  Height grows as indices grow; 11 levels
- * cover 2^64.  Callers hold the owning inode's lock.
+ * cover 2^64.  A map whose only entry is at index 0 keeps it in the
+ * pagemap itself, with no node (most small files): the first entry
+ * elsewhere moves it into a tree.  Callers hold the owning inode's lock.
  */
 #include "internal.h"
 
@@ -31,6 +33,14 @@ void pm_init(struct pagemap *pm)
 {
 	pm->root = NULL;
 	pm->count = 0;
+	pm->single = NULL;
+	pm->single_tags = 0;
+}
+
+/* The single entry, held outside a tree (root NULL) */
+static bool single_mode(const struct pagemap *pm)
+{
+	return !pm->root && pm->single;
 }
 
 static void free_subtree(struct pm_node *n)
@@ -77,6 +87,8 @@ static struct pm_node *leaf_of(const struct pagemap *pm, uint64_t index)
 
 void *pm_lookup(const struct pagemap *pm, uint64_t index)
 {
+	if (!pm->root)
+		return index == 0 ? pm->single : NULL;
 	struct pm_node *n = leaf_of(pm, index);
 	return n ? n->slots[index & (PM_FANOUT - 1)] : NULL;
 }
@@ -89,9 +101,44 @@ static struct pm_node *node_new(unsigned shift)
 	return n;
 }
 
+static int tree_insert(struct pagemap *pm, uint64_t index, void *entry);
+
 int pm_insert(struct pagemap *pm, uint64_t index, void *entry)
 {
 	assert(entry);
+	if (!pm->root) {
+		if (!pm->single && index == 0) {
+			pm->single = entry;
+			pm->single_tags = 0;
+			pm->count = 1;
+			return 0;
+		}
+		if (pm->single) {
+			if (index == 0)
+				return -EEXIST;
+			/* a second entry: the single one moves into a tree */
+			void *e0 = pm->single;
+			unsigned tags = pm->single_tags;
+			pm->single = NULL;
+			pm->single_tags = 0;
+			pm->count = 0;
+			int err = tree_insert(pm, 0, e0);
+			if (err) {
+				pm->single = e0;
+				pm->single_tags = tags;
+				pm->count = 1;
+				return err;
+			}
+			for (int t = 0; t < PM_NR_TAGS; t++)
+				if (tags & (1u << t))
+					pm_tag_set(pm, 0, t);
+		}
+	}
+	return tree_insert(pm, index, entry);
+}
+
+static int tree_insert(struct pagemap *pm, uint64_t index, void *entry)
+{
 	if (!pm->root) {
 		/* first entry: a root just tall enough, so the tree never holds
 		 * an empty node (growth below summarizes the old root as one
@@ -156,6 +203,11 @@ static void tag_clear_up(struct pm_node *n, unsigned s, enum pm_tag tag)
 
 void pm_tag_set(struct pagemap *pm, uint64_t index, enum pm_tag tag)
 {
+	if (single_mode(pm)) {
+		assert(index == 0);
+		pm->single_tags |= 1u << tag;
+		return;
+	}
 	struct pm_node *n = leaf_of(pm, index);
 	unsigned s = index & (PM_FANOUT - 1);
 	assert(n && n->slots[s]);
@@ -171,6 +223,11 @@ void pm_tag_set(struct pagemap *pm, uint64_t index, enum pm_tag tag)
 
 void pm_tag_clear(struct pagemap *pm, uint64_t index, enum pm_tag tag)
 {
+	if (!pm->root) {
+		if (index == 0)
+			pm->single_tags &= ~(1u << tag);
+		return;
+	}
 	struct pm_node *n = leaf_of(pm, index);
 	unsigned s = index & (PM_FANOUT - 1);
 	if (n && (n->tags[tag] & (1ULL << s)))
@@ -179,17 +236,30 @@ void pm_tag_clear(struct pagemap *pm, uint64_t index, enum pm_tag tag)
 
 bool pm_tag_get(const struct pagemap *pm, uint64_t index, enum pm_tag tag)
 {
+	if (!pm->root)
+		return index == 0 && pm->single && (pm->single_tags >> tag & 1);
 	struct pm_node *n = leaf_of(pm, index);
 	return n && (n->tags[tag] >> (index & (PM_FANOUT - 1)) & 1);
 }
 
 bool pm_any_tagged(const struct pagemap *pm, enum pm_tag tag)
 {
-	return pm->root && pm->root->tags[tag];
+	if (!pm->root)
+		return pm->single && (pm->single_tags >> tag & 1);
+	return pm->root->tags[tag];
 }
 
 void *pm_delete(struct pagemap *pm, uint64_t index)
 {
+	if (!pm->root) {
+		void *e = index == 0 ? pm->single : NULL;
+		if (e) {
+			pm->single = NULL;
+			pm->single_tags = 0;
+			pm->count = 0;
+		}
+		return e;
+	}
 	struct pm_node *n = leaf_of(pm, index);
 	unsigned s = index & (PM_FANOUT - 1);
 	if (!n || !n->slots[s])
@@ -239,7 +309,13 @@ static void *find(const struct pm_node *n, uint64_t base, uint64_t start, int ta
 
 void *pm_next(const struct pagemap *pm, uint64_t start, int tag, uint64_t *index)
 {
-	if (!pm->root || start > node_max(pm->root))
+	if (!pm->root) {
+		if (start || !pm->single || (tag >= 0 && !(pm->single_tags >> tag & 1)))
+			return NULL;
+		*index = 0;
+		return pm->single;
+	}
+	if (start > node_max(pm->root))
 		return NULL;
 	return find(pm->root, 0, start, tag, index);
 }
@@ -275,7 +351,9 @@ static uint64_t check_node(const struct pm_node *n, const struct pm_node *parent
 
 void pm_check(const struct pagemap *pm)
 {
-	uint64_t n = pm->root ? check_node(pm->root, NULL, 0) : 0;
+	assert(!pm->root || !pm->single);
+	assert(pm->single || !pm->single_tags);
+	uint64_t n = pm->root ? check_node(pm->root, NULL, 0) : pm->single ? 1 : 0;
 	assert(n == pm->count);
 	(void)n;
 }

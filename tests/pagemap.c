@@ -26,8 +26,92 @@ static uint64_t ref_next(uint64_t start, int tag, int *which)
 	return best;
 }
 
+/* The single entry at index 0 kept without a node, and its moves into
+ * a tree and back: a few keys around the edges, random operations
+ * against the same reference. */
+static void small_maps(void)
+{
+	static const uint64_t small[4] = { 0, 1, 64, 5000 };
+	struct pagemap pm;
+	pm_init(&pm);
+	static int e[4];
+	CHECK_EQ(pm_insert(&pm, 0, &e[0]), 0);
+	CHECK(pm.root == NULL && pm.count == 1);           /* no node */
+	CHECK_EQ(pm_insert(&pm, 0, &e[0]), -EEXIST);
+	pm_tag_set(&pm, 0, PM_TAG_DIRTY);
+	CHECK(pm_any_tagged(&pm, PM_TAG_DIRTY) && !pm_any_tagged(&pm, PM_TAG_WRITEBACK));
+	uint64_t at = 9;
+	CHECK(pm_next(&pm, 0, PM_TAG_DIRTY, &at) == &e[0] && at == 0);
+	CHECK(pm_next(&pm, 1, -1, &at) == NULL);
+	CHECK_EQ(pm_insert(&pm, 64, &e[2]), 0);            /* into a tree */
+	CHECK(pm.root != NULL);
+	CHECK(pm_tag_get(&pm, 0, PM_TAG_DIRTY));           /* tag moved along */
+	CHECK(!pm_tag_get(&pm, 64, PM_TAG_DIRTY));
+	pm_check(&pm);
+	CHECK(pm_delete(&pm, 0) == &e[0] && pm_delete(&pm, 64) == &e[2]);
+	CHECK(pm.root == NULL && pm.count == 0);
+	CHECK(pm_delete(&pm, 0) == NULL);
+
+	unsigned char pres[4] = { 0 }, tg[4] = { 0 };
+	uint64_t s = 7;
+	for (int round = 0; round < 40000; round++) {
+		int i = (int)(t_rand(&s) % 4);
+		int tag = (int)(t_rand(&s) % PM_NR_TAGS);
+		switch (t_rand(&s) % 4) {
+		case 0:
+			if (pres[i]) {
+				pm_tag_set(&pm, small[i], tag);
+				tg[i] |= 1u << tag;
+			}
+			break;
+		case 1:
+			pm_tag_clear(&pm, small[i], tag);
+			tg[i] &= ~(1u << tag);
+			break;
+		default:
+			if (pres[i]) {
+				CHECK(pm_delete(&pm, small[i]) == &e[i]);
+				pres[i] = tg[i] = 0;
+			} else {
+				CHECK_EQ(pm_insert(&pm, small[i], &e[i]), 0);
+				pres[i] = 1;
+			}
+		}
+		pm_check(&pm);
+		uint64_t count = 0;
+		for (int k = 0; k < 4; k++) {
+			count += pres[k];
+			CHECK(pm_lookup(&pm, small[k]) == (pres[k] ? &e[k] : NULL));
+			for (int t = 0; t < PM_NR_TAGS; t++)
+				CHECK_EQ(pm_tag_get(&pm, small[k], t), !!(tg[k] & (1u << t)));
+		}
+		CHECK_EQ(pm.count, count);
+		for (int t = -1; t < PM_NR_TAGS; t++) {
+			uint64_t start = small[t_rand(&s) % 4] + (t_rand(&s) % 2);
+			int want = -1;
+			for (int k = 3; k >= 0; k--)
+				if (pres[k] && small[k] >= start && (t < 0 || (tg[k] >> t & 1)))
+					want = k;
+			uint64_t got = 0;
+			void *r = pm_next(&pm, start, t, &got);
+			CHECK(r == (want < 0 ? NULL : (void *)&e[want]));
+			if (want >= 0)
+				CHECK_EQ(got, small[want]);
+			if (t >= 0) {
+				bool any = false;
+				for (int k = 0; k < 4; k++)
+					any |= pres[k] && (tg[k] >> t & 1);
+				CHECK_EQ(pm_any_tagged(&pm, t), any);
+			}
+		}
+	}
+	pm_destroy(&pm);
+	CHECK(pm.root == NULL && pm.single == NULL && pm.count == 0);
+}
+
 int main(void)
 {
+	small_maps();
 	struct pagemap pm;
 	pm_init(&pm);
 	/* a first entry beyond the first leaf, then one inside it */
