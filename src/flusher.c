@@ -82,9 +82,18 @@ static unsigned bio_max_pages(struct wbc_dev *dev)
 	return (unsigned)WBC_MAX(dev->be->max_io >> dev->cache->page_shift, 1);
 }
 
-static struct wbc_bio *bio_get(struct wbc_dev *dev)
+static void plug_flush(struct wbc_dev *dev, struct bio_plug *p);
+
+/* A free bio; waits for one (after submitting what @plug holds back, so
+ * that the wait can end). */
+static struct wbc_bio *bio_get(struct wbc_dev *dev, struct bio_plug *plug)
 {
 	pthread_mutex_lock(&dev->io_lock);
+	if (!dev->bio_free && plug && plug->n) {
+		pthread_mutex_unlock(&dev->io_lock);
+		plug_flush(dev, plug);
+		pthread_mutex_lock(&dev->io_lock);
+	}
 	while (!dev->bio_free) {
 		dev->io_waiters++;
 		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
@@ -283,8 +292,28 @@ static void bio_add_page(struct wbc_cache *c, struct wbc_bio *b, struct page *p)
 	b->len += c->page_size;
 }
 
+static void plug_flush(struct wbc_dev *dev, struct bio_plug *p)
+{
+	if (!p || !p->n)
+		return;
+	struct backend *be = dev->be;
+	unsigned queued = 0;
+	int err = 0;
+	if (be->ops->submit_many) {
+		err = be->ops->submit_many(be, p->bios, p->n, &queued);
+	} else {
+		for (; queued < p->n && !(err = be->ops->submit(be, p->bios[queued])); queued++)
+			;
+	}
+	for (unsigned i = queued; i < p->n; i++) {
+		p->bios[i]->res = err;
+		wb_end_io(p->bios[i]);
+	}
+	p->n = 0;
+}
+
 static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_bio *b,
-			     uint64_t first_index)
+			     uint64_t first_index, struct bio_plug *plug)
 {
 	b->op = BIO_WRITE;
 	b->obj = ino->obj;
@@ -294,6 +323,12 @@ static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_
 	b->res = 0;
 	igrab(ino);
 	atomic_store_explicit(&b->handoff, 1, memory_order_release);
+	if (plug) {
+		plug->bios[plug->n++] = b;
+		if (plug->n == PLUG_MAX)
+			plug_flush(dev, plug);
+		return;
+	}
 	int err = dev->be->ops->submit(dev->be, b);
 	if (err) {
 		b->res = err;
@@ -347,7 +382,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	enum pm_tag tag = sync ? PM_TAG_TOWRITE : PM_TAG_DIRTY;
 	unsigned maxp = bio_max_pages(dev);
 	long written = 0;
-	struct wbc_bio *b = sync ? NULL : bio_get(dev);
+	struct wbc_bio *b = sync ? NULL : bio_get(dev, ctl->plug);
 
 	ctl->backed_off = false;
 	pthread_mutex_lock(&ino->lock);
@@ -387,7 +422,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		if (!b) {
 			/* never wait for a bio under the lock */
 			pthread_mutex_unlock(&ino->lock);
-			b = bio_get(dev);
+			b = bio_get(dev, ctl->plug);
 			pthread_mutex_lock(&ino->lock);
 			continue;
 		}
@@ -436,7 +471,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 			pass_end_locked(ino, ctl, ctl->nr_to_write <= 0 ? idx : 0);
 		pthread_mutex_unlock(&ino->lock);
 		account_writeback(ino, n);
-		submit_bio_write(dev, ino, b, first);
+		submit_bio_write(dev, ino, b, first, ctl->plug);
 		b = NULL;
 		written += n;
 		if (last) {
@@ -444,7 +479,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 			return written;
 		}
 		if (!sync)
-			b = bio_get(dev);
+			b = bio_get(dev, ctl->plug);
 		pthread_mutex_lock(&ino->lock);
 	}
 	pthread_mutex_unlock(&ino->lock);
@@ -493,6 +528,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	struct dirty_put put;
 	dirty_batch_init(&batch);
 	dirty_put_init(&put);
+	struct bio_plug plug = { .n = 0 };
 	long total = 0, skipped = 0, slice = writeback_slice_pages(dev);
 	while (nr_pages > 0) {
 		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
@@ -501,6 +537,9 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			break;
 		struct inode *ino = dirty_next(dev, &batch);
 		if (!ino) {
+			/* a pass that comes back to the same files (ones it
+			 * cannot write now) must not sit on their bios */
+			plug_flush(dev, &plug);
 			dirty_put_commit(dev, &put);
 			dirty_drain(dev);
 			if (!dirty_take(dev, &batch, older_than, UINT64_MAX, NULL))
@@ -509,6 +548,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			continue;
 		}
 		struct wbc_ctl ctl = {
+			.plug = &plug,
 			.sync_mode = WB_SYNC_NONE,
 			.nr_to_write = WBC_MIN(slice, nr_pages),
 			.range_start = 0,
@@ -517,6 +557,10 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			.backoff = true,
 		};
 		long n = write_inode_pages(ino, &ctl);
+		/* Bios wait in the plug only while files keep adding to it:
+		 * someone may wait for them (truncate, fsync, a writer). */
+		if (!n)
+			plug_flush(dev, &plug);
 		if (ctl.backed_off) {
 			dirty_put(dev, &put, ino, true, false);
 			if (++skipped > 1000)
@@ -532,6 +576,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		total += n;
 		bandwidth_update(dev, wbc_now_ns());
 	}
+	plug_flush(dev, &plug);
 	dirty_untake(dev, &batch);
 	dirty_put_commit(dev, &put);
 	return total;

@@ -236,6 +236,10 @@ struct backend_ops {
 	 * once, in any thread, possibly before submit returns; the caller must
 	 * hold no lock.  -errno when not queued (end_io is not called). */
 	int (*submit)(struct backend *be, struct wbc_bio *bio);
+	/* Optional: queue @n bios at once (one doorbell).  0 when all are
+	 * queued; else -errno, and bios[*queued..n-1] were not queued. */
+	int (*submit_many)(struct backend *be, struct wbc_bio **bios, unsigned n,
+			   unsigned *queued);
 	/* Make completed writes to @obj durable (obj NULL: the whole backend). */
 	int (*flush)(struct backend *be, void *obj, bool datasync);
 	int (*setsize)(struct backend *be, void *obj, uint64_t size);
@@ -349,8 +353,18 @@ enum wb_sync_mode { WB_SYNC_NONE, WB_SYNC_ALL };
 enum wb_reason { WB_REASON_BACKGROUND, WB_REASON_PERIODIC,
 		 WB_REASON_START_ALL };
 
+/* Bios a flusher pass holds back to submit together (the kernel's
+ * blk_plug): flushed when full, before waiting for a bio, and at the end
+ * of the pass. */
+#define PLUG_MAX 16
+struct bio_plug {
+	struct wbc_bio *bios[PLUG_MAX];
+	unsigned n;
+};
+
 /* One pass over one inode (the kernel's writeback_control). */
 struct wbc_ctl {
+	struct bio_plug *plug;      /* NULL: submit each bio at once */
 	enum wb_sync_mode sync_mode;
 	long nr_to_write;           /* pages; decremented as pages are submitted */
 	uint64_t range_start, range_end;   /* page indices, inclusive */

@@ -326,18 +326,16 @@ static void *model_main(void *arg)
 	return NULL;
 }
 
-static int model_submit(struct backend *be, struct wbc_bio *bio)
+/* Queue one bio (m->lock held); false without memory. */
+static bool queue_locked(struct model *m, struct wbc_bio *bio)
 {
-	struct model *m = be->priv;
+	assert_held(&m->lock);
 	const struct model_cfg *cfg = &m->cfg;
-	pthread_mutex_lock(&m->lock);
 	if (m->n == m->cap) {
 		size_t ncap = m->cap ? m->cap * 2 : 64;
 		struct pending *h = realloc(m->heap, ncap * sizeof(*h));
-		if (!h) {
-			pthread_mutex_unlock(&m->lock);
-			return -ENOMEM;
-		}
+		if (!h)
+			return false;
 		m->heap = h;
 		m->cap = ncap;
 	}
@@ -361,12 +359,31 @@ static int model_submit(struct backend *be, struct wbc_bio *bio)
 	struct pending p = { .due_ns = m->t0 + (uint64_t)(done * 1e9), .seq = m->seq++,
 			     .bio = bio, .res = res };
 	heap_push(m, p);
+	return true;
+}
+
+static int model_submit_many(struct backend *be, struct wbc_bio **bios, unsigned n,
+			     unsigned *queued)
+{
+	struct model *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	uint64_t first = m->n ? m->heap[0].seq : UINT64_MAX;
+	unsigned i = 0;
+	while (i < n && queue_locked(m, bios[i]))
+		i++;
 	/* wake the model thread only when its next deadline moved earlier:
 	 * a bio queued behind others is found when they complete */
-	if (m->heap[0].seq == p.seq)
+	if (i && m->heap[0].seq != first)
 		pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
-	return 0;
+	*queued = i;
+	return i == n ? 0 : -ENOMEM;
+}
+
+static int model_submit(struct backend *be, struct wbc_bio *bio)
+{
+	unsigned queued;
+	return model_submit_many(be, &bio, 1, &queued);
 }
 
 static int model_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
@@ -415,6 +432,7 @@ static const struct backend_ops model_ops = {
 	.open = model_open,
 	.close = model_close,
 	.submit = model_submit,
+	.submit_many = model_submit_many,
 	.flush = model_flush,
 	.setsize = model_setsize,
 	.destroy = model_destroy,
