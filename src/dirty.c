@@ -379,6 +379,12 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 	struct inode *ino = container_of(b->files.next, struct inode, wb_list);
 	list_del_init(&ino->wb_list);
 	b->n--;
+	if (b->n) {
+		/* the next one is a cache miss away: start it now */
+		struct inode *next = container_of(b->files.next, struct inode, wb_list);
+		__builtin_prefetch(&next->state, 1);
+		__builtin_prefetch(&next->lock, 1);
+	}
 	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
 	/* listed means I_DIRTY without I_SYNC, and writers only ever add
 	 * I_DIRTY: nothing else can change it now */

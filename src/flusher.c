@@ -530,6 +530,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	dirty_put_init(&put);
 	struct bio_plug plug = { .n = 0 };
 	long total = 0, skipped = 0, slice = writeback_slice_pages(dev);
+	unsigned long files = 0;
 	while (nr_pages > 0) {
 		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
 			break;
@@ -574,11 +575,17 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			dirty_put_commit(dev, &put);
 		nr_pages -= n;
 		total += n;
-		bandwidth_update(dev, wbc_now_ns());
+		if (++files % WB_BATCH == 0) {
+			/* file what writers dirtied meanwhile while it is warm
+			 * in the caches, and look at the clock */
+			dirty_drain(dev);
+			bandwidth_update(dev, wbc_now_ns());
+		}
 	}
 	plug_flush(dev, &plug);
 	dirty_untake(dev, &batch);
 	dirty_put_commit(dev, &put);
+	bandwidth_update(dev, wbc_now_ns());
 	return total;
 }
 

@@ -326,8 +326,9 @@ static void *model_main(void *arg)
 	return NULL;
 }
 
-/* Queue one bio (m->lock held); false without memory. */
-static bool queue_locked(struct model *m, struct wbc_bio *bio)
+/* Queue one bio submitted at @now_ns (m->lock held); false without
+ * memory. */
+static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 {
 	assert_held(&m->lock);
 	const struct model_cfg *cfg = &m->cfg;
@@ -339,7 +340,7 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio)
 		m->heap = h;
 		m->cap = ncap;
 	}
-	double now = (double)(wbc_now_ns() - m->t0) / 1e9;
+	double now = (double)(now_ns - m->t0) / 1e9;
 	double start = WBC_MAX(now, m->busy_until_s);
 	double xfer = 0;
 	if (cfg->bw > 0)
@@ -367,9 +368,9 @@ static int model_submit_many(struct backend *be, struct wbc_bio **bios, unsigned
 {
 	struct model *m = be->priv;
 	pthread_mutex_lock(&m->lock);
-	uint64_t first = m->n ? m->heap[0].seq : UINT64_MAX;
+	uint64_t first = m->n ? m->heap[0].seq : UINT64_MAX, now = wbc_now_ns();
 	unsigned i = 0;
-	while (i < n && queue_locked(m, bios[i]))
+	while (i < n && queue_locked(m, bios[i], now))
 		i++;
 	/* wake the model thread only when its next deadline moved earlier:
 	 * a bio queued behind others is found when they complete */
