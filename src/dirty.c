@@ -252,8 +252,8 @@ static struct inode *drain_run(struct wbc_dev *dev, struct inode *fifo)
 		list_splice_tail_init(&run, &dev->b_more_io);
 		dev->nr_b_more_io += n;
 	}
-	atomic_fetch_sub_explicit(&dev->nr_inbox, n, memory_order_relaxed);
 	dev_list_unlock(dev);
+	atomic_fetch_sub_explicit(&dev->nr_inbox, n, memory_order_relaxed);
 	return fifo;
 }
 

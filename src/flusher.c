@@ -506,8 +506,10 @@ static void work_hint_update_locked(struct wbc_dev *dev)
 			      memory_order_relaxed);
 }
 
-/* Files put back per hold of the list lock. */
+/* Files put back per hold of the list lock; the clock is read once per
+ * batch.  A pass files the inbox every DRAIN_EVERY files. */
 #define WB_BATCH 16
+#define DRAIN_EVERY 512
 
 /*
  * Background, periodic and start-all writeback (WB_SYNC_NONE).
@@ -575,12 +577,12 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			dirty_put_commit(dev, &put);
 		nr_pages -= n;
 		total += n;
-		if (++files % WB_BATCH == 0) {
-			/* file what writers dirtied meanwhile while it is warm
-			 * in the caches, and look at the clock */
-			dirty_drain(dev);
+		if (++files % WB_BATCH == 0)
 			bandwidth_update(dev, wbc_now_ns());
-		}
+		/* file what writers dirtied meanwhile while it is still warm
+		 * in the caches */
+		if (files % DRAIN_EVERY == 0)
+			dirty_drain(dev);
 	}
 	plug_flush(dev, &plug);
 	dirty_untake(dev, &batch);
