@@ -54,7 +54,7 @@ fio_mbs() {  # fio_mbs DIR -> MB/s (terse v3: 47 = KiB written, 50 = ms)
 }
 fsmark_fps() {   # fsmark_fps DIR -> files/s
 	mkdir -p "$1/fsm"
-	fs_mark -d "$1/fsm" -n "$FILES" -s 4096 -t 2 -S 0 -k -L 1 >"$DIR/fsmark.log" 2>&1 || true
+	(cd "$DIR" && fs_mark -d "$1/fsm" -n "$FILES" -s 4096 -t 2 -S 0 -k -L 1) >"$DIR/fsmark.log" 2>&1 || true
 	local v
 	v=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { printf "%d\n", v }' "$DIR/fsmark.log")
 	[ "$v" -gt 0 ] || { echo "fs_mark failed in $1:" >&2; head -3 "$DIR/fsmark.log" >&2; }

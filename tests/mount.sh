@@ -163,7 +163,7 @@ if command -v fio >/dev/null; then
 fi
 if command -v fs_mark >/dev/null; then
 	mkdir "$mt/fsm"
-	fs_mark -d "$mt/fsm" -n 300 -s 4096 -t 2 -S 1 -k >"$top/fsmark.log" 2>&1 ||
+	(cd "$top" && fs_mark -d "$mt/fsm" -n 300 -s 4096 -t 2 -S 1 -k) >"$top/fsmark.log" 2>&1 ||
 		fail "fs_mark: $(tail -5 "$top/fsmark.log")"
 	[ "$(find "$mt/fsm" -type f | wc -l)" = 600 ] || fail "fs_mark files missing"
 fi
