@@ -12,11 +12,12 @@
  *       cache->lru_lock free list, CLOCK hand, page->inode/index binding,
  *                       nr_cached.  Reclaim holds lru_lock and only
  *                       TRYLOCKS inode->lock.
- *       dev->list_lock  the time buckets (b_dirty), b_io, b_more_io and
- *                       their counts (dirty.c).  Nothing is taken under
- *                       it: igrab is a lock-free increment.  Writers never
- *                       take it: a newly dirtied file goes on the device's
- *                       lock-free inbox, which the flusher files.
+ *   dev->list_lock      the time buckets (b_dirty), b_io, b_more_io and
+ *                       their counts (dirty.c) (leaf).  Only the flusher
+ *                       changes the lists, in O(1) splices under it; stats
+ *                       read the counts under it.  Writers never take it: a
+ *                       newly dirtied file goes on the device's lock-free
+ *                       inbox, which the flusher files.
  *   name_shard->lock    one shard of a device's name hash, and the drop of
  *                       the last reference of an inode in it (refs is
  *                       atomic; iput takes the lock only to drop to zero)
