@@ -296,20 +296,14 @@ static void plug_flush(struct wbc_dev *dev, struct bio_plug *p)
 {
 	if (!p || !p->n)
 		return;
-	struct backend *be = dev->be;
 	unsigned queued = 0;
-	int err = 0;
-	if (be->ops->submit_many) {
-		err = be->ops->submit_many(be, p->bios, p->n, &queued);
-	} else {
-		for (; queued < p->n && !(err = be->ops->submit(be, p->bios[queued])); queued++)
-			;
-	}
+	int err = dev->be->ops->submit_many(dev->be, p->bios, p->n, &queued);
 	for (unsigned i = queued; i < p->n; i++) {
 		p->bios[i]->res = err;
 		wb_end_io(p->bios[i]);
 	}
 	p->n = 0;
+	p->bytes = 0;
 }
 
 static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_bio *b,
@@ -325,7 +319,8 @@ static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_
 	atomic_store_explicit(&b->handoff, 1, memory_order_release);
 	if (plug) {
 		plug->bios[plug->n++] = b;
-		if (plug->n == PLUG_MAX)
+		plug->bytes += b->len;
+		if (plug->n == PLUG_MAX || plug->bytes >= dev->be->max_io)
 			plug_flush(dev, plug);
 		return;
 	}
@@ -530,7 +525,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	struct dirty_put put;
 	dirty_batch_init(&batch);
 	dirty_put_init(&put);
-	struct bio_plug plug = { .n = 0 };
+	struct bio_plug plug = { .n = 0, .bytes = 0 };
 	long total = 0, skipped = 0, slice = writeback_slice_pages(dev);
 	unsigned long files = 0;
 	while (nr_pages > 0) {
@@ -551,7 +546,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			continue;
 		}
 		struct wbc_ctl ctl = {
-			.plug = &plug,
+			.plug = dev->be->ops->submit_many ? &plug : NULL,
 			.sync_mode = WB_SYNC_NONE,
 			.nr_to_write = WBC_MIN(slice, nr_pages),
 			.range_start = 0,

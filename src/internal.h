@@ -355,12 +355,14 @@ enum wb_reason { WB_REASON_BACKGROUND, WB_REASON_PERIODIC,
 		 WB_REASON_START_ALL };
 
 /* Bios a flusher pass holds back to submit together (the kernel's
- * blk_plug): flushed when full, before waiting for a bio, and at the end
- * of the pass. */
+ * blk_plug), for backends that take a batch (submit_many): flushed at
+ * PLUG_MAX bios or the backend's max_io bytes (a streaming write is never
+ * held back), before waiting for a bio, and at the end of the pass. */
 #define PLUG_MAX 16
 struct bio_plug {
 	struct wbc_bio *bios[PLUG_MAX];
 	unsigned n;
+	size_t bytes;
 };
 
 /* One pass over one inode (the kernel's writeback_control). */

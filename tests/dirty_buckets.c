@@ -12,20 +12,9 @@
  *   - seal: files filed after a seal are not queued up to the seal (sync);
  *   - the list counts in wbc_dev_stats follow the lists.
  */
-#include "testutil.h"
-#include "internal.h"
+#include "fake_inode.h"
 
 #define N 1000
-
-static struct inode *fake(struct wbc_dev *dev)
-{
-	struct inode *ino = calloc(1, sizeof(*ino));
-	CHECK(ino);
-	ino->dev = dev;
-	atomic_init(&ino->refs, 2);    /* never dropped to zero here */
-	list_init(&ino->wb_list);
-	return ino;
-}
 
 static void file_at(struct wbc_dev *dev, struct inode *ino, uint64_t when)
 {
@@ -85,7 +74,7 @@ int main(void)
 	CHECK(w >= 1000000 && w <= 100000000);
 	static struct inode *ino[N], *got[N + 10];
 	for (int i = 0; i < N; i++)
-		ino[i] = fake(dev);
+		ino[i] = t_fake_inode(dev);
 
 	/* 1. expiry order: four files per bucket width, in time order */
 	uint64_t base = 1000 * w;

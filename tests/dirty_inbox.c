@@ -14,8 +14,7 @@
  *      reference count matches whether it is listed.  Meant for
  *      SAN=thread as much as for its checks.
  */
-#include "testutil.h"
-#include "internal.h"
+#include "fake_inode.h"
 
 #define THREADS 4
 #define FILES_PER 500
@@ -36,16 +35,6 @@ static void *api_writer(void *arg)
 		CHECK_EQ(wbc_file_close(f), 0);
 	}
 	return NULL;
-}
-
-static struct inode *fake(struct wbc_dev *dev)
-{
-	struct inode *ino = calloc(1, sizeof(*ino));
-	CHECK(ino);
-	ino->dev = dev;
-	atomic_init(&ino->refs, 2);    /* never dropped to zero here */
-	list_init(&ino->wb_list);
-	return ino;
 }
 
 /* Take everything listed (all calls); returns the count. */
@@ -125,7 +114,7 @@ int main(void)
 	CHECK_EQ(st.written_back_bytes, total * 4096);
 
 	/* 2. the state machine, on synthetic files */
-	struct inode *a = fake(dev), *got[SYN * 2];
+	struct inode *a = t_fake_inode(dev), *got[SYN * 2];
 	mark_inode_dirty(a);                           /* clean: pushed */
 	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
 	CHECK_EQ(atomic_load(&a->refs), 3);
@@ -147,7 +136,7 @@ int main(void)
 	CHECK_EQ(atomic_load(&a->state), 0);
 	CHECK_EQ(atomic_load(&a->refs), 2);
 	/* taken but not reached: back first in line, listed */
-	struct inode *b = fake(dev), *c3 = fake(dev);
+	struct inode *b = t_fake_inode(dev), *c3 = t_fake_inode(dev);
 	mark_inode_dirty(a);
 	mark_inode_dirty(b);
 	mark_inode_dirty(c3);
@@ -178,7 +167,7 @@ int main(void)
 
 	/* 3. stress: writers dirty, this thread flushes */
 	for (int i = 0; i < SYN; i++)
-		syn[i] = fake(dev);
+		syn[i] = t_fake_inode(dev);
 	for (int i = 0; i < THREADS; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, syn_writer, (void *)(intptr_t)i), 0);
 	uint64_t rounds = 0, seed = 99;

@@ -26,6 +26,34 @@ static uint64_t ref_next(uint64_t start, int tag, int *which)
 	return best;
 }
 
+/* One random operation on the entry @entry at @key of a map mirrored by
+ * @pres and @tg: tag it (op 0, 1), untag it (2), delete or insert it (3). */
+static void random_op(struct pagemap *pm, uint64_t key, void *entry, unsigned char *pres,
+		      unsigned char *tg, int tag, unsigned op)
+{
+	switch (op) {
+	case 0:
+	case 1:
+		if (*pres) {
+			pm_tag_set(pm, key, tag);
+			*tg |= 1u << tag;
+		}
+		break;
+	case 2:
+		pm_tag_clear(pm, key, tag);
+		*tg &= ~(1u << tag);
+		break;
+	default:
+		if (*pres) {
+			CHECK(pm_delete(pm, key) == entry);
+			*pres = *tg = 0;
+		} else {
+			CHECK_EQ(pm_insert(pm, key, entry), 0);
+			*pres = 1;
+		}
+	}
+}
+
 /* The single entry at index 0 kept without a node, and its moves into
  * a tree and back: a few keys around the edges, random operations
  * against the same reference. */
@@ -57,26 +85,7 @@ static void small_maps(void)
 	for (int round = 0; round < 40000; round++) {
 		int i = (int)(t_rand(&s) % 4);
 		int tag = (int)(t_rand(&s) % PM_NR_TAGS);
-		switch (t_rand(&s) % 4) {
-		case 0:
-			if (pres[i]) {
-				pm_tag_set(&pm, small[i], tag);
-				tg[i] |= 1u << tag;
-			}
-			break;
-		case 1:
-			pm_tag_clear(&pm, small[i], tag);
-			tg[i] &= ~(1u << tag);
-			break;
-		default:
-			if (pres[i]) {
-				CHECK(pm_delete(&pm, small[i]) == &e[i]);
-				pres[i] = tg[i] = 0;
-			} else {
-				CHECK_EQ(pm_insert(&pm, small[i], &e[i]), 0);
-				pres[i] = 1;
-			}
-		}
+		random_op(&pm, small[i], &e[i], &pres[i], &tg[i], tag, (unsigned)(t_rand(&s) % 4));
 		pm_check(&pm);
 		uint64_t count = 0;
 		for (int k = 0; k < 4; k++) {
@@ -152,28 +161,8 @@ int main(void)
 	for (int round = 0; round < 60000; round++) {
 		int i = (int)(t_rand(&s) % N);
 		int tag = (int)(t_rand(&s) % PM_NR_TAGS);
-		switch (t_rand(&s) % 4) {
-		case 0: case 1:
-			if (present[i]) {
-				pm_tag_set(&pm, keys[i], tag);
-				tags[i] |= 1u << tag;
-			}
-			break;
-		case 2:
-			pm_tag_clear(&pm, keys[i], tag);
-			tags[i] &= ~(1u << tag);
-			break;
-		case 3:
-			if (present[i]) {
-				CHECK(pm_delete(&pm, keys[i]) == &keys[i]);
-				present[i] = 0;
-				tags[i] = 0;
-			} else {
-				CHECK_EQ(pm_insert(&pm, keys[i], &keys[i]), 0);
-				present[i] = 1;
-			}
-			break;
-		}
+		random_op(&pm, keys[i], &keys[i], &present[i], &tags[i], tag,
+			  (unsigned)(t_rand(&s) % 4));
 		if (round % 50 == 0) {
 			if (round % 1000 == 0)
 				pm_check(&pm);
