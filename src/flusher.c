@@ -429,10 +429,10 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 				break;
 			uint32_t fl = pg_flags(p);
 			if (fl & PG_LOCKED) {
-				if (b->nr_pages == 0 && sync) {
+				/* a writer is copying into it: sync waits for
+				 * it, background passes skip it */
+				if (b->nr_pages == 0 && sync)
 					page_wait_unlocked(ino, p);
-					break;
-				}
 				break;
 			}
 			assert((fl & PG_DIRTY) && !(fl & PG_WRITEBACK));
