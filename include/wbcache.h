@@ -233,7 +233,7 @@ struct wbc_dev_stats {
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
 /* The hold time (ns) under which @pct percent (0..100) of the list-lock
  * holds in @st fall: the upper bound of the histogram entry that reaches
- * it.  0 when there were none. */
+ * it, or the longest hold if that is shorter.  0 when there were none. */
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct);
 
 /* The calling thread's throttling record (thread-local, all caches). */

@@ -295,9 +295,9 @@ uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct)
 	for (int b = 0; b < 32; b++) {
 		seen += st->list_lock_hold_hist[b];
 		if ((double)seen >= (double)st->list_lock_holds * pct / 100)
-			return b ? 1ull << b : 1;
+			return WBC_MIN(b ? 1ull << b : 1, st->list_lock_max_hold_ns);
 	}
-	return 1ull << 31;
+	return WBC_MIN(1ull << 31, st->list_lock_max_hold_ns);
 }
 
 /* ------------------------------------------------------------------ */
