@@ -198,12 +198,13 @@ void mark_inode_dirty(struct inode *ino)
 	igrab(ino);
 	ino->dirtied_when = wbc_now_ns();
 	struct wbc_dev *dev = ino->dev;
+	/* counted before it can be drained, so the count never dips */
+	atomic_fetch_add_explicit(&dev->nr_inbox, 1, memory_order_relaxed);
 	struct inode *head = atomic_load_explicit(&dev->inbox, memory_order_relaxed);
 	do
 		ino->inbox_next = head;
 	while (!atomic_compare_exchange_weak_explicit(&dev->inbox, &head, ino,
 						      memory_order_release, memory_order_relaxed));
-	atomic_fetch_add_explicit(&dev->nr_inbox, 1, memory_order_relaxed);
 }
 
 /*
