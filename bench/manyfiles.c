@@ -112,13 +112,12 @@ static double bucket_queue_us(struct wbc_dev *dev, struct inode *inos, size_t n,
 		(*calls)++;
 	}
 	/* take everything off the lists again */
-	pthread_mutex_lock(&dev->list_lock);
-	while (queue_io_locked(dev, UINT64_MAX, UINT64_MAX) || !dirty_io_empty_locked(dev)) {
-		struct inode *ino;
-		while ((ino = dirty_take_next_locked(dev)))
+	struct dirty_batch b;
+	struct inode *ino;
+	dirty_batch_init(&b);
+	while (dirty_take(dev, &b, UINT64_MAX, UINT64_MAX, NULL))
+		while ((ino = dirty_next(dev, &b)))
 			ino->state = 0;
-	}
-	pthread_mutex_unlock(&dev->list_lock);
 	return total;
 }
 

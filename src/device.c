@@ -171,14 +171,16 @@ int wbc_dev_sync(wbc_dev *dev)
 /* Detach every inode still on the dirty lists (cache close, after sync). */
 static void release_listed_inodes(struct wbc_dev *dev)
 {
+	struct dirty_batch b;
+	struct inode *ino;
 	dirty_drain(dev);
+	dirty_batch_init(&b);
 	for (;;) {
-		dev_list_lock(dev);
-		queue_io_locked(dev, UINT64_MAX, UINT64_MAX);
-		struct inode *ino = dirty_take_next_locked(dev);
-		dev_list_unlock(dev);
-		if (!ino)
-			return;
+		if (!(ino = dirty_next(dev, &b))) {
+			if (!dirty_take(dev, &b, UINT64_MAX, UINT64_MAX, NULL))
+				return;
+			continue;
+		}
 		pthread_mutex_lock(&ino->lock);
 		uint64_t left = ino->nr_dirty;
 		pthread_mutex_unlock(&ino->lock);

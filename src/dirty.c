@@ -305,33 +305,6 @@ bool dirty_io_empty_locked(struct wbc_dev *dev)
 	return list_empty(&dev->io_buckets) && list_empty(&dev->b_io);
 }
 
-struct inode *dirty_take_next_locked(struct wbc_dev *dev)
-{
-	assert_held(&dev->list_lock);
-	struct list_head *from = &dev->b_io;
-	struct dirty_bucket *b = NULL;
-	if (!list_empty(&dev->io_buckets)) {
-		b = container_of(dev->io_buckets.next, struct dirty_bucket, link);
-		from = &b->inodes;
-	} else if (list_empty(&dev->b_io)) {
-		return NULL;
-	}
-	struct inode *ino = container_of(from->next, struct inode, wb_list);
-	list_del_init(&ino->wb_list);
-	if (b && !--b->n) {
-		assert(list_empty(&b->inodes));
-		list_del_init(&b->link);
-		bucket_free(dev, b);
-	}
-	dev->nr_b_io--;
-	/* listed means I_DIRTY without I_SYNC, and writers only ever add
-	 * I_DIRTY: nothing else can change it now */
-	unsigned old = atomic_exchange(&ino->state, I_SYNC);
-	assert(old == I_DIRTY);
-	(void)old;
-	return ino;
-}
-
 void dirty_batch_init(struct dirty_batch *b)
 {
 	list_init(&b->files);

@@ -37,10 +37,15 @@ static size_t take_upto(struct wbc_dev *dev, uint64_t t, uint64_t upto, struct i
 		more = queue_io_locked(dev, t, upto);
 		CHECK(before - dev->nr_buckets <= QUEUE_IO_BUCKETS);
 		(*calls)++;
-		struct inode *ino;
-		while ((ino = dirty_take_next_locked(dev)))
-			out[n++] = ino;
 		dev_list_unlock(dev);
+		/* take what is queued, without queueing more */
+		struct dirty_batch b;
+		struct inode *ino;
+		bool no = false;
+		dirty_batch_init(&b);
+		while (dirty_take(dev, &b, 0, 0, &no))
+			while ((ino = dirty_next(dev, &b)))
+				out[n++] = ino;
 	}
 	return n;
 }
