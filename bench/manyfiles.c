@@ -170,12 +170,14 @@ static void cost_curve(void)
 
 static wbc_dev *cdev;
 static uint64_t per_thread;
-static double creator_cpu[2];
+static int nthreads = 2;             /* THREADS */
+static double creator_cpu[8];
 
 static void *creator(void *arg)
 {
 	int id = (int)(intptr_t)arg;
 	char buf[4096], name[64];
+	pthread_setname_np(pthread_self(), "creator");
 	t_fill(buf, sizeof(buf), (uint64_t)id + 1);
 	for (uint64_t i = 0; i < per_thread; i++) {
 		wbc_file *f;
@@ -256,15 +258,15 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	wbc_cache *c;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add(c, MODEL, &cdev), 0);
-	per_thread = files / 2;
+	per_thread = files / (uint64_t)nthreads;
 	long rss0 = rss_kb();
 	struct rusage ru0, ru1;
 	getrusage(RUSAGE_SELF, &ru0);
-	pthread_t th[2];
+	pthread_t th[8];
 	double t0 = now_s();
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < nthreads; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, creator, (void *)(intptr_t)i), 0);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
 	double secs = now_s() - t0;
 	getrusage(RUSAGE_SELF, &ru1);
@@ -275,8 +277,12 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	long rss1 = rss_kb();
 	struct wbc_dev_stats ds;
 	CHECK_EQ(wbc_dev_stats(cdev, &ds), 0);
-	struct create_result r = { .rate = (double)(per_thread * 2) / secs };
-	r.cpu_rate = (double)(per_thread * 2) / (creator_cpu[0] + creator_cpu[1]);
+	uint64_t made = per_thread * (uint64_t)nthreads;
+	double creators_cpu = 0;
+	for (int i = 0; i < nthreads; i++)
+		creators_cpu += creator_cpu[i];
+	struct create_result r = { .rate = (double)made / secs };
+	r.cpu_rate = (double)made / creators_cpu;
 	r.p99_us = (double)wbc_lock_hold_percentile(&ds, 99) / 1e3;
 	r.p9999_us = (double)wbc_lock_hold_percentile(&ds, 99.99) / 1e3;
 	uint64_t over = 0;
@@ -285,7 +291,7 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	r.over = over;
 	r.holds = ds.list_lock_holds;
 	r.max_us = (double)ds.list_lock_max_hold_ns / 1e3;
-	r.bytes_per_file = (double)(rss1 - rss0) * 1024 / (double)(per_thread * 2);
+	r.bytes_per_file = (double)(rss1 - rss0) * 1024 / (double)made;
 	r.written_back_mb = (double)ds.written_back_bytes / 1e6;
 	r.nivcsw = ru1.ru_nivcsw - ru0.ru_nivcsw;
 	double files_written = (double)ds.written_back_bytes / 4096;
@@ -333,6 +339,12 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
+	const char *th = getenv("THREADS");
+	if (th && (atoi(th) < 1 || atoi(th) > 8)) {
+		fprintf(stderr, "manyfiles: THREADS must be 1 to 8\n");
+		return 2;
+	}
+	nthreads = th ? atoi(th) : 2;
 	const char *e = getenv("FILES");
 	uint64_t files = e ? strtoull(e, NULL, 0) : 1000000;
 	const char *only = argc > 1 ? argv[1] : "";
@@ -340,8 +352,8 @@ int main(int argc, char **argv)
 		cost_curve();
 	if (!strcmp(only, "curve"))
 		return 0;
-	printf("\nfs_mark-style: %llu files of 4 KiB, 2 threads, %s\n", (unsigned long long)files,
-	       MODEL);
+	printf("\nfs_mark-style: %llu files of 4 KiB, %d thread%s, %s\n", (unsigned long long)files,
+	       nthreads, nthreads > 1 ? "s" : "", MODEL);
 	if (!strcmp(only, "running") || !strcmp(only, "held")) {   /* one phase, for profiling */
 		create_run(files, !strcmp(only, "running"));
 		return 0;

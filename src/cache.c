@@ -106,12 +106,13 @@ static int config_check(const struct wbc_config *cfg)
 #define ARENA_HUGE (2ul << 20)
 
 /*
- * The page arena: aligned to 2 MiB and asked for transparent huge pages
- * where the kernel allows them (like the kernel's own page cache, which
- * lives in the direct map's large pages): a cache that touches gigabytes
- * of pages then takes a TLB miss per 2 MiB, not per 4 KiB.  Populated
- * now, so that no write later pays for a first-touch fault.  Alignment of
- * at least 4 KiB is what O_DIRECT buffers need.
+ * The page arena and the page descriptors: aligned to 2 MiB and asked for
+ * transparent huge pages where the kernel allows them (the kernel's own
+ * page cache lives in the direct map's large pages): a cache that touches
+ * gigabytes of pages takes a TLB miss per 2 MiB, not per 4 KiB.  Populated
+ * now where the kernel can, so that no write pays for a first-touch fault
+ * later; zeroed, as anonymous memory is.  O_DIRECT buffers need 4 KiB
+ * alignment, which this exceeds.
  */
 static char *arena_map(size_t len)
 {
@@ -128,13 +129,9 @@ static char *arena_map(size_t len)
 	(void)madvise(a, len, MADV_HUGEPAGE);   /* a hint: 4 KiB pages if refused */
 #endif
 #ifdef MADV_POPULATE_WRITE
-	if (!madvise(a, len, MADV_POPULATE_WRITE))
-		return a;
+	/* an old kernel, or no memory for it now: pages fault in on use */
+	(void)madvise(a, len, MADV_POPULATE_WRITE);
 #endif
-	/* older kernels: touch every page */
-	long ps = sysconf(_SC_PAGESIZE);
-	for (size_t off = 0; off < len; off += (size_t)ps)
-		((volatile char *)a)[off] = 0;
 	return a;
 }
 
@@ -154,11 +151,14 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 	c->nr_pages = cfg->mem_bytes >> c->page_shift;
 	c->arena_len = (size_t)(c->nr_pages << c->page_shift);
 	c->arena = arena_map(c->arena_len);
-	c->pages = calloc(c->nr_pages, sizeof(*c->pages));
-	if (c->arena == MAP_FAILED || !c->pages) {
+	/* the page descriptors too: writeback and reclaim walk them */
+	c->pages_len = (size_t)c->nr_pages * sizeof(*c->pages);
+	c->pages = (struct page *)arena_map(c->pages_len);
+	if (c->arena == MAP_FAILED || c->pages == MAP_FAILED) {
 		if (c->arena != MAP_FAILED)
 			munmap(c->arena, c->arena_len);
-		free(c->pages);
+		if (c->pages != MAP_FAILED)
+			munmap(c->pages, c->pages_len);
 		free(c);
 		return -ENOMEM;
 	}
@@ -213,7 +213,7 @@ int wbc_cache_close(wbc_cache *c)
 	}
 	assert(ctr_dirty(&c->ctr) == 0 || err);
 	munmap(c->arena, c->arena_len);
-	free(c->pages);
+	munmap(c->pages, c->pages_len);
 	pthread_mutex_destroy(&c->lru_lock);
 	pthread_cond_destroy(&c->free_cond);
 	pthread_mutex_destroy(&c->prop_lock);

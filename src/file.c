@@ -143,8 +143,14 @@ size_t names_destroy(struct wbc_dev *dev)
 {
 	size_t left = 0;
 	for (int i = 0; i < NAME_SHARDS; i++) {
-		left += dev->shards[i].n;
-		free(dev->shards[i].tab);
+		struct name_shard *s = &dev->shards[i];
+		left += s->n;
+		while (s->free) {
+			struct inode *ino = s->free;
+			s->free = ino->hash_next;
+			free(ino);
+		}
+		free(s->tab);
 		pthread_mutex_destroy(&dev->shards[i].lock);
 	}
 	return left;
@@ -191,13 +197,53 @@ static void hash_grow_locked(struct name_shard *s)
 	s->size = (uint32_t)nsize;
 }
 
-static void inode_free(struct inode *ino)
+/* Free inodes a shard keeps at most (64 shards: 4096 per device). */
+#define SHARD_FREE_MAX 64
+
+/* Tear @ino down (nothing can reach it) and keep its memory in @s, the
+ * shard it was found by, for the next inode made there, or free it. */
+static void inode_free(struct name_shard *s, struct inode *ino)
 {
 	pm_destroy(&ino->map);
 	pthread_rwlock_destroy(&ino->rwsem);
 	pthread_mutex_destroy(&ino->lock);
 	pthread_cond_destroy(&ino->wait);
+	pthread_mutex_lock(&s->lock);
+	if (s->nfree < SHARD_FREE_MAX) {
+		ino->hash_next = s->free;
+		s->free = ino;
+		s->nfree++;
+		ino = NULL;
+	}
+	pthread_mutex_unlock(&s->lock);
 	free(ino);
+}
+
+/* A free inode of @s with room for a name of @nlen bytes, zeroed; NULL
+ * when the first one has not. */
+static struct inode *inode_reuse_locked(struct name_shard *s, size_t nlen)
+{
+	assert_held(&s->lock);
+	struct inode *ino = s->free;
+	if (!ino || ino->name_cap < nlen)
+		return NULL;
+	s->free = ino->hash_next;
+	s->nfree--;
+	uint32_t cap = ino->name_cap;
+	memset(ino, 0, sizeof(*ino));
+	ino->name_cap = cap;
+	return ino;
+}
+
+/* A new zeroed inode for a name of @nlen bytes (rounded up, so that more
+ * free inodes fit later names). */
+static struct inode *inode_new(size_t nlen)
+{
+	size_t cap = (nlen + 15) & ~(size_t)15;
+	struct inode *ino = calloc(1, sizeof(*ino) + cap);
+	if (ino)
+		ino->name_cap = (uint32_t)cap;
+	return ino;
 }
 
 struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
@@ -205,6 +251,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 {
 	uint64_t h = name_hash(name);
 	struct name_shard *s = shard_of(dev, h);
+	size_t nlen = strlen(name) + 1;
 	pthread_mutex_lock(&s->lock);
 	struct inode *ino = hash_find_locked(s, name, h);
 	if (ino) {
@@ -212,18 +259,18 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		pthread_mutex_unlock(&s->lock);
 		return ino;
 	}
+	ino = inode_reuse_locked(s, nlen);
 	pthread_mutex_unlock(&s->lock);
+	if (!ino && !(ino = inode_new(nlen))) {
+		*err = -ENOMEM;
+		return NULL;
+	}
 
 	void *obj;
 	uint64_t size;
 	*err = dev->be->ops->open(dev->be, name, create, &obj, &size);
-	if (*err)
-		return NULL;
-	size_t nlen = strlen(name) + 1;
-	ino = calloc(1, sizeof(*ino) + nlen);
-	if (!ino) {
-		dev->be->ops->close(dev->be, obj);
-		*err = -ENOMEM;
+	if (*err) {
+		free(ino);
 		return NULL;
 	}
 	ino->name = memcpy(ino->name_buf, name, nlen);
@@ -245,7 +292,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		atomic_fetch_add_explicit(&other->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&s->lock);
 		dev->be->ops->close(dev->be, obj);
-		inode_free(ino);
+		inode_free(s, ino);
 		return other;
 	}
 	if (s->n >= s->size)
@@ -337,7 +384,7 @@ void iput(struct inode *ino)
 	}
 	inode_drop_all_pages(ino);
 	dev->be->ops->close(dev->be, ino->obj);
-	inode_free(ino);
+	inode_free(s, ino);
 }
 
 /*

@@ -338,6 +338,7 @@ struct inode {
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
 	/* dev->list_lock */
 	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
+	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };
 
@@ -453,12 +454,19 @@ void lock_stat_record(struct lock_stat *ls, uint64_t ns);
 /* device                                                               */
 
 #define NAME_SHARDS 64
-struct name_shard {             /* 64 bytes: one cache line each */
-	pthread_mutex_t lock;       /* the shard's chains, and the drop of
-				     * the last reference of its inodes */
+struct name_shard {             /* 128 bytes: two cache lines each */
+	pthread_mutex_t lock;       /* the shard's chains, the drop of the
+				     * last reference of its inodes, and
+				     * its free inodes */
 	struct inode **tab;
 	uint32_t size, n;
-	char pad[64 - sizeof(pthread_mutex_t) - sizeof(struct inode **) - 8];
+	/* inodes torn down, kept for reuse (linked by hash_next): a file
+	 * written back and dropped by the completion thread gives its
+	 * memory to the next file a writer creates, without a free() and a
+	 * malloc() in two threads' heaps */
+	struct inode *free;
+	uint32_t nfree;
+	char pad[128 - sizeof(pthread_mutex_t) - 2 * sizeof(struct inode *) - 12];
 };
 
 struct wbc_dev {
@@ -549,6 +557,7 @@ struct wbc_cache {
 	uint64_t nr_pages;
 	char *arena;
 	size_t arena_len;
+	size_t pages_len;           /* bytes mapped for pages[] */
 	struct page *pages;
 
 	pthread_mutex_t lru_lock;
