@@ -299,6 +299,18 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 	return more;
 }
 
+/* Whether any file is in the writeback system's lists or inbox (those
+ * the flusher holds while it writes them are not counted). */
+bool dirty_listed(struct wbc_dev *dev)
+{
+	if (atomic_load_explicit(&dev->nr_inbox, memory_order_relaxed))
+		return true;
+	dev_list_lock(dev);
+	bool any = dev->nr_b_dirty || dev->nr_b_io || dev->nr_b_more_io;
+	dev_list_unlock(dev);
+	return any;
+}
+
 bool dirty_io_empty_locked(struct wbc_dev *dev)
 {
 	assert_held(&dev->list_lock);

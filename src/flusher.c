@@ -705,9 +705,11 @@ static void *flusher_main(void *arg)
 		if (interval && now >= next_periodic) {
 			next_periodic = now + interval;
 			pthread_mutex_unlock(&dev->work_lock);
+			/* files listed without dirty pages (a size to trim
+			 * after writeback) expire too */
 			long n = ctr_dirty(&dev->ctr);
-			if (n > 0)
-				wb_writeback(dev, WB_REASON_PERIODIC, n);
+			if (n > 0 || dirty_listed(dev))
+				wb_writeback(dev, WB_REASON_PERIODIC, WBC_MAX(n, 1));
 			bandwidth_update(dev, wbc_now_ns());
 			pthread_mutex_lock(&dev->work_lock);
 			continue;

@@ -677,6 +677,7 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 /* Close the newest bucket, so files filed later go to newer ones; returns
  * its sequence number, the @upto_seq that queues what is dirty now (sync). */
 uint64_t dirty_seal_locked(struct wbc_dev *dev);
+bool dirty_listed(struct wbc_dev *dev);
 bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
 /*
  * The flusher's side works on private lists and splices them in or out in
