@@ -226,6 +226,12 @@ struct wbc_dev_stats {
 	 * holds of [2^(i-1), 2^i) ns (entry 0: under 1 ns) */
 	uint64_t list_lock_hold_hist[32];
 	uint64_t list_lock_holds, list_lock_max_hold_ns;
+	/* the same holds in CPU time of the holding thread, entries as above
+	 * (at most the wall time; it counts no time in which the operating
+	 * system ran something else: a hold that is long in wall time and
+	 * short here was descheduled, not busy) */
+	uint64_t list_lock_cpu_hist[32];
+	uint64_t list_lock_max_cpu_ns;
 	/* files in writeback's lists (the kernel's b_dirty, b_io, b_more_io)
 	 * and the time buckets b_dirty is kept in */
 	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
@@ -235,6 +241,8 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
  * holds in @st fall: the upper bound of the histogram entry that reaches
  * it, or the longest hold if that is shorter.  0 when there were none. */
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct);
+/* The same for the holds' CPU time (list_lock_cpu_hist). */
+uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_stats *st, double pct);
 
 /* The calling thread's throttling record (thread-local, all caches). */
 struct wbc_thread_stats {

@@ -280,6 +280,9 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 		st->list_lock_holds += st->list_lock_hold_hist[i];
 	}
 	st->list_lock_max_hold_ns = atomic_load(&dev->list_lock_stat.max_ns);
+	for (int i = 0; i < LOCK_HIST_BUCKETS; i++)
+		st->list_lock_cpu_hist[i] = atomic_load(&dev->list_lock_cpu_stat.hist[i]);
+	st->list_lock_max_cpu_ns = atomic_load(&dev->list_lock_cpu_stat.max_ns);
 	dev_list_lock(dev);
 	st->files_dirty = dev->nr_b_dirty + atomic_load(&dev->nr_inbox);
 	st->files_io = dev->nr_b_io + atomic_load(&dev->nr_taken);
@@ -289,17 +292,29 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	return 0;
 }
 
+static uint64_t hist_percentile(const uint64_t *hist, uint64_t max_ns, double pct)
+{
+	uint64_t n = 0, seen = 0;
+	for (int b = 0; b < 32; b++)
+		n += hist[b];
+	if (!n)
+		return 0;
+	for (int b = 0; b < 32; b++) {
+		seen += hist[b];
+		if ((double)seen >= (double)n * pct / 100)
+			return WBC_MIN(b ? 1ull << b : 1, max_ns);
+	}
+	return WBC_MIN(1ull << 31, max_ns);
+}
+
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct)
 {
-	if (!st || !st->list_lock_holds)
-		return 0;
-	uint64_t seen = 0;
-	for (int b = 0; b < 32; b++) {
-		seen += st->list_lock_hold_hist[b];
-		if ((double)seen >= (double)st->list_lock_holds * pct / 100)
-			return WBC_MIN(b ? 1ull << b : 1, st->list_lock_max_hold_ns);
-	}
-	return WBC_MIN(1ull << 31, st->list_lock_max_hold_ns);
+	return st ? hist_percentile(st->list_lock_hold_hist, st->list_lock_max_hold_ns, pct) : 0;
+}
+
+uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_stats *st, double pct)
+{
+	return st ? hist_percentile(st->list_lock_cpu_hist, st->list_lock_max_cpu_ns, pct) : 0;
 }
 
 /* ------------------------------------------------------------------ */

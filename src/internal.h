@@ -487,7 +487,9 @@ struct wbc_dev {
 
 	pthread_mutex_t list_lock;
 	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
-	struct lock_stat list_lock_stat;
+	uint64_t list_locked_cpu;   /* list_lock: the holder's CPU time then */
+	struct lock_stat list_lock_stat;       /* wall time held */
+	struct lock_stat list_lock_cpu_stat;   /* holder's CPU time held */
 	/* list_lock: dirty files (dirty.c).  Only the flusher (or close,
 	 * after it stopped) changes them, under the lock; it may read them
 	 * without.  Others (stats) read the counts under the lock. */

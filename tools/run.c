@@ -280,6 +280,24 @@ static double pct(const uint64_t *v, size_t n, double p)
 	return (double)v[i ? i - 1 : 0] / 1e6;
 }
 
+
+/* One line of a lock-hold histogram: each entry's upper bound, count. */
+static void print_hist(unsigned d, const char *what, const uint64_t *hist)
+{
+	printf("device %u list-lock holds %s:", d, what);
+	for (int b = 0; b < 32; b++) {
+		if (!hist[b])
+			continue;
+		double ub = (double)(b ? 1ull << b : 1);
+		if (ub < 1e3)
+			printf(" <%.0fns:%llu", ub, (unsigned long long)hist[b]);
+		else if (ub < 1e6)
+			printf(" <%.0fus:%llu", ub / 1e3, (unsigned long long)hist[b]);
+		else
+			printf(" <%.0fms:%llu", ub / 1e6, (unsigned long long)hist[b]);
+	}
+	printf("\n");
+}
 static void report(double secs)
 {
 	const struct opts *o = &R.o;
@@ -315,7 +333,8 @@ static void report(double secs)
 	}
 	if (np)
 		qsort(all, np, sizeof(*all), cmp_u64);
-	printf("\ndevice  written MiB   MB/s  busy%%  list-lock holds  p99 us  max us  spec\n");
+	printf("\ndevice  written MiB   MB/s  busy%%  list-lock holds  p99 us  max us  "
+	       "max on CPU us  spec\n");
 	for (unsigned d = 0; d < o->ndev; d++) {
 		struct wbc_dev_stats ds;
 		wbc_dev_stats(R.dev[d], &ds);
@@ -323,29 +342,19 @@ static void report(double secs)
 		for (size_t i = 0; i < R.ns; i++)
 			busy += R.s[i].dev[d].writeback > 0;
 		uint64_t p99 = wbc_lock_hold_percentile(&ds, 99);
-		printf("%6u  %11.1f  %5.0f  %5.1f  %15llu  %6.1f  %6.1f  %s\n", d,
+		printf("%6u  %11.1f  %5.0f  %5.1f  %15llu  %6.1f  %6.1f  %13.1f  %s\n", d,
 		       (double)ds.written_back_bytes / MiB, (double)ds.written_back_bytes / secs / 1e6,
 		       R.ns ? 100.0 * (double)busy / (double)R.ns : 0,
 		       (unsigned long long)ds.list_lock_holds, (double)p99 / 1e3,
-		       (double)ds.list_lock_max_hold_ns / 1e3, o->devs[d]);
+		       (double)ds.list_lock_max_hold_ns / 1e3,
+		       (double)ds.list_lock_max_cpu_ns / 1e3, o->devs[d]);
 	}
-	/* the dirty-list lock's hold-time histogram: upper bound, count */
+	/* the dirty-list lock's hold-time histograms: upper bound, count */
 	for (unsigned d = 0; d < o->ndev; d++) {
 		struct wbc_dev_stats ds;
 		wbc_dev_stats(R.dev[d], &ds);
-		printf("device %u list-lock holds by time:", d);
-		for (int b = 0; b < 32; b++) {
-			if (!ds.list_lock_hold_hist[b])
-				continue;
-			double ub = (double)(b ? 1ull << b : 1);
-			if (ub < 1e3)
-				printf(" <%.0fns:%llu", ub, (unsigned long long)ds.list_lock_hold_hist[b]);
-			else if (ub < 1e6)
-				printf(" <%.0fus:%llu", ub / 1e3, (unsigned long long)ds.list_lock_hold_hist[b]);
-			else
-				printf(" <%.0fms:%llu", ub / 1e6, (unsigned long long)ds.list_lock_hold_hist[b]);
-		}
-		printf("\n");
+		print_hist(d, "by time", ds.list_lock_hold_hist);
+		print_hist(d, "on CPU", ds.list_lock_cpu_hist);
 	}
 	double dmin = 1e18, dmax = 0, dsum = 0, setp = 0, lim = 0;
 	for (size_t i = 0; i < R.ns; i++) {
