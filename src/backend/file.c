@@ -56,6 +56,8 @@ struct fbe {
 	bool warned;
 	struct io_uring ring;
 	pthread_mutex_t sq_lock;
+	unsigned fail_submits;  /* sq_lock: tests, file_fail_submits() */
+	int fail_err;
 	pthread_t reaper;
 	bool reopen;            /* descriptors are cached, see above */
 	pthread_mutex_t fd_lock;
@@ -64,6 +66,7 @@ struct fbe {
 };
 
 static char stop_marker;
+static char void_marker;   /* an entry voided after a failed submit */
 
 static void warn_buffered(struct fbe *f)
 {
@@ -282,11 +285,37 @@ static int queue_bio(struct fbe *f, struct wbc_bio *bio)
 	 * thread is done (ThreadSanitizer cannot see the kernel's ordering) */
 	atomic_store_explicit(&bio->handoff, 1, memory_order_release);
 	int r;
-	do
-		r = io_uring_submit(&f->ring);
-	while (r == -EINTR || r == -EAGAIN || r == -EBUSY);
+	if (f->fail_submits) {
+		f->fail_submits--;
+		r = f->fail_err;
+	} else {
+		do
+			r = io_uring_submit(&f->ring);
+		while (r == -EINTR || r == -EAGAIN || r == -EBUSY);
+	}
+	if (r < 0) {
+		/* The caller fails the bio and reuses it, but its entry is
+		 * published in the ring, and the next submit would start it.
+		 * A failed io_uring_enter consumed no entry, and no kernel
+		 * thread reads the ring between submits (no SQPOLL): it is
+		 * still ours to turn into a no-op, whose completion the
+		 * reaper ignores. */
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, &void_marker);
+	}
 	pthread_mutex_unlock(&f->sq_lock);
 	return r < 0 ? r : 0;
+}
+
+/* Tests: the next @n submissions fail with @err as io_uring_submit()
+ * would, their entries left in the ring. */
+void file_fail_submits(struct backend *be, unsigned n, int err)
+{
+	struct fbe *f = be->priv;
+	pthread_mutex_lock(&f->sq_lock);
+	f->fail_submits = n;
+	f->fail_err = err;
+	pthread_mutex_unlock(&f->sq_lock);
 }
 
 static int file_submit(struct backend *be, struct wbc_bio *bio)
@@ -334,6 +363,8 @@ static void *reaper_main(void *arg)
 		io_uring_cqe_seen(&f->ring, cqe);
 		if (data == &stop_marker)
 			return NULL;
+		if (data == &void_marker)
+			continue;
 		struct wbc_bio *bio = data;
 		(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
 		bool retry = res == -EAGAIN || res == -EINTR;
