@@ -107,11 +107,17 @@ static void handle_free(struct hslot *s, uint32_t slot)
 /* ------------------------------------------------------------------ */
 /* inode lookup and lifetime                                            */
 
+/* FNV-1a, then mixed (murmur3's finalizer): FNV-1a's top bits hardly
+ * depend on the last characters, so names that differ only there (file1,
+ * file2, ...) would all pick the same shard, which takes the top bits. */
 static uint64_t name_hash(const char *s)
 {
-	uint64_t h = 1469598103934665603ull;           /* FNV-1a */
+	uint64_t h = 1469598103934665603ull;
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
 	return h;
 }
 
@@ -137,6 +143,32 @@ int names_init(struct wbc_dev *dev)
 		wbc_mutex_init(&s->lock);
 	}
 	return 0;
+}
+
+/* Free half of every shard's free inodes (the flusher, every periodic
+ * wakeup: an idle device holds none after a minute or so). */
+void names_trim(struct wbc_dev *dev)
+{
+	for (int i = 0; i < NAME_SHARDS; i++) {
+		struct name_shard *s = &dev->shards[i];
+		struct inode *drop = NULL;
+		pthread_mutex_lock(&s->lock);
+		uint32_t keep = s->nfree / 2;
+		if (s->nfree > keep) {
+			struct inode **pp = &s->free;
+			for (uint32_t k = 0; k < keep; k++)
+				pp = &(*pp)->hash_next;
+			drop = *pp;
+			*pp = NULL;
+			s->nfree = keep;
+		}
+		pthread_mutex_unlock(&s->lock);
+		while (drop) {
+			struct inode *next = drop->hash_next;
+			free(drop);
+			drop = next;
+		}
+	}
 }
 
 size_t names_destroy(struct wbc_dev *dev)
@@ -197,8 +229,12 @@ static void hash_grow_locked(struct name_shard *s)
 	s->size = (uint32_t)nsize;
 }
 
-/* Free inodes a shard keeps at most (64 shards: 4096 per device). */
-#define SHARD_FREE_MAX 64
+/* Free inodes a shard keeps at most: 64 shards hold 64Ki inodes (about
+ * 26 MB), enough to carry a background writeback burst (it runs until
+ * the dirty pages fall below the background threshold, then writers
+ * dirty again) over to the writers' next files.  names_trim() gives them
+ * back over time. */
+#define SHARD_FREE_MAX 1024
 
 /* Tear @ino down (nothing can reach it) and keep its memory in @s, the
  * shard it was found by, for the next inode made there, or free it. */

@@ -710,6 +710,7 @@ static void *flusher_main(void *arg)
 			long n = ctr_dirty(&dev->ctr);
 			if (n > 0 || dirty_listed(dev))
 				wb_writeback(dev, WB_REASON_PERIODIC, WBC_MAX(n, 1));
+			names_trim(dev);
 			bandwidth_update(dev, wbc_now_ns());
 			pthread_mutex_lock(&dev->work_lock);
 			continue;

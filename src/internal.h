@@ -646,6 +646,8 @@ int inode_sync_size(struct inode *ino);
 int names_init(struct wbc_dev *dev);
 /* Returns the inodes still hashed (0 when all were released). */
 size_t names_destroy(struct wbc_dev *dev);
+/* Give back half of the inode memory kept for reuse. */
+void names_trim(struct wbc_dev *dev);
 void inode_drop_all_pages(struct inode *ino);
 
 /* dirty.c: dirty files per device in time buckets, under the timed
