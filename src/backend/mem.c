@@ -14,75 +14,117 @@
 struct mobj {
 	struct mobj *next;
 	char *name;
+	uint64_t hash;           /* mem_hash(name) */
 	pthread_rwlock_t lock;   /* data, size, cap */
 	char *data;
 	uint64_t size, cap;
 };
 
-struct mem {
-	pthread_mutex_t lock;    /* the hash */
+#define MEM_SHARDS 64
+#define MEM_HASH_INIT 64
+
+/* The objects by name, in shards with a lock each, so that threads that
+ * create files do not queue on one lock. */
+struct mem_shard {
+	pthread_mutex_t lock;    /* this shard's chains */
 	struct mobj **hash;
 	size_t hash_size, nr;
+} __attribute__((aligned(64)));
+
+struct mem {
+	struct mem_shard shards[MEM_SHARDS];
 	bool discard;
 };
 
-#define MEM_HASH_INIT 256
-
-static size_t mem_hash(const char *s, size_t size)
+/* FNV-1a, mixed: the top bits pick the shard, the low bits the chain. */
+static uint64_t mem_hash(const char *s)
 {
-	uint64_t h = 1469598103934665603ull;           /* FNV-1a */
+	uint64_t h = 1469598103934665603ull;
 	for (; *s; s++)
 		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return (size_t)h & (size - 1);
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	return h;
 }
 
-/* Double the table when it is full on average (lock held). */
-static void mem_grow(struct mem *m)
+static struct mem_shard *shard_of(struct mem *m, uint64_t h)
 {
-	size_t nsize = m->hash_size * 2;
+	return &m->shards[h >> 58];
+}
+
+static struct mobj *find_locked(struct mem_shard *s, const char *name, uint64_t h)
+{
+	assert_held(&s->lock);
+	struct mobj *o = s->hash[h & (s->hash_size - 1)];
+	while (o && strcmp(o->name, name))
+		o = o->next;
+	return o;
+}
+
+/* Double the shard's table when it is full on average (lock held). */
+static void mem_grow_locked(struct mem_shard *s)
+{
+	assert_held(&s->lock);
+	size_t nsize = s->hash_size * 2;
 	struct mobj **n = calloc(nsize, sizeof(*n));
 	if (!n)
 		return;                  /* longer chains, still correct */
-	for (size_t i = 0; i < m->hash_size; i++)
-		for (struct mobj *o = m->hash[i], *next; o; o = next) {
+	for (size_t i = 0; i < s->hash_size; i++)
+		for (struct mobj *o = s->hash[i], *next; o; o = next) {
 			next = o->next;
-			size_t k = mem_hash(o->name, nsize);
+			size_t k = (size_t)o->hash & (nsize - 1);
 			o->next = n[k];
 			n[k] = o;
 		}
-	free(m->hash);
-	m->hash = n;
-	m->hash_size = nsize;
+	free(s->hash);
+	s->hash = n;
+	s->hash_size = nsize;
+}
+
+static void mobj_free(struct mobj *o)
+{
+	pthread_rwlock_destroy(&o->lock);
+	free(o->data);
+	free(o->name);
+	free(o);
 }
 
 static int mem_open(struct backend *be, const char *name, bool create, void **obj,
 		    uint64_t *size)
 {
 	struct mem *m = be->priv;
-	pthread_mutex_lock(&m->lock);
-	struct mobj *o = m->hash[mem_hash(name, m->hash_size)];
-	while (o && strcmp(o->name, name))
-		o = o->next;
+	uint64_t h = mem_hash(name);
+	struct mem_shard *s = shard_of(m, h);
+	pthread_mutex_lock(&s->lock);
+	struct mobj *o = find_locked(s, name, h);
+	pthread_mutex_unlock(&s->lock);
 	if (!o) {
-		if (!create) {
-			pthread_mutex_unlock(&m->lock);
+		if (!create)
 			return -ENOENT;
-		}
-		o = calloc(1, sizeof(*o));
-		if (!o || !(o->name = strdup(name))) {
-			free(o);
-			pthread_mutex_unlock(&m->lock);
+		/* made without the lock; a racing creator's may win */
+		struct mobj *n = calloc(1, sizeof(*n));
+		if (!n || !(n->name = strdup(name))) {
+			free(n);
 			return -ENOMEM;
 		}
-		pthread_rwlock_init(&o->lock, NULL);
-		if (m->nr >= m->hash_size)
-			mem_grow(m);
-		size_t k = mem_hash(name, m->hash_size);
-		o->next = m->hash[k];
-		m->hash[k] = o;
-		m->nr++;
+		n->hash = h;
+		pthread_rwlock_init(&n->lock, NULL);
+		pthread_mutex_lock(&s->lock);
+		if (!(o = find_locked(s, name, h))) {
+			if (s->nr >= s->hash_size)
+				mem_grow_locked(s);
+			size_t k = (size_t)h & (s->hash_size - 1);
+			n->next = s->hash[k];
+			s->hash[k] = n;
+			s->nr++;
+			o = n;
+			n = NULL;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (n)
+			mobj_free(n);
 	}
-	pthread_mutex_unlock(&m->lock);
 	pthread_rwlock_rdlock(&o->lock);
 	*size = o->size;
 	pthread_rwlock_unlock(&o->lock);
@@ -176,16 +218,16 @@ static int mem_setsize(struct backend *be, void *obj, uint64_t size)
 static void mem_destroy(struct backend *be)
 {
 	struct mem *m = be->priv;
-	for (size_t i = 0; i < m->hash_size; i++)
-		for (struct mobj *o = m->hash[i], *next; o; o = next) {
-			next = o->next;
-			pthread_rwlock_destroy(&o->lock);
-			free(o->data);
-			free(o->name);
-			free(o);
-		}
-	free(m->hash);
-	pthread_mutex_destroy(&m->lock);
+	for (int i = 0; i < MEM_SHARDS; i++) {
+		struct mem_shard *s = &m->shards[i];
+		for (size_t k = 0; k < s->hash_size; k++)
+			for (struct mobj *o = s->hash[k], *next; o; o = next) {
+				next = o->next;
+				mobj_free(o);
+			}
+		free(s->hash);
+		pthread_mutex_destroy(&s->lock);
+	}
 	free(m);
 	free(be);
 }
@@ -203,15 +245,28 @@ static const struct backend_ops mem_ops = {
 int mem_backend_create(struct backend **out, bool discard)
 {
 	struct backend *be = calloc(1, sizeof(*be));
-	struct mem *m = calloc(1, sizeof(*m));
-	if (!be || !m || !(m->hash = calloc(MEM_HASH_INIT, sizeof(*m->hash)))) {
+	struct mem *m = aligned_alloc(64, sizeof(*m));
+	if (!be || !m) {
 		free(be);
 		free(m);
 		return -ENOMEM;
 	}
-	m->hash_size = MEM_HASH_INIT;
+	memset(m, 0, sizeof(*m));
+	for (int i = 0; i < MEM_SHARDS; i++) {
+		struct mem_shard *s = &m->shards[i];
+		if (!(s->hash = calloc(MEM_HASH_INIT, sizeof(*s->hash)))) {
+			while (i-- > 0) {
+				free(m->shards[i].hash);
+				pthread_mutex_destroy(&m->shards[i].lock);
+			}
+			free(m);
+			free(be);
+			return -ENOMEM;
+		}
+		s->hash_size = MEM_HASH_INIT;
+		wbc_mutex_init(&s->lock);
+	}
 	m->discard = discard;
-	wbc_mutex_init(&m->lock);
 	be->ops = &mem_ops;
 	be->qd = MEM_QD;
 	be->max_io = MEM_MAX_IO;
