@@ -22,8 +22,12 @@
  *    resident set while the files were made, writeback held off, divided
  *    by the files; the page arena is resident before).
  *
+ *    Then the same with one creator (unless THREADS= sets the count): a
+ *    core is left to the writeback threads, so the ratio shows what
+ *    running beside them costs a create, apart from sharing the CPUs.
+ *
  *    `manyfiles curve`, `manyfiles create`, `manyfiles held`, `manyfiles
- *    running`: one part only.
+ *    running`: one part only.  THREADS= creators (2), FILES=, RUNS=.
  */
 #include "../tests/testutil.h"
 #include "internal.h"
@@ -345,31 +349,12 @@ static double median(double *v, int n)
 	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
-int main(int argc, char **argv)
+/* RUNS alternating pairs (held off, running) with @nthreads creators, so
+ * that both see the same machine weather; prints the medians. */
+static void create_pairs(uint64_t files, int runs)
 {
-	const char *th = getenv("THREADS");
-	if (th && (atoi(th) < 1 || atoi(th) > 8)) {
-		fprintf(stderr, "manyfiles: THREADS must be 1 to 8\n");
-		return 2;
-	}
-	nthreads = th ? atoi(th) : 2;
-	const char *e = getenv("FILES");
-	uint64_t files = e ? strtoull(e, NULL, 0) : 1000000;
-	const char *only = argc > 1 ? argv[1] : "";
-	if (!*only || !strcmp(only, "curve"))
-		cost_curve();
-	if (!strcmp(only, "curve"))
-		return 0;
 	printf("\nfs_mark-style: %llu files of 4 KiB, %d thread%s, %s\n", (unsigned long long)files,
 	       nthreads, nthreads > 1 ? "s" : "", MODEL);
-	if (!strcmp(only, "running") || !strcmp(only, "held")) {   /* one phase, for profiling */
-		create_run(files, !strcmp(only, "running"));
-		return 0;
-	}
-	/* pairs, alternating, so that both see the same machine weather */
-	const char *r = getenv("RUNS");
-	int runs = r ? atoi(r) : 5;
-	runs = runs < 1 ? 1 : runs > 9 ? 9 : runs;
 	double ratio[9], cpu_ratio[9], off_rate[9], on_rate[9], max_off = 0, max_on = 0;
 	double max_on_cpu = 0;
 	double bytes_per_file = 0;
@@ -387,15 +372,50 @@ int main(int argc, char **argv)
 			bytes_per_file = off.bytes_per_file;
 		printf("  pair %d: running / held off %.2fx\n", i + 1, ratio[i]);
 	}
-	printf("create rate (median of %d pairs): held off %.0f files/s, running %.0f files/s\n",
-	       runs, median(off_rate, runs), median(on_rate, runs));
-	printf("create rate, writeback running / held off: %.2fx (wall clock, median pair), "
-	       "%.2fx (per creator CPU-second: the cost of a create)\n", median(ratio, runs),
-	       median(cpu_ratio, runs));
+	printf("%d thread%s: create rate (median of %d pairs): held off %.0f files/s, running %.0f "
+	       "files/s\n", nthreads, nthreads > 1 ? "s" : "", runs, median(off_rate, runs),
+	       median(on_rate, runs));
+	printf("%d thread%s: create rate, writeback running / held off: %.2fx (wall clock, median "
+	       "pair), %.2fx (per creator CPU-second: the cost of a create)\n", nthreads,
+	       nthreads > 1 ? "s" : "", median(ratio, runs), median(cpu_ratio, runs));
 	printf("max dirty-list lock hold: %.1f us (held off), %.1f us (running); on CPU %.1f us "
 	       "(running)\n", max_off, max_on, max_on_cpu);
 	printf("memory per tracked dirty file: %.0f bytes (engine inode with its name, page "
 	       "index, handle slot, and the mem backend's object)\n", bytes_per_file);
+}
+
+int main(int argc, char **argv)
+{
+	const char *th = getenv("THREADS");
+	if (th && (atoi(th) < 1 || atoi(th) > 8)) {
+		fprintf(stderr, "manyfiles: THREADS must be 1 to 8\n");
+		return 2;
+	}
+	nthreads = th ? atoi(th) : 2;
+	const char *e = getenv("FILES");
+	uint64_t files = e ? strtoull(e, NULL, 0) : 1000000;
+	const char *only = argc > 1 ? argv[1] : "";
+	if (!*only || !strcmp(only, "curve"))
+		cost_curve();
+	if (!strcmp(only, "curve"))
+		return 0;
+	if (!strcmp(only, "running") || !strcmp(only, "held")) {   /* one phase, for profiling */
+		printf("\nfs_mark-style: %llu files of 4 KiB, %d thread%s, %s\n",
+		       (unsigned long long)files, nthreads, nthreads > 1 ? "s" : "", MODEL);
+		create_run(files, !strcmp(only, "running"));
+		return 0;
+	}
+	const char *r = getenv("RUNS");
+	int runs = r ? atoi(r) : 5;
+	runs = runs < 1 ? 1 : runs > 9 ? 9 : runs;
+	create_pairs(files, runs);
+	/* without THREADS, one creator too: a core is then left to the
+	 * writeback threads, and the ratio shows what running beside them
+	 * costs a create */
+	if (!th) {
+		nthreads = 1;
+		create_pairs(files, runs);
+	}
 	printf("struct inode: %zu bytes\n", sizeof(struct inode));
 	return 0;
 }
