@@ -275,10 +275,13 @@ static struct inode *inode_reuse_locked(struct name_shard *s, size_t nlen)
  * free inodes fit later names). */
 static struct inode *inode_new(size_t nlen)
 {
-	size_t cap = (nlen + 15) & ~(size_t)15;
-	struct inode *ino = calloc(1, sizeof(*ino) + cap);
-	if (ino)
-		ino->name_cap = (uint32_t)cap;
+	/* 64-byte aligned, so that the line-0 fields share one line */
+	size_t bytes = (offsetof(struct inode, name_buf) + nlen + 63) & ~(size_t)63;
+	struct inode *ino = aligned_alloc(64, bytes);
+	if (ino) {
+		memset(ino, 0, bytes);
+		ino->name_cap = (uint32_t)(bytes - offsetof(struct inode, name_buf));
+	}
 	return ino;
 }
 

@@ -303,42 +303,52 @@ enum {
 	I_SYNC  = 1u << 1,   /* being written by the flusher, off the lists */
 };
 
+/*
+ * Laid out by who touches what, in 64-byte lines (inodes are allocated
+ * 64-byte aligned): line 0 is what the dirty lists and the flusher's first
+ * look at a file need; lines 1-2 are inode->lock and what writeback and
+ * its completion read and write under it; the rest is touched at creation,
+ * lookup and teardown.
+ */
 struct inode {
-	struct wbc_dev *dev;
-	char *name;                 /* = name_buf, allocated with the inode */
-	void *obj;                  /* backend object */
-	uint64_t hash;              /* name_hash(name), fixed */
-	/* its name_shard's lock */
-	struct inode *hash_next;
-	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
-	struct wbc_group *group;    /* fixed at creation; may be NULL */
+	/* line 0 */
+	/* dirty tracking (dirty.c): state changes by CAS, no lock */
+	_Atomic unsigned state;     /* I_DIRTY, I_SYNC */
 	/* handles + dirty lists + bios in flight; atomic: only the drop to
 	 * zero happens under its name shard's lock (iput) */
 	atomic_uint refs;
-
-	pthread_rwlock_t rwsem;
-	pthread_mutex_t lock;
-	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
-	/* inode->lock */
-	struct pagemap map;
-	uint64_t i_size;
-	uint64_t backend_size;      /* size the backend object has (our view) */
-	uint64_t nr_pages, nr_dirty, nr_writeback;
-	uint64_t writeback_index;   /* where the next cyclic pass starts */
-	unsigned waiters;
-	bool sizing;                /* truncate/size sync owns the backend size */
-	uint64_t retry_after;       /* ns: no background retry before (errors) */
-	uint64_t retry_backoff_ns;
-	struct errseq wb_err;
-
-	/* dirty tracking (dirty.c): state changes by CAS, no lock */
-	_Atomic unsigned state;     /* I_DIRTY, I_SYNC */
 	struct inode *inbox_next;   /* on dev->inbox: dirtied, not yet filed */
 	/* written by the thread that dirties a clean file (before the push),
 	 * then by the flusher */
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
-	/* dev->list_lock */
+	/* dev->list_lock, or the flusher's private batch */
 	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
+	struct wbc_dev *dev;
+	void *obj;                  /* backend object */
+	struct wbc_group *group;    /* fixed at creation; may be NULL */
+
+	/* lines 1-2 */
+	pthread_mutex_t lock;
+	/* inode->lock */
+	uint64_t nr_dirty, nr_writeback;
+	unsigned waiters;
+	bool sizing;                /* truncate/size sync owns the backend size */
+	struct pagemap map;
+	uint64_t i_size;
+	uint64_t backend_size;      /* size the backend object has (our view) */
+	uint64_t writeback_index;   /* where the next cyclic pass starts */
+	uint64_t retry_after;       /* ns: no background retry before (errors) */
+	uint64_t nr_pages;
+	uint64_t retry_backoff_ns;
+	struct errseq wb_err;
+
+	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
+	pthread_rwlock_t rwsem;
+	char *name;                 /* = name_buf, allocated with the inode */
+	uint64_t hash;              /* name_hash(name), fixed */
+	/* its name_shard's lock */
+	struct inode *hash_next;
+	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };
