@@ -107,20 +107,6 @@ static void handle_free(struct hslot *s, uint32_t slot)
 /* ------------------------------------------------------------------ */
 /* inode lookup and lifetime                                            */
 
-/* FNV-1a, then mixed (murmur3's finalizer): FNV-1a's top bits hardly
- * depend on the last characters, so names that differ only there (file1,
- * file2, ...) would all pick the same shard, which takes the top bits. */
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
-}
-
 #define SHARD_INITIAL 64
 
 static struct name_shard *shard_of(struct wbc_dev *dev, uint64_t h)
@@ -288,7 +274,7 @@ static struct inode *inode_new(size_t nlen)
 struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		   struct wbc_group *group, int *err)
 {
-	uint64_t h = name_hash(name);
+	uint64_t h = wbc_name_hash(name);
 	struct name_shard *s = shard_of(dev, h);
 	size_t nlen = strlen(name) + 1;
 	pthread_mutex_lock(&s->lock);

@@ -403,6 +403,21 @@ struct wb_work {
 /* ------------------------------------------------------------------ */
 /* dirty accounting (throttle.c)                                        */
 
+/* A name's hash for the sharded tables (name hash, mem backend): FNV-1a,
+ * then mixed by murmur3's finalizer, because FNV-1a's top bits hardly
+ * depend on the last characters, and names that differ only there (file1,
+ * file2, ...) would all pick the same shard, which takes the top bits. */
+static inline uint64_t wbc_name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	return h;
+}
+
 /*
  * Per-CPU counters.  Hot-path counts (pages dirtied, bytes written) are
  * striped over PCPU_SLOTS slots 64 bytes apart, chosen by the CPU the

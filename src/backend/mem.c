@@ -14,7 +14,7 @@
 struct mobj {
 	struct mobj *next;
 	char *name;
-	uint64_t hash;           /* mem_hash(name) */
+	uint64_t hash;           /* wbc_name_hash(name) */
 	pthread_rwlock_t lock;   /* data, size, cap */
 	char *data;
 	uint64_t size, cap;
@@ -35,18 +35,6 @@ struct mem {
 	struct mem_shard shards[MEM_SHARDS];
 	bool discard;
 };
-
-/* FNV-1a, mixed: the top bits pick the shard, the low bits the chain. */
-static uint64_t mem_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
-}
 
 static struct mem_shard *shard_of(struct mem *m, uint64_t h)
 {
@@ -94,7 +82,7 @@ static int mem_open(struct backend *be, const char *name, bool create, void **ob
 		    uint64_t *size)
 {
 	struct mem *m = be->priv;
-	uint64_t h = mem_hash(name);
+	uint64_t h = wbc_name_hash(name);
 	struct mem_shard *s = shard_of(m, h);
 	pthread_mutex_lock(&s->lock);
 	struct mobj *o = find_locked(s, name, h);
