@@ -345,7 +345,7 @@ struct inode {
 	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
 	pthread_rwlock_t rwsem;
 	char *name;                 /* = name_buf, allocated with the inode */
-	uint64_t hash;              /* name_hash(name), fixed */
+	uint64_t hash;              /* wbc_name_hash(name), fixed */
 	/* its name_shard's lock */
 	struct inode *hash_next;
 	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
