@@ -14,12 +14,58 @@
  *   5. files whose last page is partial: writeback writes the whole page,
  *      so the backend size is trimmed afterwards and the file is listed
  *      again with no dirty page; periodic passes visit such files too,
- *      and every file leaves the hash.
+ *      and every file leaves the hash;
+ *   6. stress (for SAN=thread): three threads create, write, close and
+ *      reopen files while writeback drops them and another thread trims
+ *      the kept inodes over and over; every file reads back right.
  */
 #include "testutil.h"
 #include "internal.h"
 
+#include <pthread.h>
+
 #define FILES 3000
+#define STRESS_THREADS 3
+#define STRESS_FILES 2000
+
+static struct wbc_dev *sdev;
+static atomic_bool stop_trim;
+
+static void *stress_writer(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	char buf[512], got[512], name[64];
+	for (int i = 0; i < STRESS_FILES; i++) {
+		wbc_file *f;
+		snprintf(name, sizeof(name), "s%d-%d", id, i);
+		t_fill(buf, sizeof(buf), (uint64_t)(id * STRESS_FILES + i));
+		CHECK_EQ(wbc_file_open(sdev, name, WBC_O_CREAT, &f), 0);
+		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), sizeof(buf));
+		CHECK_EQ(wbc_file_close(f), 0);
+		if (i % 7 == 0) {
+			/* an earlier file, perhaps dropped by now */
+			int j = i / 2;
+			snprintf(name, sizeof(name), "s%d-%d", id, j);
+			t_fill(buf, sizeof(buf), (uint64_t)(id * STRESS_FILES + j));
+			CHECK_EQ(wbc_file_open(sdev, name, 0, &f), 0);
+			CHECK_EQ(wbc_pread(f, got, sizeof(got), 0), sizeof(got));
+			CHECK(!memcmp(got, buf, sizeof(got)));
+			CHECK_EQ(wbc_file_close(f), 0);
+		}
+	}
+	return NULL;
+}
+
+static void *trimmer(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop_trim)) {
+		names_trim(sdev);
+		struct timespec ts = { 0, 200 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
 
 static void sums(struct wbc_dev *dev, size_t *listed, size_t *kept)
 {
@@ -124,6 +170,19 @@ int main(void)
 	make(dev, 3);
 	CHECK(T_WAIT_UNTIL((sums(dev, &listed, &kept), listed == 0)));
 	verify(dev, 3);
+
+	/* 6. stress */
+	sdev = dev;
+	pthread_t th[STRESS_THREADS], tr;
+	CHECK_EQ(pthread_create(&tr, NULL, trimmer, NULL), 0);
+	for (int i = 0; i < STRESS_THREADS; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, stress_writer, (void *)(intptr_t)i), 0);
+	for (int i = 0; i < STRESS_THREADS; i++)
+		pthread_join(th[i], NULL);
+	atomic_store(&stop_trim, true);
+	pthread_join(tr, NULL);
+	CHECK_EQ(wbc_dev_sync(dev), 0);
+	CHECK(T_WAIT_UNTIL((sums(dev, &listed, &kept), listed == 0)));
 	CHECK_EQ(wbc_cache_close(c), 0);
 	return 0;
 }
