@@ -58,7 +58,12 @@ struct model {
 	uint64_t t0;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct pending *heap;       /* min-heap on (due_ns, seq) */
+	/* queued I/Os in due order: a ring from head, n of cap (a power of
+	 * two).  Due times only grow with submission order (one pipe, one
+	 * latency), so a push lands at the tail; the insertion step keeps
+	 * the order should that ever not hold. */
+	struct pending *q;
+	size_t head;
 	size_t n, cap;
 	uint64_t seq;
 	double busy_until_s;        /* the pipe is busy until then (since t0) */
@@ -227,42 +232,28 @@ static uint64_t rng_next(uint64_t *s)
 	return x * 2685821657736338717ull;
 }
 
-static void heap_push(struct model *m, struct pending p)
+static struct pending *q_at(struct model *m, size_t i)
 {
-	size_t i = m->n++;
-	m->heap[i] = p;
-	while (i) {
-		size_t up = (i - 1) / 2;
-		struct pending *a = &m->heap[up], *b = &m->heap[i];
-		if (a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->seq < b->seq))
-			break;
-		struct pending t = *a;
-		*a = *b;
-		*b = t;
-		i = up;
-	}
+	return &m->q[(m->head + i) & (m->cap - 1)];
 }
 
-static struct pending heap_pop(struct model *m)
+/* Caller made room (n < cap). */
+static void q_push(struct model *m, struct pending p)
 {
-	struct pending top = m->heap[0];
-	m->heap[0] = m->heap[--m->n];
-	size_t i = 0;
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, s = i;
-		if (l < m->n && (m->heap[l].due_ns < m->heap[s].due_ns ||
-				 (m->heap[l].due_ns == m->heap[s].due_ns && m->heap[l].seq < m->heap[s].seq)))
-			s = l;
-		if (r < m->n && (m->heap[r].due_ns < m->heap[s].due_ns ||
-				 (m->heap[r].due_ns == m->heap[s].due_ns && m->heap[r].seq < m->heap[s].seq)))
-			s = r;
-		if (s == i)
-			break;
-		struct pending t = m->heap[s];
-		m->heap[s] = m->heap[i];
-		m->heap[i] = t;
-		i = s;
+	size_t i = m->n++;
+	while (i && (q_at(m, i - 1)->due_ns > p.due_ns ||
+		     (q_at(m, i - 1)->due_ns == p.due_ns && q_at(m, i - 1)->seq > p.seq))) {
+		*q_at(m, i) = *q_at(m, i - 1);
+		i--;
 	}
+	*q_at(m, i) = p;
+}
+
+static struct pending q_pop(struct model *m)
+{
+	struct pending top = *q_at(m, 0);
+	m->head = (m->head + 1) & (m->cap - 1);
+	m->n--;
 	return top;
 }
 
@@ -288,7 +279,7 @@ static void *model_main(void *arg)
 		}
 		uint64_t now = wbc_now_ns();
 		double t = (double)(now - m->t0) / 1e9;
-		uint64_t due = m->heap[0].due_ns;
+		uint64_t due = q_at(m, 0)->due_ns;
 		/* a stall holds completions until it ends (or is released) */
 		if (in_stall_locked(m, t)) {
 			double end = m->cfg.stall_at + m->cfg.stall_for;
@@ -303,8 +294,8 @@ static void *model_main(void *arg)
 		struct pending due_now[MODEL_COMPLETE_BATCH];
 		unsigned n = 0;
 		do
-			due_now[n++] = heap_pop(m);
-		while (n < MODEL_COMPLETE_BATCH && m->n && m->heap[0].due_ns <= now);
+			due_now[n++] = q_pop(m);
+		while (n < MODEL_COMPLETE_BATCH && m->n && q_at(m, 0)->due_ns <= now);
 		pthread_mutex_unlock(&m->lock);
 		for (unsigned i = 0; i < n; i++) {
 			struct wbc_bio *bio = due_now[i].bio;
@@ -333,11 +324,16 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 	assert_held(&m->lock);
 	const struct model_cfg *cfg = &m->cfg;
 	if (m->n == m->cap) {
+		/* grow, the ring unrolled from its head */
 		size_t ncap = m->cap ? m->cap * 2 : 64;
-		struct pending *h = realloc(m->heap, ncap * sizeof(*h));
-		if (!h)
+		struct pending *nq = malloc(ncap * sizeof(*nq));
+		if (!nq)
 			return false;
-		m->heap = h;
+		for (size_t i = 0; i < m->n; i++)
+			nq[i] = *q_at(m, i);
+		free(m->q);
+		m->q = nq;
+		m->head = 0;
 		m->cap = ncap;
 	}
 	double now = (double)(now_ns - m->t0) / 1e9;
@@ -359,7 +355,7 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 	}
 	struct pending p = { .due_ns = m->t0 + (uint64_t)(done * 1e9), .seq = m->seq++,
 			     .bio = bio, .res = res };
-	heap_push(m, p);
+	q_push(m, p);
 	return true;
 }
 
@@ -368,13 +364,13 @@ static int model_submit_many(struct backend *be, struct wbc_bio **bios, unsigned
 {
 	struct model *m = be->priv;
 	pthread_mutex_lock(&m->lock);
-	uint64_t first = m->n ? m->heap[0].seq : UINT64_MAX, now = wbc_now_ns();
+	uint64_t first = m->n ? q_at(m, 0)->seq : UINT64_MAX, now = wbc_now_ns();
 	unsigned i = 0;
 	while (i < n && queue_locked(m, bios[i], now))
 		i++;
 	/* wake the model thread only when its next deadline moved earlier:
 	 * a bio queued behind others is found when they complete */
-	if (i && m->heap[0].seq != first)
+	if (i && q_at(m, 0)->seq != first)
 		pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	*queued = i;
@@ -423,7 +419,7 @@ static void model_destroy(struct backend *be)
 	m->mem->ops->destroy(m->mem);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->cond);
-	free(m->heap);
+	free(m->q);
 	free(m);
 	free(be);
 }
