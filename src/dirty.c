@@ -75,13 +75,18 @@ static uint64_t thread_cpu_ns(void)
  * descheduled (preempted, or its virtual CPU stopped by the host) inside
  * any critical section; the wall time then says how long others could
  * have waited, the CPU time how long the section ran.  The CPU clock is
- * read outside the lock (two system calls per hold, a few hundred ns,
- * never inside the section), which makes its reading an upper bound.
+ * read outside the lock (two system calls per hold, a few hundred ns),
+ * except after a wait for the lock, which makes its reading an upper
+ * bound that never counts the wait.
  */
 void dev_list_lock(struct wbc_dev *dev)
 {
 	uint64_t cpu = thread_cpu_ns();
-	pthread_mutex_lock(&dev->list_lock);
+	if (pthread_mutex_trylock(&dev->list_lock)) {
+		pthread_mutex_lock(&dev->list_lock);
+		/* it waited (spun, slept): that CPU was not spent holding it */
+		cpu = thread_cpu_ns();
+	}
 	dev->list_locked_at = wbc_now_ns();
 	dev->list_locked_cpu = cpu;
 }
