@@ -18,10 +18,11 @@
  *                       read the counts under it.  Writers never take it: a
  *                       newly dirtied file goes on the device's lock-free
  *                       inbox, which the flusher files.
- *   name_shard->lock    one shard of a device's name hash, and the drop of
+ *   name_shard->lock    one shard of a device's name hash, the drop of
  *                       the last reference of an inode in it (refs is
- *                       atomic; iput takes the lock only to drop to zero)
- *                       (leaf).
+ *                       atomic; iput takes the lock only to drop to zero),
+ *                       and the shard's free inodes (taken again after a
+ *                       teardown, never held across it) (leaf).
  *   dev->bw_lock        rate estimation of one device (bandwidth.c; only
  *                       ever trylocked, so no thread waits for it)
  *     cache->dev_lock   the device list, group creation
@@ -31,7 +32,8 @@
  *   dev->work_lock      work queue, flusher wakeups (leaf).
  *   dev->err_lock       the device's errseq (leaf).
  *   handle table lock   (file.c, leaf).
- *   backend-private locks (mem object rwlocks, the model's queue lock, the
+ *   backend-private locks (the mem backend's name shards and object
+ *   rwlocks, the model's queue lock, the
  *   file backend's submission lock and descriptor-cache lock) are leaves:
  *   backends call end_io with none of them held; an opener device's
  *   callback runs under the descriptor-cache lock and takes none of ours.
