@@ -504,7 +504,7 @@ static void work_hint_update_locked(struct wbc_dev *dev)
 /* Files put back per hold of the list lock; the clock is read once per
  * batch.  A pass files the inbox every DRAIN_EVERY files. */
 #define WB_BATCH 16
-#define DRAIN_EVERY 512
+#define DRAIN_EVERY 4096
 
 /*
  * Background, periodic and start-all writeback (WB_SYNC_NONE).
