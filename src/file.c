@@ -169,7 +169,7 @@ size_t names_destroy(struct wbc_dev *dev)
 			free(ino);
 		}
 		free(s->tab);
-		pthread_mutex_destroy(&dev->shards[i].lock);
+		pthread_mutex_destroy(&s->lock);
 	}
 	return left;
 }
@@ -222,14 +222,10 @@ static void hash_grow_locked(struct name_shard *s)
  * back over time. */
 #define SHARD_FREE_MAX 1024
 
-/* Tear @ino down (nothing can reach it) and keep its memory in @s, the
- * shard it was found by, for the next inode made there, or free it. */
-static void inode_free(struct name_shard *s, struct inode *ino)
+/* Keep the memory of @ino (torn down, or never set up) in @s for the next
+ * inode made there, or free it. */
+static void inode_keep(struct name_shard *s, struct inode *ino)
 {
-	pm_destroy(&ino->map);
-	pthread_rwlock_destroy(&ino->rwsem);
-	pthread_mutex_destroy(&ino->lock);
-	pthread_cond_destroy(&ino->wait);
 	pthread_mutex_lock(&s->lock);
 	if (s->nfree < SHARD_FREE_MAX) {
 		ino->hash_next = s->free;
@@ -239,6 +235,17 @@ static void inode_free(struct name_shard *s, struct inode *ino)
 	}
 	pthread_mutex_unlock(&s->lock);
 	free(ino);
+}
+
+/* Tear @ino down (nothing can reach it) and keep its memory in @s, the
+ * shard it was found by. */
+static void inode_free(struct name_shard *s, struct inode *ino)
+{
+	pm_destroy(&ino->map);
+	pthread_rwlock_destroy(&ino->rwsem);
+	pthread_mutex_destroy(&ino->lock);
+	pthread_cond_destroy(&ino->wait);
+	inode_keep(s, ino);
 }
 
 /* A free inode of @s with room for a name of @nlen bytes, zeroed; NULL
@@ -284,18 +291,22 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		pthread_mutex_unlock(&s->lock);
 		return ino;
 	}
-	ino = inode_reuse_locked(s, nlen);
+	/* a file made now takes a kept inode in this hold; a lookup that
+	 * may find nothing waits for the backend first */
+	ino = create ? inode_reuse_locked(s, nlen) : NULL;
 	pthread_mutex_unlock(&s->lock);
-	if (!ino && !(ino = inode_new(nlen))) {
-		*err = -ENOMEM;
-		return NULL;
-	}
 
 	void *obj;
 	uint64_t size;
 	*err = dev->be->ops->open(dev->be, name, create, &obj, &size);
 	if (*err) {
-		free(ino);
+		if (ino)
+			inode_keep(s, ino);
+		return NULL;
+	}
+	if (!ino && !(ino = inode_new(nlen))) {
+		dev->be->ops->close(dev->be, obj);
+		*err = -ENOMEM;
 		return NULL;
 	}
 	ino->name = memcpy(ino->name_buf, name, nlen);

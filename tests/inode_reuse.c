@@ -3,7 +3,8 @@
  * leaves its inode in its name shard, and the next file made in that
  * shard takes it.
  *   1. short names: every file written, closed and synced is dropped from
- *      the name hash, and the shards keep inodes for reuse;
+ *      the name hash, and the shards keep inodes for reuse; opening names
+ *      that do not exist takes none of them;
  *   2. names of every length from 1 to 250 bytes, made after that: longer
  *      names than a kept inode has room for get a new one (an overflow
  *      here is what SAN=address would catch), shorter ones reuse;
@@ -143,6 +144,17 @@ int main(void)
 	make(dev, 1);
 	CHECK(T_WAIT_UNTIL((sums(dev, &listed, &kept), listed == 0)));
 	CHECK(kept > 0);
+	/* a lookup that finds nothing costs no kept inode */
+	size_t before_miss = kept;
+	wbc_file *nf;
+	for (int i = 0; i < 100; i++) {
+		char miss[32];
+		snprintf(miss, sizeof(miss), "missing-%d", i);
+		CHECK_EQ(wbc_file_open(dev, miss, 0, &nf), -ENOENT);
+	}
+	sums(dev, &listed, &kept);
+	CHECK_EQ(kept, before_miss);
+	CHECK_EQ(listed, 0);
 	make(dev, 2);
 	CHECK(T_WAIT_UNTIL((sums(dev, &listed, &kept), listed == 0)));
 	CHECK(kept > 0);

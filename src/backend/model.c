@@ -59,9 +59,8 @@ struct model {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	/* queued I/Os in due order: a ring from head, n of cap (a power of
-	 * two).  Due times only grow with submission order (one pipe, one
-	 * latency), so a push lands at the tail; the insertion step keeps
-	 * the order should that ever not hold. */
+	 * two).  Due times only grow with submission order (one pipe whose
+	 * busy time only grows, one latency), so a FIFO is in due order. */
 	struct pending *q;
 	size_t head;
 	size_t n, cap;
@@ -240,13 +239,8 @@ static struct pending *q_at(struct model *m, size_t i)
 /* Caller made room (n < cap). */
 static void q_push(struct model *m, struct pending p)
 {
-	size_t i = m->n++;
-	while (i && (q_at(m, i - 1)->due_ns > p.due_ns ||
-		     (q_at(m, i - 1)->due_ns == p.due_ns && q_at(m, i - 1)->seq > p.seq))) {
-		*q_at(m, i) = *q_at(m, i - 1);
-		i--;
-	}
-	*q_at(m, i) = p;
+	assert(!m->n || q_at(m, m->n - 1)->due_ns <= p.due_ns);
+	*q_at(m, m->n++) = p;
 }
 
 static struct pending q_pop(struct model *m)
