@@ -110,12 +110,15 @@ static struct wbc_bio *bio_get(struct wbc_dev *dev, struct bio_plug *plug)
 	return b;
 }
 
-static void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
+/* Return the chain @b .. @last (@n bios, linked by next_free) to the pool. */
+static void bio_put_chain(struct wbc_dev *dev, struct wbc_bio *b, struct wbc_bio *last, unsigned n)
 {
 	pthread_mutex_lock(&dev->io_lock);
-	b->next_free = dev->bio_free;
+	last->next_free = dev->bio_free;
 	dev->bio_free = b;
-	if (!--dev->inflight)
+	assert(dev->inflight >= n);
+	dev->inflight -= n;
+	if (!dev->inflight)
 		dev->busy_ns += wbc_now_ns() - dev->busy_since;
 	/* Wake waiters in batches, not per bio: a writer that ran out of bios
 	 * resumes once a quarter of the pool is free (the kernel's sbitmap
@@ -125,6 +128,11 @@ static void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
 				!dev->inflight))
 		pthread_cond_broadcast(&dev->io_cond);
 	pthread_mutex_unlock(&dev->io_lock);
+}
+
+static void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
+{
+	bio_put_chain(dev, b, b, 1);
 }
 
 /* Wait until no bio of the device is in flight. */
@@ -149,6 +157,83 @@ void dev_record_error(struct wbc_dev *dev, int err)
 /* ------------------------------------------------------------------ */
 /* writeback completion                                                 */
 
+/*
+ * Completions of one batch (bio_end_batch_begin .. _end), in one thread:
+ * what every completion would do to shared cache lines (the statistics,
+ * the dirty counters, the bio pool's lock, the page waiters' check) is
+ * summed here and done once.  Sums are per device and group: a bio of
+ * another settles what was summed first.  A completion that wakes a
+ * waiter on its file settles the sums before the wakeup, so whoever
+ * waited (fsync) finds the counters up to date, as without a batch.
+ */
+struct end_batch {
+	bool open;
+	struct wbc_dev *dev;
+	struct wbc_group *group;
+	uint64_t bytes, ios;
+	long cleaned;
+	struct wbc_bio *bios, *last;   /* to put back, linked by next_free */
+	unsigned nbios;
+};
+static _Thread_local struct end_batch eb;
+
+/* Settle the sums (not the bios). */
+static void end_batch_settle(void)
+{
+	if (eb.bytes) {
+		struct wbc_cache *c = eb.dev->cache;
+		atomic_fetch_add(&c->st_written_back, eb.bytes);
+		atomic_fetch_add(&c->st_write_ios, eb.ios);
+		atomic_fetch_add(&eb.dev->completed_bytes, eb.bytes);
+		eb.bytes = eb.ios = 0;
+	}
+	if (eb.cleaned) {
+		account_domains(eb.dev, eb.group, 0, -eb.cleaned);
+		eb.cleaned = 0;
+	}
+}
+
+/* Settle everything: sums, bios, page waiters. */
+static void end_batch_flush(void)
+{
+	if (!eb.dev)
+		return;
+	end_batch_settle();
+	if (eb.nbios)
+		bio_put_chain(eb.dev, eb.bios, eb.last, eb.nbios);
+	eb.bios = eb.last = NULL;
+	eb.nbios = 0;
+	cache_wake_page_waiters(eb.dev->cache);
+	eb.dev = NULL;
+	eb.group = NULL;
+}
+
+void bio_end_batch_begin(void)
+{
+	assert(!eb.open);
+	eb.open = true;
+}
+
+void bio_end_batch_end(void)
+{
+	assert(eb.open);
+	end_batch_flush();
+	eb.open = false;
+}
+
+/* Start summing for @dev and @g (settling sums of another pair first). */
+static void end_batch_for(struct wbc_dev *dev, struct wbc_group *g)
+{
+	if (eb.dev != dev) {
+		end_batch_flush();
+		eb.dev = dev;
+		eb.group = g;
+	} else if (eb.group != g) {
+		end_batch_settle();
+		eb.group = g;
+	}
+}
+
 static void wb_end_io(struct wbc_bio *bio)
 {
 	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
@@ -168,6 +253,10 @@ static void wb_end_io(struct wbc_bio *bio)
 		if (!retry)
 			atomic_fetch_add(&c->st_lost, len);
 		dev_record_error(dev, err);
+	} else if (eb.open) {
+		end_batch_for(dev, ino->group);
+		eb.bytes += len;
+		eb.ios++;
 	} else {
 		atomic_fetch_add(&c->st_written_back, len);
 		atomic_fetch_add(&c->st_write_ios, 1);
@@ -212,19 +301,59 @@ static void wb_end_io(struct wbc_bio *bio)
 	/* counters before the wakeup: an fsync that wakes sees them settled */
 	if (at_risk_delta)
 		atomic_fetch_add(&c->st_at_risk_pages, at_risk_delta);
-	if (retry)
+	if (retry) {
 		account_redirtied(ino, n);
-	else
+	} else if (eb.open) {
+		end_batch_for(dev, ino->group);
+		eb.cleaned += n;
+	} else {
 		account_cleaned(ino, n);
+	}
+	if (ino->waiters && eb.open)
+		end_batch_settle();
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
 
-	cache_wake_page_waiters(c);
+	if (!eb.open)
+		cache_wake_page_waiters(c);
 	if (size_dirty || retry)
 		mark_inode_dirty(ino);   /* the flusher fixes the size, or retries */
 	iput(ino);
 	/* last: a drained device (inflight 0) has no completion still running */
-	bio_put(dev, bio);
+	if (eb.open) {
+		end_batch_for(dev, eb.group);
+		bio->next_free = eb.bios;
+		eb.bios = bio;
+		if (!eb.last)
+			eb.last = bio;
+		eb.nbios++;
+	} else {
+		bio_put(dev, bio);
+	}
+}
+
+/*
+ * Start the cache misses that completing @b will take, so that a backend
+ * completing a batch has them all in flight at once instead of one after
+ * another: stage 0 (the bio itself loaded) the inode, the bio's page
+ * list and the backend object; stage 1 (stage 0 done for the batch) the
+ * page descriptors.  The flusher wrote these lines on another CPU, and
+ * the writer before it: each is a miss.  A hint; harmless for any bio.
+ */
+void bio_prefetch(const struct wbc_bio *b, int stage)
+{
+	if (b->end_io != wb_end_io)
+		return;
+	if (stage == 0) {
+		const char *ino = (const char *)b->inode;
+		for (size_t off = 0; off < sizeof(struct inode); off += 64)
+			__builtin_prefetch(ino + off, 1);
+		__builtin_prefetch(b->pages, 0);
+		__builtin_prefetch(b->obj, 1);
+	} else {
+		for (unsigned i = 0; i < WBC_MIN(b->nr_pages, 4u); i++)
+			__builtin_prefetch(b->pages[i], 1);
+	}
 }
 
 /* ------------------------------------------------------------------ */

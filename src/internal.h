@@ -727,9 +727,18 @@ bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
  *                  to b_more_io (@slice_used) or to the newest bucket.
  *   dirty_put_commit  splices what dirty_put kept.
  */
+/* Files a pass took, in order; dirty_next keeps the next DIRTY_AHEAD
+ * files' cache lines in flight (a cursor @ahead files from the head, and
+ * one at half that distance for the lines those lines point to). */
+#define DIRTY_AHEAD 8
+struct dirty_cursor {
+	struct list_head *at;   /* the files' sentinel, or the n-th file */
+	size_t n;
+};
 struct dirty_batch {
 	struct list_head files;
 	size_t n;
+	struct dirty_cursor ahead, mid;
 };
 struct dirty_put {
 	struct list_head redirty, more_io;
@@ -748,6 +757,12 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p);
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
 
 /* flusher.c */
+void bio_prefetch(const struct wbc_bio *b, int stage);
+/* A backend completing several bios in one thread brackets their end_io
+ * calls with these: the counters, the bios' return to the pool and the
+ * page waiters' wakeup are done once for the batch. */
+void bio_end_batch_begin(void);
+void bio_end_batch_end(void);
 int flusher_start(struct wbc_dev *dev);
 void flusher_stop(struct wbc_dev *dev);
 void flusher_kick(struct wbc_dev *dev, bool start_all);
@@ -769,6 +784,8 @@ bool throttle_dirtied(void);
 void account_dirtied(struct inode *ino, long n);
 void account_writeback(struct inode *ino, long n);   /* dirty -> writeback */
 void account_cleaned(struct inode *ino, long n);     /* writeback -> clean */
+/* The counters of @dev, @g (may be NULL) and their cache at once. */
+void account_domains(struct wbc_dev *dev, struct wbc_group *g, long dirty, long unclean);
 void account_dropped(struct inode *ino, long n);     /* dirty -> gone */
 void account_redirtied(struct inode *ino, long n);   /* writeback -> dirty */
 long ctr_dirty(struct dirty_ctr *c);

@@ -123,14 +123,18 @@ static void ctr_add(struct dirty_ctr *c, unsigned slot, long dirty, long unclean
 		atomic_fetch_add_explicit(&c->s[slot].unclean, unclean, memory_order_relaxed);
 }
 
-static void account(struct inode *ino, long dirty, long unclean)
+void account_domains(struct wbc_dev *dev, struct wbc_group *g, long dirty, long unclean)
 {
-	struct wbc_dev *dev = ino->dev;
 	unsigned slot = pcpu_slot();
 	ctr_add(&dev->cache->ctr, slot, dirty, unclean);
 	ctr_add(&dev->ctr, slot, dirty, unclean);
-	if (ino->group)
-		ctr_add(&ino->group->ctr, slot, dirty, unclean);
+	if (g)
+		ctr_add(&g->ctr, slot, dirty, unclean);
+}
+
+static void account(struct inode *ino, long dirty, long unclean)
+{
+	account_domains(ino->dev, ino->group, dirty, unclean);
 }
 
 void account_dirtied(struct inode *ino, long n)

@@ -291,6 +291,15 @@ static void *model_main(void *arg)
 			due_now[n++] = q_pop(m);
 		while (n < MODEL_COMPLETE_BATCH && m->n && q_at(m, 0)->due_ns <= now);
 		pthread_mutex_unlock(&m->lock);
+		/* the batch's cache misses in flight together (bio_prefetch) */
+		for (unsigned i = 0; i < n; i++) {
+			__builtin_prefetch(due_now[i].bio, 1);
+			__builtin_prefetch((char *)due_now[i].bio + 64, 1);
+		}
+		for (int stage = 0; stage < 2; stage++)
+			for (unsigned i = 0; i < n; i++)
+				bio_prefetch(due_now[i].bio, stage);
+		bio_end_batch_begin();
 		for (unsigned i = 0; i < n; i++) {
 			struct wbc_bio *bio = due_now[i].bio;
 			if (due_now[i].res) {
@@ -305,6 +314,7 @@ static void *model_main(void *arg)
 				}
 			}
 		}
+		bio_end_batch_end();
 		pthread_mutex_lock(&m->lock);
 	}
 	pthread_mutex_unlock(&m->lock);
