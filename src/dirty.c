@@ -343,33 +343,12 @@ bool dirty_io_empty_locked(struct wbc_dev *dev)
 	return list_empty(&dev->io_buckets) && list_empty(&dev->b_io);
 }
 
-static void cursors_reset(struct dirty_batch *b)
-{
-	b->ahead.at = b->mid.at = &b->files;
-	b->ahead.n = b->mid.n = 0;
-}
-
 void dirty_batch_init(struct dirty_batch *b)
 {
 	list_init(&b->files);
 	b->n = 0;
-	cursors_reset(b);
-}
-
-/* The head file left the batch: each cursor is one file closer. */
-static void cursor_shift(struct dirty_batch *b, struct dirty_cursor *cur)
-{
-	if (cur->n && !--cur->n)
-		cur->at = &b->files;
-}
-
-/* Move @cur one file on (the file it is on arrived in the cache a few
- * files ago, so reading its link costs nothing); the file it moves to. */
-static struct inode *cursor_step(struct dirty_cursor *cur)
-{
-	cur->at = cur->at->next;
-	cur->n++;
-	return container_of(cur->at, struct inode, wb_list);
+	b->ahead = &b->files;
+	b->ahead_n = 0;
 }
 
 void dirty_put_init(struct dirty_put *p)
@@ -401,7 +380,8 @@ size_t dirty_take(struct wbc_dev *dev, struct dirty_batch *b, uint64_t older_tha
 		list_splice_tail_init(&dev->b_io, &b->files);
 		b->n = dev->nr_b_io;
 	}
-	cursors_reset(b);
+	b->ahead = &b->files;
+	b->ahead_n = 0;
 	dev->nr_b_io -= b->n;
 	atomic_fetch_add_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	dev_list_unlock(dev);
@@ -415,25 +395,19 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 	struct inode *ino = container_of(b->files.next, struct inode, wb_list);
 	list_del_init(&ino->wb_list);
 	b->n--;
-	cursor_shift(b, &b->ahead);
-	cursor_shift(b, &b->mid);
 	/* Each file is a few cache misses away (another CPU wrote it last):
-	 * keep the next DIRTY_AHEAD files' lines in flight, and at half that
-	 * distance, once those arrived, their page (a one-page file's). */
-	while (b->ahead.n < WBC_MIN(b->n, (size_t)DIRTY_AHEAD)) {
-		struct inode *a = cursor_step(&b->ahead);
+	 * keep the next DIRTY_AHEAD files' lines in flight.  The cursor
+	 * moves one file per call once under way, onto a file whose line
+	 * arrived calls ago. */
+	if (b->ahead_n && !--b->ahead_n)
+		b->ahead = &b->files;
+	for (int step = 0; step < 2 && b->ahead_n < WBC_MIN(b->n, (size_t)DIRTY_AHEAD); step++) {
+		b->ahead = b->ahead->next;
+		b->ahead_n++;
+		struct inode *a = container_of(b->ahead, struct inode, wb_list);
 		__builtin_prefetch(&a->state, 1);
 		__builtin_prefetch(&a->lock, 1);
 		__builtin_prefetch((char *)&a->lock + 64, 1);
-		if (b->ahead.n > 1)
-			break;      /* one step per call once under way */
-	}
-	while (b->mid.n < WBC_MIN(b->ahead.n, (size_t)DIRTY_AHEAD / 2)) {
-		struct inode *m = cursor_step(&b->mid);
-		if (!m->map.root && m->map.single)
-			__builtin_prefetch(m->map.single, 1);
-		if (b->mid.n > 1)
-			break;
 	}
 	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
 	/* listed means I_DIRTY without I_SYNC, and writers only ever add
@@ -463,7 +437,8 @@ void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b)
 	dev->nr_b_io += b->n;
 	atomic_fetch_sub_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	b->n = 0;
-	cursors_reset(b);
+	b->ahead = &b->files;
+	b->ahead_n = 0;
 	dev_list_unlock(dev);
 }
 

@@ -728,17 +728,14 @@ bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
  *   dirty_put_commit  splices what dirty_put kept.
  */
 /* Files a pass took, in order; dirty_next keeps the next DIRTY_AHEAD
- * files' cache lines in flight (a cursor @ahead files from the head, and
- * one at half that distance for the lines those lines point to). */
+ * files' cache lines in flight (@ahead: the files' sentinel, or the
+ * ahead_n-th file from the head). */
 #define DIRTY_AHEAD 8
-struct dirty_cursor {
-	struct list_head *at;   /* the files' sentinel, or the n-th file */
-	size_t n;
-};
 struct dirty_batch {
 	struct list_head files;
 	size_t n;
-	struct dirty_cursor ahead, mid;
+	struct list_head *ahead;
+	size_t ahead_n;
 };
 struct dirty_put {
 	struct list_head redirty, more_io;
