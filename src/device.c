@@ -284,7 +284,7 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 		st->list_lock_cpu_hist[i] = atomic_load(&dev->list_lock_cpu_stat.hist[i]);
 	st->list_lock_max_cpu_ns = atomic_load(&dev->list_lock_cpu_stat.max_ns);
 	dev_list_lock(dev);
-	st->files_dirty = dev->nr_b_dirty + atomic_load(&dev->nr_inbox);
+	st->files_dirty = dev->nr_b_dirty + (uint64_t)dirty_inbox_count(dev);
 	st->files_io = dev->nr_b_io + atomic_load(&dev->nr_taken);
 	st->files_more_io = dev->nr_b_more_io;
 	st->dirty_buckets = dev->nr_buckets;

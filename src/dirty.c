@@ -119,7 +119,8 @@ int dirty_init(struct wbc_dev *dev)
 
 void dirty_destroy(struct wbc_dev *dev)
 {
-	assert(!atomic_load(&dev->inbox));
+	for (int i = 0; i < PCPU_SLOTS; i++)
+		assert(!atomic_load(&dev->inbox[i].head) && !atomic_load(&dev->inbox[i].n));
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
 	       list_empty(&dev->b_io) && list_empty(&dev->b_more_io));
 	while (dev->bucket_pool) {
@@ -223,14 +224,22 @@ void mark_inode_dirty(struct inode *ino)
 	/* the lists' reference, taken before the flusher can see it */
 	igrab(ino);
 	ino->dirtied_when = wbc_now_ns();
-	struct wbc_dev *dev = ino->dev;
+	struct inbox_slot *in = &ino->dev->inbox[pcpu_slot()];
 	/* counted before it can be drained, so the count never dips */
-	atomic_fetch_add_explicit(&dev->nr_inbox, 1, memory_order_relaxed);
-	struct inode *head = atomic_load_explicit(&dev->inbox, memory_order_relaxed);
+	atomic_fetch_add_explicit(&in->n, 1, memory_order_relaxed);
+	struct inode *head = atomic_load_explicit(&in->head, memory_order_relaxed);
 	do
 		ino->inbox_next = head;
-	while (!atomic_compare_exchange_weak_explicit(&dev->inbox, &head, ino,
+	while (!atomic_compare_exchange_weak_explicit(&in->head, &head, ino,
 						      memory_order_release, memory_order_relaxed));
+}
+
+long dirty_inbox_count(struct wbc_dev *dev)
+{
+	long long n = 0;
+	for (int i = 0; i < PCPU_SLOTS; i++)
+		n += atomic_load_explicit(&dev->inbox[i].n, memory_order_relaxed);
+	return (long)WBC_MAX(n, 0);
 }
 
 /*
@@ -280,24 +289,66 @@ static struct inode *drain_run(struct wbc_dev *dev, struct inode *fifo)
 		dev->nr_b_more_io += n;
 	}
 	dev_list_unlock(dev);
-	atomic_fetch_sub_explicit(&dev->nr_inbox, n, memory_order_relaxed);
 	return fifo;
 }
 
+/*
+ * Take every slot's stack and file the files in dirtying order: each
+ * stack reversed (newest first there), the stacks reversed side by side
+ * so that their cache misses overlap (every file is one: another CPU
+ * wrote it last), then merged by dirtied_when.  No lock: the chains are
+ * ours once taken.  The slots' counts drop once the files are counted
+ * in b_dirty, so the count never dips.
+ */
 void dirty_drain(struct wbc_dev *dev)
 {
-	struct inode *ino = atomic_exchange_explicit(&dev->inbox, NULL, memory_order_acquire);
-	/* newest first: reverse into dirtying order (no lock: the chain is
-	 * ours now) */
-	struct inode *fifo = NULL;
-	while (ino) {
-		struct inode *next = ino->inbox_next;
-		ino->inbox_next = fifo;
-		fifo = ino;
-		ino = next;
+	struct inode *cur[PCPU_SLOTS], *rev[PCPU_SLOTS];
+	unsigned slot[PCPU_SLOTS];
+	long count[PCPU_SLOTS];
+	unsigned k = 0, live = 0;
+	for (unsigned i = 0; i < PCPU_SLOTS; i++) {
+		if (!atomic_load_explicit(&dev->inbox[i].head, memory_order_relaxed))
+			continue;
+		cur[k] = atomic_exchange_explicit(&dev->inbox[i].head, NULL, memory_order_acquire);
+		if (!cur[k])
+			continue;
+		rev[k] = NULL;
+		slot[k] = i;
+		count[k] = 0;
+		k++;
 	}
+	live = k;
+	while (live) {
+		live = 0;
+		for (unsigned j = 0; j < k; j++) {
+			struct inode *ino = cur[j];
+			if (!ino)
+				continue;
+			cur[j] = ino->inbox_next;
+			ino->inbox_next = rev[j];
+			rev[j] = ino;
+			count[j]++;
+			live += cur[j] != NULL;
+		}
+	}
+	/* merge the k chains (each in dirtying order) into one */
+	struct inode *fifo = NULL, **tail = &fifo;
+	for (;;) {
+		unsigned best = k;
+		for (unsigned j = 0; j < k; j++)
+			if (rev[j] && (best == k || rev[j]->dirtied_when < rev[best]->dirtied_when))
+				best = j;
+		if (best == k)
+			break;
+		*tail = rev[best];
+		tail = &rev[best]->inbox_next;
+		rev[best] = rev[best]->inbox_next;
+	}
+	*tail = NULL;
 	while (fifo)
 		fifo = drain_run(dev, fifo);
+	for (unsigned j = 0; j < k; j++)
+		atomic_fetch_sub_explicit(&dev->inbox[slot[j]].n, count[j], memory_order_relaxed);
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
@@ -329,7 +380,7 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
  * the flusher holds while it writes them are not counted). */
 bool dirty_listed(struct wbc_dev *dev)
 {
-	if (atomic_load_explicit(&dev->nr_inbox, memory_order_relaxed))
+	if (dirty_inbox_count(dev))
 		return true;
 	dev_list_lock(dev);
 	bool any = dev->nr_b_dirty || dev->nr_b_io || dev->nr_b_more_io;

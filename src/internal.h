@@ -497,6 +497,14 @@ struct name_shard {             /* 128 bytes: two cache lines each */
 	char pad[128 - sizeof(pthread_mutex_t) - 2 * sizeof(struct inode *) - 12];
 };
 
+/* One CPU slot's inbox: writers on different CPUs push to different
+ * lines, and the flusher walks the stacks side by side. */
+struct inbox_slot {
+	_Atomic(struct inode *) head;
+	atomic_llong n;             /* files pushed here, not yet filed */
+	char pad[48];
+};
+
 struct wbc_dev {
 	struct wbc_cache *cache;
 	struct wbc_dev *next;       /* cache->dev_lock */
@@ -507,10 +515,9 @@ struct wbc_dev {
 	 * so opens and the drops of last references rarely meet (file.c) */
 	struct name_shard shards[NAME_SHARDS];
 
-	/* newly dirtied files, newest first: a lock-free stack that writers
-	 * push to and the flusher empties (dirty.c) */
-	_Atomic(struct inode *) inbox;
-	atomic_ullong nr_inbox;
+	/* newly dirtied files, newest first: lock-free stacks, one per CPU
+	 * slot, that writers push to and the flusher empties (dirty.c) */
+	struct inbox_slot inbox[PCPU_SLOTS];
 	atomic_ullong nr_taken;     /* in a flusher's batch (dirty_take) */
 
 	pthread_mutex_t list_lock;
@@ -698,6 +705,9 @@ void mark_inode_dirty(struct inode *ino);
 /* File the inbox's files in b_dirty (the flusher, or close after it
  * stopped): built privately, spliced in one hold per bucket. */
 void dirty_drain(struct wbc_dev *dev);
+/* Files in the inbox (pushed, not yet filed; may count a file being
+ * filed twice, never none). */
+long dirty_inbox_count(struct wbc_dev *dev);
 /* File @ino (not on a list) in b_dirty as dirtied at @when. */
 void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when);
 /* Move the buckets that start at or before @older_than and were created

@@ -86,10 +86,11 @@ int main(void)
 	const uint64_t total = THREADS * FILES_PER;
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, total);              /* counted in the inbox */
-	CHECK_EQ(atomic_load(&dev->nr_inbox), total);
+	CHECK_EQ(dirty_inbox_count(dev), total);
 	dirty_drain(dev);
-	CHECK_EQ(atomic_load(&dev->nr_inbox), 0);
-	CHECK(!atomic_load(&dev->inbox));
+	CHECK_EQ(dirty_inbox_count(dev), 0);
+	for (int i = 0; i < PCPU_SLOTS; i++)
+		CHECK(!atomic_load(&dev->inbox[i].head));
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, total);              /* now in buckets */
 	dev_list_lock(dev);
@@ -119,7 +120,7 @@ int main(void)
 	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
 	CHECK_EQ(atomic_load(&a->refs), 3);
 	mark_inode_dirty(a);                           /* already dirty: nothing */
-	CHECK_EQ(atomic_load(&dev->nr_inbox), 1);
+	CHECK_EQ(dirty_inbox_count(dev), 1);
 	CHECK_EQ(atomic_load(&a->refs), 3);
 	dirty_drain(dev);
 	CHECK_EQ(take_all(dev, got, SYN * 2), 1);
@@ -127,7 +128,7 @@ int main(void)
 	CHECK_EQ(atomic_load(&a->state), I_SYNC);
 	mark_inode_dirty(a);                           /* under I_SYNC: not pushed */
 	CHECK_EQ(atomic_load(&a->state), I_SYNC | I_DIRTY);
-	CHECK_EQ(atomic_load(&dev->nr_inbox), 0);
+	CHECK_EQ(dirty_inbox_count(dev), 0);
 	dirty_requeue(a, false, false);                /* redirtied: listed again */
 	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
 	CHECK_EQ(atomic_load(&a->refs), 3);
