@@ -272,6 +272,21 @@ void page_release(struct wbc_cache *c, struct page *p)
 	pthread_mutex_unlock(&c->lru_lock);
 }
 
+void page_release_chain(struct wbc_cache *c, struct page *p, unsigned n)
+{
+	pthread_mutex_lock(&c->lru_lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct page *next = p->next_free;
+		assert(pg_flags(p) == PG_LOCKED && !p->on_free);
+		p->inode = NULL;
+		p->next_free = NULL;
+		page_free_locked(c, p);
+		p = next;
+	}
+	atomic_fetch_sub(&c->nr_cached, n);
+	pthread_mutex_unlock(&c->lru_lock);
+}
+
 /* Try to evict the page under the CLOCK hand.  lru_lock held. */
 static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
 {

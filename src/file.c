@@ -367,7 +367,9 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 			dropped_err++;
 		pm_delete(&ino->map, idx);
 		ino->nr_pages--;
-		page_release(c, p);
+		atomic_store_explicit(&p->flags, PG_LOCKED, memory_order_relaxed);
+		if (!end_batch_defer_page(p))
+			page_release(c, p);
 		if (idx == UINT64_MAX)
 			break;
 		idx++;
@@ -420,7 +422,13 @@ void iput(struct inode *ino)
 	}
 	inode_drop_all_pages(ino);
 	dev->be->ops->close(dev->be, ino->obj);
-	inode_free(s, ino);
+	if (!end_batch_defer_inode(ino))
+		inode_free(s, ino);
+}
+
+void inode_dispose(struct inode *ino)
+{
+	inode_free(shard_of(ino->dev, ino->hash), ino);
 }
 
 /*

@@ -174,6 +174,9 @@ struct end_batch {
 	long cleaned;
 	struct wbc_bio *bios, *last;   /* to put back, linked by next_free */
 	unsigned nbios;
+	struct page *pages;            /* to free, linked by next_free */
+	unsigned npages;
+	struct inode *dead;            /* to dispose of, linked by hash_next */
 };
 static _Thread_local struct end_batch eb;
 
@@ -193,12 +196,43 @@ static void end_batch_settle(void)
 	}
 }
 
-/* Settle everything: sums, bios, page waiters. */
+bool end_batch_defer_page(struct page *p)
+{
+	if (!eb.open)
+		return false;
+	assert(eb.dev && p->inode->dev == eb.dev);
+	p->next_free = eb.pages;
+	eb.pages = p;
+	eb.npages++;
+	return true;
+}
+
+bool end_batch_defer_inode(struct inode *ino)
+{
+	if (!eb.open)
+		return false;
+	assert(ino->dev == eb.dev);
+	ino->hash_next = eb.dead;
+	eb.dead = ino;
+	return true;
+}
+
+/* Settle everything: sums, torn-down files (pages, then the inodes they
+ * named), bios last (a drained device runs no completion), page waiters. */
 static void end_batch_flush(void)
 {
 	if (!eb.dev)
 		return;
 	end_batch_settle();
+	if (eb.npages)
+		page_release_chain(eb.dev->cache, eb.pages, eb.npages);
+	eb.pages = NULL;
+	eb.npages = 0;
+	while (eb.dead) {
+		struct inode *ino = eb.dead;
+		eb.dead = ino->hash_next;
+		inode_dispose(ino);
+	}
 	if (eb.nbios)
 		bio_put_chain(eb.dev, eb.bios, eb.last, eb.nbios);
 	eb.bios = eb.last = NULL;
@@ -246,6 +280,8 @@ static void wb_end_io(struct wbc_bio *bio)
 	bool size_dirty, retry = err && dev->on_error == WBC_ON_ERROR_RETRY;
 	long at_risk_delta = 0;
 
+	if (eb.open)
+		end_batch_for(dev, ino->group);
 	/* Counters first: whoever waits for these pages (fsync) finds them
 	 * up to date when it wakes. */
 	if (err) {
@@ -254,7 +290,6 @@ static void wb_end_io(struct wbc_bio *bio)
 			atomic_fetch_add(&c->st_lost, len);
 		dev_record_error(dev, err);
 	} else if (eb.open) {
-		end_batch_for(dev, ino->group);
 		eb.bytes += len;
 		eb.ios++;
 	} else {
@@ -304,7 +339,6 @@ static void wb_end_io(struct wbc_bio *bio)
 	if (retry) {
 		account_redirtied(ino, n);
 	} else if (eb.open) {
-		end_batch_for(dev, ino->group);
 		eb.cleaned += n;
 	} else {
 		account_cleaned(ino, n);
@@ -321,7 +355,6 @@ static void wb_end_io(struct wbc_bio *bio)
 	iput(ino);
 	/* last: a drained device (inflight 0) has no completion still running */
 	if (eb.open) {
-		end_batch_for(dev, eb.group);
 		bio->next_free = eb.bios;
 		eb.bios = bio;
 		if (!eb.last)

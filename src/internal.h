@@ -663,6 +663,9 @@ struct page *page_alloc(struct wbc_cache *c);            /* waits for a page */
 void page_free_locked(struct wbc_cache *c, struct page *p);  /* lru_lock held */
 void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index);
 void page_release(struct wbc_cache *c, struct page *p);  /* unbind + free */
+/* page_release of the @n pages chained by next_free from @p, each out of
+ * its inode's index and PG_LOCKED since (one lru_lock hold). */
+void page_release_chain(struct wbc_cache *c, struct page *p, unsigned n);
 void cache_wake_page_waiters(struct wbc_cache *c);
 bool cache_page_in_arena(const struct wbc_cache *c, const void *addr);
 
@@ -770,6 +773,13 @@ void bio_prefetch(const struct wbc_bio *b, int stage);
  * page waiters' wakeup are done once for the batch. */
 void bio_end_batch_begin(void);
 void bio_end_batch_end(void);
+/* In a batch, the teardown of a file whose last reference a completion
+ * dropped is finished at the batch's end: its pages (out of the index,
+ * PG_LOCKED, so that reclaim leaves them) go back in one lru_lock hold,
+ * then its memory (inode_dispose).  False outside a batch. */
+bool end_batch_defer_page(struct page *p);
+bool end_batch_defer_inode(struct inode *ino);
+void inode_dispose(struct inode *ino);   /* file.c: inode_free in its shard */
 int flusher_start(struct wbc_dev *dev);
 void flusher_stop(struct wbc_dev *dev);
 void flusher_kick(struct wbc_dev *dev, bool start_all);
