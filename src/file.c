@@ -114,6 +114,26 @@ static struct name_shard *shard_of(struct wbc_dev *dev, uint64_t h)
 	return &dev->shards[h >> 58];   /* the top 6 bits; chains use the low */
 }
 
+/*
+ * Start the misses that unhashing @ino will take (iput's last drop): its
+ * shard's lock and the neighbours in its chain, lines the writers who
+ * made those files wrote.  The neighbours are read without the shard's
+ * lock, as a hint only; ThreadSanitizer cannot know that, so its builds
+ * leave them out.
+ */
+void inode_prefetch_unhash(const struct inode *ino)
+{
+	__builtin_prefetch(shard_of(ino->dev, ino->hash), 1);
+#ifndef __SANITIZE_THREAD__
+	struct inode **pprev = __atomic_load_n(&ino->hash_pprev, __ATOMIC_RELAXED);
+	struct inode *next = __atomic_load_n(&ino->hash_next, __ATOMIC_RELAXED);
+	if (pprev)
+		__builtin_prefetch(pprev, 1);
+	if (next)
+		__builtin_prefetch(&next->hash_pprev, 1);
+#endif
+}
+
 int names_init(struct wbc_dev *dev)
 {
 	for (int i = 0; i < NAME_SHARDS; i++) {

@@ -386,6 +386,8 @@ void bio_prefetch(const struct wbc_bio *b, int stage)
 	} else {
 		for (unsigned i = 0; i < WBC_MIN(b->nr_pages, 4u); i++)
 			__builtin_prefetch(b->pages[i], 1);
+		/* the completion may drop the file's last reference */
+		inode_prefetch_unhash(b->inode);
 	}
 }
 

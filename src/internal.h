@@ -780,6 +780,7 @@ void bio_end_batch_end(void);
 bool end_batch_defer_page(struct page *p);
 bool end_batch_defer_inode(struct inode *ino);
 void inode_dispose(struct inode *ino);   /* file.c: inode_free in its shard */
+void inode_prefetch_unhash(const struct inode *ino);   /* file.c: a hint */
 int flusher_start(struct wbc_dev *dev);
 void flusher_stop(struct wbc_dev *dev);
 void flusher_kick(struct wbc_dev *dev, bool start_all);
