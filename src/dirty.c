@@ -113,14 +113,20 @@ int dirty_init(struct wbc_dev *dev)
 	list_init(&dev->io_buckets);
 	list_init(&dev->b_io);
 	list_init(&dev->b_more_io);
+	for (int i = 0; i < PCPU_SLOTS; i++) {
+		wbc_mutex_init(&dev->inbox[i].lock);
+		list_init(&dev->inbox[i].files);
+	}
 	dev->bucket_pool = calloc(1, sizeof(struct dirty_bucket));
 	return dev->bucket_pool ? 0 : -ENOMEM;
 }
 
 void dirty_destroy(struct wbc_dev *dev)
 {
-	for (int i = 0; i < PCPU_SLOTS; i++)
-		assert(!atomic_load(&dev->inbox[i].head) && !atomic_load(&dev->inbox[i].n));
+	for (int i = 0; i < PCPU_SLOTS; i++) {
+		assert(list_empty(&dev->inbox[i].files) && !atomic_load(&dev->inbox[i].n));
+		pthread_mutex_destroy(&dev->inbox[i].lock);
+	}
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
 	       list_empty(&dev->b_io) && list_empty(&dev->b_more_io));
 	while (dev->bucket_pool) {
@@ -223,15 +229,15 @@ void mark_inode_dirty(struct inode *ino)
 		return;
 	/* the lists' reference, taken before the flusher can see it */
 	igrab(ino);
-	ino->dirtied_when = wbc_now_ns();
 	struct inbox_slot *in = &ino->dev->inbox[pcpu_slot()];
 	/* counted before it can be drained, so the count never dips */
 	atomic_fetch_add_explicit(&in->n, 1, memory_order_relaxed);
-	struct inode *head = atomic_load_explicit(&in->head, memory_order_relaxed);
-	do
-		ino->inbox_next = head;
-	while (!atomic_compare_exchange_weak_explicit(&in->head, &head, ino,
-						      memory_order_release, memory_order_relaxed));
+	pthread_mutex_lock(&in->lock);
+	/* read under the lock: a slot's files stay in dirtying order */
+	ino->dirtied_when = wbc_now_ns();
+	list_add_tail(&ino->wb_list, &in->files);
+	in->listed++;
+	pthread_mutex_unlock(&in->lock);
 }
 
 long dirty_inbox_count(struct wbc_dev *dev)
@@ -242,35 +248,43 @@ long dirty_inbox_count(struct wbc_dev *dev)
 	return (long)WBC_MAX(n, 0);
 }
 
+static uint64_t first_when(const struct list_head *l)
+{
+	return container_of(l->next, struct inode, wb_list)->dirtied_when;
+}
+
+static uint64_t last_when(const struct list_head *l)
+{
+	return container_of(l->prev, struct inode, wb_list)->dirtied_when;
+}
+
 /*
- * The files of @fifo (in dirtying order, linked by inbox_next) that fit in
- * one bucket go to the newest bucket, or to a new one: listed privately
- * (no lock), then spliced in one hold.  Returns the files left over.
+ * The files at the head of @fifo (in dirtying order) that fit in one
+ * bucket go to the newest bucket, or to a new one: moved to a private list
+ * (no lock), then spliced in one hold.
  */
-static struct inode *drain_run(struct wbc_dev *dev, struct inode *fifo)
+static void drain_run(struct wbc_dev *dev, struct list_head *fifo)
 {
 	struct dirty_bucket *tail = newest_bucket(dev), *nb = NULL, *into = tail;
-	uint64_t cur = tail ? tail->last : 0, limit;
-	if (tail && !tail->sealed && WBC_MAX(fifo->dirtied_when, cur) < tail->start + dev->bucket_ns) {
+	uint64_t cur = tail ? tail->last : 0, limit, when = first_when(fifo);
+	if (tail && !tail->sealed && WBC_MAX(when, cur) < tail->start + dev->bucket_ns) {
 		limit = tail->start + dev->bucket_ns;
 	} else if ((nb = bucket_alloc(dev))) {
 		into = NULL;
-		limit = WBC_MAX(fifo->dirtied_when, cur) + dev->bucket_ns;
+		limit = WBC_MAX(when, cur) + dev->bucket_ns;
 	} else {
 		limit = UINT64_MAX;   /* no memory: the newest bucket takes all */
 	}
 	struct list_head run;
 	list_init(&run);
 	uint64_t n = 0, first = 0;
-	while (fifo && (!n || WBC_MAX(fifo->dirtied_when, cur) < limit)) {
-		struct inode *ino = fifo;
-		fifo = ino->inbox_next;
-		ino->inbox_next = NULL;
+	while (!list_empty(fifo) && (!n || WBC_MAX(first_when(fifo), cur) < limit)) {
+		struct inode *ino = container_of(fifo->next, struct inode, wb_list);
 		/* in order: never older than the newest file already filed */
 		cur = ino->dirtied_when = WBC_MAX(ino->dirtied_when, cur);
 		if (!n)
 			first = cur;
-		list_add_tail(&ino->wb_list, &run);
+		list_move_tail(&ino->wb_list, &run);
 		n++;
 	}
 	dev_list_lock(dev);
@@ -289,66 +303,90 @@ static struct inode *drain_run(struct wbc_dev *dev, struct inode *fifo)
 		dev->nr_b_more_io += n;
 	}
 	dev_list_unlock(dev);
-	return fifo;
 }
 
 /*
- * Take every slot's stack and file the files in dirtying order: each
- * stack reversed (newest first there), the stacks reversed side by side
- * so that their cache misses overlap (every file is one: another CPU
- * wrote it last), then merged by dirtied_when.  No lock: the chains are
- * ours once taken.  The slots' counts drop once the files are counted
- * in b_dirty, so the count never dips.
+ * The common case: the @k lists (@total files, dirtied in [@first,
+ * @last]) fit in one bucket, the newest or a new one, and go there whole
+ * in one hold, without a look at any file but the ends.  False when they
+ * do not fit (or no bucket can be had): the caller files them in order.
+ * A bucket's files are then in dirtying order list by list, and may be
+ * older than its start by the time the drain took to take the lists
+ * (writers append while it goes from slot to slot): expiry and sync look
+ * at buckets, never at the order inside one.
+ */
+static bool drain_whole(struct wbc_dev *dev, struct list_head *lists, unsigned k,
+			uint64_t first, uint64_t last, uint64_t total)
+{
+	struct dirty_bucket *tail = newest_bucket(dev), *into = tail;
+	uint64_t start = 0;
+	if (!tail || tail->sealed || last >= tail->start + dev->bucket_ns) {
+		start = WBC_MAX(first, tail ? tail->last : 0);
+		if (last >= start + dev->bucket_ns || !(into = bucket_alloc(dev)))
+			return false;
+	}
+	dev_list_lock(dev);
+	if (into != tail)
+		bucket_open_locked(dev, into, start);
+	for (unsigned j = 0; j < k; j++)
+		list_splice_tail_init(&lists[j], &into->inodes);
+	into->n += total;
+	into->last = WBC_MAX(into->last, last);
+	dev->nr_b_dirty += total;
+	dev_list_unlock(dev);
+	return true;
+}
+
+/*
+ * Take every slot's files (one splice each, under the slot's lock) and
+ * file them: whole when they fit one bucket (drain_whole), else merged
+ * into dirtying order and filed a bucket at a time.  The slots' counts
+ * drop once the files are counted in b_dirty, so the count never dips.
  */
 void dirty_drain(struct wbc_dev *dev)
 {
-	struct inode *cur[PCPU_SLOTS], *rev[PCPU_SLOTS];
-	unsigned slot[PCPU_SLOTS];
-	long count[PCPU_SLOTS];
-	unsigned k = 0, live = 0;
+	struct list_head lists[PCPU_SLOTS];
+	uint64_t cnt[PCPU_SLOTS], first = UINT64_MAX, last = 0, total = 0;
+	unsigned slot[PCPU_SLOTS], k = 0;
 	for (unsigned i = 0; i < PCPU_SLOTS; i++) {
-		if (!atomic_load_explicit(&dev->inbox[i].head, memory_order_relaxed))
+		struct inbox_slot *in = &dev->inbox[i];
+		if (!atomic_load_explicit(&in->n, memory_order_relaxed))
 			continue;
-		cur[k] = atomic_exchange_explicit(&dev->inbox[i].head, NULL, memory_order_acquire);
-		if (!cur[k])
+		list_init(&lists[k]);
+		pthread_mutex_lock(&in->lock);
+		list_splice_tail_init(&in->files, &lists[k]);
+		cnt[k] = in->listed;
+		in->listed = 0;
+		pthread_mutex_unlock(&in->lock);
+		if (!cnt[k])
 			continue;
-		rev[k] = NULL;
-		slot[k] = i;
-		count[k] = 0;
-		k++;
+		first = WBC_MIN(first, first_when(&lists[k]));
+		last = WBC_MAX(last, last_when(&lists[k]));
+		total += cnt[k];
+		slot[k++] = i;
 	}
-	live = k;
-	while (live) {
-		live = 0;
-		for (unsigned j = 0; j < k; j++) {
-			struct inode *ino = cur[j];
-			if (!ino)
-				continue;
-			cur[j] = ino->inbox_next;
-			ino->inbox_next = rev[j];
-			rev[j] = ino;
-			count[j]++;
-			live += cur[j] != NULL;
+	if (!k)
+		return;
+	if (!drain_whole(dev, lists, k, first, last, total)) {
+		/* merged by dirtied_when (each list is in order) */
+		struct list_head fifo;
+		list_init(&fifo);
+		for (;;) {
+			unsigned best = k;
+			for (unsigned j = 0; j < k; j++)
+				if (!list_empty(&lists[j]) &&
+				    (best == k || first_when(&lists[j]) < first_when(&lists[best])))
+					best = j;
+			if (best == k)
+				break;
+			list_move_tail(lists[best].next, &fifo);
 		}
+		while (!list_empty(&fifo))
+			drain_run(dev, &fifo);
 	}
-	/* merge the k chains (each in dirtying order) into one */
-	struct inode *fifo = NULL, **tail = &fifo;
-	for (;;) {
-		unsigned best = k;
-		for (unsigned j = 0; j < k; j++)
-			if (rev[j] && (best == k || rev[j]->dirtied_when < rev[best]->dirtied_when))
-				best = j;
-		if (best == k)
-			break;
-		*tail = rev[best];
-		tail = &rev[best]->inbox_next;
-		rev[best] = rev[best]->inbox_next;
-	}
-	*tail = NULL;
-	while (fifo)
-		fifo = drain_run(dev, fifo);
 	for (unsigned j = 0; j < k; j++)
-		atomic_fetch_sub_explicit(&dev->inbox[slot[j]].n, count[j], memory_order_relaxed);
+		atomic_fetch_sub_explicit(&dev->inbox[slot[j]].n, (long long)cnt[j],
+					  memory_order_relaxed);
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)

@@ -16,8 +16,11 @@
  *                       their counts (dirty.c) (leaf).  Only the flusher
  *                       changes the lists, in O(1) splices under it; stats
  *                       read the counts under it.  Writers never take it: a
- *                       newly dirtied file goes on the device's lock-free
- *                       inbox, which the flusher files.
+ *                       newly dirtied file goes on the device's inbox, which
+ *                       the flusher files.
+ *   inbox_slot->lock    one CPU slot's list of newly dirtied files: a
+ *                       writer appends one file, the flusher takes the
+ *                       whole list in one splice (leaf).
  *   name_shard->lock    one shard of a device's name hash, the drop of
  *                       the last reference of an inode in it (refs is
  *                       atomic; iput takes the lock only to drop to zero),
@@ -319,7 +322,6 @@ struct inode {
 	/* handles + dirty lists + bios in flight; atomic: only the drop to
 	 * zero happens under its name shard's lock (iput) */
 	atomic_uint refs;
-	struct inode *inbox_next;   /* on dev->inbox: dirtied, not yet filed */
 	/* written by the thread that dirties a clean file (before the push),
 	 * then by the flusher */
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
@@ -497,12 +499,15 @@ struct name_shard {             /* 128 bytes: two cache lines each */
 	char pad[128 - sizeof(pthread_mutex_t) - 2 * sizeof(struct inode *) - 12];
 };
 
-/* One CPU slot's inbox: writers on different CPUs push to different
- * lines, and the flusher walks the stacks side by side. */
+/* One CPU slot's inbox: the files writers on that CPU dirtied, oldest
+ * first.  Writers on different CPUs take different locks and lines, and
+ * the flusher takes a slot's files with one splice, never a walk. */
 struct inbox_slot {
-	_Atomic(struct inode *) head;
+	pthread_mutex_t lock;
+	struct list_head files;     /* linked by wb_list: lock */
+	uint64_t listed;            /* files on it: lock */
 	atomic_llong n;             /* files pushed here, not yet filed */
-	char pad[48];
+	char pad[128 - sizeof(pthread_mutex_t) - sizeof(struct list_head) - 16];
 };
 
 struct wbc_dev {
@@ -515,8 +520,8 @@ struct wbc_dev {
 	 * so opens and the drops of last references rarely meet (file.c) */
 	struct name_shard shards[NAME_SHARDS];
 
-	/* newly dirtied files, newest first: lock-free stacks, one per CPU
-	 * slot, that writers push to and the flusher empties (dirty.c) */
+	/* newly dirtied files: a list per CPU slot that writers append to
+	 * and the flusher empties (dirty.c) */
 	struct inbox_slot inbox[PCPU_SLOTS];
 	atomic_ullong nr_taken;     /* in a flusher's batch (dirty_take) */
 

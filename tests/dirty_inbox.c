@@ -2,7 +2,8 @@
  * The lock-free hand-over of newly dirtied files (src/dirty.c):
  *   1. writers on several threads dirty files through the API; every file
  *      is counted while in the inbox, filed exactly once by dirty_drain,
- *      in dirtying order (dirtied_when never decreases along b_dirty), and
+ *      in a bucket whose window holds its dirtied_when, buckets in order
+ *      (the drain's two ways are checked in drain_order), and
  *      a sync writes every one of them;
  *   2. the state machine on synthetic files: a file under I_SYNC that is
  *      dirtied is not pushed (the flusher puts it back, listed); a clean
@@ -54,6 +55,81 @@ static size_t take_all(struct wbc_dev *dev, struct inode **out, size_t max)
 	return n;
 }
 
+/* What mark_inode_dirty does for a writer on CPU slot @slot, with a
+ * chosen time. */
+static void push_slot(struct wbc_dev *dev, unsigned slot, struct inode *ino, uint64_t when)
+{
+	struct inbox_slot *in = &dev->inbox[slot];
+	CHECK_EQ(atomic_fetch_or(&ino->state, I_DIRTY), 0);
+	igrab(ino);
+	atomic_fetch_add(&in->n, 1);
+	pthread_mutex_lock(&in->lock);
+	ino->dirtied_when = when;
+	list_add_tail(&ino->wb_list, &in->files);
+	in->listed++;
+	pthread_mutex_unlock(&in->lock);
+}
+
+/* The drain's two ways: lists that fit one bucket go whole (each slot's
+ * files in their order, times untouched); lists that span buckets are
+ * merged into dirtying order and filed bucket by bucket. */
+static void drain_order(struct wbc_dev *dev)
+{
+	struct inode *f[4], *got[8];
+	for (int i = 0; i < 4; i++)
+		f[i] = t_fake_inode(dev);
+	uint64_t w = dev->bucket_ns, t = wbc_now_ns() + 1000 * w;
+	struct wbc_dev_stats st;
+
+	/* whole: slot 3 has t+1, t+3; slot 5 has t+2, t+4 */
+	push_slot(dev, 3, f[0], t + 1);
+	push_slot(dev, 5, f[1], t + 2);
+	push_slot(dev, 3, f[2], t + 3);
+	push_slot(dev, 5, f[3], t + 4);
+	CHECK_EQ(dirty_inbox_count(dev), 4);
+	dirty_drain(dev);
+	CHECK_EQ(dirty_inbox_count(dev), 0);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_dirty, 4);
+	CHECK_EQ(st.dirty_buckets, 1);
+	CHECK_EQ(take_all(dev, got, 8), 4);
+	CHECK(got[0] == f[0] && got[1] == f[2] && got[2] == f[1] && got[3] == f[3]);
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(f[i]->dirtied_when, t + 1 + (uint64_t)i);   /* not clobbered */
+		dirty_requeue(f[i], false, false);
+	}
+
+	/* spanning: slot 2 has t, t+2w; slot 7 has t+w/2, t+3w */
+	t += 10 * w;
+	push_slot(dev, 2, f[0], t);
+	push_slot(dev, 7, f[1], t + w / 2);
+	push_slot(dev, 2, f[2], t + 2 * w);
+	push_slot(dev, 7, f[3], t + 3 * w);
+	dirty_drain(dev);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.files_dirty, 4);
+	CHECK_EQ(st.dirty_buckets, 3);                /* [t, t+w), t+2w, t+3w */
+	CHECK_EQ(take_all(dev, got, 8), 4);
+	for (int i = 0; i < 4; i++) {
+		CHECK(got[i] == f[i]);                    /* dirtying order */
+		dirty_requeue(f[i], false, false);
+	}
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(atomic_load(&f[i]->refs), 2);
+		free(f[i]);
+	}
+}
+
+/* Keep this thread on one CPU (one inbox slot), so that the files it
+ * dirties are filed in the order it dirtied them. */
+static void pin_to_one_cpu(void)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(sched_getcpu(), &set);
+	CHECK_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+}
+
 static struct inode *syn[SYN];
 static atomic_bool stop;
 
@@ -90,22 +166,31 @@ int main(void)
 	dirty_drain(dev);
 	CHECK_EQ(dirty_inbox_count(dev), 0);
 	for (int i = 0; i < PCPU_SLOTS; i++)
-		CHECK(!atomic_load(&dev->inbox[i].head));
+		CHECK(list_empty(&dev->inbox[i].files));
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, total);              /* now in buckets */
+	/* Buckets in time order, each file within its bucket's window (it
+	 * may precede the start by the drain's own time: allow 1 s) and no
+	 * newer than its last; a drain that spans buckets files in order. */
 	dev_list_lock(dev);
-	uint64_t seen = 0, prev = 0;
+	uint64_t seen = 0, prev_start = 0;
 	struct list_head *bl;
 	for (bl = dev->buckets.next; bl != &dev->buckets; bl = bl->next) {
-		struct list_head *files = &container_of(bl, struct dirty_bucket, link)->inodes;
-		for (struct list_head *l = files->next; l != files; l = l->next) {
+		struct dirty_bucket *b = container_of(bl, struct dirty_bucket, link);
+		CHECK(b->start >= prev_start);
+		prev_start = b->start;
+		uint64_t in_bucket = 0;
+		for (struct list_head *l = b->inodes.next; l != &b->inodes; l = l->next) {
 			struct inode *ino = container_of(l, struct inode, wb_list);
 			CHECK_EQ(atomic_load(&ino->state), I_DIRTY);
-			CHECK(ino->dirtied_when >= prev);
-			prev = ino->dirtied_when;
+			CHECK(ino->dirtied_when < b->start + dev->bucket_ns);
+			CHECK(ino->dirtied_when + 1000000000ull > b->start);
+			CHECK(ino->dirtied_when <= b->last);
 			CHECK_EQ(atomic_load(&ino->refs), 1);   /* the lists' only */
-			seen++;
+			in_bucket++;
 		}
+		CHECK_EQ(in_bucket, b->n);
+		seen += in_bucket;
 	}
 	dev_list_unlock(dev);
 	CHECK_EQ(seen, total);                         /* each exactly once */
@@ -114,7 +199,10 @@ int main(void)
 	CHECK_EQ(st.files_dirty + st.files_io + st.files_more_io, 0);
 	CHECK_EQ(st.written_back_bytes, total * 4096);
 
-	/* 2. the state machine, on synthetic files */
+	/* 2. the state machine, on synthetic files, one CPU slot */
+	cpu_set_t all;
+	CHECK_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+	pin_to_one_cpu();
 	struct inode *a = t_fake_inode(dev), *got[SYN * 2];
 	mark_inode_dirty(a);                           /* clean: pushed */
 	CHECK_EQ(atomic_load(&a->state), I_DIRTY);
@@ -165,6 +253,11 @@ int main(void)
 	CHECK_EQ(atomic_load(&c3->refs), 2);
 	CHECK_EQ(atomic_load(&a->refs), 2);
 	CHECK_EQ(atomic_load(&b->refs), 2);
+
+	CHECK_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+
+	/* 2b. the drain's two ways */
+	drain_order(dev);
 
 	/* 3. stress: writers dirty, this thread flushes */
 	for (int i = 0; i < SYN; i++)
