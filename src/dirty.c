@@ -432,12 +432,37 @@ bool dirty_io_empty_locked(struct wbc_dev *dev)
 	return list_empty(&dev->io_buckets) && list_empty(&dev->b_io);
 }
 
+static void cursors_reset(struct dirty_batch *b)
+{
+	b->ahead.at = b->mid.at = &b->files;
+	b->ahead.n = b->mid.n = 0;
+}
+
 void dirty_batch_init(struct dirty_batch *b)
 {
 	list_init(&b->files);
 	b->n = 0;
-	b->ahead = &b->files;
-	b->ahead_n = 0;
+	cursors_reset(b);
+}
+
+/* The head file left the batch: @c is one file nearer the head. */
+static void cursor_shift(struct dirty_batch *b, struct dirty_cursor *c)
+{
+	if (c->n && !--c->n)
+		c->at = &b->files;
+}
+
+/* Move @c one file on, onto a file at most @to from the head (at most
+ * two steps a call, so that a fresh batch does not walk its misses one
+ * after another); the file, or NULL when it is there already. */
+static struct inode *cursor_step(struct dirty_cursor *c, size_t to, int *steps)
+{
+	if (c->n >= to || *steps >= 2)
+		return NULL;
+	++*steps;
+	c->at = c->at->next;
+	c->n++;
+	return container_of(c->at, struct inode, wb_list);
 }
 
 void dirty_put_init(struct dirty_put *p)
@@ -469,8 +494,7 @@ size_t dirty_take(struct wbc_dev *dev, struct dirty_batch *b, uint64_t older_tha
 		list_splice_tail_init(&dev->b_io, &b->files);
 		b->n = dev->nr_b_io;
 	}
-	b->ahead = &b->files;
-	b->ahead_n = 0;
+	cursors_reset(b);
 	dev->nr_b_io -= b->n;
 	atomic_fetch_add_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	dev_list_unlock(dev);
@@ -485,19 +509,22 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 	list_del_init(&ino->wb_list);
 	b->n--;
 	/* Each file is a few cache misses away (another CPU wrote it last):
-	 * keep the next DIRTY_AHEAD files' lines in flight.  The cursor
-	 * moves one file per call once under way, onto a file whose line
-	 * arrived calls ago. */
-	if (b->ahead_n && !--b->ahead_n)
-		b->ahead = &b->files;
-	for (int step = 0; step < 2 && b->ahead_n < WBC_MIN(b->n, (size_t)DIRTY_AHEAD); step++) {
-		b->ahead = b->ahead->next;
-		b->ahead_n++;
-		struct inode *a = container_of(b->ahead, struct inode, wb_list);
+	 * keep the next DIRTY_AHEAD files' lines in flight (those that
+	 * write_inode_pages uses), and at half the distance their pages.
+	 * A cursor moves one file per call once under way, onto a file whose
+	 * line arrived calls ago. */
+	cursor_shift(b, &b->ahead);
+	cursor_shift(b, &b->mid);
+	struct inode *a;
+	int steps = 0;
+	while ((a = cursor_step(&b->ahead, WBC_MIN(b->n, (size_t)DIRTY_AHEAD), &steps))) {
 		__builtin_prefetch(&a->state, 1);
 		__builtin_prefetch(&a->lock, 1);
 		__builtin_prefetch((char *)&a->lock + 64, 1);
 	}
+	steps = 0;
+	while ((a = cursor_step(&b->mid, WBC_MIN(b->ahead.n, (size_t)DIRTY_AHEAD / 2), &steps)))
+		inode_prefetch_page(a);
 	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
 	/* listed means I_DIRTY without I_SYNC, and writers only ever add
 	 * I_DIRTY: nothing else can change it now */
@@ -526,8 +553,7 @@ void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b)
 	dev->nr_b_io += b->n;
 	atomic_fetch_sub_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	b->n = 0;
-	b->ahead = &b->files;
-	b->ahead_n = 0;
+	cursors_reset(b);
 	dev_list_unlock(dev);
 }
 

@@ -332,7 +332,7 @@ struct inode {
 	struct wbc_group *group;    /* fixed at creation; may be NULL */
 
 	/* lines 1-2 */
-	pthread_mutex_t lock;
+	pthread_mutex_t lock __attribute__((aligned(64)));
 	/* inode->lock */
 	uint64_t nr_dirty, nr_writeback;
 	unsigned waiters;
@@ -746,14 +746,18 @@ bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
  *   dirty_put_commit  splices what dirty_put kept.
  */
 /* Files a pass took, in order; dirty_next keeps the next DIRTY_AHEAD
- * files' cache lines in flight (@ahead: the files' sentinel, or the
- * ahead_n-th file from the head). */
+ * files' cache lines in flight, and at half that distance (their lines
+ * arrived) their pages.  A cursor is the files' sentinel (n 0) or the
+ * n-th file from the head. */
 #define DIRTY_AHEAD 8
+struct dirty_cursor {
+	struct list_head *at;
+	size_t n;
+};
 struct dirty_batch {
 	struct list_head files;
 	size_t n;
-	struct list_head *ahead;
-	size_t ahead_n;
+	struct dirty_cursor ahead, mid;
 };
 struct dirty_put {
 	struct list_head redirty, more_io;
@@ -786,6 +790,7 @@ bool end_batch_defer_page(struct page *p);
 bool end_batch_defer_inode(struct inode *ino);
 void inode_dispose(struct inode *ino);   /* file.c: inode_free in its shard */
 void inode_prefetch_unhash(const struct inode *ino);   /* file.c: a hint */
+void inode_prefetch_page(const struct inode *ino);     /* file.c: a hint */
 int flusher_start(struct wbc_dev *dev);
 void flusher_stop(struct wbc_dev *dev);
 void flusher_kick(struct wbc_dev *dev, bool start_all);
