@@ -669,6 +669,7 @@ static void work_hint_update_locked(struct wbc_dev *dev)
  * batch.  A pass files the inbox every DRAIN_EVERY files. */
 #define WB_BATCH 16
 #define DRAIN_EVERY 4096
+#define BG_CHECK_PAGES 256
 
 /*
  * Background, periodic and start-all writeback (WB_SYNC_NONE).
@@ -692,9 +693,18 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	struct bio_plug plug = { .n = 0, .bytes = 0 };
 	long total = 0, skipped = 0, slice = writeback_slice_pages(dev);
 	unsigned long files = 0;
+	/* Background: pages this pass may write before it looks at the
+	 * threshold again.  Summing the per-CPU counters for every file
+	 * would read lines the writers are writing; a quarter of the excess,
+	 * at most BG_CHECK_PAGES, overshoots the threshold by little. */
+	long bg_budget = 0;
 	while (nr_pages > 0) {
-		if (reason == WB_REASON_BACKGROUND && !over_bg_thresh(c))
-			break;
+		if (reason == WB_REASON_BACKGROUND && bg_budget <= 0) {
+			long over = over_bg_pages(c);
+			if (over <= 0)
+				break;
+			bg_budget = WBC_MIN(WBC_MAX(over / 4, 1), BG_CHECK_PAGES);
+		}
 		if (work_pending(dev))
 			break;
 		struct inode *ino = dirty_next(dev, &batch);
@@ -736,6 +746,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			dirty_put_commit(dev, &put);
 		nr_pages -= n;
 		total += n;
+		bg_budget -= WBC_MAX(n, 1);
 		if (++files % WB_BATCH == 0)
 			bandwidth_update(dev, wbc_now_ns());
 		/* file what writers dirtied meanwhile while it is still warm

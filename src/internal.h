@@ -805,6 +805,9 @@ void dev_io_destroy(struct wbc_dev *dev);
 /* throttle.c */
 void thresholds_compute(struct wbc_cache *c);
 bool over_bg_thresh(struct wbc_cache *c);
+/* Dirty pages above the background threshold of the cache or of the
+ * group furthest above its own; 0 or less when none is above. */
+long over_bg_pages(struct wbc_cache *c);
 void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
 /* Count one newly dirtied page; true when the caller should call
  * balance_dirty_pages (its thread reached its check interval). */

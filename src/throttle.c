@@ -186,16 +186,19 @@ void dom_group(struct wbc_group *g, struct dom *d)
 	dom_fill(d, (double)ctr_unclean(&g->ctr), (double)g->thresh, (double)g->bg_thresh);
 }
 
-bool over_bg_thresh(struct wbc_cache *c)
+long over_bg_pages(struct wbc_cache *c)
 {
-	if ((uint64_t)ctr_dirty(&c->ctr) > c->bg_thresh)
-		return true;
-	/* lock-free walk: called with dev->work_lock held */
+	long over = ctr_dirty(&c->ctr) - (long)c->bg_thresh;
+	/* lock-free walk: may be called with dev->work_lock held */
 	for (struct wbc_group *g = atomic_load_explicit(&c->groups, memory_order_acquire); g;
 	     g = g->next)
-		if ((uint64_t)ctr_dirty(&g->ctr) > g->bg_thresh)
-			return true;
-	return false;
+		over = WBC_MAX(over, ctr_dirty(&g->ctr) - (long)g->bg_thresh);
+	return over;
+}
+
+bool over_bg_thresh(struct wbc_cache *c)
+{
+	return over_bg_pages(c) > 0;
 }
 
 uint64_t throttle_slack_pages(struct wbc_cache *c)
