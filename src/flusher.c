@@ -600,8 +600,10 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 				break;
 			}
 			assert((fl & PG_DIRTY) && !(fl & PG_WRITEBACK));
-			pg_set(p, PG_WRITEBACK);
-			pg_clear(p, PG_DIRTY);
+			/* DIRTY -> WRITEBACK in one store: with ino->lock held
+			 * and PG_LOCKED clear, nothing else changes the flags */
+			atomic_store_explicit(&p->flags, (fl & ~PG_DIRTY) | PG_WRITEBACK,
+					      memory_order_relaxed);
 			pm_tag_clear(&ino->map, i, PM_TAG_DIRTY);
 			pm_tag_clear(&ino->map, i, PM_TAG_TOWRITE);
 			pm_tag_set(&ino->map, i, PM_TAG_WRITEBACK);
