@@ -10,10 +10,15 @@
  *
  * 2. fs_mark-style creation.  FILES (default 1,000,000) files of 4 KiB
  *    made by 2 threads (create, write, close) on a model device that
- *    keeps no data, like null_blk, and is fast enough (4 GB/s, 128 deep)
- *    that the writers, not the device, set the pace: with a slower device
- *    the throttle rightly holds writers to the device's speed, and the
- *    comparison would measure the device.  RUNS (default 5) pairs, each
+ *    keeps no data, like null_blk, and is fast enough (4 GB/s, 1024 deep:
+ *    the Linux NVMe driver's default queue depth) that the writers, not
+ *    the device, set the pace: with a slower device the throttle rightly
+ *    holds writers to the device's speed, and the comparison would measure
+ *    the device.  (128 deep is not enough on 2 CPUs: its queue holds
+ *    128 us of work, less than the time the model's and the flusher's
+ *    threads wait for a CPU beside two creators, so it drains, and the
+ *    throttle pauses the writers; the report shows those pauses.  QD=
+ *    sets the depth.)  RUNS (default 5) pairs, each
  *    writeback held off (no background threshold in reach, periodic
  *    writeback off) then running at the default ratios.  Prints files/s
  *    of each and the median ratio, the writeback threads' CPU per file,
@@ -27,7 +32,7 @@
  *    running beside them costs a create, apart from sharing the CPUs.
  *
  *    `manyfiles curve`, `manyfiles create`, `manyfiles held`, `manyfiles
- *    running`: one part only.  THREADS= creators (2), FILES=, RUNS=.
+ *    running`: one part only.  THREADS= creators (2), FILES=, RUNS=, QD=.
  */
 #include "../tests/testutil.h"
 #include "internal.h"
@@ -38,7 +43,9 @@
 #include <unistd.h>
 
 /* fast enough that the writers, not the device, set the pace (above) */
-#define MODEL "model:bw=4G,qd=128,discard=1"
+/* (QD= sets the queue depth) */
+static char model_spec[64] = "model:bw=4G,qd=1024,discard=1";
+#define MODEL model_spec
 
 static double now_s(void)
 {
@@ -397,6 +404,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	nthreads = th ? atoi(th) : 2;
+	const char *qd = getenv("QD");
+	if (qd) {
+		if (atoi(qd) < 1 || atoi(qd) > 65536) {
+			fprintf(stderr, "manyfiles: QD must be 1 to 65536\n");
+			return 2;
+		}
+		snprintf(model_spec, sizeof(model_spec), "model:bw=4G,qd=%d,discard=1", atoi(qd));
+	}
 	const char *e = getenv("FILES");
 	uint64_t files = e ? strtoull(e, NULL, 0) : 1000000;
 	const char *only = argc > 1 ? argv[1] : "";
