@@ -146,9 +146,10 @@ static void cost_curve(void)
 	       "max hold us", "sorted list: us", "list/bkt");
 	double first_b = 0, first_l = 0;
 	for (size_t n = 10000; n <= 1000000; n *= 10) {
-		struct inode *inos = calloc(n, sizeof(*inos));
+		struct inode *inos = aligned_alloc(64, n * sizeof(*inos));   /* laid out by line */
 		struct lnode *nodes = calloc(n, sizeof(*nodes));
 		CHECK(inos && nodes);
+		memset(inos, 0, n * sizeof(*inos));
 		for (size_t i = 0; i < n; i++)
 			nodes[i].when = base + span * i / n;
 		double bb = 1e18, lb = 1e18, hold = 0;

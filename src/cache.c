@@ -51,6 +51,15 @@ void wbc_mutex_init(pthread_mutex_t *m)
 	pthread_mutexattr_destroy(&a);
 }
 
+void *wbc_zalloc(size_t bytes)
+{
+	size_t n = (bytes + 63) & ~(size_t)63;
+	void *p = aligned_alloc(64, n);
+	if (p)
+		memset(p, 0, n);
+	return p;
+}
+
 void wbc_cond_init(pthread_cond_t *c)
 {
 	pthread_condattr_t a;
@@ -142,7 +151,7 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 	int err = config_check(cfg);
 	if (err)
 		return err;
-	struct wbc_cache *c = calloc(1, sizeof(*c));
+	struct wbc_cache *c = wbc_zalloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	c->cfg = *cfg;

@@ -80,7 +80,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		snprintf(msg, msglen, "missing argument");
 		return -EINVAL;
 	}
-	struct wbc_dev *dev = calloc(1, sizeof(*dev));
+	struct wbc_dev *dev = wbc_zalloc(sizeof(*dev));
 	char *bspec = strdup(spec);
 	if (!dev || !bspec || names_init(dev)) {
 		free(dev);
@@ -327,7 +327,7 @@ int wbc_group_create(wbc_cache *c, uint64_t limit_bytes, unsigned limit_ratio, w
 	uint64_t t = limit_bytes ? limit_bytes >> c->page_shift : c->nr_pages * limit_ratio / 100;
 	if (t < 2)
 		return -EINVAL;
-	struct wbc_group *g = calloc(1, sizeof(*g));
+	struct wbc_group *g = wbc_zalloc(sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->cache = c;

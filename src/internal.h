@@ -92,6 +92,9 @@ pid_t wbc_gettid(void);                     /* cached per thread */
  * critical sections are short, and a futex sleep and wakeup cost more
  * than the wait. */
 void wbc_mutex_init(pthread_mutex_t *m);
+/* Zeroed memory aligned to a cache line (structures laid out by line:
+ * the cache, devices, groups); free() releases it.  NULL without memory. */
+void *wbc_zalloc(size_t bytes);
 
 uint64_t wbc_now_ns(void);                  /* CLOCK_MONOTONIC */
 void wbc_cond_init(pthread_cond_t *c);      /* condvar on CLOCK_MONOTONIC */
@@ -430,8 +433,8 @@ static inline uint64_t wbc_name_hash(const char *s)
  * slot is an exact atomic, so the sum is exact once updates stop; while
  * they run it may lag by the updates in flight, like the kernel's percpu
  * counters.  Readers (throttle checks, the flusher, stats) sum the slots.
- * Alignment comes from the padding, not an attribute: the structures that
- * hold these are calloc'd.
+ * Each slot is aligned to its own line; the structures that hold these
+ * are allocated 64-byte aligned (wbc_zalloc).
  */
 #define PCPU_SLOTS 16
 static inline unsigned pcpu_slot(void)
@@ -441,7 +444,7 @@ static inline unsigned pcpu_slot(void)
 }
 
 struct pcount {
-	struct { atomic_llong v; char pad[56]; } s[PCPU_SLOTS];
+	struct { atomic_llong v; } __attribute__((aligned(64))) s[PCPU_SLOTS];
 };
 static inline void pcount_add(struct pcount *c, long long n)
 {
@@ -454,7 +457,7 @@ long long pcount_sum(struct pcount *c);
  * one state to the other never changes the total writers are limited by.
  * Per CPU: both counts of one CPU share its slot. */
 struct dirty_ctr {
-	struct { atomic_llong dirty, unclean; char pad[48]; } s[PCPU_SLOTS];
+	struct { atomic_llong dirty, unclean; } __attribute__((aligned(64))) s[PCPU_SLOTS];
 };
 
 struct wbc_group {
@@ -497,7 +500,7 @@ struct name_shard {             /* 128 bytes: two cache lines each */
 	struct inode *free;
 	uint32_t nfree;
 	char pad[128 - sizeof(pthread_mutex_t) - 2 * sizeof(struct inode *) - 12];
-};
+} __attribute__((aligned(64)));
 
 /* One CPU slot's inbox: the files writers on that CPU dirtied, oldest
  * first.  Writers on different CPUs take different locks and lines, and
@@ -508,7 +511,7 @@ struct inbox_slot {
 	uint64_t listed;            /* files on it: lock */
 	atomic_llong n;             /* files pushed here, not yet filed */
 	char pad[128 - sizeof(pthread_mutex_t) - sizeof(struct list_head) - 16];
-};
+} __attribute__((aligned(64)));
 
 struct wbc_dev {
 	struct wbc_cache *cache;
@@ -523,9 +526,10 @@ struct wbc_dev {
 	/* newly dirtied files: a list per CPU slot that writers append to
 	 * and the flusher empties (dirty.c) */
 	struct inbox_slot inbox[PCPU_SLOTS];
-	atomic_ullong nr_taken;     /* in a flusher's batch (dirty_take) */
 
-	pthread_mutex_t list_lock;
+	/* the flusher's lines: its list lock and what it guards */
+	pthread_mutex_t list_lock __attribute__((aligned(64)));
+	atomic_ullong nr_taken;     /* in a flusher's batch (dirty_take) */
 	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
 	uint64_t list_locked_cpu;   /* list_lock: the holder's CPU time then */
 	struct lock_stat list_lock_stat;       /* wall time held */
@@ -541,7 +545,7 @@ struct wbc_dev {
 	struct list_head b_more_io; /* used their slice; taken after b_io */
 	uint64_t nr_b_dirty, nr_b_io, nr_b_more_io, nr_buckets, bucket_seq;
 
-	pthread_mutex_t work_lock;
+	pthread_mutex_t work_lock __attribute__((aligned(64)));
 	pthread_cond_t work_cond;   /* wakes the flusher */
 	pthread_cond_t done_cond;   /* sync work finished */
 	struct list_head work_list; /* work_lock */
@@ -552,7 +556,7 @@ struct wbc_dev {
 	pthread_t thread;
 	bool thread_started;
 
-	pthread_mutex_t io_lock;
+	pthread_mutex_t io_lock __attribute__((aligned(64)));
 	pthread_cond_t io_cond;
 	struct wbc_bio *bio_pool;   /* all bios; io_lock guards the free list */
 	struct wbc_bio *bio_free;
@@ -564,8 +568,8 @@ struct wbc_dev {
 	uint64_t busy_ns;           /* io_lock: time with I/O in flight, total */
 
 	struct dirty_ctr ctr;       /* this device's pages */
-	atomic_ullong completed_bytes;
 	struct pcount dirtied_pages;/* ever dirtied: the dirty rate */
+	atomic_ullong completed_bytes __attribute__((aligned(64)));
 
 	/* tunables (spec options), fixed after add */
 	int on_error;                   /* WBC_ON_ERROR_RETRY or _DROP */
@@ -574,7 +578,7 @@ struct wbc_dev {
 	bool strict_limit;
 
 	/* bandwidth.c: bw_lock (updates); readers use the atomics */
-	pthread_mutex_t bw_lock;
+	pthread_mutex_t bw_lock __attribute__((aligned(64)));
 	uint64_t bw_stamp_ns, bw_completed, bw_dirtied, bw_busy;
 	double balanced_ratelimit;      /* pages/s */
 	bool bw_measured;               /* write_bw is a measurement, not INIT_BW */
@@ -584,7 +588,7 @@ struct wbc_dev {
 	/* flexible proportions: cache->prop_lock */
 	double prop_events;             /* completed pages, halved every period */
 
-	pthread_mutex_t err_lock;
+	pthread_mutex_t err_lock __attribute__((aligned(64)));
 	struct errseq wb_err;       /* err_lock: any writeback error of the device */
 	uint32_t sync_err_since;    /* err_lock: reported through wbc_dev_sync */
 };
@@ -602,32 +606,36 @@ struct wbc_cache {
 	size_t pages_len;           /* bytes mapped for pages[] */
 	struct page *pages;
 
-	pthread_mutex_t lru_lock;
+	/* lru_lock and what it guards, on lines of their own: the arena's
+	 * geometry above is read by every copy */
+	pthread_mutex_t lru_lock __attribute__((aligned(64)));
 	pthread_cond_t free_cond;   /* lru_lock: a page was freed */
 	struct page *free_list;
 	uint64_t nr_free, clock_hand;
 	unsigned free_waiters;
 
-	uint64_t thresh, bg_thresh; /* pages, fixed at open */
+	atomic_llong nr_cached;     /* resident pages (changed with lru_lock) */
 
-	atomic_uint page_waiters;
+	/* read-mostly */
+	uint64_t thresh __attribute__((aligned(64)));   /* pages, fixed at open */
+	uint64_t bg_thresh;
+	atomic_uint page_waiters;   /* written only by allocators that wait */
 
 	struct dirty_ctr ctr;       /* all pages of the cache */
-	atomic_llong nr_cached;     /* resident pages */
-	atomic_ullong st_pauses, st_paused_ns, st_max_pause_ns;
+	atomic_ullong st_pauses __attribute__((aligned(64))), st_paused_ns, st_max_pause_ns;
 	atomic_llong st_at_risk_pages;  /* dirty again after a write error */
 
-	pthread_mutex_t prop_lock;  /* flexible proportions of the devices */
+	pthread_mutex_t prop_lock __attribute__((aligned(64)));  /* flexible proportions */
 	double prop_total;
 	uint64_t prop_stamp_ns;
 	/* groups: pushed at the head under dev_lock, never removed before
 	 * close, read without a lock (over_bg_thresh runs under work_lock) */
 	struct wbc_group *_Atomic groups;
 	struct pcount st_written;   /* bytes through wbc_pwrite */
-	atomic_ullong st_written_back, st_read_in, st_reclaimed,
+	atomic_ullong st_written_back __attribute__((aligned(64))), st_read_in, st_reclaimed,
 		      st_write_ios, st_write_errors, st_lost, st_page_waits;
 
-	pthread_mutex_t dev_lock;
+	pthread_mutex_t dev_lock __attribute__((aligned(64)));
 	struct wbc_dev *devs;       /* dev_lock */
 	unsigned nr_devs;
 };
