@@ -109,6 +109,8 @@ static void handle_free(struct hslot *s, uint32_t slot)
 
 #define SHARD_INITIAL 64
 
+static void inode_release_mem(struct inode *ino);
+
 static struct name_shard *shard_of(struct wbc_dev *dev, uint64_t h)
 {
 	return &dev->shards[h >> 58];   /* the top 6 bits; chains use the low */
@@ -187,7 +189,7 @@ void names_trim(struct wbc_dev *dev)
 		pthread_mutex_unlock(&s->lock);
 		while (drop) {
 			struct inode *next = drop->hash_next;
-			free(drop);
+			inode_release_mem(drop);
 			drop = next;
 		}
 	}
@@ -202,7 +204,7 @@ size_t names_destroy(struct wbc_dev *dev)
 		while (s->free) {
 			struct inode *ino = s->free;
 			s->free = ino->hash_next;
-			free(ino);
+			inode_release_mem(ino);
 		}
 		free(s->tab);
 		pthread_mutex_destroy(&s->lock);
@@ -258,6 +260,42 @@ static void hash_grow_locked(struct name_shard *s)
  * back over time. */
 #define SHARD_FREE_MAX 1024
 
+/*
+ * An inode's memory keeps its lock, condition variable and rwlock
+ * initialized (and idle) from inode_new to inode_release_mem, through
+ * every file that reuses it: a teardown and the next create skip six
+ * calls into the thread library, and the completion thread does not
+ * touch those lines.  inode_clear zeroes everything else.
+ */
+static void inode_release_mem(struct inode *ino)
+{
+	pthread_rwlock_destroy(&ino->rwsem);
+	pthread_mutex_destroy(&ino->lock);
+	pthread_cond_destroy(&ino->wait);
+	free(ino);
+}
+
+static void inode_clear(struct inode *ino)
+{
+	_Static_assert(offsetof(struct inode, lock) < offsetof(struct inode, wait) &&
+		       offsetof(struct inode, wait) < offsetof(struct inode, rwsem),
+		       "inode_clear keeps these in this order");
+	const struct { size_t off, len; } keep[] = {
+		{ offsetof(struct inode, lock), sizeof(ino->lock) },
+		{ offsetof(struct inode, wait), sizeof(ino->wait) },
+		{ offsetof(struct inode, rwsem), sizeof(ino->rwsem) },
+	};
+	uint32_t cap = ino->name_cap;
+	char *b = (char *)ino;
+	size_t at = 0;
+	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+		memset(b + at, 0, keep[i].off - at);
+		at = keep[i].off + keep[i].len;
+	}
+	memset(b + at, 0, offsetof(struct inode, name_buf) - at);
+	ino->name_cap = cap;
+}
+
 /* Keep the memory of @ino (torn down, or never set up) in @s for the next
  * inode made there, or free it. */
 static void inode_keep(struct name_shard *s, struct inode *ino)
@@ -270,7 +308,8 @@ static void inode_keep(struct name_shard *s, struct inode *ino)
 		ino = NULL;
 	}
 	pthread_mutex_unlock(&s->lock);
-	free(ino);
+	if (ino)
+		inode_release_mem(ino);
 }
 
 /* Tear @ino down (nothing can reach it) and keep its memory in @s, the
@@ -278,9 +317,6 @@ static void inode_keep(struct name_shard *s, struct inode *ino)
 static void inode_free(struct name_shard *s, struct inode *ino)
 {
 	pm_destroy(&ino->map);
-	pthread_rwlock_destroy(&ino->rwsem);
-	pthread_mutex_destroy(&ino->lock);
-	pthread_cond_destroy(&ino->wait);
 	inode_keep(s, ino);
 }
 
@@ -294,9 +330,7 @@ static struct inode *inode_reuse_locked(struct name_shard *s, size_t nlen)
 		return NULL;
 	s->free = ino->hash_next;
 	s->nfree--;
-	uint32_t cap = ino->name_cap;
-	memset(ino, 0, sizeof(*ino));
-	ino->name_cap = cap;
+	inode_clear(ino);
 	return ino;
 }
 
@@ -304,12 +338,15 @@ static struct inode *inode_reuse_locked(struct name_shard *s, size_t nlen)
  * free inodes fit later names). */
 static struct inode *inode_new(size_t nlen)
 {
-	/* 64-byte aligned, so that the line-0 fields share one line */
+	/* 64-byte aligned: the fields are laid out by line */
 	size_t bytes = (offsetof(struct inode, name_buf) + nlen + 63) & ~(size_t)63;
 	struct inode *ino = aligned_alloc(64, bytes);
 	if (ino) {
 		memset(ino, 0, bytes);
 		ino->name_cap = (uint32_t)(bytes - offsetof(struct inode, name_buf));
+		pthread_rwlock_init(&ino->rwsem, NULL);
+		wbc_mutex_init(&ino->lock);
+		wbc_cond_init(&ino->wait);
 	}
 	return ino;
 }
@@ -351,9 +388,6 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	ino->group = group;
 	ino->hash = h;
 	ino->i_size = ino->backend_size = size;
-	pthread_rwlock_init(&ino->rwsem, NULL);
-	wbc_mutex_init(&ino->lock);
-	wbc_cond_init(&ino->wait);
 	pm_init(&ino->map);
 	list_init(&ino->wb_list);
 	atomic_init(&ino->refs, 1);
