@@ -48,7 +48,7 @@ static struct mobj *find_locked(struct mem_shard *s, const char *name, uint64_t 
 {
 	assert_held(&s->lock);
 	struct mobj *o = s->hash[h & (s->hash_size - 1)];
-	while (o && strcmp(o->name, name))
+	while (o && (o->hash != h || strcmp(o->name, name)))
 		o = o->next;
 	return o;
 }
