@@ -164,6 +164,7 @@ int names_init(struct wbc_dev *dev)
 			return -ENOMEM;
 		}
 		s->size = SHARD_INITIAL;
+		s->free_tail = &s->free;
 		wbc_mutex_init(&s->lock);
 	}
 	return 0;
@@ -184,6 +185,7 @@ void names_trim(struct wbc_dev *dev)
 				pp = &(*pp)->hash_next;
 			drop = *pp;
 			*pp = NULL;
+			s->free_tail = pp;
 			s->nfree = keep;
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -204,6 +206,7 @@ size_t names_destroy(struct wbc_dev *dev)
 		while (s->free) {
 			struct inode *ino = s->free;
 			s->free = ino->hash_next;
+			s->nfree--;
 			inode_release_mem(ino);
 		}
 		free(s->tab);
@@ -302,8 +305,11 @@ static void inode_keep(struct name_shard *s, struct inode *ino)
 {
 	pthread_mutex_lock(&s->lock);
 	if (s->nfree < SHARD_FREE_MAX) {
-		ino->hash_next = s->free;
-		s->free = ino;
+		/* at the tail: the head, taken next, stays put, so the lines
+		 * of the one after it can be fetched ahead (inode_reuse_locked) */
+		ino->hash_next = NULL;
+		*s->free_tail = ino;
+		s->free_tail = &ino->hash_next;
 		s->nfree++;
 		ino = NULL;
 	}
@@ -329,7 +335,14 @@ static struct inode *inode_reuse_locked(struct name_shard *s, size_t nlen)
 	if (!ino || ino->name_cap < nlen)
 		return NULL;
 	s->free = ino->hash_next;
+	if (!s->free)
+		s->free_tail = &s->free;
 	s->nfree--;
+	/* the next create here takes the new head: its lines were written
+	 * on the completion thread's CPU, start moving them now */
+	if (s->free)
+		for (size_t off = 0; off < offsetof(struct inode, name_buf); off += 64)
+			__builtin_prefetch((char *)s->free + off, 1);
 	inode_clear(ino);
 	return ino;
 }

@@ -487,19 +487,18 @@ void lock_stat_record(struct lock_stat *ls, uint64_t ns);
 /* device                                                               */
 
 #define NAME_SHARDS 64
-struct name_shard {             /* 128 bytes: two cache lines each */
+struct name_shard {             /* two cache lines each */
 	pthread_mutex_t lock;       /* the shard's chains, the drop of the
 				     * last reference of its inodes, and
 				     * its free inodes */
 	struct inode **tab;
 	uint32_t size, n;
-	/* inodes torn down, kept for reuse (linked by hash_next): a file
-	 * written back and dropped by the completion thread gives its
-	 * memory to the next file a writer creates, without a free() and a
-	 * malloc() in two threads' heaps */
-	struct inode *free;
+	/* inodes torn down, kept for reuse (linked by hash_next, oldest
+	 * first): a file written back and dropped by the completion thread
+	 * gives its memory to a later file a writer creates, without a
+	 * free() and a malloc() in two threads' heaps */
+	struct inode *free, **free_tail;
 	uint32_t nfree;
-	char pad[128 - sizeof(pthread_mutex_t) - 2 * sizeof(struct inode *) - 12];
 } __attribute__((aligned(64)));
 
 /* One CPU slot's inbox: the files writers on that CPU dirtied, oldest
