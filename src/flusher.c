@@ -456,9 +456,20 @@ static void bio_add_page(struct wbc_cache *c, struct wbc_bio *b, struct page *p)
 	b->len += c->page_size;
 }
 
+/* Count the plug's pages moved dirty -> writeback. */
+static void plug_account(struct wbc_dev *dev, struct bio_plug *p)
+{
+	if (p->acct_pages)
+		account_domains(dev, p->acct_group, -p->acct_pages, 0);
+	p->acct_pages = 0;
+}
+
 static void plug_flush(struct wbc_dev *dev, struct bio_plug *p)
 {
-	if (!p || !p->n)
+	if (!p)
+		return;
+	plug_account(dev, p);
+	if (!p->n)
 		return;
 	unsigned queued = 0;
 	int err = dev->be->ops->submit_many(dev->be, p->bios, p->n, &queued);
@@ -631,7 +642,15 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		if (last)
 			pass_end_locked(ino, ctl, ctl->nr_to_write <= 0 ? idx : 0);
 		pthread_mutex_unlock(&ino->lock);
-		account_writeback(ino, n);
+		if (ctl->plug) {
+			struct bio_plug *p = ctl->plug;
+			if (p->acct_pages && p->acct_group != ino->group)
+				plug_account(dev, p);
+			p->acct_group = ino->group;
+			p->acct_pages += n;
+		} else {
+			account_writeback(ino, n);
+		}
 		submit_bio_write(dev, ino, b, first, ctl->plug);
 		b = NULL;
 		written += n;

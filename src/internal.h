@@ -382,6 +382,10 @@ struct bio_plug {
 	struct wbc_bio *bios[PLUG_MAX];
 	unsigned n;
 	size_t bytes;
+	/* pages moved dirty -> writeback, counted at the flush (one update
+	 * of the counters per plug, not per file); all of one group */
+	struct wbc_group *acct_group;
+	long acct_pages;
 };
 
 /* One pass over one inode (the kernel's writeback_control). */
