@@ -64,6 +64,8 @@ int dev_io_init(struct wbc_dev *dev)
 		b->pages = &dev->page_pool[(size_t)i * maxp];
 		b->next_free = dev->bio_free;
 		dev->bio_free = b;
+		if (!b->next_free)
+			dev->bio_free_tail = &b->next_free;
 	}
 	wbc_mutex_init(&dev->io_lock);
 	wbc_cond_init(&dev->io_cond);
@@ -114,7 +116,8 @@ static struct wbc_bio *bio_get(struct wbc_dev *dev, struct bio_plug *plug)
 		dev->io_waiters--;
 	}
 	struct wbc_bio *b = dev->bio_free;
-	dev->bio_free = b->next_free;
+	if (!(dev->bio_free = b->next_free))
+		dev->bio_free_tail = &dev->bio_free;
 	if (!dev->inflight++)
 		dev->busy_since = wbc_now_ns();
 	bio_prefetch_free(dev, dev->bio_free);
@@ -129,8 +132,11 @@ static struct wbc_bio *bio_get(struct wbc_dev *dev, struct bio_plug *plug)
 static void bio_put_chain(struct wbc_dev *dev, struct wbc_bio *b, struct wbc_bio *last, unsigned n)
 {
 	pthread_mutex_lock(&dev->io_lock);
-	last->next_free = dev->bio_free;
-	dev->bio_free = b;
+	/* at the tail: the head, taken next, stays put, so bio_get can
+	 * start the next one's lines moving ahead of use */
+	last->next_free = NULL;
+	*dev->bio_free_tail = b;
+	dev->bio_free_tail = &last->next_free;
 	assert(dev->inflight >= n);
 	dev->inflight -= n;
 	if (!dev->inflight)

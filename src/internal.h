@@ -562,7 +562,8 @@ struct wbc_dev {
 	pthread_mutex_t io_lock __attribute__((aligned(64)));
 	pthread_cond_t io_cond;
 	struct wbc_bio *bio_pool;   /* all bios; io_lock guards the free list */
-	struct wbc_bio *bio_free;
+	struct wbc_bio *bio_free;   /* oldest first ... */
+	struct wbc_bio **bio_free_tail;   /* ... and where to append */
 	struct iovec *iov_pool;
 	struct page **page_pool;
 	unsigned inflight, io_waiters;
