@@ -27,17 +27,25 @@
  * 1 to 100 ms) before it is dirty_expire old.  dirtied_when is the time a
  * file went from clean to dirty; a file put back in b_dirty is filed in the
  * newest bucket and its dirtied_when moves forward only to the newest
- * file's there (the kernel's redirty_tail), which keeps the files in order and
- * never lets a busy file hold a sync back: sync first seals the newest
- * bucket, queues everything up to it, and files put back during the sync go
- * to buckets after the seal.
+ * file's there (the kernel's redirty_tail), which never lets a busy file
+ * hold a sync back: sync first seals the newest bucket, queues everything
+ * up to it, and files put back during the sync go to buckets after the
+ * seal.  Buckets are in time order and each file's dirtied_when lies in
+ * its bucket's window; inside a bucket, files filed by one drain are in
+ * order CPU by CPU (below), which nothing depends on.
  *
  * Writers never take the list lock: a file that goes from clean to dirty
- * is pushed on the device's inbox (a lock-free stack), and the flusher
- * files the inbox in b_dirty before it queues (dirty_drain).  Only the
- * flusher changes the lists, and it does the per-file work on private
- * lists, then splices them in or out: every hold of the list lock is O(1)
- * in the number of files (queue_io: at most QUEUE_IO_BUCKETS buckets).
+ * is appended to its device's inbox list for the writer's CPU (a lock per
+ * CPU slot, held for the append), and the flusher files the inbox in
+ * b_dirty before it queues (dirty_drain): each slot's files are taken with
+ * one splice and, when together they fit one bucket's window (the common
+ * case: the flusher drains every few milliseconds), spliced into it
+ * whole, without a look at any file but the ends of each list; files
+ * that span windows are merged into order and filed bucket by bucket.
+ * Only the flusher changes the lists, and it does the per-file work on
+ * private lists, then splices them in or out: every hold of the list lock
+ * is O(1) in the number of files (queue_io: at most QUEUE_IO_BUCKETS
+ * buckets).
  * A pass takes a whole queued bucket at a time (dirty_take), and puts the
  * files it wrote back in batches (dirty_put, dirty_put_commit).
  *
@@ -206,10 +214,10 @@ uint64_t dirty_seal_locked(struct wbc_dev *dev)
 
 /*
  * A page of @ino went dirty (the caller holds a reference and tagged the
- * page first).  Lock-free: the clean -> dirty transition is one CAS on
- * ino->state, and a file that is on no list and not being written goes on
- * the device's inbox, a stack pushed by CAS (pushes only; the flusher takes
- * the whole stack with one exchange, so there is no ABA).  A file under
+ * page first).  The clean -> dirty transition is one CAS on ino->state,
+ * and a file that is on no list and not being written is appended to the
+ * inbox list of the writer's CPU slot, under that slot's lock (which only
+ * writers on the same CPU and the flusher's splice take).  A file under
  * I_SYNC only gets I_DIRTY: the flusher files it when it puts it back, with
  * its old dirtied_when (an older time only makes expiry earlier).
  *
