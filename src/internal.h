@@ -512,8 +512,9 @@ struct inbox_slot {
 	pthread_mutex_t lock;
 	struct list_head files;     /* linked by wb_list: lock */
 	uint64_t listed;            /* files on it: lock */
+	uint64_t locked_at;         /* lock: when it was taken (ns) */
 	atomic_llong n;             /* files pushed here, not yet filed */
-	char pad[128 - sizeof(pthread_mutex_t) - sizeof(struct list_head) - 16];
+	struct lock_stat stat;      /* its holds (wall time), summed in stats */
 } __attribute__((aligned(64)));
 
 struct wbc_dev {

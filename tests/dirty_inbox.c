@@ -163,6 +163,14 @@ int main(void)
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, total);              /* counted in the inbox */
 	CHECK_EQ(dirty_inbox_count(dev), total);
+	/* every append was a timed hold of an inbox lock */
+	CHECK(st.inbox_lock_holds >= total);
+	uint64_t in_hist = 0;
+	for (int i = 0; i < 32; i++)
+		in_hist += st.inbox_lock_hold_hist[i];
+	CHECK_EQ(in_hist, st.inbox_lock_holds);
+	CHECK(st.inbox_lock_max_hold_ns > 0);
+	CHECK(wbc_inbox_lock_percentile(&st, 100) >= st.inbox_lock_max_hold_ns);
 	dirty_drain(dev);
 	CHECK_EQ(dirty_inbox_count(dev), 0);
 	for (int i = 0; i < PCPU_SLOTS; i++)
