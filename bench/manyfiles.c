@@ -57,15 +57,20 @@ static double now_s(void)
 /* ------------------------------------------------------------------ */
 /* 1. cost curve                                                        */
 
-/* Evict the CPU caches (the L2 is 4 MiB here; 64 MiB covers the rest
- * in part): both designs are measured from the same cold start, as the
- * flusher finds them after the writers ran. */
+/* Evict the CPU caches: write twice the last-level cache (this VM
+ * reports 300 MiB of L3; at least 64 MiB, at most 1 GiB), so that both
+ * designs, at every N, start from memory as the flusher finds them after
+ * the writers ran (a smaller sweep left a small N's lists in the L3 and a
+ * large N's, which the filing itself pushed out, in memory). */
 static void cool_caches(void)
 {
 	static char *junk;
-	const size_t n = 64u << 20;
-	if (!junk)
+	static size_t n;
+	if (!junk) {
+		long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+		n = WBC_MIN(WBC_MAX(l3 > 0 ? 2 * (size_t)l3 : 0, (size_t)64 << 20), (size_t)1 << 30);
 		CHECK((junk = malloc(n)));
+	}
 	for (size_t i = 0; i < n; i += 64)
 		junk[i]++;
 }
