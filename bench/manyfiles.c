@@ -343,9 +343,14 @@ static struct create_result create_run(uint64_t files, bool writeback)
 		if (ds.list_lock_cpu_hist[b])
 			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)ds.list_lock_cpu_hist[b]);
 	printf("\n");
+	uint64_t inbox_over = 0;
+	for (int b = 18; b < 32; b++)       /* from 2^17 ns = 131 us up */
+		inbox_over += ds.inbox_lock_hold_hist[b];
 	printf("    inbox locks (a writer's append, the flusher's take): %llu holds, p99 <= %.1f "
-	       "us, max %.1f us\n", (unsigned long long)ds.inbox_lock_holds, r.inbox_p99_us,
-	       r.inbox_max_us);
+	       "us, p99.99 <= %.1f us, max %.1f us, %llu over 131 us\n",
+	       (unsigned long long)ds.inbox_lock_holds, r.inbox_p99_us,
+	       (double)wbc_inbox_lock_percentile(&ds, 99.99) / 1e3, r.inbox_max_us,
+	       (unsigned long long)inbox_over);
 	printf("    writeback threads: %.2f us CPU per file written back (flusher %.2f, device "
 	       "model and completions %.2f); writers paused %.2f s (throttle); CPUs idle %.0f%%\n",
 	       r.wb_cpu_us_per_file, r.flush_us, r.wb_cpu_us_per_file - r.flush_us, r.paused_s,
