@@ -450,7 +450,6 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 			dropped_err++;
 		pm_delete(&ino->map, idx);
 		ino->nr_pages--;
-		atomic_store_explicit(&p->flags, PG_LOCKED, memory_order_relaxed);
 		if (!end_batch_defer_page(p))
 			page_release(c, p);
 		if (idx == UINT64_MAX)

@@ -222,6 +222,8 @@ bool end_batch_defer_page(struct page *p)
 	if (!eb.open)
 		return false;
 	assert(eb.dev && p->inode->dev == eb.dev);
+	/* still bound: reclaim may look at it, and skips a locked page */
+	atomic_store_explicit(&p->flags, PG_LOCKED, memory_order_relaxed);
 	p->next_free = eb.pages;
 	eb.pages = p;
 	eb.npages++;
