@@ -23,6 +23,10 @@ else
     CFLAGS_OPT += -fno-sanitize-recover=undefined
   endif
 endif
+# x86-64: the 16-byte compare-and-swap of the dirty inbox (cmpxchg16b)
+ifeq ($(shell uname -m),x86_64)
+  CFLAGS_BASE += -mcx16
+endif
 override CFLAGS := $(CFLAGS_BASE) $(CFLAGS_OPT) $(EXTRA_CFLAGS)
 LDLIBS  := -luring -lpthread -lm
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)

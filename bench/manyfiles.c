@@ -107,7 +107,7 @@ static double bucket_queue_us(struct wbc_dev *dev, struct inode *inos, size_t n,
 	dev_list_lock(dev);
 	for (size_t i = 0; i < n; i++) {
 		inos[i].dev = dev;
-		list_init(&inos[i].wb_list);
+		inos[i].wb_next = NULL;
 		inos[i].state = I_DIRTY;
 		dirty_add_locked(dev, &inos[i], base + span * i / n);
 	}
@@ -257,9 +257,9 @@ static long rss_kb(void)
 
 struct create_result {
 	double rate, cpu_rate, p99_us, p9999_us, max_us, bytes_per_file, written_back_mb;
-	double max_cpu_us, p99_cpu_us, inbox_max_us, inbox_p99_us;
+	double max_cpu_us, p99_cpu_us;
 	double wb_cpu_us_per_file, flush_us, paused_s, idle_pct;
-	uint64_t over, holds;
+	uint64_t over, holds, waits, retries;
 	long nivcsw;
 };
 
@@ -310,8 +310,8 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	r.holds = ds.list_lock_holds;
 	r.max_us = (double)ds.list_lock_max_hold_ns / 1e3;
 	r.max_cpu_us = (double)ds.list_lock_max_cpu_ns / 1e3;
-	r.inbox_max_us = (double)ds.inbox_lock_max_hold_ns / 1e3;
-	r.inbox_p99_us = (double)wbc_inbox_lock_percentile(&ds, 99) / 1e3;
+	r.waits = ds.list_lock_waits;
+	r.retries = ds.inbox_push_retries;
 	r.p99_cpu_us = (double)wbc_lock_cpu_percentile(&ds, 99) / 1e3;
 	r.bytes_per_file = (double)(rss1 - rss0) * 1024 / (double)made;
 	r.written_back_mb = (double)ds.written_back_bytes / 1e6;
@@ -343,14 +343,9 @@ static struct create_result create_run(uint64_t files, bool writeback)
 		if (ds.list_lock_cpu_hist[b])
 			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)ds.list_lock_cpu_hist[b]);
 	printf("\n");
-	uint64_t inbox_over = 0;
-	for (int b = 18; b < 32; b++)       /* from 2^17 ns = 131 us up */
-		inbox_over += ds.inbox_lock_hold_hist[b];
-	printf("    inbox locks (a writer's append, the flusher's take): %llu holds, p99 <= %.1f "
-	       "us, p99.99 <= %.1f us, max %.1f us, %llu over 131 us\n",
-	       (unsigned long long)ds.inbox_lock_holds, r.inbox_p99_us,
-	       (double)wbc_inbox_lock_percentile(&ds, 99.99) / 1e3, r.inbox_max_us,
-	       (unsigned long long)inbox_over);
+	printf("    waits: %llu takes of the list lock found it held; writers take no lock "
+	       "(%llu lock-free inbox pushes lost a race and tried again)\n",
+	       (unsigned long long)r.waits, (unsigned long long)r.retries);
 	printf("    writeback threads: %.2f us CPU per file written back (flusher %.2f, device "
 	       "model and completions %.2f); writers paused %.2f s (throttle); CPUs idle %.0f%%\n",
 	       r.wb_cpu_us_per_file, r.flush_us, r.wb_cpu_us_per_file - r.flush_us, r.paused_s,
@@ -379,7 +374,8 @@ static void create_pairs(uint64_t files, int runs)
 	printf("\nfs_mark-style: %llu files of 4 KiB, %d thread%s, %s\n", (unsigned long long)files,
 	       nthreads, nthreads > 1 ? "s" : "", MODEL);
 	double ratio[9], cpu_ratio[9], off_rate[9], on_rate[9], max_off = 0, max_on = 0;
-	double max_on_cpu = 0, max_inbox = 0;
+	double max_on_cpu = 0;
+	uint64_t waits = 0, retries = 0;
 	double bytes_per_file = 0;
 	for (int i = 0; i < runs; i++) {
 		struct create_result off = create_run(files, false);
@@ -391,7 +387,8 @@ static void create_pairs(uint64_t files, int runs)
 		max_off = WBC_MAX(max_off, off.max_us);
 		max_on = WBC_MAX(max_on, on.max_us);
 		max_on_cpu = WBC_MAX(max_on_cpu, on.max_cpu_us);
-		max_inbox = WBC_MAX(max_inbox, WBC_MAX(on.inbox_max_us, off.inbox_max_us));
+		waits += on.waits + off.waits;
+		retries += on.retries + off.retries;
 		if (!i)
 			bytes_per_file = off.bytes_per_file;
 		printf("  pair %d: running / held off %.2fx\n", i + 1, ratio[i]);
@@ -403,7 +400,8 @@ static void create_pairs(uint64_t files, int runs)
 	       "pair), %.2fx (per creator CPU-second: the cost of a create)\n", nthreads,
 	       nthreads > 1 ? "s" : "", median(ratio, runs), median(cpu_ratio, runs));
 	printf("max dirty-list lock hold: %.1f us (held off), %.1f us (running); on CPU %.1f us "
-	       "(running); max inbox-lock hold %.1f us\n", max_off, max_on, max_on_cpu, max_inbox);
+	       "(running); takes that waited for it: %llu; writers' inbox pushes retried: %llu\n",
+	       max_off, max_on, max_on_cpu, (unsigned long long)waits, (unsigned long long)retries);
 	/* resident-set growth is only the files' memory in a fresh process
 	 * (later runs reuse the heap the first one grew) */
 	static bool first = true;

@@ -232,11 +232,12 @@ struct wbc_dev_stats {
 	 * short here was descheduled, not busy) */
 	uint64_t list_lock_cpu_hist[32];
 	uint64_t list_lock_max_cpu_ns;
-	/* hold times (wall) of the inbox's per-CPU locks, which writers take
-	 * to append a newly dirtied file and the flusher to take the list;
-	 * entries as above */
-	uint64_t inbox_lock_hold_hist[32];
-	uint64_t inbox_lock_holds, inbox_lock_max_hold_ns;
+	/* takes of the list lock that found it held (only the device's
+	 * flusher takes it while the device runs) */
+	uint64_t list_lock_waits;
+	/* writers take no lock to dirty a file: they push it on a per-CPU
+	 * inbox with a compare-and-swap; the tries that lost a race */
+	uint64_t inbox_push_retries;
 	/* files in writeback's lists (the kernel's b_dirty, b_io, b_more_io)
 	 * and the time buckets b_dirty is kept in */
 	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
@@ -246,8 +247,6 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
  * holds in @st fall: the upper bound of the histogram entry that reaches
  * it, or the longest hold if that is shorter.  0 when there were none. */
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct);
-/* The same for the inbox locks' holds (inbox_lock_hold_hist). */
-uint64_t wbc_inbox_lock_percentile(const struct wbc_dev_stats *st, double pct);
 /* The same for the holds' CPU time (list_lock_cpu_hist). */
 uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_stats *st, double pct);
 

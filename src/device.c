@@ -283,22 +283,18 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	for (int i = 0; i < LOCK_HIST_BUCKETS; i++)
 		st->list_lock_cpu_hist[i] = atomic_load(&dev->list_lock_cpu_stat.hist[i]);
 	st->list_lock_max_cpu_ns = atomic_load(&dev->list_lock_cpu_stat.max_ns);
-	for (int j = 0; j < PCPU_SLOTS; j++) {
-		const struct lock_stat *ls = &dev->inbox[j].stat;
-		for (int i = 0; i < LOCK_HIST_BUCKETS; i++) {
-			uint64_t v = atomic_load(&ls->hist[i]);
-			st->inbox_lock_hold_hist[i] += v;
-			st->inbox_lock_holds += v;
-		}
-		st->inbox_lock_max_hold_ns = WBC_MAX(st->inbox_lock_max_hold_ns,
-						     (uint64_t)atomic_load(&ls->max_ns));
-	}
-	dev_list_lock(dev);
-	st->files_dirty = dev->nr_b_dirty + (uint64_t)dirty_inbox_count(dev);
-	st->files_io = dev->nr_b_io + atomic_load(&dev->nr_taken);
-	st->files_more_io = dev->nr_b_more_io;
-	st->dirty_buckets = dev->nr_buckets;
-	dev_list_unlock(dev);
+	st->list_lock_waits = atomic_load(&dev->list_lock_waits);
+	for (int j = 0; j < PCPU_SLOTS; j++)
+		st->inbox_push_retries += atomic_load_explicit(&dev->inbox[j].retries,
+							       memory_order_relaxed);
+	/* without the list lock (only the flusher takes it): the inbox first,
+	 * so a file the flusher moves from it to a bucket meanwhile is
+	 * counted once or twice, never not at all */
+	uint64_t inbox = (uint64_t)dirty_inbox_count(dev);
+	st->files_dirty = count_read(&dev->nr_b_dirty) + inbox;
+	st->files_io = count_read(&dev->nr_b_io) + atomic_load(&dev->nr_taken);
+	st->files_more_io = count_read(&dev->nr_b_more_io);
+	st->dirty_buckets = count_read(&dev->nr_buckets);
 	return 0;
 }
 
@@ -320,11 +316,6 @@ static uint64_t hist_percentile(const uint64_t *hist, uint64_t max_ns, double pc
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct)
 {
 	return st ? hist_percentile(st->list_lock_hold_hist, st->list_lock_max_hold_ns, pct) : 0;
-}
-
-uint64_t wbc_inbox_lock_percentile(const struct wbc_dev_stats *st, double pct)
-{
-	return st ? hist_percentile(st->inbox_lock_hold_hist, st->inbox_lock_max_hold_ns, pct) : 0;
 }
 
 uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_stats *st, double pct)

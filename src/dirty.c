@@ -31,21 +31,25 @@
  * hold a sync back: sync first seals the newest bucket, queues everything
  * up to it, and files put back during the sync go to buckets after the
  * seal.  Buckets are in time order and each file's dirtied_when lies in
- * its bucket's window; inside a bucket, files filed by one drain are in
- * order CPU by CPU (below), which nothing depends on.
+ * its bucket's window; inside a bucket, files filed by one drain are
+ * newest first CPU by CPU (below), which nothing depends on.
  *
- * Writers never take the list lock: a file that goes from clean to dirty
- * is appended to its device's inbox list for the writer's CPU (a lock per
- * CPU slot, held for the append), and the flusher files the inbox in
- * b_dirty before it queues (dirty_drain): each slot's files are taken with
- * one splice and, when together they fit one bucket's window (the common
- * case: the flusher drains every few milliseconds), spliced into it
- * whole, without a look at any file but the ends of each list; files
- * that span windows are merged into order and filed bucket by bucket.
- * Only the flusher changes the lists, and it does the per-file work on
- * private lists, then splices them in or out: every hold of the list lock
- * is O(1) in the number of files (queue_io: at most QUEUE_IO_BUCKETS
- * buckets).
+ * Writers take no lock: a file that goes from clean to dirty is pushed on
+ * its device's inbox stack for the writer's CPU with one compare-and-swap
+ * of the stack's 16-byte top (its newest file, its oldest, its length), so
+ * a writer descheduled anywhere in it holds nothing anyone waits for.  The
+ * flusher files the inbox in b_dirty before it queues (dirty_drain): it
+ * takes each slot's whole chain with one CAS, knowing its ends and length
+ * from the top, and when the chains together fit one bucket's window (the
+ * common case: the flusher drains every few milliseconds) appends them to
+ * it whole, looking at no file but each chain's two ends; chains that span
+ * windows are reversed, merged into order and filed bucket by bucket.  The
+ * lists are singly linked queues (struct ino_queue): every operation on
+ * them is an append, a pop at the head or a splice at either end.
+ * Only the flusher changes the lists, under the list lock (which nothing
+ * else takes: stats read the counts without it), and it does the per-file
+ * work on private lists, then splices them in or out: every hold is O(1)
+ * in the number of files (queue_io: at most QUEUE_IO_BUCKETS buckets).
  * A pass takes a whole queued bucket at a time (dirty_take), and puts the
  * files it wrote back in batches (dirty_put, dirty_put_commit).
  *
@@ -70,20 +74,105 @@ void lock_stat_record(struct lock_stat *ls, uint64_t ns)
 		;
 }
 
-/* An inbox slot's lock, its holds timed (wall time) into the slot's own
- * histogram: writers on one CPU touch only their slot's lines. */
-static void slot_lock(struct inbox_slot *in)
+/*
+ * An inbox slot's top, packed in 16 bytes: each word holds an inode's
+ * address (64-byte aligned, below 2^48: 42 bits) and 22 of the count's 44
+ * bits.  Empty is all zeroes.  The words are read one at a time (a guess:
+ * a torn pair fails the CAS, which returns the real value).
+ */
+#define TOP_PTR_BITS (INODE_ADDR_BITS - 6)
+#define TOP_CNT_BITS (64 - TOP_PTR_BITS)
+#define TOP_PTR_MASK ((1ull << TOP_PTR_BITS) - 1)
+
+static unsigned __int128 inbox_pack(const struct inode *head, const struct inode *bottom,
+				    uint64_t n)
 {
-	pthread_mutex_lock(&in->lock);
-	in->locked_at = wbc_now_ns();
+	union inbox_top t;
+	t.w[0] = ((uintptr_t)head >> 6) | (n << TOP_PTR_BITS);
+	t.w[1] = ((uintptr_t)bottom >> 6) | ((n >> TOP_CNT_BITS) << TOP_PTR_BITS);
+	return t.v;
 }
 
-static void slot_unlock(struct inbox_slot *in)
+static struct inbox_chain inbox_unpack(unsigned __int128 v)
 {
-	assert_held(&in->lock);
-	uint64_t held = wbc_now_ns() - in->locked_at;
-	pthread_mutex_unlock(&in->lock);
-	lock_stat_record(&in->stat, held);
+	union inbox_top t = { .v = v };
+	return (struct inbox_chain){
+		.head = (struct inode *)(uintptr_t)((t.w[0] & TOP_PTR_MASK) << 6),
+		.bottom = (struct inode *)(uintptr_t)((t.w[1] & TOP_PTR_MASK) << 6),
+		.n = (t.w[0] >> TOP_PTR_BITS) | ((t.w[1] >> TOP_PTR_BITS) << TOP_CNT_BITS),
+	};
+}
+
+static unsigned __int128 inbox_load(const struct inbox_slot *in)
+{
+	union inbox_top t;
+	t.w[0] = __atomic_load_n(&in->top.w[0], __ATOMIC_RELAXED);
+	t.w[1] = __atomic_load_n(&in->top.w[1], __ATOMIC_RELAXED);
+	return t.v;
+}
+
+/* Full barrier either way; on failure *@old becomes the value seen. */
+static bool inbox_cas(struct inbox_slot *in, unsigned __int128 *old, unsigned __int128 nw)
+{
+	unsigned __int128 seen = __sync_val_compare_and_swap(&in->top.v, *old, nw);
+	if (seen == *old)
+		return true;
+	*old = seen;
+	return false;
+}
+
+struct inbox_chain inbox_peek(const struct inbox_slot *in)
+{
+	return inbox_unpack(inbox_load(in));
+}
+
+/*
+ * The push: @ino links to the chain's newest file and becomes the newest;
+ * the oldest stays (or is @ino on an empty stack).  dirtied_when is read
+ * at each try, after the top it replaces was seen: a successful CAS
+ * replaced a top whose own push read its time before its CAS, so along a
+ * chain times never increase (unless, between a writer's reading the top
+ * and its CAS, the flusher took the chain and the same files were pushed
+ * back in the same places; then this file is older than the one under it
+ * by that delay, which the drain tolerates).
+ */
+void inbox_push(struct wbc_dev *dev, unsigned slot, struct inode *ino, uint64_t when)
+{
+	assert(inode_addr_ok(ino));
+	struct inbox_slot *in = &dev->inbox[slot];
+	/* counted before it can be taken, so the count never dips */
+	atomic_fetch_add_explicit(&in->n, 1, memory_order_relaxed);
+	unsigned __int128 old = inbox_load(in);
+	for (;;) {
+		struct inbox_chain c = inbox_unpack(old);
+		ino->wb_next = c.head;
+		ino->dirtied_when = when ? when : wbc_now_ns();
+		if (inbox_cas(in, &old, inbox_pack(ino, c.n ? c.bottom : ino, c.n + 1)))
+			return;
+		atomic_fetch_add_explicit(&in->retries, 1, memory_order_relaxed);
+	}
+}
+
+/* Take slot @in's whole chain; false when it is empty.  Only the flusher
+ * takes, so a top read whole as zero is empty (a torn pair mixes two
+ * non-empty tops, whose head words are never zero). */
+static bool inbox_take(struct inbox_slot *in, struct inbox_chain *c)
+{
+	unsigned __int128 old = inbox_load(in);
+	do {
+		if (!old)
+			return false;
+	} while (!inbox_cas(in, &old, 0));
+	*c = inbox_unpack(old);
+	assert(c->n && c->head && c->bottom && !c->bottom->wb_next);
+	return true;
+}
+
+/* A list count (nr_b_dirty, ...), changed by the flusher only, under the
+ * list lock; stored atomically for stats' reads without the lock. */
+static void count_add(uint64_t *c, int64_t d)
+{
+	__atomic_store_n(c, *c + (uint64_t)d, __ATOMIC_RELAXED);
 }
 
 static uint64_t thread_cpu_ns(void)
@@ -107,6 +196,7 @@ void dev_list_lock(struct wbc_dev *dev)
 {
 	uint64_t cpu = thread_cpu_ns();
 	if (pthread_mutex_trylock(&dev->list_lock)) {
+		atomic_fetch_add_explicit(&dev->list_lock_waits, 1, memory_order_relaxed);
 		pthread_mutex_lock(&dev->list_lock);
 		/* it waited (spun, slept): that CPU was not spent holding it */
 		cpu = thread_cpu_ns();
@@ -135,24 +225,19 @@ int dirty_init(struct wbc_dev *dev)
 	dev->bucket_ns = WBC_MIN(WBC_MAX(expire / 64, BUCKET_MIN_NS), BUCKET_MAX_NS);
 	list_init(&dev->buckets);
 	list_init(&dev->io_buckets);
-	list_init(&dev->b_io);
-	list_init(&dev->b_more_io);
-	for (int i = 0; i < PCPU_SLOTS; i++) {
-		wbc_mutex_init(&dev->inbox[i].lock);
-		list_init(&dev->inbox[i].files);
-	}
+	iq_init(&dev->b_io);
+	iq_init(&dev->b_more_io);
+	/* the inbox slots start zeroed (wbc_zalloc): empty */
 	dev->bucket_pool = calloc(1, sizeof(struct dirty_bucket));
 	return dev->bucket_pool ? 0 : -ENOMEM;
 }
 
 void dirty_destroy(struct wbc_dev *dev)
 {
-	for (int i = 0; i < PCPU_SLOTS; i++) {
-		assert(list_empty(&dev->inbox[i].files) && !atomic_load(&dev->inbox[i].n));
-		pthread_mutex_destroy(&dev->inbox[i].lock);
-	}
+	for (int i = 0; i < PCPU_SLOTS; i++)
+		assert(!inbox_load(&dev->inbox[i]) && !atomic_load(&dev->inbox[i].n));
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
-	       list_empty(&dev->b_io) && list_empty(&dev->b_more_io));
+	       iq_empty(&dev->b_io) && iq_empty(&dev->b_more_io));
 	while (dev->bucket_pool) {
 		struct dirty_bucket *b = dev->bucket_pool;
 		dev->bucket_pool = b->next_free;
@@ -178,7 +263,7 @@ static struct dirty_bucket *bucket_alloc(struct wbc_dev *dev)
 	if (b) {
 		b->n = 0;
 		b->sealed = false;
-		list_init(&b->inodes);
+		iq_init(&b->inodes);
 	}
 	return b;
 }
@@ -196,7 +281,7 @@ static void bucket_open_locked(struct wbc_dev *dev, struct dirty_bucket *b, uint
 	b->start = b->last = start;
 	b->seq = ++dev->bucket_seq;
 	list_add_tail(&b->link, &dev->buckets);
-	dev->nr_buckets++;
+	count_add(&dev->nr_buckets, 1);
 }
 
 void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when)
@@ -215,9 +300,9 @@ void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when)
 	}
 	/* in order: never older than the newest file already filed */
 	ino->dirtied_when = tail->last = WBC_MAX(when, tail->last);
-	list_add_tail(&ino->wb_list, &tail->inodes);
+	iq_add_tail(&tail->inodes, ino);
 	tail->n++;
-	dev->nr_b_dirty++;
+	count_add(&dev->nr_b_dirty, 1);
 }
 
 uint64_t dirty_seal_locked(struct wbc_dev *dev)
@@ -231,9 +316,8 @@ uint64_t dirty_seal_locked(struct wbc_dev *dev)
 /*
  * A page of @ino went dirty (the caller holds a reference and tagged the
  * page first).  The clean -> dirty transition is one CAS on ino->state,
- * and a file that is on no list and not being written is appended to the
- * inbox list of the writer's CPU slot, under that slot's lock (which only
- * writers on the same CPU and the flusher's splice take).  A file under
+ * and a file that is on no list and not being written is pushed on the
+ * inbox stack of the writer's CPU slot (inbox_push).  A file under
  * I_SYNC only gets I_DIRTY: the flusher files it when it puts it back, with
  * its old dirtied_when (an older time only makes expiry earlier).
  *
@@ -253,33 +337,34 @@ void mark_inode_dirty(struct inode *ino)
 		return;
 	/* the lists' reference, taken before the flusher can see it */
 	igrab(ino);
-	struct inbox_slot *in = &ino->dev->inbox[pcpu_slot()];
-	/* counted before it can be drained, so the count never dips */
-	atomic_fetch_add_explicit(&in->n, 1, memory_order_relaxed);
-	slot_lock(in);
-	/* the time the lock was taken: a slot's files stay in dirtying order */
-	ino->dirtied_when = in->locked_at;
-	list_add_tail(&ino->wb_list, &in->files);
-	in->listed++;
-	slot_unlock(in);
+	inbox_push(ino->dev, pcpu_slot(), ino, 0);
 }
 
 long dirty_inbox_count(struct wbc_dev *dev)
 {
 	long long n = 0;
 	for (int i = 0; i < PCPU_SLOTS; i++)
-		n += atomic_load_explicit(&dev->inbox[i].n, memory_order_relaxed);
+		n += atomic_load_explicit(&dev->inbox[i].n, memory_order_acquire);
 	return (long)WBC_MAX(n, 0);
 }
 
-static uint64_t first_when(const struct list_head *l)
+static uint64_t first_when(const struct ino_queue *q)
 {
-	return container_of(l->next, struct inode, wb_list)->dirtied_when;
+	return q->head->dirtied_when;
 }
 
-static uint64_t last_when(const struct list_head *l)
+/* Oldest first: a chain taken from the inbox is newest first. */
+static void iq_reverse(struct ino_queue *q)
 {
-	return container_of(l->prev, struct inode, wb_list)->dirtied_when;
+	struct inode *prev = NULL, *cur = q->head;
+	q->tail = cur;
+	while (cur) {
+		struct inode *next = cur->wb_next;
+		cur->wb_next = prev;
+		prev = cur;
+		cur = next;
+	}
+	q->head = prev;
 }
 
 /*
@@ -287,7 +372,7 @@ static uint64_t last_when(const struct list_head *l)
  * bucket go to the newest bucket, or to a new one: moved to a private list
  * (no lock), then spliced in one hold.
  */
-static void drain_run(struct wbc_dev *dev, struct list_head *fifo)
+static void drain_run(struct wbc_dev *dev, struct ino_queue *fifo)
 {
 	struct dirty_bucket *tail = newest_bucket(dev), *nb = NULL, *into = tail;
 	uint64_t cur = tail ? tail->last : 0, limit, when = first_when(fifo);
@@ -299,16 +384,16 @@ static void drain_run(struct wbc_dev *dev, struct list_head *fifo)
 	} else {
 		limit = UINT64_MAX;   /* no memory: the newest bucket takes all */
 	}
-	struct list_head run;
-	list_init(&run);
+	struct ino_queue run;
+	iq_init(&run);
 	uint64_t n = 0, first = 0;
-	while (!list_empty(fifo) && (!n || WBC_MAX(first_when(fifo), cur) < limit)) {
-		struct inode *ino = container_of(fifo->next, struct inode, wb_list);
+	while (!iq_empty(fifo) && (!n || WBC_MAX(first_when(fifo), cur) < limit)) {
+		struct inode *ino = iq_pop(fifo);
 		/* in order: never older than the newest file already filed */
 		cur = ino->dirtied_when = WBC_MAX(ino->dirtied_when, cur);
 		if (!n)
 			first = cur;
-		list_move_tail(&ino->wb_list, &run);
+		iq_add_tail(&run, ino);
 		n++;
 	}
 	dev_list_lock(dev);
@@ -317,29 +402,29 @@ static void drain_run(struct wbc_dev *dev, struct list_head *fifo)
 		into = nb;
 	}
 	if (into) {
-		list_splice_tail_init(&run, &into->inodes);
+		iq_splice_tail(&into->inodes, &run);
 		into->n += n;
 		into->last = cur;
-		dev->nr_b_dirty += n;
+		count_add(&dev->nr_b_dirty, (int64_t)n);
 	} else {
 		/* no bucket and no memory for one: written with b_more_io */
-		list_splice_tail_init(&run, &dev->b_more_io);
-		dev->nr_b_more_io += n;
+		iq_splice_tail(&dev->b_more_io, &run);
+		count_add(&dev->nr_b_more_io, (int64_t)n);
 	}
 	dev_list_unlock(dev);
 }
 
 /*
- * The common case: the @k lists (@total files, dirtied in [@first,
+ * The common case: the @k chains (@total files, dirtied in [@first,
  * @last]) fit in one bucket, the newest or a new one, and go there whole
  * in one hold, without a look at any file but the ends.  False when they
  * do not fit (or no bucket can be had): the caller files them in order.
- * A bucket's files are then in dirtying order list by list, and may be
- * older than its start by the time the drain took to take the lists
- * (writers append while it goes from slot to slot): expiry and sync look
+ * A bucket's files are then newest first chain by chain, and may be
+ * older than its start by the time the drain took to take the chains
+ * (writers push while it goes from slot to slot): expiry and sync look
  * at buckets, never at the order inside one.
  */
-static bool drain_whole(struct wbc_dev *dev, struct list_head *lists, unsigned k,
+static bool drain_whole(struct wbc_dev *dev, struct ino_queue *lists, unsigned k,
 			uint64_t first, uint64_t last, uint64_t total)
 {
 	struct dirty_bucket *tail = newest_bucket(dev), *into = tail;
@@ -353,64 +438,64 @@ static bool drain_whole(struct wbc_dev *dev, struct list_head *lists, unsigned k
 	if (into != tail)
 		bucket_open_locked(dev, into, start);
 	for (unsigned j = 0; j < k; j++)
-		list_splice_tail_init(&lists[j], &into->inodes);
+		iq_splice_tail(&into->inodes, &lists[j]);
 	into->n += total;
 	into->last = WBC_MAX(into->last, last);
-	dev->nr_b_dirty += total;
+	count_add(&dev->nr_b_dirty, (int64_t)total);
 	dev_list_unlock(dev);
 	return true;
 }
 
 /*
- * Take every slot's files (one splice each, under the slot's lock) and
- * file them: whole when they fit one bucket (drain_whole), else merged
- * into dirtying order and filed a bucket at a time.  The slots' counts
- * drop once the files are counted in b_dirty, so the count never dips.
+ * Take every slot's chain (one CAS each) and file them: whole when they
+ * fit one bucket (drain_whole), else reversed, merged into dirtying order
+ * and filed a bucket at a time.  The slots' counts drop once the files are
+ * counted in b_dirty, so the count never dips.
  */
 void dirty_drain(struct wbc_dev *dev)
 {
-	struct list_head lists[PCPU_SLOTS];
+	struct ino_queue lists[PCPU_SLOTS];
 	uint64_t cnt[PCPU_SLOTS], first = UINT64_MAX, last = 0, total = 0;
 	unsigned slot[PCPU_SLOTS], k = 0;
 	for (unsigned i = 0; i < PCPU_SLOTS; i++) {
 		struct inbox_slot *in = &dev->inbox[i];
-		if (!atomic_load_explicit(&in->n, memory_order_relaxed))
+		struct inbox_chain c;
+		if (!atomic_load_explicit(&in->n, memory_order_relaxed) || !inbox_take(in, &c))
 			continue;
-		list_init(&lists[k]);
-		slot_lock(in);
-		list_splice_tail_init(&in->files, &lists[k]);
-		cnt[k] = in->listed;
-		in->listed = 0;
-		slot_unlock(in);
-		if (!cnt[k])
-			continue;
-		first = WBC_MIN(first, first_when(&lists[k]));
-		last = WBC_MAX(last, last_when(&lists[k]));
-		total += cnt[k];
+		lists[k] = (struct ino_queue){ .head = c.head, .tail = c.bottom };
+		cnt[k] = c.n;
+		/* both ends, for a chain out of order (inbox_push) */
+		uint64_t a = c.bottom->dirtied_when, z = c.head->dirtied_when;
+		first = WBC_MIN(first, WBC_MIN(a, z));
+		last = WBC_MAX(last, WBC_MAX(a, z));
+		total += c.n;
 		slot[k++] = i;
 	}
 	if (!k)
 		return;
 	if (!drain_whole(dev, lists, k, first, last, total)) {
-		/* merged by dirtied_when (each list is in order) */
-		struct list_head fifo;
-		list_init(&fifo);
+		/* merged by dirtied_when (each chain is in order, reversed) */
+		struct ino_queue fifo;
+		iq_init(&fifo);
+		for (unsigned j = 0; j < k; j++)
+			iq_reverse(&lists[j]);
 		for (;;) {
 			unsigned best = k;
 			for (unsigned j = 0; j < k; j++)
-				if (!list_empty(&lists[j]) &&
+				if (!iq_empty(&lists[j]) &&
 				    (best == k || first_when(&lists[j]) < first_when(&lists[best])))
 					best = j;
 			if (best == k)
 				break;
-			list_move_tail(lists[best].next, &fifo);
+			iq_add_tail(&fifo, iq_pop(&lists[best]));
 		}
-		while (!list_empty(&fifo))
+		while (!iq_empty(&fifo))
 			drain_run(dev, &fifo);
 	}
+	/* after the buckets' counts (stats read these first) */
 	for (unsigned j = 0; j < k; j++)
 		atomic_fetch_sub_explicit(&dev->inbox[slot[j]].n, (long long)cnt[j],
-					  memory_order_relaxed);
+					  memory_order_release);
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
@@ -427,14 +512,14 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 			break;
 		}
 		list_move_tail(&b->link, &dev->io_buckets);
-		dev->nr_b_io += b->n;
-		dev->nr_b_dirty -= b->n;
-		dev->nr_buckets--;
+		count_add(&dev->nr_b_io, (int64_t)b->n);
+		count_add(&dev->nr_b_dirty, -(int64_t)b->n);
+		count_add(&dev->nr_buckets, -1);
 		moved++;
 	}
-	list_splice_tail_init(&dev->b_more_io, &dev->b_io);
-	dev->nr_b_io += dev->nr_b_more_io;
-	dev->nr_b_more_io = 0;
+	iq_splice_tail(&dev->b_io, &dev->b_more_io);
+	count_add(&dev->nr_b_io, (int64_t)dev->nr_b_more_io);
+	count_add(&dev->nr_b_more_io, -(int64_t)dev->nr_b_more_io);
 	return more;
 }
 
@@ -442,29 +527,25 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
  * the flusher holds while it writes them are not counted). */
 bool dirty_listed(struct wbc_dev *dev)
 {
-	if (dirty_inbox_count(dev))
-		return true;
-	dev_list_lock(dev);
-	bool any = dev->nr_b_dirty || dev->nr_b_io || dev->nr_b_more_io;
-	dev_list_unlock(dev);
-	return any;
+	return dirty_inbox_count(dev) || count_read(&dev->nr_b_dirty) ||
+	       count_read(&dev->nr_b_io) || count_read(&dev->nr_b_more_io);
 }
 
 bool dirty_io_empty_locked(struct wbc_dev *dev)
 {
 	assert_held(&dev->list_lock);
-	return list_empty(&dev->io_buckets) && list_empty(&dev->b_io);
+	return list_empty(&dev->io_buckets) && iq_empty(&dev->b_io);
 }
 
 static void cursors_reset(struct dirty_batch *b)
 {
-	b->ahead.at = b->mid.at = &b->files;
+	b->ahead.at = b->mid.at = NULL;
 	b->ahead.n = b->mid.n = 0;
 }
 
 void dirty_batch_init(struct dirty_batch *b)
 {
-	list_init(&b->files);
+	iq_init(&b->files);
 	b->n = 0;
 	cursors_reset(b);
 }
@@ -473,26 +554,27 @@ void dirty_batch_init(struct dirty_batch *b)
 static void cursor_shift(struct dirty_batch *b, struct dirty_cursor *c)
 {
 	if (c->n && !--c->n)
-		c->at = &b->files;
+		c->at = NULL;
 }
 
 /* Move @c one file on, onto a file at most @to from the head (at most
  * two steps a call, so that a fresh batch does not walk its misses one
  * after another); the file, or NULL when it is there already. */
-static struct inode *cursor_step(struct dirty_cursor *c, size_t to, int *steps)
+static struct inode *cursor_step(struct dirty_batch *b, struct dirty_cursor *c, size_t to,
+				  int *steps)
 {
 	if (c->n >= to || *steps >= 2)
 		return NULL;
 	++*steps;
-	c->at = c->at->next;
+	c->at = c->at ? c->at->wb_next : b->files.head;
 	c->n++;
-	return container_of(c->at, struct inode, wb_list);
+	return c->at;
 }
 
 void dirty_put_init(struct dirty_put *p)
 {
-	list_init(&p->redirty);
-	list_init(&p->more_io);
+	iq_init(&p->redirty);
+	iq_init(&p->more_io);
 	p->n_redirty = p->n_more_io = 0;
 }
 
@@ -508,18 +590,18 @@ size_t dirty_take(struct wbc_dev *dev, struct dirty_batch *b, uint64_t older_tha
 	}
 	if (!list_empty(&dev->io_buckets)) {
 		struct dirty_bucket *q = container_of(dev->io_buckets.next, struct dirty_bucket, link);
-		list_splice_tail_init(&q->inodes, &b->files);
+		iq_splice_tail(&b->files, &q->inodes);
 		b->n = q->n;
 		list_del_init(&q->link);
 		bucket_free(dev, q);
 	} else {
 		/* b_io's own files (from b_more_io): every file counted in
 		 * nr_b_io is here once no bucket is queued */
-		list_splice_tail_init(&dev->b_io, &b->files);
+		iq_splice_tail(&b->files, &dev->b_io);
 		b->n = dev->nr_b_io;
 	}
 	cursors_reset(b);
-	dev->nr_b_io -= b->n;
+	count_add(&dev->nr_b_io, -(int64_t)b->n);
 	atomic_fetch_add_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	dev_list_unlock(dev);
 	return b->n;
@@ -529,8 +611,7 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 {
 	if (!b->n)
 		return NULL;
-	struct inode *ino = container_of(b->files.next, struct inode, wb_list);
-	list_del_init(&ino->wb_list);
+	struct inode *ino = iq_pop(&b->files);
 	b->n--;
 	/* Each file is a few cache misses away (another CPU wrote it last):
 	 * keep the next DIRTY_AHEAD files' lines in flight (those that
@@ -541,13 +622,13 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 	cursor_shift(b, &b->mid);
 	struct inode *a;
 	int steps = 0;
-	while ((a = cursor_step(&b->ahead, WBC_MIN(b->n, (size_t)DIRTY_AHEAD), &steps))) {
+	while ((a = cursor_step(b, &b->ahead, WBC_MIN(b->n, (size_t)DIRTY_AHEAD), &steps))) {
 		__builtin_prefetch(&a->state, 1);
 		__builtin_prefetch(&a->lock, 1);
 		__builtin_prefetch((char *)&a->lock + 64, 1);
 	}
 	steps = 0;
-	while ((a = cursor_step(&b->mid, WBC_MIN(b->ahead.n, (size_t)DIRTY_AHEAD / 2), &steps)))
+	while ((a = cursor_step(b, &b->mid, WBC_MIN(b->ahead.n, (size_t)DIRTY_AHEAD / 2), &steps)))
 		inode_prefetch_page(a);
 	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
 	/* listed means I_DIRTY without I_SYNC, and writers only ever add
@@ -565,16 +646,14 @@ void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b)
 	dev_list_lock(dev);
 	/* first in line again: the head of the first queued bucket (its
 	 * times are no longer looked at), or of b_io's own files */
-	struct list_head *to = &dev->b_io;
+	struct ino_queue *to = &dev->b_io;
 	if (!list_empty(&dev->io_buckets)) {
 		struct dirty_bucket *q = container_of(dev->io_buckets.next, struct dirty_bucket, link);
 		q->n += b->n;
 		to = &q->inodes;
 	}
-	/* splice @b->files in front of @to's files */
-	list_splice_tail_init(to, &b->files);
-	list_splice_tail_init(&b->files, to);
-	dev->nr_b_io += b->n;
+	iq_splice_head(to, &b->files);
+	count_add(&dev->nr_b_io, (int64_t)b->n);
 	atomic_fetch_sub_explicit(&dev->nr_taken, b->n, memory_order_relaxed);
 	b->n = 0;
 	cursors_reset(b);
@@ -605,10 +684,10 @@ void dirty_put(struct wbc_dev *dev, struct dirty_put *p, struct inode *ino, bool
 	if (!requeue_state(ino, still_dirty)) {
 		iput(ino);
 	} else if (slice_used) {
-		list_add_tail(&ino->wb_list, &p->more_io);
+		iq_add_tail(&p->more_io, ino);
 		p->n_more_io++;
 	} else {
-		list_add_tail(&ino->wb_list, &p->redirty);
+		iq_add_tail(&p->redirty, ino);
 		p->n_redirty++;
 	}
 }
@@ -625,10 +704,9 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p)
 	if (p->n_redirty) {
 		if ((!tail || tail->sealed) && (nb = bucket_alloc(dev)))
 			tail = NULL;
-		for (struct list_head *l = p->redirty.next; l != &p->redirty; l = l->next) {
-			struct inode *ino = container_of(l, struct inode, wb_list);
+		for (struct inode *ino = p->redirty.head; ino; ino = ino->wb_next) {
 			cur = ino->dirtied_when = WBC_MAX(ino->dirtied_when, cur);
-			if (l == p->redirty.next)
+			if (ino == p->redirty.head)
 				first = cur;
 		}
 	}
@@ -639,18 +717,18 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p)
 			tail = nb;
 		}
 		if (tail) {
-			list_splice_tail_init(&p->redirty, &tail->inodes);
+			iq_splice_tail(&tail->inodes, &p->redirty);
 			tail->n += p->n_redirty;
 			tail->last = cur;
-			dev->nr_b_dirty += p->n_redirty;
+			count_add(&dev->nr_b_dirty, (int64_t)p->n_redirty);
 		} else {
 			/* no bucket and no memory for one: with b_more_io */
-			list_splice_tail_init(&p->redirty, &p->more_io);
+			iq_splice_tail(&p->more_io, &p->redirty);
 			p->n_more_io += p->n_redirty;
 		}
 	}
-	list_splice_tail_init(&p->more_io, &dev->b_more_io);
-	dev->nr_b_more_io += p->n_more_io;
+	iq_splice_tail(&dev->b_more_io, &p->more_io);
+	count_add(&dev->nr_b_more_io, (int64_t)p->n_more_io);
 	dev_list_unlock(dev);
 	p->n_redirty = p->n_more_io = 0;
 }

@@ -354,6 +354,12 @@ static struct inode *inode_new(size_t nlen)
 	/* 64-byte aligned: the fields are laid out by line */
 	size_t bytes = (offsetof(struct inode, name_buf) + nlen + 63) & ~(size_t)63;
 	struct inode *ino = aligned_alloc(64, bytes);
+	if (ino && !inode_addr_ok(ino)) {
+		/* an address the inbox cannot pack (never from malloc on
+		 * Linux): no memory we can use */
+		free(ino);
+		ino = NULL;
+	}
 	if (ino) {
 		memset(ino, 0, bytes);
 		ino->name_cap = (uint32_t)(bytes - offsetof(struct inode, name_buf));
@@ -402,7 +408,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	ino->hash = h;
 	ino->i_size = ino->backend_size = size;
 	pm_init(&ino->map);
-	list_init(&ino->wb_list);
+	ino->wb_next = NULL;
 	atomic_init(&ino->refs, 1);
 
 	pthread_mutex_lock(&s->lock);

@@ -12,15 +12,14 @@
  *       cache->lru_lock free list, CLOCK hand, page->inode/index binding,
  *                       nr_cached.  Reclaim holds lru_lock and only
  *                       TRYLOCKS inode->lock.
- *   dev->list_lock      the time buckets (b_dirty), b_io, b_more_io and
- *                       their counts (dirty.c) (leaf).  Only the flusher
- *                       changes the lists, in O(1) splices under it; stats
- *                       read the counts under it.  Writers never take it: a
- *                       newly dirtied file goes on the device's inbox, which
- *                       the flusher files.
- *   inbox_slot->lock    one CPU slot's list of newly dirtied files: a
- *                       writer appends one file, the flusher takes the
- *                       whole list in one splice (leaf).
+ *   dev->list_lock      the time buckets (b_dirty), b_io, b_more_io
+ *                       (dirty.c) (leaf).  Only the device's flusher takes
+ *                       it (or close, after the flusher stopped): it
+ *                       changes the lists in O(1) splices under it; stats
+ *                       read the counts without it.  Writers take no lock
+ *                       to dirty a file: they push it on the device's
+ *                       inbox with a CAS (lock-free), and the flusher
+ *                       takes an inbox slot's files with another.
  *   name_shard->lock    one shard of a device's name hash, the drop of
  *                       the last reference of an inode in it (refs is
  *                       atomic; iput takes the lock only to drop to zero),
@@ -328,8 +327,9 @@ struct inode {
 	/* written by the thread that dirties a clean file (before the push),
 	 * then by the flusher */
 	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
-	/* dev->list_lock, or the flusher's private batch */
-	struct list_head wb_list;   /* on b_dirty / b_io / b_more_io */
+	/* next on an inbox chain (set before the push), then on b_dirty /
+	 * b_io / b_more_io (dev->list_lock) or a flusher's private queue */
+	struct inode *wb_next;
 	struct wbc_dev *dev;
 	void *obj;                  /* backend object */
 	struct wbc_group *group;    /* fixed at creation; may be NULL */
@@ -359,6 +359,64 @@ struct inode {
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };
+
+/* A singly linked queue of inodes (linked by wb_next): append, splice at
+ * either end and pop from the head, each O(1). */
+struct ino_queue {
+	struct inode *head, *tail;
+};
+static inline void iq_init(struct ino_queue *q) { q->head = q->tail = NULL; }
+static inline bool iq_empty(const struct ino_queue *q) { return !q->head; }
+static inline void iq_add_tail(struct ino_queue *q, struct inode *ino)
+{
+	ino->wb_next = NULL;
+	if (q->head)
+		q->tail->wb_next = ino;
+	else
+		q->head = ino;
+	q->tail = ino;
+}
+static inline struct inode *iq_pop(struct ino_queue *q)
+{
+	struct inode *ino = q->head;
+	if (ino) {
+		q->head = ino->wb_next;
+		ino->wb_next = NULL;
+	}
+	return ino;
+}
+/* All of @from after @to's files; @from becomes empty. */
+static inline void iq_splice_tail(struct ino_queue *to, struct ino_queue *from)
+{
+	if (!from->head)
+		return;
+	if (to->head)
+		to->tail->wb_next = from->head;
+	else
+		to->head = from->head;
+	to->tail = from->tail;
+	iq_init(from);
+}
+/* All of @from before @to's files; @from becomes empty. */
+static inline void iq_splice_head(struct ino_queue *to, struct ino_queue *from)
+{
+	if (!from->head)
+		return;
+	if (to->head)
+		from->tail->wb_next = to->head;
+	else
+		to->tail = from->tail;
+	to->head = from->head;
+	iq_init(from);
+}
+/* Inodes are allocated 64-byte aligned below 2^48 (every Linux user
+ * address unless mmap is asked for higher ones): an inbox's top packs
+ * two of them with a count into 16 bytes (dirty.c). */
+#define INODE_ADDR_BITS 48
+static inline bool inode_addr_ok(const void *p)
+{
+	return !((uintptr_t)p & 63) && !((uintptr_t)p >> INODE_ADDR_BITS);
+}
 
 struct wbc_file {
 	struct inode *inode;
@@ -505,16 +563,23 @@ struct name_shard {             /* two cache lines each */
 	uint32_t nfree;
 } __attribute__((aligned(64)));
 
-/* One CPU slot's inbox: the files writers on that CPU dirtied, oldest
- * first.  Writers on different CPUs take different locks and lines, and
- * the flusher takes a slot's files with one splice, never a walk. */
+/*
+ * One CPU slot's inbox: a lock-free stack of the files writers on that CPU
+ * dirtied, newest first, linked by wb_next.  Its top is one 16-byte word,
+ * changed only by compare-and-swap: the newest file, the oldest (the
+ * chain's end) and how many (dirty.c, inbox_pack).  A writer pushes with
+ * one CAS; the flusher takes the whole chain with another and knows its
+ * ends and length without a walk.
+ */
 struct inbox_slot {
-	pthread_mutex_t lock;
-	struct list_head files;     /* linked by wb_list: lock */
-	uint64_t listed;            /* files on it: lock */
-	uint64_t locked_at;         /* lock: when it was taken (ns) */
-	atomic_llong n;             /* files pushed here, not yet filed */
-	struct lock_stat stat;      /* its holds (wall time), summed in stats */
+	union inbox_top {
+		unsigned __int128 v;
+		uint64_t w[2];
+	} top;
+	/* files pushed here, not yet filed: counted before the push and
+	 * dropped after the filing, so a file is always counted */
+	atomic_llong n;
+	atomic_ullong retries;      /* pushes that lost a CAS race */
 } __attribute__((aligned(64)));
 
 struct wbc_dev {
@@ -527,7 +592,7 @@ struct wbc_dev {
 	 * so opens and the drops of last references rarely meet (file.c) */
 	struct name_shard shards[NAME_SHARDS];
 
-	/* newly dirtied files: a list per CPU slot that writers append to
+	/* newly dirtied files: a stack per CPU slot that writers push to
 	 * and the flusher empties (dirty.c) */
 	struct inbox_slot inbox[PCPU_SLOTS];
 
@@ -538,15 +603,17 @@ struct wbc_dev {
 	uint64_t list_locked_cpu;   /* list_lock: the holder's CPU time then */
 	struct lock_stat list_lock_stat;       /* wall time held */
 	struct lock_stat list_lock_cpu_stat;   /* holder's CPU time held */
+	atomic_ullong list_lock_waits;         /* takes that found it held */
 	/* list_lock: dirty files (dirty.c).  Only the flusher (or close,
 	 * after it stopped) changes them, under the lock; it may read them
-	 * without.  Others (stats) read the counts under the lock. */
+	 * without.  The counts are stored with atomic stores (count_add), so
+	 * that stats read them without the lock. */
 	struct list_head buckets;   /* b_dirty: time buckets, oldest first */
 	struct dirty_bucket *bucket_pool;   /* free buckets (the flusher's) */
 	uint64_t bucket_ns;         /* a bucket's width in time (fixed) */
 	struct list_head io_buckets;/* b_io: queued buckets, then ... */
-	struct list_head b_io;      /* ... these files (from b_more_io) */
-	struct list_head b_more_io; /* used their slice; taken after b_io */
+	struct ino_queue b_io;      /* ... these files (from b_more_io) */
+	struct ino_queue b_more_io; /* used their slice; taken after b_io */
 	uint64_t nr_b_dirty, nr_b_io, nr_b_more_io, nr_buckets, bucket_seq;
 
 	pthread_mutex_t work_lock __attribute__((aligned(64)));
@@ -709,7 +776,7 @@ void inode_drop_all_pages(struct inode *ino);
  * dirty-list lock */
 struct dirty_bucket {
 	struct list_head link;      /* dev->buckets */
-	struct list_head inodes;    /* files filed here, in filing order */
+	struct ino_queue inodes;    /* files filed here */
 	uint64_t start;             /* ns; no file here is older */
 	uint64_t last;              /* ns; the newest file's dirtied_when */
 	uint64_t n;                 /* files */
@@ -723,6 +790,23 @@ void dirty_destroy(struct wbc_dev *dev);
 void dev_list_lock(struct wbc_dev *dev);
 void dev_list_unlock(struct wbc_dev *dev);
 void mark_inode_dirty(struct inode *ino);
+/* Push @ino (just made I_DIRTY, its lists' reference taken) on inbox slot
+ * @slot, dirtied at @when (0: now, read at each try).  mark_inode_dirty
+ * uses the writer's CPU slot. */
+void inbox_push(struct wbc_dev *dev, unsigned slot, struct inode *ino, uint64_t when);
+/* An inbox slot's chain: its newest file (the head; each links to the
+ * next older by wb_next), its oldest, and how many. */
+struct inbox_chain {
+	struct inode *head, *bottom;
+	uint64_t n;
+};
+/* Slot @in's chain as it is (read word by word: while nothing pushes). */
+struct inbox_chain inbox_peek(const struct inbox_slot *in);
+/* Stats' reading of a list count the flusher stores (no lock). */
+static inline uint64_t count_read(const uint64_t *c)
+{
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
 /* File the inbox's files in b_dirty (the flusher, or close after it
  * stopped): built privately, spliced in one hold per bucket. */
 void dirty_drain(struct wbc_dev *dev);
@@ -764,16 +848,16 @@ bool dirty_io_empty_locked(struct wbc_dev *dev);   /* b_io empty */
  * n-th file from the head. */
 #define DIRTY_AHEAD 8
 struct dirty_cursor {
-	struct list_head *at;
+	struct inode *at;           /* the n-th file; NULL when n is 0 */
 	size_t n;
 };
 struct dirty_batch {
-	struct list_head files;
+	struct ino_queue files;
 	size_t n;
 	struct dirty_cursor ahead, mid;
 };
 struct dirty_put {
-	struct list_head redirty, more_io;
+	struct ino_queue redirty, more_io;
 	size_t n_redirty, n_more_io;
 };
 void dirty_batch_init(struct dirty_batch *b);

@@ -1,10 +1,11 @@
 /*
  * The lock-free hand-over of newly dirtied files (src/dirty.c):
  *   1. writers on several threads dirty files through the API; every file
- *      is counted while in the inbox, filed exactly once by dirty_drain,
- *      in a bucket whose window holds its dirtied_when, buckets in order
- *      (the drain's two ways are checked in drain_order), and
- *      a sync writes every one of them;
+ *      is counted while in the inbox, each slot's chain holds as many
+ *      files as its top says, newest first, ending at its recorded oldest;
+ *      every file is filed exactly once by dirty_drain, in a bucket whose
+ *      window holds its dirtied_when, buckets in order (the drain's two
+ *      ways are checked in drain_order), and a sync writes every one;
  *   2. the state machine on synthetic files: a file under I_SYNC that is
  *      dirtied is not pushed (the flusher puts it back, listed); a clean
  *      one is pushed once, with the lists' reference; a file that is put
@@ -12,8 +13,10 @@
  *   3. stress: writer threads keep dirtying a set of synthetic files while
  *      this thread plays the flusher (drain, take, put back clean or
  *      dirty); at the end every file is listed at most once, and its
- *      reference count matches whether it is listed.  Meant for
- *      SAN=thread as much as for its checks.
+ *      reference count matches whether it is listed;
+ *   4. threads push distinct files on one slot while this thread drains
+ *      it: every file is taken exactly once.
+ * 3 and 4 are meant for SAN=thread as much as for their checks.
  */
 #include "fake_inode.h"
 
@@ -59,19 +62,31 @@ static size_t take_all(struct wbc_dev *dev, struct inode **out, size_t max)
  * chosen time. */
 static void push_slot(struct wbc_dev *dev, unsigned slot, struct inode *ino, uint64_t when)
 {
-	struct inbox_slot *in = &dev->inbox[slot];
 	CHECK_EQ(atomic_fetch_or(&ino->state, I_DIRTY), 0);
 	igrab(ino);
-	atomic_fetch_add(&in->n, 1);
-	pthread_mutex_lock(&in->lock);
-	ino->dirtied_when = when;
-	list_add_tail(&ino->wb_list, &in->files);
-	in->listed++;
-	pthread_mutex_unlock(&in->lock);
+	inbox_push(dev, slot, ino, when);
 }
 
-/* The drain's two ways: lists that fit one bucket go whole (each slot's
- * files in their order, times untouched); lists that span buckets are
+/* Walk slot @in's chain (nothing pushing): its top's count and oldest are
+ * right, times never increase from newest to oldest.  Returns the count. */
+static uint64_t check_chain(const struct inbox_slot *in)
+{
+	struct inbox_chain c = inbox_peek(in);
+	uint64_t n = 0, prev = UINT64_MAX;
+	struct inode *last = NULL;
+	for (struct inode *ino = c.head; ino; ino = ino->wb_next) {
+		CHECK(ino->dirtied_when <= prev);
+		prev = ino->dirtied_when;
+		last = ino;
+		n++;
+	}
+	CHECK_EQ(n, c.n);
+	CHECK(last == (n ? c.bottom : NULL));
+	return n;
+}
+
+/* The drain's two ways: chains that fit one bucket go whole (each slot's
+ * files newest first, times untouched); chains that span buckets are
  * merged into dirtying order and filed bucket by bucket. */
 static void drain_order(struct wbc_dev *dev)
 {
@@ -87,13 +102,16 @@ static void drain_order(struct wbc_dev *dev)
 	push_slot(dev, 3, f[2], t + 3);
 	push_slot(dev, 5, f[3], t + 4);
 	CHECK_EQ(dirty_inbox_count(dev), 4);
+	CHECK_EQ(check_chain(&dev->inbox[3]), 2);
+	CHECK(inbox_peek(&dev->inbox[3]).head == f[2] && inbox_peek(&dev->inbox[3]).bottom == f[0]);
+	CHECK_EQ(check_chain(&dev->inbox[5]), 2);
 	dirty_drain(dev);
 	CHECK_EQ(dirty_inbox_count(dev), 0);
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, 4);
 	CHECK_EQ(st.dirty_buckets, 1);
 	CHECK_EQ(take_all(dev, got, 8), 4);
-	CHECK(got[0] == f[0] && got[1] == f[2] && got[2] == f[1] && got[3] == f[3]);
+	CHECK(got[0] == f[2] && got[1] == f[0] && got[2] == f[3] && got[3] == f[1]);
 	for (int i = 0; i < 4; i++) {
 		CHECK_EQ(f[i]->dirtied_when, t + 1 + (uint64_t)i);   /* not clobbered */
 		dirty_requeue(f[i], false, false);
@@ -141,6 +159,56 @@ static void *syn_writer(void *arg)
 	return NULL;
 }
 
+#define PUSHERS 3
+#define PUSH_EACH 3000
+static struct inode *pushed[PUSHERS][PUSH_EACH];
+static atomic_int pushers_done;
+
+/* Every pusher on slot 0, whatever CPU it runs on: the most CAS races. */
+static void *one_slot_pusher(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	for (int i = 0; i < PUSH_EACH; i++)
+		push_slot(gdev, 0, pushed[id][i], 0);
+	atomic_fetch_add(&pushers_done, 1);
+	return NULL;
+}
+
+/* 4: drain and take while the pushers push; each file is taken once. */
+static void one_slot_race(struct wbc_dev *dev)
+{
+	static struct inode *got[PUSHERS * PUSH_EACH];
+	pthread_t th[PUSHERS];
+	for (int t = 0; t < PUSHERS; t++)
+		for (int i = 0; i < PUSH_EACH; i++)
+			pushed[t][i] = t_fake_inode(dev);
+	for (int t = 0; t < PUSHERS; t++)
+		CHECK_EQ(pthread_create(&th[t], NULL, one_slot_pusher, (void *)(intptr_t)t), 0);
+	size_t taken = 0;
+	for (bool last = false; !last;) {
+		last = atomic_load(&pushers_done) == PUSHERS;
+		dirty_drain(dev);
+		size_t n = take_all(dev, got, PUSHERS * PUSH_EACH);
+		for (size_t i = 0; i < n; i++) {
+			got[i]->nr_dirty++;                /* times taken */
+			dirty_requeue(got[i], false, false);
+		}
+		taken += n;
+	}
+	for (int t = 0; t < PUSHERS; t++)
+		pthread_join(th[t], NULL);
+	CHECK_EQ(taken, PUSHERS * PUSH_EACH);
+	CHECK_EQ(dirty_inbox_count(dev), 0);
+	CHECK_EQ(check_chain(&dev->inbox[0]), 0);
+	for (int t = 0; t < PUSHERS; t++)
+		for (int i = 0; i < PUSH_EACH; i++) {
+			CHECK_EQ(pushed[t][i]->nr_dirty, 1);
+			CHECK_EQ(atomic_load(&pushed[t][i]->state), 0);
+			CHECK_EQ(atomic_load(&pushed[t][i]->refs), 2);
+			free(pushed[t][i]);
+		}
+}
+
 int main(void)
 {
 	struct wbc_config cfg = t_config(64u << 20, 4096);
@@ -163,18 +231,17 @@ int main(void)
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, total);              /* counted in the inbox */
 	CHECK_EQ(dirty_inbox_count(dev), total);
-	/* every append was a timed hold of an inbox lock */
-	CHECK(st.inbox_lock_holds >= total);
-	uint64_t in_hist = 0;
-	for (int i = 0; i < 32; i++)
-		in_hist += st.inbox_lock_hold_hist[i];
-	CHECK_EQ(in_hist, st.inbox_lock_holds);
-	CHECK(st.inbox_lock_max_hold_ns > 0);
-	CHECK(wbc_inbox_lock_percentile(&st, 100) >= st.inbox_lock_max_hold_ns);
+	uint64_t chained = 0, retries = 0;
+	for (int i = 0; i < PCPU_SLOTS; i++) {
+		chained += check_chain(&dev->inbox[i]);
+		retries += atomic_load(&dev->inbox[i].retries);
+	}
+	CHECK_EQ(chained, total);
+	CHECK_EQ(st.inbox_push_retries, retries);
 	dirty_drain(dev);
 	CHECK_EQ(dirty_inbox_count(dev), 0);
 	for (int i = 0; i < PCPU_SLOTS; i++)
-		CHECK(list_empty(&dev->inbox[i].files));
+		CHECK_EQ(check_chain(&dev->inbox[i]), 0);
 	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
 	CHECK_EQ(st.files_dirty, total);              /* now in buckets */
 	/* Buckets in time order, each file within its bucket's window (it
@@ -188,8 +255,7 @@ int main(void)
 		CHECK(b->start >= prev_start);
 		prev_start = b->start;
 		uint64_t in_bucket = 0;
-		for (struct list_head *l = b->inodes.next; l != &b->inodes; l = l->next) {
-			struct inode *ino = container_of(l, struct inode, wb_list);
+		for (struct inode *ino = b->inodes.head; ino; ino = ino->wb_next) {
 			CHECK_EQ(atomic_load(&ino->state), I_DIRTY);
 			CHECK(ino->dirtied_when < b->start + dev->bucket_ns);
 			CHECK(ino->dirtied_when + 1000000000ull > b->start);
@@ -234,9 +300,9 @@ int main(void)
 	CHECK_EQ(atomic_load(&a->refs), 2);
 	/* taken but not reached: back first in line, listed */
 	struct inode *b = t_fake_inode(dev), *c3 = t_fake_inode(dev);
+	mark_inode_dirty(c3);                          /* a drain's files come */
+	mark_inode_dirty(b);                           /* newest first: a, b, c3 */
 	mark_inode_dirty(a);
-	mark_inode_dirty(b);
-	mark_inode_dirty(c3);
 	dirty_drain(dev);
 	struct dirty_batch batch;
 	dirty_batch_init(&batch);
@@ -312,6 +378,9 @@ int main(void)
 		dirty_requeue(got[i], false, false);
 	for (int i = 0; i < SYN; i++)
 		CHECK_EQ(atomic_load(&syn[i]->refs), 2);
+
+	/* 4. many pushers on one slot, this thread taking */
+	one_slot_race(dev);
 
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(a);

@@ -10,11 +10,10 @@
 static inline struct inode *t_fake_inode(struct wbc_dev *dev)
 {
 	struct inode *ino = aligned_alloc(64, sizeof(*ino));   /* laid out by line */
-	CHECK(ino);
+	CHECK(ino && inode_addr_ok(ino));
 	memset(ino, 0, sizeof(*ino));
 	ino->dev = dev;
 	atomic_init(&ino->refs, 2);
-	list_init(&ino->wb_list);
 	return ino;
 }
 

@@ -1169,7 +1169,8 @@ static size_t stats_text(char *buf, size_t len)
 		"PausedMs:           %10" PRIu64 "\n"
 		"ListLockMaxHoldUs:  %10" PRIu64 "\n"
 		"ListLockMaxCpuUs:   %10" PRIu64 "\n"
-		"InboxLockMaxHoldUs: %10" PRIu64 "\n",
+		"ListLockWaits:      %10" PRIu64 "\n"
+		"InboxPushRetries:   %10" PRIu64 "\n",
 		d.writeback_bytes >> 10, d.dirty_bytes >> 10, d.wb_thresh_bytes >> 10,
 		s.thresh_bytes >> 10, s.bg_thresh_bytes >> 10, d.dirtied_bytes >> 10,
 		d.written_back_bytes >> 10, d.write_bw >> 10, d.avg_write_bw >> 10,
@@ -1177,7 +1178,7 @@ static size_t stats_text(char *buf, size_t len)
 		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
 		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
 		s.paused_ns / 1000000, d.list_lock_max_hold_ns / 1000,
-		d.list_lock_max_cpu_ns / 1000, d.inbox_lock_max_hold_ns / 1000);
+		d.list_lock_max_cpu_ns / 1000, d.list_lock_waits, d.inbox_push_retries);
 	return n < 0 ? 0 : MINU((size_t)n, len - 1);
 }
 
