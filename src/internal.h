@@ -400,13 +400,8 @@ static inline void iq_splice_tail(struct ino_queue *to, struct ino_queue *from)
 /* All of @from before @to's files; @from becomes empty. */
 static inline void iq_splice_head(struct ino_queue *to, struct ino_queue *from)
 {
-	if (!from->head)
-		return;
-	if (to->head)
-		from->tail->wb_next = to->head;
-	else
-		to->tail = from->tail;
-	to->head = from->head;
+	iq_splice_tail(from, to);   /* @to's files after @from's, */
+	*to = *from;                /* and that is @to now */
 	iq_init(from);
 }
 /* Inodes are allocated 64-byte aligned below 2^48 (every Linux user
