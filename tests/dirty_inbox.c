@@ -15,7 +15,9 @@
  *      dirty); at the end every file is listed at most once, and its
  *      reference count matches whether it is listed;
  *   4. threads push distinct files on one slot while this thread drains
- *      it: every file is taken exactly once.
+ *      it: every file is taken exactly once;
+ *   5. the list lock's waits: a take that finds it held is counted, one
+ *      that does not is not.
  * 3 and 4 are meant for SAN=thread as much as for their checks.
  */
 #include "fake_inode.h"
@@ -209,6 +211,41 @@ static void one_slot_race(struct wbc_dev *dev)
 		}
 }
 
+static void *lock_taker(void *arg)
+{
+	struct wbc_dev *dev = arg;
+	dev_list_lock(dev);
+	dev_list_unlock(dev);
+	return NULL;
+}
+
+/* 5: list_lock_waits counts exactly the takes that found the lock held. */
+static void list_lock_waits(struct wbc_dev *dev)
+{
+	struct wbc_dev_stats st;
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	uint64_t w0 = st.list_lock_waits;
+	dev_list_lock(dev);                        /* free: not a wait */
+	dev_list_unlock(dev);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.list_lock_waits, w0);
+	dev_list_lock(dev);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, lock_taker, dev), 0);
+	/* the taker counts its wait before it blocks (30 s: a deadline for
+	 * a count that never comes, not a timing the test relies on) */
+	uint64_t give_up = wbc_now_ns() + 30ull * 1000 * 1000 * 1000;
+	do {
+		sched_yield();
+		CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	} while (st.list_lock_waits == w0 && wbc_now_ns() < give_up);
+	CHECK_EQ(st.list_lock_waits, w0 + 1);
+	dev_list_unlock(dev);
+	pthread_join(th, NULL);
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(st.list_lock_waits, w0 + 1);
+}
+
 int main(void)
 {
 	struct wbc_config cfg = t_config(64u << 20, 4096);
@@ -381,6 +418,9 @@ int main(void)
 
 	/* 4. many pushers on one slot, this thread taking */
 	one_slot_race(dev);
+
+	/* 5. waits for the list lock */
+	list_lock_waits(dev);
 
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(a);
