@@ -172,6 +172,15 @@ int wbc_truncate(wbc_file *f, uint64_t size);
 /* Current file size, including data still in the cache; -EBADF if closed. */
 int64_t wbc_file_size(wbc_file *f);
 
+/* What the cache holds of a file (wbc_file_info()). */
+struct wbc_file_info {
+	uint64_t size;               /* as wbc_file_size() */
+	uint64_t unwritten_bytes;    /* dirty or under writeback: not yet on the backend */
+	uint64_t reserved[6];        /* zero; room for more without a new call */
+};
+/* Fill @info.  Returns 0 or -EBADF for a closed handle. */
+int wbc_file_info(wbc_file *f, struct wbc_file_info *info);
+
 /*
  * Write back the dirty pages overlapping [off, off+len) (len 0 = to end of
  * file), wait for them, and flush the backend (datasync: data and size only).

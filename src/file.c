@@ -902,6 +902,21 @@ int64_t wbc_file_size(wbc_file *h)
 	return s;
 }
 
+int wbc_file_info(wbc_file *h, struct wbc_file_info *info)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f || !info)
+		return -EBADF;
+	struct inode *ino = f->inode;
+	uint64_t psize = ino->dev->cache->page_size;
+	memset(info, 0, sizeof(*info));
+	pthread_mutex_lock(&ino->lock);
+	info->size = ino->i_size;
+	info->unwritten_bytes = (ino->nr_dirty + ino->nr_writeback) * psize;
+	pthread_mutex_unlock(&ino->lock);
+	return 0;
+}
+
 int wbc_truncate(wbc_file *h, uint64_t size)
 {
 	struct wbc_file *f = handle_get(h);

@@ -7,58 +7,21 @@
 # permissions; a write error at unmount gives exit status 1.
 # Skips (77) where FUSE cannot be used here.
 set -u
-BUILD=${WBCACHE_BUILD:-build/release}
-W=$(realpath "$BUILD/wbcache")
-fail() { echo "FAIL: $*" >&2; cleanup; exit 1; }
-skip() { echo "skip: $*"; exit 77; }
-[ -e /dev/fuse ] || skip "no /dev/fuse"
-command -v fusermount3 >/dev/null || skip "no fusermount3 (apt-get install fuse3)"
-
-top=$(mktemp -d /var/tmp/wbc-mount-XXXXXX)
-bk=$top/backing mt=$top/mnt out=$top/outside
-mkdir -p "$bk" "$mt" "$out"
-pid=
-cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		fusermount3 -u "$mt" 2>/dev/null || kill "$pid"
-		wait "$pid" 2>/dev/null
-	fi
-	mountpoint -q "$mt" 2>/dev/null && fusermount3 -uz "$mt" 2>/dev/null
-	mountpoint -q "$top/tiny" 2>/dev/null && umount "$top/tiny"
-	rm -rf "$top"
-}
-trap cleanup EXIT
-
-# do_mount [OPTS]: mount in the background, wait until it is there
-do_mount() {
-	"$W" mount "$bk" "$mt" -f ${1:+-o "$1"} 2>"$top/mount.log" &
-	pid=$!
-	for _ in $(seq 100); do
-		mountpoint -q "$mt" && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	grep -q "fuse: device not found\|Operation not permitted\|failed to open /dev/fuse" \
-		"$top/mount.log" && skip "FUSE not usable: $(cat "$top/mount.log")"
-	fail "mount did not appear: $(cat "$top/mount.log")"
-}
-# do_umount [signal]: unmount, wait for the process, return its status
-do_umount() {
-	if [ -n "${1:-}" ]; then kill -"$1" "$pid"; else fusermount3 -u "$mt" || fail "fusermount3 -u"; fi
-	wait "$pid"; local rc=$?
-	pid=
-	return $rc
-}
+cd "$(dirname "$0")/.."
+. tests/mountlib.bash
+out=$top/outside
+mkdir -p "$out"
+extra_cleanup() { mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"; }
 
 # ---- bad options: clear message, non-zero exit, nothing mounted
-for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes"; do
-	msg=$("$W" mount "$bk" "$mt" -f -o "$bad" 2>&1); rc=$?
-	[ $rc -ne 0 ] || fail "-o $bad accepted"
+for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes" "mem=1T"; do
+	msg=$("$W" mount "$bk" "$mt" -o "$bad" 2>&1); rc=$?
+	[ $rc -eq 2 ] || fail "-o $bad: exit $rc, not 2"
 	[ -n "$msg" ] || fail "-o $bad: no message"
 	mountpoint -q "$mt" && fail "-o $bad mounted anyway"
 done
-"$W" mount "$top/nonexistent" "$mt" -f 2>/dev/null && fail "missing backing dir accepted"
-"$W" mount "$bk" "$top/nonexistent" -f 2>/dev/null && fail "missing mount point accepted"
+"$W" mount "$top/nonexistent" "$mt" 2>/dev/null && fail "missing backing dir accepted"
+"$W" mount "$bk" "$top/nonexistent" 2>/dev/null && fail "missing mount point accepted"
 
 # ---- write, read back, verify; data in BACKING_DIR after fsync
 do_mount "mem=64M,dirty_writeback_centisecs=0,dirty_expire_centisecs=360000,dirty_background_bytes=48M,dirty_bytes=56M"
@@ -177,17 +140,21 @@ cmp "$top/t" "$bk/t" || fail "truncated file not written back"
 [ "$(cat "$bk/victim")" = replaced ] || fail "rename victim"
 grep -q U "$bk/gone" && fail "unlinked data written"
 
-# ---- more files than the daemon may hold descriptors (root: file handles)
+# ---- more files than the daemon may hold descriptors (root: file handles);
+# the foreground mode (-f)
 if [ "$(id -u)" = 0 ]; then
 	( ulimit -n 256; exec "$W" mount "$bk" "$mt" -f ) 2>"$top/mount.log" &
-	pid=$!
+	fgpid=$!
 	for _ in $(seq 100); do mountpoint -q "$mt" && break; sleep 0.1; done
+	pid=$(daemon_pid)
+	[ "$pid" = "$fgpid" ] || fail "foreground: the daemon is $pid, not the process started ($fgpid)"
 	mkdir "$mt/many"
 	for i in $(seq 1500); do echo "$i" >"$mt/many/$i" || fail "file $i with 256 descriptors"; done
 	n=$(ls /proc/$pid/fd | wc -l)
 	[ "$n" -lt 256 ] || fail "the daemon holds $n descriptors"
 	[ "$(cat "$mt/many/777")" = 777 ] || fail "file content with few descriptors"
 	do_umount || fail "unmount after many files"
+	wait "$fgpid" || fail "foreground mount exit status $?"
 	[ "$(ls "$bk/many" | wc -l)" = 1500 ] && [ "$(cat "$bk/many/1500")" = 1500 ] ||
 		fail "many files not written back"
 fi
@@ -204,8 +171,13 @@ if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
 	bk=$top/tiny
 	do_mount "mem=16M,dirty_writeback_centisecs=0,dirty_background_bytes=15M,dirty_bytes=15M"
 	head -c 4000000 /dev/zero >"$mt/big" || fail "write into the cache"
-	do_umount && fail "unmount reported no error for a full backing file system"
-	grep -qi "writeback at unmount failed" "$top/mount.log" || fail "no message: $(cat "$top/mount.log")"
+	do_umount && fail "wbcache umount reported no error for a full backing file system"
+	grep -q "writeback failed" "$top/umount.log" || fail "no message: $(cat "$top/umount.log")"
+	mountpoint -q "$mt" || fail "unmounted although the data could not be written"
+	# space again: the data goes out and umount succeeds
+	mount -o remount,size=8M "$top/tiny" || fail "remount of the tmpfs"
+	do_umount || fail "wbcache umount after space was freed: $(cat "$top/umount.log")"
+	[ "$(stat -c %s "$top/tiny/big")" = 4000000 ] || fail "data not written once space was freed"
 	umount "$top/tiny"
 fi
 echo "mount tests passed"

@@ -55,10 +55,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <spawn.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -68,6 +72,8 @@
 #include "run.h"
 
 #define STATS_XATTR "user.wbcache.stats"
+/* Setting it on the root writes everything back (`wbcache umount`). */
+#define SYNC_XATTR "user.wbcache.sync"
 /* Locks here are error-checking mutexes, so a *_locked function can assert
  * that its caller holds the lock (a relock by the owner fails at once).
  * M.lock and the nodes' locks are never held together. */
@@ -97,13 +103,22 @@ struct node {
 	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
 	uint64_t gen;                /* unique per node (fallback engine name) */
 	bool is_reg;
+	bool hashed;                 /* mnt.lock: in the table (not replaced as stale) */
+	atomic_uint mode;            /* the last st_mode seen: kill_priv's quick test */
 	pthread_mutex_t lock;        /* the fields below */
 	unsigned opens;
 	wbc_file *wf;                /* the node's engine handle while opens > 0 */
 	bool wrote;                  /* data went through the engine */
 	bool size_known;
 	uint64_t size;               /* the engine's size of the data */
-	struct timespec wmtime;      /* last write through the mount */
+	uint64_t unwritten;          /* bytes not yet written back, at the last release */
+	/* Times.  Writeback moves the backing file's mtime to when it ran;
+	 * the file's own is the last write through the mount or the one set
+	 * explicitly, reported while the node lives and put back on the
+	 * backing file once its data is written (fsync, forget, unmount). */
+	bool mtime_set;
+	struct timespec mtime;
+	struct timespec ctime;       /* last write through the mount */
 };
 
 struct mnt {
@@ -182,6 +197,7 @@ static void insert_locked(struct node *n)
 	size_t k = hkey(n->dev, n->ino, M.hsize);
 	n->hnext = M.hash[k];
 	M.hash[k] = n;
+	n->hashed = true;
 	M.n++;
 }
 
@@ -208,10 +224,14 @@ static fuse_ino_t id_of(struct node *n)
 /*
  * Descriptors.  With file handles (root, and a backing file system that
  * has them) a node keeps its handle, not a descriptor: nfd() opens an
- * O_PATH descriptor from it, cached in a small per-thread ring keyed by
- * the node's unique gen, so a request that uses up to three nodes keeps
- * them valid; the engine's descriptors are bounded too
- * (WBC_OPENER_REOPEN).  Then the mount needs no descriptor per file.
+ * O_PATH descriptor from it.  A directory's (or other non-file's) is
+ * cached in a small per-thread ring keyed by the node's unique gen, so a
+ * request that uses up to three nodes keeps them valid; a regular file's
+ * is closed by nfd_put() when the request is done with it, so no
+ * descriptor keeps a removed file's space (a thread's ring lives as long
+ * as the thread, which may sleep for long).  The engine's descriptors
+ * are bounded too (WBC_OPENER_REOPEN).  Then the mount needs no
+ * descriptor per file.
  * Without handles every node keeps its descriptor (RLIMIT_NOFILE bounds
  * the files the kernel may hold at once).
  */
@@ -241,6 +261,8 @@ static int nfd(struct node *n)
 {
 	if (n->fd >= 0)
 		return n->fd;
+	if (n->is_reg)
+		return open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 	pthread_once(&nfd_once, nfd_key_create);
 	if (!pthread_getspecific(nfd_key))
 		pthread_setspecific(nfd_key, &nfd_ring);
@@ -256,6 +278,13 @@ static int nfd(struct node *n)
 	nfd_ring[k].gen = n->gen;
 	nfd_ring[k].fd = fd;
 	return fd;
+}
+
+/* Done with a descriptor nfd() gave. */
+static void nfd_put(struct node *n, int fd)
+{
+	if (fd >= 0 && n->fd < 0 && n->is_reg)
+		close(fd);
 }
 
 /* The engine's name for a node's data: in handle mode the handle itself in
@@ -356,29 +385,74 @@ static int engine_open(struct node *n, wbc_file **out)
 	return err;
 }
 
+static bool ts_after(struct timespec a, struct timespec b)
+{
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+/* The attributes of a node: the backing inode's, with the size, times and
+ * blocks of data still in the cache.  Blocks: the backing file's plus what
+ * is not yet written back (a sparse file stays sparse). */
 static int stat_node(struct node *n, struct stat *st)
 {
 	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-		return -errno;
+	if (fd < 0 || fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = -errno;
+		nfd_put(n, fd);
+		return err;
+	}
+	nfd_put(n, fd);
+	atomic_store_explicit(&n->mode, st->st_mode, memory_order_relaxed);
 	if (!S_ISREG(st->st_mode))
 		return 0;
+	uint64_t unwritten = 0;
 	pthread_mutex_lock(&n->lock);
-	if (n->wf) {
-		int64_t sz = wbc_file_size(n->wf);
-		if (sz >= 0)
-			st->st_size = sz;
+	struct wbc_file_info fi;
+	if (n->wf && !wbc_file_info(n->wf, &fi)) {
+		st->st_size = (off_t)fi.size;
+		unwritten = fi.unwritten_bytes;
 	} else if (n->size_known) {
 		st->st_size = (off_t)n->size;
+		unwritten = n->unwritten;
 	}
-	if (n->wrote && (n->wmtime.tv_sec > st->st_mtim.tv_sec ||
-			 (n->wmtime.tv_sec == st->st_mtim.tv_sec &&
-			  n->wmtime.tv_nsec > st->st_mtim.tv_nsec)))
-		st->st_mtim = st->st_ctim = n->wmtime;
+	if (n->mtime_set)
+		st->st_mtim = n->mtime;
+	if (n->wrote && ts_after(n->ctime, st->st_ctim))
+		st->st_ctim = n->ctime;
 	pthread_mutex_unlock(&n->lock);
-	st->st_blocks = (blkcnt_t)MAXU((uint64_t)st->st_blocks, ((uint64_t)st->st_size + 511) / 512);
+	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);
 	return 0;
 }
+
+/* Put the file's own mtime back on the backing file once its data is
+ * written: caller holds n->lock. */
+static void restore_mtime_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	if (!n->mtime_set)
+		return;
+	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
+	int fd = nfd(n);
+	if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		logmsg("setting the mtime of a written-back file failed: %s", strerror(errno));
+	nfd_put(n, fd);
+}
+
+/* Is @n, found by the inode number of the inode a lookup just found
+ * (handle @fh in handle mode), another inode, gone, whose number was
+ * reused?  Handles carry the inode's generation; without them, a node
+ * whose inode has no link left is not the one a name led to. */
+static bool node_stale(struct node *n, const struct file_handle *fh)
+{
+	if (n->fh)
+		return fh && (fh->handle_type != n->fh->handle_type ||
+			      fh->handle_bytes != n->fh->handle_bytes ||
+			      memcmp(fh->f_handle, n->fh->f_handle, fh->handle_bytes));
+	struct stat st;
+	return n->fd >= 0 && !fstat(n->fd, &st) && !st.st_nlink;
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup);
 
 /* Look @name up in @parent: a node with one more lookup, and its attrs. */
 static int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
@@ -397,36 +471,50 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 		close(fd);
 		return err;
 	}
+	struct file_handle *fh = M.handles ? handle_of(fd) : NULL;
 	pthread_mutex_lock(&M.lock);
 	struct node *n = find_locked(st.st_dev, st.st_ino);
+	if (n && n != &M.root && node_stale(n, fh)) {
+		/* the inode number was reused by a new inode (the old one is
+		 * gone): the old node lives on until the kernel forgets it,
+		 * out of the table */
+		remove_locked(n);
+		n->hashed = false;
+		n = NULL;
+	}
 	if (n) {
 		n->nlookup++;
 		pthread_mutex_unlock(&M.lock);
 		close(fd);
+		free(fh);
 	} else {
 		n = calloc(1, sizeof(*n));
 		if (!n) {
 			pthread_mutex_unlock(&M.lock);
 			close(fd);
+			free(fh);
 			return -ENOMEM;
 		}
 		n->dev = st.st_dev;
 		n->ino = st.st_ino;
 		n->fd = fd;
-		if (M.handles && (n->fh = handle_of(fd))) {
+		if ((n->fh = fh)) {
 			close(fd);         /* reopened from the handle when used */
 			n->fd = -1;
 		}
 		n->nlookup = 1;
 		n->is_reg = S_ISREG(st.st_mode);
+		atomic_init(&n->mode, st.st_mode);
 		n->gen = atomic_fetch_add(&M.next_gen, 1);
 		mutex_init_checked(&n->lock);
 		insert_locked(n);
 		pthread_mutex_unlock(&M.lock);
 	}
 	int err = stat_node(n, &e->attr);
-	if (err)
-		return err;   /* the lookup count stays: the kernel is told nothing */
+	if (err) {
+		forget_one(id_of(n), 1);   /* the kernel is told nothing */
+		return err;
+	}
 	e->ino = id_of(n);
 	e->attr_timeout = 1.0;
 	e->entry_timeout = 1.0;
@@ -443,7 +531,9 @@ static void drop_if_unlinked_locked(struct node *n)
 		return;
 	int fd = nfd(n);
 	/* a handle that no longer opens: the inode is gone */
-	if (fd >= 0 && (fstatat(fd, "", &st, AT_EMPTY_PATH) || st.st_nlink))
+	bool linked = fd >= 0 && (fstatat(fd, "", &st, AT_EMPTY_PATH) || st.st_nlink);
+	nfd_put(n, fd);
+	if (linked)
 		return;
 	wbc_file *h;
 	if (engine_open(n, &h) == 0) {
@@ -452,6 +542,7 @@ static void drop_if_unlinked_locked(struct node *n)
 	}
 	n->wrote = false;
 	n->size_known = false;
+	n->mtime_set = false;
 }
 
 /* After an unlink or a rename that may have removed the last link of the
@@ -496,13 +587,17 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 			int err = wbc_fsync(h);
 			if (err)
 				logmsg("writeback of a forgotten file failed: %s", wbc_strerror(err));
+			else {
+				n->unwritten = 0;
+				restore_mtime_locked(n);
+			}
 			wbc_file_close(h);
 		}
 	}
 	pthread_mutex_unlock(&n->lock);
 	pthread_mutex_lock(&M.lock);
 	bool unused = !--n->forgetting && !n->nlookup;
-	if (unused)
+	if (unused && n->hashed)
 		remove_locked(n);
 	pthread_mutex_unlock(&M.lock);
 	if (!unused)
@@ -567,13 +662,36 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_attr(req, &st, 1.0);
 }
 
-static int proc_path(struct node *n, char *buf, size_t len)
+
+/*
+ * The kernel's rule for set-user-ID and set-group-ID files (it leaves the
+ * work to the file system, FUSE_CAP_HANDLE_KILLPRIV): a write or truncate
+ * by a caller without CAP_FSETID clears S_ISUID, and S_ISGID where group
+ * execute is set (without it, S_ISGID marks mandatory locking and stays).
+ * The caller's uid 0 stands for the capability.  The node's last seen
+ * mode makes the common case one load.
+ */
+static void kill_priv(fuse_req_t req, struct node *n)
 {
+	if (!(atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)))
+		return;
+	if (fuse_req_ctx(req)->uid == 0)
+		return;
+	struct stat st;
+	char path[64];
 	int fd = nfd(n);
-	if (fd < 0)
-		return -errno;
-	snprintf(buf, len, "/proc/self/fd/%d", fd);
-	return 0;
+	if (fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		mode_t kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
+		if (st.st_mode & kill) {
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			if (chmod(path, st.st_mode & 07777 & ~kill))
+				logmsg("clearing set-id bits failed: %s", strerror(errno));
+			else
+				atomic_store_explicit(&n->mode, st.st_mode & ~kill,
+						      memory_order_relaxed);
+		}
+	}
+	nfd_put(n, fd);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
@@ -586,10 +704,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	int fd = nfd(n);
 	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		fuse_reply_err(req, errno);
+		nfd_put(n, fd);
 		return;
 	}
 	bool lnk = S_ISLNK(st.st_mode);
-	proc_path(n, path, sizeof(path));
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
 		if (lnk)
 			err = -EOPNOTSUPP;
@@ -613,11 +732,17 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 				tmp = true;
 			if (!err)
 				err = wbc_truncate(h, (uint64_t)attr->st_size);
+			if (!err)
+				kill_priv(req, n);
 			if (!err) {
 				n->wrote = true;
 				n->size_known = true;
 				n->size = (uint64_t)attr->st_size;
-				clock_gettime(CLOCK_REALTIME, &n->wmtime);
+				if (!(to_set & FUSE_SET_ATTR_MTIME)) {
+					clock_gettime(CLOCK_REALTIME, &n->mtime);
+					n->ctime = n->mtime;
+					n->mtime_set = true;
+				}
 			}
 			if (tmp)
 				wbc_file_close(h);
@@ -634,17 +759,20 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (to_set & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
-		if (lnk)
-			err = -EOPNOTSUPP;
-		else if (utimensat(AT_FDCWD, path, tv, 0))
+		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 			err = -errno;
-		else if (to_set & FUSE_SET_ATTR_MTIME) {
+		} else if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
+			/* the file's mtime from now on, also after writeback */
+			struct stat now;
 			pthread_mutex_lock(&n->lock);
-			n->wrote = n->size_known;   /* an explicit mtime wins */
-			n->wmtime = (struct timespec){ 0, 0 };
+			if (n->wrote && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+				n->mtime = now.st_mtim;
+				n->mtime_set = true;
+			}
 			pthread_mutex_unlock(&n->lock);
 		}
 	}
+	nfd_put(n, fd);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
@@ -680,14 +808,20 @@ static void reply_entry_of(fuse_req_t req, struct node *parent, const char *name
 }
 
 /* Give a new entry the requesting user's ownership (the daemon runs as
- * root; otherwise the backing file system made it the daemon's). */
+ * root; otherwise the backing file system made it the daemon's).  In a
+ * set-group-ID directory the group is the directory's, as the backing
+ * file system already made it (and a new directory kept the bit). */
 static void own_new(fuse_req_t req, struct node *parent, const char *name)
 {
 	if (!M.as_root)
 		return;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat pst;
 	int fd = nfd(parent);
-	if (fd < 0 || fchownat(fd, name, ctx->uid, ctx->gid, AT_SYMLINK_NOFOLLOW))
+	gid_t gid = ctx->gid;
+	if (fd >= 0 && !fstatat(fd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
+		gid = (gid_t)-1;
+	if (fd < 0 || fchownat(fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
 		logmsg("chown of a new entry failed: %s", strerror(errno));
 }
 
@@ -725,12 +859,13 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	struct node *n = node_of(ino), *p = node_of(newparent);
-	int nf = nfd(n), pf = nfd(p);
-	if (nf < 0 || pf < 0 || linkat(nf, "", pf, newname, AT_EMPTY_PATH)) {
-		fuse_reply_err(req, errno);
-		return;
-	}
-	reply_entry_of(req, p, newname);
+	int nf = nfd(n), pf = nf < 0 ? -1 : nfd(p);
+	int err = nf < 0 || pf < 0 || linkat(nf, "", pf, newname, AT_EMPTY_PATH) ? errno : 0;
+	nfd_put(n, nf);
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		reply_entry_of(req, p, newname);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -780,7 +915,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 /* ---- files ---- */
 
-static int open_common(struct node *n, struct fuse_file_info *fi)
+
+static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	wbc_file *h;
 	pthread_mutex_lock(&n->lock);
@@ -790,11 +926,29 @@ static int open_common(struct node *n, struct fuse_file_info *fi)
 		if (err)
 			wbc_file_close(h);
 	}
+	if (!err && (fi->flags & O_TRUNC)) {
+		/* atomic O_TRUNC: the kernel sends no setattr before */
+		err = wbc_truncate(h, 0);
+		if (err) {
+			wbc_file_close(h);
+			if (!n->opens) {
+				wbc_file_close(n->wf);
+				n->wf = NULL;
+			}
+		} else {
+			n->wrote = true;
+			clock_gettime(CLOCK_REALTIME, &n->mtime);
+			n->ctime = n->mtime;
+			n->mtime_set = true;
+		}
+	}
 	if (!err)
 		n->opens++;
 	pthread_mutex_unlock(&n->lock);
 	if (err)
 		return err;
+	if (fi->flags & O_TRUNC)
+		kill_priv(req, n);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
 	return 0;
@@ -807,7 +961,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int err = open_common(n, fi);
+	int err = open_common(req, n, fi);
 	if (err)
 		fuse_reply_err(req, -err);
 	else
@@ -832,7 +986,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (!err && !node_of(e.ino)->is_reg)
 		err = -EISDIR;
 	if (!err)
-		err = open_common(node_of(e.ino), fi);
+		err = open_common(req, node_of(e.ino), fi);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
@@ -861,14 +1015,27 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		     struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
-	ssize_t r = wbc_pwrite((wbc_file *)(uintptr_t)fi->fh, buf, size, (uint64_t)off);
+	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
+	kill_priv(req, n);
+	ssize_t r = wbc_pwrite(h, buf, size, (uint64_t)off);
+	/* O_DSYNC / O_SYNC opens and RWF_DSYNC / RWF_SYNC writes: the kernel
+	 * passes them in the write's flags; the data is on the backend (and
+	 * the backend flushed) before the write is acknowledged */
+	if (r > 0 && (fi->flags & O_DSYNC)) {
+		int err = wbc_fsync_range(h, (uint64_t)off, (uint64_t)r,
+					  (fi->flags & O_SYNC) != O_SYNC);
+		if (err)
+			r = err;
+	}
 	if (r < 0) {
 		fuse_reply_err(req, (int)-r);
 		return;
 	}
 	pthread_mutex_lock(&n->lock);
 	n->wrote = true;
-	clock_gettime(CLOCK_REALTIME, &n->wmtime);
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	n->ctime = n->mtime;
+	n->mtime_set = true;
 	pthread_mutex_unlock(&n->lock);
 	fuse_reply_write(req, (size_t)r);
 }
@@ -882,9 +1049,14 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	(void)ino;
 	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
 	int err = datasync ? wbc_fdatasync(h) : wbc_fsync(h);
+	if (!err && !datasync) {
+		struct node *n = node_of(ino);
+		pthread_mutex_lock(&n->lock);
+		restore_mtime_locked(n);
+		pthread_mutex_unlock(&n->lock);
+	}
 	fuse_reply_err(req, -err);
 }
 
@@ -894,10 +1066,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	wbc_file_close((wbc_file *)(uintptr_t)fi->fh);
 	pthread_mutex_lock(&n->lock);
 	if (!--n->opens) {
-		int64_t sz = wbc_file_size(n->wf);
-		if (sz >= 0 && n->wrote) {
+		struct wbc_file_info info;
+		if (n->wrote && !wbc_file_info(n->wf, &info)) {
 			n->size_known = true;
-			n->size = (uint64_t)sz;
+			n->size = info.size;
+			n->unwritten = info.unwritten_bytes;
 		}
 		wbc_file_close(n->wf);
 		n->wf = NULL;
@@ -1004,18 +1177,36 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- extended attributes (not on symlinks: the path would follow) ---- */
 
+/* A path naming the node's inode for the *xattr() calls: returns its
+ * descriptor (give it back with nfd_put()) or -errno. */
 static int xattr_path(struct node *n, char *path, size_t len)
 {
 	struct stat st;
 	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-		return -errno;
-	if (S_ISLNK(st.st_mode))
+	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = -errno;
+		nfd_put(n, fd);
+		return err;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		nfd_put(n, fd);
 		return -EPERM;
-	return proc_path(n, path, len);
+	}
+	snprintf(path, len, "/proc/self/fd/%d", fd);
+	return fd;
 }
 
 static size_t stats_text(char *buf, size_t len);
+
+/* Write back and flush everything: the errors met since the previous
+ * such sync, and -EIO while data stays at risk after it. */
+static int mount_sync(void)
+{
+	int err = wbc_cache_sync(M.cache);
+	struct wbc_stats s;
+	wbc_stats(M.cache, &s);
+	return !err && s.at_risk_bytes ? -EIO : err;
+}
 
 static void reply_xattr_value(fuse_req_t req, size_t size, const char *val, ssize_t n)
 {
@@ -1039,39 +1230,45 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		reply_xattr_value(req, size, text, (ssize_t)len);
 		return;
 	}
-	int err = xattr_path(n, path, sizeof(path));
-	if (err) {
-		fuse_reply_err(req, err == -EPERM ? ENODATA : -err);
-		return;
-	}
 	char *val = size ? malloc(size) : NULL;
 	if (size && !val) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ssize_t r = getxattr(path, name, val, size);
-	reply_xattr_value(req, size, val, r);
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, fd == -EPERM ? ENODATA : -fd);
+	} else {
+		ssize_t r = getxattr(path, name, val, size);
+		int e = errno;
+		nfd_put(n, fd);
+		errno = e;
+		reply_xattr_value(req, size, val, r);
+	}
 	free(val);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	struct node *n = node_of(ino);
 	char path[64];
-	int err = xattr_path(node_of(ino), path, sizeof(path));
-	if (err) {
-		if (err == -EPERM)
-			fuse_reply_xattr(req, 0);
-		else
-			fuse_reply_err(req, -err);
-		return;
-	}
 	char *val = size ? malloc(size) : NULL;
 	if (size && !val) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ssize_t r = listxattr(path, val, size);
-	reply_xattr_value(req, size, val, r);
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd == -EPERM) {
+		fuse_reply_xattr(req, 0);
+	} else if (fd < 0) {
+		fuse_reply_err(req, -fd);
+	} else {
+		ssize_t r = listxattr(path, val, size);
+		int e = errno;
+		nfd_put(n, fd);
+		errno = e;
+		reply_xattr_value(req, size, val, r);
+	}
 	free(val);
 }
 
@@ -1084,21 +1281,32 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	int err = xattr_path(n, path, sizeof(path));
-	if (err)
-		fuse_reply_err(req, -err);
-	else
-		fuse_reply_err(req, setxattr(path, name, value, size, flags) ? errno : 0);
+	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
+		fuse_reply_err(req, -mount_sync());
+		return;
+	}
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	int err = setxattr(path, name, value, size, flags) ? errno : 0;
+	nfd_put(n, fd);
+	fuse_reply_err(req, err);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	char path[64];
-	int err = xattr_path(node_of(ino), path, sizeof(path));
-	if (err)
-		fuse_reply_err(req, -err);
-	else
-		fuse_reply_err(req, removexattr(path, name) ? errno : 0);
+	struct node *n = node_of(ino);
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	int err = removexattr(path, name) ? errno : 0;
+	nfd_put(n, fd);
+	fuse_reply_err(req, err);
 }
 
 static const struct fuse_lowlevel_ops ops = {
@@ -1170,7 +1378,8 @@ static size_t stats_text(char *buf, size_t len)
 		"ListLockMaxHoldUs:  %10" PRIu64 "\n"
 		"ListLockMaxCpuUs:   %10" PRIu64 "\n"
 		"ListLockWaits:      %10" PRIu64 "\n"
-		"InboxPushRetries:   %10" PRIu64 "\n",
+		"InboxPushRetries:   %10" PRIu64 "\n"
+		"DaemonPid:          %10ld\n",
 		d.writeback_bytes >> 10, d.dirty_bytes >> 10, d.wb_thresh_bytes >> 10,
 		s.thresh_bytes >> 10, s.bg_thresh_bytes >> 10, d.dirtied_bytes >> 10,
 		d.written_back_bytes >> 10, d.write_bw >> 10, d.avg_write_bw >> 10,
@@ -1178,7 +1387,7 @@ static size_t stats_text(char *buf, size_t len)
 		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
 		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
 		s.paused_ns / 1000000, d.list_lock_max_hold_ns / 1000,
-		d.list_lock_max_cpu_ns / 1000, d.list_lock_waits, d.inbox_push_retries);
+		d.list_lock_max_cpu_ns / 1000, d.list_lock_waits, d.inbox_push_retries, (long)getpid());
 	return n < 0 ? 0 : MINU((size_t)n, len - 1);
 }
 
@@ -1199,6 +1408,65 @@ int cmd_stat(int argc, char **argv)
 	}
 	buf[n] = '\0';
 	fputs(buf, stdout);
+	return 0;
+}
+
+/*
+ * `wbcache umount MOUNTPOINT`: returns once every byte is on the backing
+ * store and the daemon has ended.  A plain FUSE unmount (fusermount3 -u,
+ * umount) returns at once while the daemon still writes back; this writes
+ * back first (a write error is reported and nothing is unmounted: the data
+ * stays in the cache), then unmounts and waits for the daemon to end.
+ */
+int cmd_umount(int argc, char **argv)
+{
+	if (argc != 2 || argv[1][0] == '-') {
+		bool help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr,
+			"usage: wbcache umount MOUNTPOINT\n"
+			"writes everything back, unmounts and waits for the daemon to end\n");
+		return help ? 0 : 2;
+	}
+	const char *mnt = argv[1];
+	char buf[4096];
+	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
+	if (n < 0) {
+		fprintf(stderr, "wbcache umount: %s: %s\n", mnt,
+			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
+		return 1;
+	}
+	buf[n] = '\0';
+	const char *p = strstr(buf, "DaemonPid:");
+	long pid = p ? strtol(p + strlen("DaemonPid:"), NULL, 10) : 0;
+	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+	if (setxattr(mnt, SYNC_XATTR, "1", 1, 0)) {
+		fprintf(stderr, "wbcache umount: %s: writeback failed: %s; the data stays in the "
+			"cache and the file system stays mounted (`fusermount3 -u %s` unmounts "
+			"anyway: what is not written is then lost)\n", mnt, strerror(errno), mnt);
+		if (pidfd >= 0)
+			close(pidfd);
+		return 1;
+	}
+	pid_t child;
+	char *fargv[] = { "fusermount3", "-u", (char *)mnt, NULL };
+	int rc = posix_spawnp(&child, "fusermount3", NULL, NULL, fargv, environ);
+	int ws = 0;
+	if (!rc)
+		while (waitpid(child, &ws, 0) < 0 && errno == EINTR)
+			;
+	if (rc || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+		fprintf(stderr, "wbcache umount: %s: fusermount3 -u failed%s%s\n", mnt,
+			rc ? ": " : "", rc ? strerror(rc) : "");
+		if (pidfd >= 0)
+			close(pidfd);
+		return 1;
+	}
+	if (pidfd >= 0) {
+		struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+			;
+		close(pidfd);
+	}
 	return 0;
 }
 
@@ -1338,6 +1606,78 @@ static void raise_fd_limit(void)
 	setrlimit(RLIMIT_NOFILE, &rl);
 }
 
+/*
+ * Background mode.  The engine's threads (flushers, completions) must run in
+ * the process that serves the mount, and a fork keeps only the calling
+ * thread: so the process forks before the cache opens, the child opens
+ * everything and mounts, and only then detaches.  The parent waits on a
+ * pipe: one byte means the mount is up (exit 0); end of file means the
+ * child failed, its reason already printed on the shared stderr, and the
+ * parent exits with the child's status.  Returns true in the parent, with
+ * its exit status in *status.
+ */
+static int detach_fd = -1;
+
+static bool detach_begin(int *status)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC)) {
+		fprintf(stderr, "wbcache mount: pipe: %s\n", strerror(errno));
+		*status = 2;
+		return true;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "wbcache mount: fork: %s\n", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		*status = 2;
+		return true;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		detach_fd = p[1];
+		setsid();
+		return false;
+	}
+	close(p[1]);
+	char c;
+	ssize_t r;
+	while ((r = read(p[0], &c, 1)) < 0 && errno == EINTR)
+		;
+	close(p[0]);
+	if (r == 1) {
+		*status = 0;
+		return true;
+	}
+	int ws;
+	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+		;
+	*status = WIFEXITED(ws) && WEXITSTATUS(ws) ? WEXITSTATUS(ws) : 2;
+	return true;
+}
+
+/* The mount is up: let the parent go and leave its terminal. */
+static void detach_done(void)
+{
+	if (detach_fd < 0)
+		return;
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul >= 0) {
+		dup2(nul, STDIN_FILENO);
+		dup2(nul, STDOUT_FILENO);
+		dup2(nul, STDERR_FILENO);
+		if (nul > STDERR_FILENO)
+			close(nul);
+	}
+	if (chdir("/")) { /* the mount needs no working directory */ }
+	while (write(detach_fd, "", 1) < 0 && errno == EINTR)
+		;
+	close(detach_fd);
+	detach_fd = -1;
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	const char *pos[2] = { NULL, NULL };
@@ -1380,6 +1720,8 @@ int cmd_mount(int argc, char **argv)
 
 	memset(&M, 0, sizeof(M));
 	M.foreground = foreground;
+	/* the kernel applied the caller's umask to every mode it sends */
+	umask(0);
 	M.root_fd = M.mount_fd = -1;
 	int status = 2, rc;
 	char *mountpoint = NULL;
@@ -1401,6 +1743,15 @@ int cmd_mount(int argc, char **argv)
 	if (M.root_fd < 0 || fstat(M.root_fd, &st)) {
 		fprintf(stderr, "wbcache mount: %s: %s\n", M.backing, strerror(errno));
 		goto out;
+	}
+	if (!foreground) {
+		int parent_status;
+		if (detach_begin(&parent_status)) {
+			close(M.root_fd);
+			free(M.backing);
+			free(mountpoint);
+			return parent_status;
+		}
 	}
 	M.root.fd = M.root_fd;
 	M.root.nlookup = 1;
@@ -1466,7 +1817,7 @@ int cmd_mount(int argc, char **argv)
 	}
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
-	fuse_daemonize(foreground);
+	detach_done();
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, 16);
 	fuse_loop_cfg_set_idle_threads(lc, 4);
@@ -1482,18 +1833,35 @@ out:
 		fuse_session_destroy(se);
 	}
 	if (M.cache) {
-		/* everything is written back here */
-		int err = wbc_cache_close(M.cache);
+		/* everything is written back here.  An error met on the way
+		 * (a full file system, since freed) that left nothing at risk
+		 * and lost nothing is logged; data not written makes it 1. */
+		int err = wbc_cache_sync(M.cache);
+		struct wbc_stats s;
+		wbc_stats(M.cache, &s);
+		if (err)
+			logmsg("a writeback error was met: %s", wbc_strerror(err));
+		if (s.at_risk_bytes || s.lost_bytes) {
+			logmsg("writeback at unmount failed: %" PRIu64 " bytes not written, "
+			       "%" PRIu64 " bytes lost", s.at_risk_bytes, s.lost_bytes);
+			status = 1;
+		}
+		err = wbc_cache_close(M.cache);
 		if (err) {
 			logmsg("writeback at unmount failed: %s", wbc_strerror(err));
 			status = 1;
 		}
 	}
-	/* nodes the kernel never forgot */
+	/* nodes the kernel never forgot: their data is written, their
+	 * mtimes go back on the backing files */
 	for (size_t i = 0; M.hash && i < M.hsize; i++)
 		for (struct node *n = M.hash[i], *next; n; n = next) {
 			next = n->hnext;
 			if (n != &M.root) {
+				pthread_mutex_lock(&n->lock);
+				if (n->wrote)
+					restore_mtime_locked(n);
+				pthread_mutex_unlock(&n->lock);
 				if (n->fd >= 0)
 					close(n->fd);
 				free(n->fh);

@@ -35,6 +35,8 @@ static void usage(FILE *out)
 "                   a FUSE file system over BACKING_DIR whose data goes\n"
 "                   through the engine (wbcache mount --help)\n"
 "  stat MOUNTPOINT  live statistics of a mount\n"
+"  umount MOUNTPOINT\n"
+"                   write everything back, unmount, wait for the daemon\n"
 "\n"
 "  --help, --version\n");
 }
@@ -59,6 +61,8 @@ int main(int argc, char **argv)
 		return cmd_mount(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
 		return cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "umount"))
+		return cmd_umount(argc - 1, argv + 1);
 	fprintf(stderr, "wbcache: unknown command '%s' (try --help)\n", argv[1]);
 	return 2;
 }

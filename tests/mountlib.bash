@@ -1,0 +1,70 @@
+# Shared by the mount test scripts (sourced, not run): a scratch directory
+# with BACKING_DIR ($bk) and MOUNTPOINT ($mt), and mounting the way users
+# do: `wbcache mount` in its default (background) mode, which returns once
+# the mount is up; `wbcache umount`, which returns once the daemon ended.
+# Skips (77) where FUSE cannot be used here.
+BUILD=${WBCACHE_BUILD:-build/release}
+W=$(realpath "$BUILD/wbcache")
+fail() { echo "FAIL: $*" >&2; cleanup; exit 1; }
+skip() { echo "skip: $*"; cleanup; exit 77; }
+[ -e /dev/fuse ] || { echo "skip: no /dev/fuse"; exit 77; }
+command -v fusermount3 >/dev/null || { echo "skip: no fusermount3 (apt-get install fuse3)"; exit 77; }
+
+top=$(mktemp -d /var/tmp/wbc-mount-XXXXXX)
+chmod 755 "$top"
+bk=$top/backing mt=$top/mnt
+mkdir -p "$bk" "$mt"
+pid=
+extra_cleanup() { :; }
+cleanup() {
+	extra_cleanup
+	if mountpoint -q "$mt" 2>/dev/null; then
+		fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt" 2>/dev/null
+	fi
+	[ -n "$pid" ] && wait_gone "$pid" 600
+	rm -rf "$top"
+}
+trap cleanup EXIT
+
+# wait_gone PID [TENTHS]: wait until the process has ended
+wait_gone() {
+	local i
+	for i in $(seq "${2:-600}"); do
+		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# daemon_pid: the pid of the daemon serving $mt
+daemon_pid() { awk '/^DaemonPid:/ {print $2}' <("$W" stat "$mt"); }
+
+# do_mount [OPTS]: mount in the default mode; returns when it is up
+do_mount() {
+	"$W" mount "$bk" "$mt" ${1:+-o "$1"} 2>"$top/mount.log"
+	local rc=$?
+	if [ $rc -ne 0 ]; then
+		grep -q "fuse: device not found\|Operation not permitted\|failed to open /dev/fuse" \
+			"$top/mount.log" && skip "FUSE not usable: $(cat "$top/mount.log")"
+		fail "mount exited $rc: $(cat "$top/mount.log")"
+	fi
+	mountpoint -q "$mt" || fail "wbcache mount returned before the mount was up"
+	pid=$(daemon_pid)
+	[ -n "$pid" ] || fail "no daemon pid in wbcache stat"
+}
+
+# do_umount [SIGNAL]: wbcache umount (or the signal to the daemon); returns
+# its status once the daemon has ended
+do_umount() {
+	local rc=0
+	if [ -n "${1:-}" ]; then
+		kill -"$1" "$pid"
+	else
+		"$W" umount "$mt" 2>"$top/umount.log"; rc=$?
+		[ $rc -eq 0 ] || return $rc
+	fi
+	wait_gone "$pid" 600 || fail "the daemon did not end"
+	mountpoint -q "$mt" && fail "still mounted after the daemon ended"
+	pid=
+	return $rc
+}
