@@ -805,6 +805,42 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	return total;
 }
 
+/*
+ * After a sync: the sync's own completions put files back on the lists to
+ * have their size set, which the sync then did.  Drop every listed file
+ * that has nothing left to write, as a pass of the flusher would; without
+ * it such a file (and its backing descriptor) stays until the next
+ * periodic pass, which dirty_writeback_centisecs=0 turns off.
+ */
+static void sync_prune(struct wbc_dev *dev)
+{
+	bool more = true;
+	struct dirty_batch batch;
+	struct dirty_put put;
+	dirty_batch_init(&batch);
+	dirty_put_init(&put);
+	dirty_drain(dev);
+	dev_list_lock(dev);
+	uint64_t upto = dirty_seal_locked(dev);
+	dev_list_unlock(dev);
+	for (;;) {
+		struct inode *ino = dirty_next(dev, &batch);
+		if (!ino) {
+			dirty_put_commit(dev, &put);
+			if (!dirty_take(dev, &batch, UINT64_MAX, upto, &more))
+				break;
+			continue;
+		}
+		pthread_mutex_lock(&ino->lock);
+		bool still = ino->nr_dirty || ino->nr_writeback || ino->backend_size != ino->i_size;
+		pthread_mutex_unlock(&ino->lock);
+		dirty_put(dev, &put, ino, still, false);
+		if (put.n_redirty >= WB_BATCH)
+			dirty_put_commit(dev, &put);
+	}
+	dirty_put_commit(dev, &put);
+}
+
 /* Sync work: write every dirty file of the device once, wait, flush. */
 static int wb_sync(struct wbc_dev *dev)
 {
@@ -875,6 +911,7 @@ static int wb_sync(struct wbc_dev *dev)
 		iput(touched[i]);
 	}
 	free(touched);
+	sync_prune(dev);
 	int e = dev->be->ops->flush(dev->be, NULL, false);
 	if (e && !err)
 		err = e;

@@ -26,11 +26,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# alive PID: the process runs (a zombie has ended: the daemon is not our
+# child, and the init of a container may not reap it)
+alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit $3 == "Z" ? 0 : 1}' "/proc/$1/stat" 2>/dev/null; }
 # wait_gone PID [TENTHS]: wait until the process has ended
 wait_gone() {
 	local i
 	for i in $(seq "${2:-600}"); do
-		kill -0 "$1" 2>/dev/null || return 0
+		alive "$1" || return 0
 		sleep 0.1
 	done
 	return 1

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The mount behaves as a local file system does, in its default
+# (background) mode: O_TRUNC, sizes and times of cached data (explicit
+# mtimes kept, no mtime moved by writeback), inode numbers reused by the
+# backing file system, symlink times, sparse files' blocks, O_DSYNC and
+# RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
+# removed file, `wbcache umount` returning once the data is in the backing
+# directory, and exit status 0 after a write error that was resolved.
+set -u
+cd "$(dirname "$0")/.."
+. tests/mountlib.bash
+extra_cleanup() { mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"; }
+
+# long expiry, no periodic writeback: data stays in the cache until asked
+do_mount "mem=128M,dirty_writeback_centisecs=0,dirty_expire_centisecs=360000,dirty_background_bytes=100M,dirty_bytes=110M"
+sync_all() { setfattr -n user.wbcache.sync -v 1 "$mt" || fail "sync through the mount"; }
+# the kernel keeps attributes 1 s: ask the daemon again
+attr_expire() { sleep 1.1; }
+
+# ---- O_TRUNC (atomic: the kernel sends it with the open)
+seq 100000 >"$mt/f"
+echo hi >"$mt/f"
+[ "$(stat -c %s "$mt/f")" = 3 ] || fail "O_TRUNC: size $(stat -c %s "$mt/f")"
+[ "$(cat "$mt/f")" = hi ] || fail "O_TRUNC: old data after the new"
+seq 50000 >"$top/big"; echo small >"$top/small"
+cp "$top/big" "$mt/c"; cp "$top/small" "$mt/c"
+cmp "$top/small" "$mt/c" || fail "cp of a small file over a larger one"
+
+# ---- size and explicit times of cached data
+cp -p /etc/services "$mt/s"
+want_s=$(stat -c %s /etc/services) want_t=$(stat -c %Y /etc/services)
+attr_expire
+[ "$(stat -c %s "$mt/s")" = "$want_s" ] || fail "cp -p: size $(stat -c %s "$mt/s"), not $want_s"
+[ "$(stat -c %Y "$mt/s")" = "$want_t" ] || fail "cp -p: mtime lost"
+head -c 100000 /dev/urandom >"$mt/t"
+touch -d "2001-02-03 04:05:06" "$mt/t"
+t2001=$(date -d "2001-02-03 04:05:06" +%s)
+sync_all; attr_expire
+[ "$(stat -c %Y "$mt/t")" = "$t2001" ] || fail "explicit mtime moved by writeback"
+
+# ---- mtime does not move at writeback
+head -c 300000 /dev/urandom >"$mt/w"
+m0=$(stat -c %.9Y "$mt/w")
+sleep 1.1
+sync_all; attr_expire
+[ "$(stat -c %.9Y "$mt/w")" = "$m0" ] || fail "mtime moved at writeback: $m0 -> $(stat -c %.9Y "$mt/w")"
+
+# ---- symlink times
+ln -s target "$mt/l"
+touch -h -d "2002-01-01" "$mt/l" || fail "touch -h of a symlink"
+[ "$(stat -c %Y "$bk/l")" = "$(date -d 2002-01-01 +%s)" ] || fail "symlink mtime"
+
+# ---- a sparse file stays sparse
+truncate -s 1T "$mt/sparse"
+dd if=/dev/urandom of="$mt/sparse" bs=8k count=1 conv=notrunc status=none
+b=$(stat -c %b "$mt/sparse")
+[ "$b" -ge 16 ] && [ "$b" -lt 1024 ] || fail "1 TiB file with 8 KiB written reports $b blocks"
+
+# ---- inode numbers reused by the backing file system (no ESTALE)
+loop() {
+	local d=$1 i errs=0
+	mkdir "$d"
+	for i in $(seq 400); do
+		mkdir "$d/x" 2>/dev/null || errs=$((errs + 1))
+		rmdir "$d/x" 2>/dev/null || errs=$((errs + 1))
+		echo "$i" >"$d/f" || errs=$((errs + 1))
+		rm "$d/f" 2>/dev/null || errs=$((errs + 1))
+	done
+	echo $errs >"$d.errs"
+}
+loop "$mt/l1" & loop "$mt/l2" & wait
+[ "$(cat "$mt/l1.errs") $(cat "$mt/l2.errs")" = "0 0" ] ||
+	fail "create/delete loops failed $(cat "$mt/l1.errs") + $(cat "$mt/l2.errs") times"
+mkdir "$mt/l1/x" && stat "$mt/l1/x" >/dev/null && rmdir "$mt/l1/x" || fail "a name after the loops"
+
+# ---- O_DSYNC, O_SYNC, RWF_DSYNC: on the backing file when write returns
+python3 - "$mt" <<'PY' || fail "O_DSYNC writes"
+import os, sys
+m = sys.argv[1]
+bk = m[:-len("mnt")] + "backing"
+for name, flags in (("dsync", os.O_DSYNC), ("sync", os.O_SYNC)):
+    fd = os.open(os.path.join(m, name), os.O_WRONLY | os.O_CREAT | flags, 0o644)
+    os.write(fd, b"D" * 1048576)
+    size = os.stat(os.path.join(bk, name)).st_size
+    assert size == 1048576, f"{name}: backing size {size} after the write"
+    os.close(fd)
+fd = os.open(os.path.join(m, "rwf"), os.O_WRONLY | os.O_CREAT, 0o644)
+os.pwritev(fd, [b"R" * 65536], 0, os.RWF_DSYNC)
+assert os.stat(os.path.join(bk, "rwf")).st_size == 65536, "RWF_DSYNC"
+os.close(fd)
+PY
+
+# ---- a removed file keeps no descriptor in the daemon (its space is freed)
+head -c 20000000 /dev/zero >"$mt/r"
+sync_all
+cat "$mt/r" >/dev/null; ls -l "$mt" >/dev/null
+rm "$mt/r"
+# (regular files: a thread's ring may keep a removed directory, no space)
+removed_held() { find -L /proc/"$pid"/fd -mindepth 1 -maxdepth 1 -type f -links 0 2>/dev/null | wc -l; }
+held=$(removed_held)
+[ "$held" = 0 ] || fail "the daemon holds $held descriptors of removed files"
+head -c 1000 /dev/zero >"$mt/r2"; sync_all; stat "$mt/r2" >/dev/null
+rm "$bk/r2"   # removed beside the mount
+held=$(removed_held)
+[ "$held" = 0 ] || fail "the daemon holds $held descriptors of a file removed in BACKING_DIR"
+
+# ---- wbcache umount returns once the data is in BACKING_DIR
+head -c 64000000 /dev/urandom >"$top/model"
+cp "$top/model" "$mt/u"
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+cmp "$top/model" "$bk/u" || fail "data not in BACKING_DIR when wbcache umount returned"
+[ "$(stat -c %s "$bk/s")" = "$want_s" ] && [ "$(stat -c %Y "$bk/s")" = "$want_t" ] ||
+	fail "cp -p file after unmount: size/mtime"
+[ "$(stat -c %.9Y "$bk/w")" = "$m0" ] || fail "backing mtime after unmount is not the write's"
+[ "$(stat -c %Y "$bk/t")" = "$t2001" ] || fail "explicit mtime not on the backing file after unmount"
+[ "$(cat "$bk/f")" = hi ] && cmp "$top/small" "$bk/c" || fail "truncated files after unmount"
+
+# ---- kill -9 after O_DSYNC writes: they are there
+do_mount
+python3 -c "
+import os
+fd = os.open('$mt/k', os.O_WRONLY | os.O_CREAT | os.O_DSYNC, 0o644)
+os.write(fd, b'K' * 1048576)
+" || fail "O_DSYNC write"
+kill -9 "$pid"; wait_gone "$pid" 100; pid=
+fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt"
+[ "$(stat -c %s "$bk/k")" = 1048576 ] || fail "O_DSYNC data lost at kill -9: $(stat -c %s "$bk/k")"
+
+# ---- a write error that was resolved leaves exit status 0 (foreground)
+mkdir "$top/tiny"
+if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
+	bk=$top/tiny
+	"$W" mount "$bk" "$mt" -f -o mem=16M 2>"$top/fg.log" &
+	fg=$!
+	for _ in $(seq 100); do mountpoint -q "$mt" && break; sleep 0.1; done
+	pid=$fg
+	dd if=/dev/zero of="$mt/big" bs=1M count=3 conv=fsync status=none 2>/dev/null &&
+		fail "fsync on a full file system succeeded"
+	mount -o remount,size=8M "$top/tiny"
+	dd if=/dev/zero of="$mt/big2" bs=1k count=1 conv=fsync status=none || fail "fsync after space was freed"
+	fusermount3 -u "$mt"
+	wait "$fg"; rc=$?; pid=
+	[ $rc = 0 ] || fail "exit status $rc after the error was resolved: $(cat "$top/fg.log")"
+	[ "$(stat -c %s "$bk/big")" = 3145728 ] || fail "data written once space was freed"
+	umount "$top/tiny"
+fi
+echo "mount POSIX tests passed"
