@@ -135,6 +135,7 @@ struct mnt {
 	bool as_root;                /* the daemon may chown */
 	bool handles;                /* nodes keep file handles, not descriptors */
 	bool foreground;
+	struct fuse_session *se;
 };
 
 static struct mnt M;
@@ -686,9 +687,12 @@ static void kill_priv(fuse_req_t req, struct node *n)
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 			if (chmod(path, st.st_mode & 07777 & ~kill))
 				logmsg("clearing set-id bits failed: %s", strerror(errno));
-			else
+			else {
 				atomic_store_explicit(&n->mode, st.st_mode & ~kill,
 						      memory_order_relaxed);
+				/* the kernel's cached attributes still show them */
+				fuse_lowlevel_notify_inval_inode(M.se, id_of(n), -1, 0);
+			}
 		}
 	}
 	nfd_put(n, fd);
@@ -1804,7 +1808,7 @@ int cmd_mount(int argc, char **argv)
 		 shown, fuseopts);
 	char *fargv[] = { argv[0], "-o", fsname, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
-	se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	M.se = se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
 	fuse_opt_free_args(&args);
 	status = 1;
 	if (!se) {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Security of a root mount with allow_other, as other users see it:
+# set-user-ID and set-group-ID bits cleared when an unprivileged user
+# writes, truncates or opens with O_TRUNC (kept for root, and S_ISGID kept
+# without group execute, as the kernel does); files and directories made
+# in a set-group-ID directory take its group (directories its bit too);
+# the creator's umask is the one that counts, not the daemon's.
+# Needs root (allow_other, setpriv to another user); skips otherwise.
+set -u
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "skip: needs root"; exit 77; }
+command -v setpriv >/dev/null || { echo "skip: no setpriv"; exit 77; }
+. tests/mountlib.bash
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+do_mount allow_other
+mode() { stat -c %a "$1"; }
+
+# ---- kill-priv: write, truncate, O_TRUNC by another user
+for f in w t o r n; do
+	echo data >"$mt/$f"; chmod 6777 "$mt/$f"
+done
+echo more | as_nobody tee -a "$mt/w" >/dev/null || fail "append as nobody"
+[ "$(mode "$mt/w")" = 777 ] || fail "write by nobody left mode $(mode "$mt/w")"
+[ "$(mode "$bk/w")" = 777 ] || fail "backing mode after write: $(mode "$bk/w")"
+as_nobody truncate -s 2 "$mt/t" || fail "truncate as nobody"
+[ "$(mode "$mt/t")" = 777 ] || fail "truncate by nobody left mode $(mode "$mt/t")"
+as_nobody sh -c "echo x >'$mt/o'" || fail "O_TRUNC open as nobody"
+[ "$(mode "$mt/o")" = 777 ] || fail "O_TRUNC by nobody left mode $(mode "$mt/o")"
+echo root >>"$mt/r"
+[ "$(mode "$mt/r")" = 6777 ] || fail "write by root cleared the bits: $(mode "$mt/r")"
+chmod 2666 "$mt/n"   # S_ISGID without group execute: stays (kernel rule)
+echo more | as_nobody tee -a "$mt/n" >/dev/null || fail "append as nobody (2666)"
+[ "$(mode "$mt/n")" = 2666 ] || fail "S_ISGID without g+x: mode $(mode "$mt/n")"
+grep -q more "$mt/w" || fail "the write itself"
+
+# ---- set-group-ID directories
+mkdir "$mt/g"; chgrp 100 "$mt/g"; chmod 2777 "$mt/g"
+as_nobody touch "$mt/g/f" || fail "create as nobody"
+as_nobody mkdir "$mt/g/sub" || fail "mkdir as nobody"
+[ "$(stat -c %g "$mt/g/f")" = 100 ] || fail "file in a setgid dir has group $(stat -c %g "$mt/g/f")"
+[ "$(stat -c %u "$mt/g/f")" = 65534 ] || fail "file owner $(stat -c %u "$mt/g/f")"
+[ "$(stat -c %g "$bk/g/sub")" = 100 ] || fail "subdirectory group $(stat -c %g "$bk/g/sub")"
+[ $(( 0$(mode "$bk/g/sub") & 02000 )) != 0 ] || fail "subdirectory lost the setgid bit: $(mode "$bk/g/sub")"
+as_nobody touch "$mt/plain" 2>/dev/null   # root dir 755: refused
+[ -e "$bk/plain" ] && fail "nobody created a file in a 755 directory"
+
+# ---- the creator's umask
+(umask 002; touch "$mt/u"; mkdir "$mt/ud")
+[ "$(mode "$bk/u")" = 664 ] || fail "umask 002 file: $(mode "$bk/u")"
+[ "$(mode "$bk/ud")" = 775 ] || fail "umask 002 directory: $(mode "$bk/ud")"
+(umask 077; touch "$mt/u2")
+[ "$(mode "$bk/u2")" = 600 ] || fail "umask 077 file: $(mode "$bk/u2")"
+
+do_umount || fail "umount: $(cat "$top/umount.log")"
+[ "$(mode "$bk/w")" = 777 ] && [ "$(cat "$bk/w")" = "data
+more" ] || fail "after unmount: $(mode "$bk/w") $(cat "$bk/w")"
+echo "mount security tests passed"
