@@ -165,6 +165,19 @@ ssize_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off);
  */
 ssize_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off);
 
+/*
+ * wbc_pwrite() that never sleeps in the throttle, for a server that
+ * answers many writers from a few threads (a FUSE daemon): where
+ * wbc_pwrite() would pause the calling thread, it returns at once and sets
+ * *@pause_ns (may be NULL) to the pause owed, 0 if none.  The caller
+ * delays the writer (its reply) by that long and keeps the thread for
+ * other work; the writer's next write is checked again.  The throttle's
+ * record is the calling thread's, as for wbc_pwrite().  It may still wait
+ * for a free page.  Returns as wbc_pwrite().
+ */
+ssize_t wbc_pwrite_nowait(wbc_file *f, const void *buf, size_t len, uint64_t off,
+			  uint64_t *pause_ns);
+
 /* Set the file size; the backend is resized before this returns.
  * Returns 0, -EINVAL for a size over 2^62, or the backend's -errno. */
 int wbc_truncate(wbc_file *f, uint64_t size);

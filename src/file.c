@@ -891,6 +891,17 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 	return done ? (ssize_t)done : err;
 }
 
+ssize_t wbc_pwrite_nowait(wbc_file *h, const void *buf, size_t len, uint64_t off,
+			  uint64_t *pause_ns)
+{
+	throttle_defer_begin();
+	ssize_t r = wbc_pwrite(h, buf, len, off);
+	uint64_t p = throttle_defer_end();
+	if (pause_ns)
+		*pause_ns = p;
+	return r;
+}
+
 int64_t wbc_file_size(wbc_file *h)
 {
 	struct wbc_file *f = handle_get(h);

@@ -904,6 +904,10 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
 /* Count one newly dirtied page; true when the caller should call
  * balance_dirty_pages (its thread reached its check interval). */
 bool throttle_dirtied(void);
+/* Between these, balance_dirty_pages adds its pauses up instead of
+ * sleeping (wbc_pwrite_nowait); end returns the sum. */
+void throttle_defer_begin(void);
+uint64_t throttle_defer_end(void);
 void account_dirtied(struct inode *ino, long n);
 void account_writeback(struct inode *ino, long n);   /* dirty -> writeback */
 void account_cleaned(struct inode *ino, long n);     /* writeback -> clean */

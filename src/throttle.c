@@ -77,6 +77,9 @@ struct throttle_tls {
 	long nr_dirtied;            /* newly dirtied since the last check */
 	long nr_dirtied_pause;      /* check when nr_dirtied reaches this */
 	uint64_t paused_when;       /* ns: end of the last pause (or check) */
+	/* wbc_pwrite_nowait: pauses are owed by the caller, not slept */
+	bool defer;
+	uint64_t deferred_ns;
 	struct wbc_thread_stats st;
 };
 static _Thread_local struct throttle_tls tls = { .nr_dirtied_pause = 1 };
@@ -314,6 +317,18 @@ bool throttle_dirtied(void)
 	return ++tls.nr_dirtied >= tls.nr_dirtied_pause;
 }
 
+void throttle_defer_begin(void)
+{
+	tls.defer = true;
+	tls.deferred_ns = 0;
+}
+
+uint64_t throttle_defer_end(void)
+{
+	tls.defer = false;
+	return tls.deferred_ns;
+}
+
 void wbc_thread_stats(struct wbc_thread_stats *st)
 {
 	if (st)
@@ -428,7 +443,10 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			}
 			pause = (uint64_t)WBC_MIN(p, (double)max_pause);
 		}
-		sleep_ns(pause);
+		if (tls.defer)
+			tls.deferred_ns += pause;
+		else
+			sleep_ns(pause);
 		tls.st.pauses++;
 		tls.st.paused_ns += pause;
 		tls.st.last_pause_ns = pause;
@@ -438,11 +456,13 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		uint64_t mx = atomic_load(&c->st_max_pause_ns);
 		while (pause > mx && !atomic_compare_exchange_weak(&c->st_max_pause_ns, &mx, pause))
 			;
-		tls.paused_when = wbc_now_ns();
+		tls.paused_when = wbc_now_ns() + (tls.defer ? pause : 0);
 		tls.nr_dirtied = 0;
 		long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
 		tls.nr_dirtied_pause = WBC_MAX(WBC_MIN(WBC_MIN(next, slack), gap_share), 1);
-		if (rate >= 1)
+		/* a deferred pause is waited before the caller's next write,
+		 * which checks again then */
+		if (rate >= 1 || tls.defer)
 			return;
 		/* at or over the limit: pause again until below it */
 		dom_global(c, &gd);

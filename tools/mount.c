@@ -919,6 +919,151 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 /* ---- files ---- */
 
+/*
+ * Deferred write replies.  Where the throttle pauses a writer, the worker
+ * that copied its data does not sleep: the reply is queued, due after the
+ * pause, and the replier thread sends it then (the writer waits in the
+ * kernel for it, as a throttled writer of a local file system waits in
+ * balance_dirty_pages).  The workers stay free for every other request
+ * (lookups, stat, readdir, fsync, other devices' writers), however many
+ * writers are throttled.  A writer interrupted meanwhile (any signal, a
+ * SIGKILL too) is answered at once: its data is in the cache already.
+ * The queue is sorted by due time; its lock (D.lock) is taken with no
+ * other lock held, and libfuse may call the interrupt callback with its
+ * request's own lock held.
+ */
+struct deferred {
+	fuse_req_t req;
+	size_t count;
+	uint64_t due;                /* CLOCK_MONOTONIC ns */
+	struct deferred *next;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;         /* CLOCK_MONOTONIC */
+	struct deferred *head;       /* by due time */
+	bool stop;
+	bool started;
+	pthread_t thread;
+	uint64_t queued, interrupted;
+} D;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *replier_main(void *unused)
+{
+	(void)unused;
+	pthread_setname_np(pthread_self(), "wbc-reply");
+	pthread_mutex_lock(&D.lock);
+	for (;;) {
+		struct deferred *d = D.head;
+		if (d && (D.stop || d->due <= mono_ns())) {
+			D.head = d->next;
+			pthread_mutex_unlock(&D.lock);
+			fuse_reply_write(d->req, d->count);
+			free(d);
+			pthread_mutex_lock(&D.lock);
+			continue;
+		}
+		if (D.stop)
+			break;
+		if (!d) {
+			pthread_cond_wait(&D.cond, &D.lock);
+		} else {
+			struct timespec ts = { .tv_sec = (time_t)(d->due / 1000000000ull),
+					       .tv_nsec = (long)(d->due % 1000000000ull) };
+			pthread_cond_timedwait(&D.cond, &D.lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&D.lock);
+	return NULL;
+}
+
+/* libfuse: the writer of @req was interrupted; answer it now.  @req is
+ * alive during the call; if it is no longer queued it was answered. */
+static void deferred_interrupt(fuse_req_t req, void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&D.lock);
+	for (struct deferred **pp = &D.head; *pp; pp = &(*pp)->next) {
+		if ((*pp)->req == req) {
+			struct deferred *d = *pp;
+			*pp = d->next;
+			d->due = 0;           /* to the front */
+			d->next = D.head;
+			D.head = d;
+			D.interrupted++;
+			pthread_cond_signal(&D.cond);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&D.lock);
+}
+
+static int replier_start(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&D.cond, &ca);
+	pthread_condattr_destroy(&ca);
+	mutex_init_checked(&D.lock);
+	int err = pthread_create(&D.thread, NULL, replier_main, NULL);
+	D.started = !err;
+	return -err;
+}
+
+/* Answer everything queued now, and end the thread. */
+static void replier_stop(void)
+{
+	if (!D.started)
+		return;
+	pthread_mutex_lock(&D.lock);
+	D.stop = true;
+	pthread_cond_signal(&D.cond);
+	pthread_mutex_unlock(&D.lock);
+	pthread_join(D.thread, NULL);
+	D.started = false;
+}
+
+/* Answer @req's write of @count bytes after @pause_ns. */
+static void reply_write_after(fuse_req_t req, size_t count, uint64_t pause_ns)
+{
+	struct deferred *d = pause_ns && D.started ? malloc(sizeof(*d)) : NULL;
+	if (!d) {
+		if (pause_ns) {   /* no queue: the worker waits */
+			struct timespec ts = { .tv_sec = (time_t)(pause_ns / 1000000000ull),
+					       .tv_nsec = (long)(pause_ns % 1000000000ull) };
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
+		fuse_reply_write(req, count);
+		return;
+	}
+	d->req = req;
+	d->count = count;
+	d->due = mono_ns() + pause_ns;
+	fuse_req_interrupt_func(req, deferred_interrupt, NULL);
+	pthread_mutex_lock(&D.lock);
+	if (fuse_req_interrupted(req))
+		d->due = 0;
+	struct deferred **pp = &D.head;
+	while (*pp && (*pp)->due <= d->due)
+		pp = &(*pp)->next;
+	d->next = *pp;
+	*pp = d;
+	D.queued++;
+	if (D.head == d)
+		pthread_cond_signal(&D.cond);
+	pthread_mutex_unlock(&D.lock);
+}
+
 
 static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
@@ -1021,7 +1166,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct node *n = node_of(ino);
 	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
 	kill_priv(req, n);
-	ssize_t r = wbc_pwrite(h, buf, size, (uint64_t)off);
+	uint64_t pause = 0;
+	ssize_t r = wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
 	/* O_DSYNC / O_SYNC opens and RWF_DSYNC / RWF_SYNC writes: the kernel
 	 * passes them in the write's flags; the data is on the backend (and
 	 * the backend flushed) before the write is acknowledged */
@@ -1041,7 +1187,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	n->ctime = n->mtime;
 	n->mtime_set = true;
 	pthread_mutex_unlock(&n->lock);
-	fuse_reply_write(req, (size_t)r);
+	reply_write_after(req, (size_t)r, pause);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1821,12 +1967,15 @@ int cmd_mount(int argc, char **argv)
 	}
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
+	if (replier_start())
+		logmsg("no replier thread: throttled writes hold their worker");
 	detach_done();
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, 16);
 	fuse_loop_cfg_set_idle_threads(lc, 4);
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
+	replier_stop();
 	fuse_session_unmount(se);
 	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
 		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
