@@ -1684,10 +1684,31 @@ static int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t 
 		bool devkey = false;
 		for (size_t i = 0; i < sizeof(devkeys) / sizeof(devkeys[0]); i++)
 			devkey |= !strcmp(kv, devkeys[i]);
-		if (!strcmp(kv, "allow_other") && !val) {
-			snprintf(fuseopts + strlen(fuseopts), fuselen - strlen(fuseopts), ",allow_other");
+		/* what mount(8) and mount.fuse3 pass for an fstab line, and
+		 * the FUSE mount's own: to the kernel's mount */
+		static const char *const mntkeys[] = {
+			"allow_other", "allow_root", "auto_unmount", "ro", "rw", "dev", "nodev",
+			"suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
+			"norelatime", "strictatime", "diratime", "nodiratime", "sync", "async",
+			"dirsync", "lazytime", "nolazytime",
+		};
+		bool mntkey = false;
+		for (size_t i = 0; !val && i < sizeof(mntkeys) / sizeof(mntkeys[0]); i++)
+			mntkey |= !strcmp(kv, mntkeys[i]);
+		if (mntkey) {
+			size_t used = strlen(fuseopts);
+			if ((size_t)snprintf(fuseopts + used, fuselen - used, ",%s", kv) >= fuselen - used) {
+				fprintf(stderr, "wbcache mount: too many mount options\n");
+				return -1;
+			}
 			continue;
 		}
+		/* mount(8)'s own, not for the file system */
+		if (!strcmp(kv, "defaults") || !strcmp(kv, "_netdev") || !strcmp(kv, "nofail") ||
+		    !strcmp(kv, "auto") || !strcmp(kv, "noauto") || !strcmp(kv, "user") ||
+		    !strcmp(kv, "nouser") || !strcmp(kv, "users") || !strncmp(kv, "x-", 2) ||
+		    !strcmp(kv, "comment"))
+			continue;
 		if (!val || !*val) {
 			fprintf(stderr, "wbcache mount: unknown or incomplete option '%s' "
 				"(see wbcache mount --help)\n", kv);

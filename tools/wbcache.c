@@ -63,6 +63,10 @@ int main(int argc, char **argv)
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "umount"))
 		return cmd_umount(argc - 1, argv + 1);
+	/* `wbcache SOURCE MOUNTPOINT -o OPTS`: how mount.fuse3 runs the
+	 * program of an fstab line or `mount -t fuse.wbcache` */
+	if (argc >= 3 && argv[1][0] != '-' && strchr(argv[1], '/'))
+		return cmd_mount(argc, argv);
 	fprintf(stderr, "wbcache: unknown command '%s' (try --help)\n", argv[1]);
 	return 2;
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Mounting the way FUSE file systems are mounted: `mount -t fuse.wbcache`
+# and an fstab line (through mount.fuse3, which runs `wbcache SOURCE
+# MOUNTPOINT -o OPTS` from the standard PATH), `umount` writing everything
+# back.  Needs root and /usr/local/bin/wbcache: `make install` puts it
+# there; this test links the build's binary there for its run if nothing
+# is there, and skips if something else is.
+set -u
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "skip: needs root"; exit 77; }
+command -v mount.fuse3 >/dev/null || [ -x /sbin/mount.fuse3 ] || { echo "skip: no mount.fuse3"; exit 77; }
+. tests/mountlib.bash
+link=/usr/local/bin/wbcache
+linked=
+if [ -e "$link" ] || [ -L "$link" ]; then
+	[ "$(realpath "$link")" = "$W" ] || [ "$(readlink "$link")" = "$W" ] ||
+		cmp -s "$link" "$W" || skip "$link is another wbcache"
+else
+	ln -s "$W" "$link" && linked=1
+fi
+extra_cleanup() { [ -n "$linked" ] && rm -f "$link"; }
+
+# ---- mount -t fuse.wbcache, with mount(8)'s and FUSE's options
+mount -t fuse.wbcache "$bk" "$mt" -o mem=32M,dirty_ratio=30,noatime,nodev,allow_other 2>"$top/m.log" ||
+	fail "mount -t fuse.wbcache: $(cat "$top/m.log")"
+pid=$(daemon_pid)
+[ -n "$pid" ] || fail "not a wbcache mount"
+"$W" stat "$mt" | grep -q "CacheSize: *32768 kB" || fail "mem=32M not applied"
+findmnt -n -o OPTIONS "$mt" | grep -q nodev || fail "nodev not passed to the kernel"
+head -c 5000000 /dev/urandom >"$top/model"
+cp "$top/model" "$mt/a"
+umount "$mt" || fail "umount"
+wait_gone "$pid" 600 || fail "daemon did not end"
+pid=
+cmp "$top/model" "$bk/a" || fail "umount did not write back"
+
+# ---- an fstab line
+printf '%s %s fuse.wbcache mem=16M,_netdev,nofail,defaults,x-systemd.automount 0 0\n' "$bk" "$mt" >"$top/fstab"
+mount --fstab "$top/fstab" "$mt" 2>"$top/m.log" || fail "mount from fstab: $(cat "$top/m.log")"
+pid=$(daemon_pid)
+"$W" stat "$mt" | grep -q "CacheSize: *16384 kB" || fail "fstab options not applied"
+cmp "$top/model" "$mt/a" || fail "data through the fstab mount"
+cp "$top/model" "$mt/b"
+"$W" umount "$mt" || fail "wbcache umount of an fstab mount"
+pid=
+cmp "$top/model" "$bk/b" || fail "not written back"
+
+# ---- a bad option: mount fails with the reason, nothing mounted
+mount -t fuse.wbcache "$bk" "$mt" -o bogus=1 2>"$top/m.log" && fail "bogus option accepted"
+grep -q "unknown option 'bogus'" "$top/m.log" || fail "no reason: $(cat "$top/m.log")"
+mountpoint -q "$mt" && fail "mounted anyway"
+echo "fstab tests passed"
