@@ -171,7 +171,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = parse_sched(v, cfg);
 		} else if (!strcmp(kv, "err")) {
 			char *plus = strchr(v, '+');
-			uint64_t off, len;
+			uint64_t off = 0, len = 0;
 			if (!plus)
 				rc = -EINVAL;
 			else {
