@@ -54,7 +54,10 @@ void wbc_config_init(struct wbc_config *cfg);
  * the cache never allocates page memory afterwards.
  * Returns 0 and sets *out, or -EINVAL for a bad configuration (page size not
  * a power of two or out of range, fewer than 16 pages, ratio above 100,
- * dirty limit of zero), -ENOMEM when the arena cannot be allocated.
+ * dirty limit of zero), -ENOMEM when the arena cannot be allocated or
+ * would not fit in the machine's memory together with its page
+ * descriptors (checked before anything is mapped: a refused open commits
+ * no memory).
  */
 int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out);
 

@@ -581,6 +581,12 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	}
 	int err = wbc_cache_open(&o->cfg, &R.cache);
+	if (err == -ENOMEM) {
+		fprintf(stderr, "wbcache: cannot allocate a cache of %.0f MiB: %s (--mem may "
+			"not exceed the machine's memory)\n", (double)o->cfg.mem_bytes / MiB,
+			wbc_strerror(err));
+		return 2;
+	}
 	if (err) {
 		fprintf(stderr, "wbcache: bad cache configuration: %s (page size a power of two "
 			"512..1M, at least 16 pages, ratios 0..100)\n", wbc_strerror(err));
