@@ -18,6 +18,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -516,5 +517,9 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 
 const char *wbc_strerror(int err)
 {
+	/* INT_MIN has no positive counterpart (negating it overflows); it is
+	 * no errno value either */
+	if (err == INT_MIN)
+		return "Unknown error";
 	return strerror(err < 0 ? -err : err);
 }
