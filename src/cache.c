@@ -79,7 +79,10 @@ uint64_t wbc_now_ns(void)
 
 int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
 {
-	uint64_t t = wbc_now_ns() + ns;
+	uint64_t now = wbc_now_ns();
+	/* a deadline past 2^64 ns (584 years) is no deadline: not one that
+	 * wrapped into the past */
+	uint64_t t = ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
 	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull),
 			       .tv_nsec = (long)(t % 1000000000ull) };
 	return pthread_cond_timedwait(c, m, &ts);

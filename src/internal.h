@@ -273,6 +273,7 @@ int backend_create(const char *spec, const struct backend_opener *opener,
 int mem_backend_create(struct backend **out, bool discard);
 int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
 void model_release_stall(struct backend *be);
+uint64_t model_waits(struct backend *be);                          /* tests */
 void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp);
 void file_fail_submits(struct backend *be, unsigned n, int err);   /* dir:, file: only */
 /* A caller's opener (wbc_dev_add_opener), or none. */

@@ -25,6 +25,14 @@
 #define MODEL_DEFAULT_QD 32
 #define MODEL_MAX_IO (1u << 20)
 #define MODEL_COMPLETE_BATCH 32
+#define NS_PER_S 1e9
+/* "Never" in the model's time (ns after its start): about 146 years, far
+ * below UINT64_MAX, so that adding it to a clock reading cannot wrap.
+ * Times and rates come from the spec (stall=0+1e11, lat=1e300, iops=1e-9,
+ * a bandwidth of a few bytes per second): every one of them is converted
+ * to nanoseconds by secs_to_ns(), which saturates here, never by a cast
+ * that overflows (a stall of 1e11 s became a 1 ns wait: a busy loop). */
+#define MODEL_NEVER_NS (UINT64_MAX / 4)
 
 struct sched_point {
 	double at_s;
@@ -70,11 +78,29 @@ struct model {
 	uint64_t rng;
 	bool stop;
 	bool stall_released;        /* model_release_stall() */
+	uint64_t waits;             /* timed waits of the model thread (tests) */
 	pthread_t thread;
 };
 
 /* ------------------------------------------------------------------ */
 /* spec parsing                                                         */
+
+/* Seconds to nanoseconds, saturating at MODEL_NEVER_NS (negative or NaN:
+ * 0). */
+static uint64_t secs_to_ns(double s)
+{
+	if (!(s > 0))
+		return 0;
+	if (s >= (double)MODEL_NEVER_NS / NS_PER_S)
+		return MODEL_NEVER_NS;
+	return (uint64_t)(s * NS_PER_S);
+}
+
+/* @base + @ns, at most UINT64_MAX. */
+static uint64_t ns_add(uint64_t base, uint64_t ns)
+{
+	return ns > UINT64_MAX - base ? UINT64_MAX : base + ns;
+}
 
 static int parse_time(const char *s, double *out)
 {
@@ -282,22 +308,24 @@ static void *model_main(void *arg)
 			continue;
 		}
 		uint64_t now = wbc_now_ns();
-		double t = (double)(now - m->t0) / 1e9;
+		double t = (double)(now - m->t0) / NS_PER_S;
 		uint64_t due = q_at(m, 0)->due_ns;
 		/* a stall holds completions until it ends (or is released) */
 		if (in_stall_locked(m, t)) {
 			double end = m->cfg.stall_at + m->cfg.stall_for;
-			wbc_cond_timedwait_ns(&m->cond, &m->lock, (uint64_t)((end - t) * 1e9) + 1);
+			m->waits++;
+			wbc_cond_timedwait_ns(&m->cond, &m->lock, secs_to_ns(end - t) + 1);
 			continue;
 		}
 		uint64_t horizon = now + early_ns;
 		if (m->cfg.stall_for > 0 && !m->stall_released) {
 			/* never early into a stall */
-			uint64_t stall_ns = m->t0 + (uint64_t)(m->cfg.stall_at * 1e9);
+			uint64_t stall_ns = ns_add(m->t0, secs_to_ns(m->cfg.stall_at));
 			if (stall_ns > now)
 				horizon = WBC_MIN(horizon, stall_ns);
 		}
 		if (due > horizon) {
+			m->waits++;
 			wbc_cond_timedwait_ns(&m->cond, &m->lock, due - now);
 			continue;
 		}
@@ -357,7 +385,7 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 		m->head = 0;
 		m->cap = ncap;
 	}
-	double now = (double)(now_ns - m->t0) / 1e9;
+	double now = (double)(now_ns - m->t0) / NS_PER_S;
 	double start = WBC_MAX(now, m->busy_until_s);
 	double xfer = 0;
 	if (cfg->bw > 0)
@@ -368,13 +396,16 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 	double done = m->busy_until_s + cfg->lat_s;
 	int res = 0;
 	if (bio->op == BIO_WRITE) {
-		if (cfg->err_len && bio->off < cfg->err_off + cfg->err_len &&
-		    bio->off + bio->len > cfg->err_off)
+		/* [off, off + len) meets [err_off, err_off + err_len), by
+		 * differences: the sums may exceed 2^64 (err=1M+<2^64 - 1>) */
+		if (cfg->err_len && (bio->off >= cfg->err_off ?
+				     bio->off - cfg->err_off < cfg->err_len :
+				     cfg->err_off - bio->off < bio->len))
 			res = -EIO;
 		if (cfg->errp > 0 && (double)(rng_next(&m->rng) >> 11) / 9007199254740992.0 < cfg->errp)
 			res = -EIO;
 	}
-	struct pending p = { .due_ns = m->t0 + (uint64_t)(done * 1e9), .seq = m->seq++,
+	struct pending p = { .due_ns = ns_add(m->t0, secs_to_ns(done)), .seq = m->seq++,
 			     .bio = bio, .res = res };
 	q_push(m, p);
 	return true;
@@ -467,6 +498,19 @@ void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, do
 	m->cfg.err_len = err_len;
 	m->cfg.errp = errp;
 	pthread_mutex_unlock(&m->lock);
+}
+
+/* Timed waits the model's thread began so far (tests: a wait that
+ * overflowed to nothing made it spin). */
+uint64_t model_waits(struct backend *be)
+{
+	if (be->ops != &model_ops)
+		return 0;
+	struct model *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	uint64_t n = m->waits;
+	pthread_mutex_unlock(&m->lock);
+	return n;
 }
 
 /* End a configured stall now (tests). */
