@@ -82,9 +82,10 @@ int wbc_cache_close(wbc_cache *cache);
  * file/dir opts (comma separated): qd=N (queue depth, default 32),
  * max_io=SIZE (largest single I/O, default from the block device),
  * direct=0 (buffered instead of O_DIRECT).
- * Any spec also takes the kernel's per-device tunables: min_ratio=N,
- * max_ratio=N (percent of the dirty threshold), max_bytes=SIZE,
- * strict_limit=1; and on_error=retry (default: pages that fail to write
+ * Any spec also takes the kernel's per-device tunables, among its options
+ * or after its path ("model:min_ratio=5", "mem,min_ratio=5",
+ * "dir:PATH,qd=8,min_ratio=5"): min_ratio=N, max_ratio=N (percent of the
+ * dirty threshold), max_bytes=SIZE, strict_limit=1; and on_error=retry (default: pages that fail to write
  * stay dirty and are retried with backoff, counted in at_risk_bytes) or
  * on_error=drop (they are cleaned and counted in lost_bytes).  Either way
  * every handle open at the time sees the error at its next fsync.

@@ -230,7 +230,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 		}
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
-				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N discard=0|1)",
+				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N discard=0|1, "
+				 "and the device tunables)",
 				 kv, v);
 	}
 	free(copy);
