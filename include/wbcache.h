@@ -89,8 +89,10 @@ int wbc_cache_close(wbc_cache *cache);
  * stay dirty and are retried with backoff, counted in at_risk_bytes) or
  * on_error=drop (they are cleaned and counted in lost_bytes).  Either way
  * every handle open at the time sees the error at its next fsync.
- * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec, or
- * the -errno of opening the backend.
+ * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
+ * for a cache page smaller than the logical block size O_DIRECT needs on
+ * a file:/dir: backend (its writes could never succeed; pages at least
+ * that large, or direct=0), or the -errno of opening the backend.
  */
 int wbc_dev_add(wbc_cache *cache, const char *spec, wbc_dev **out);
 

@@ -137,6 +137,17 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		free(dev);
 		return err;
 	}
+	if (be->dio_align > c->page_size) {
+		/* every write of such a page fails with EINVAL: refuse now,
+		 * not retry it forever */
+		snprintf(msg, msglen, "page size %zu is below the %zu-byte block size that "
+			 "O_DIRECT needs on %s: use pages of at least %zu bytes, or direct=0",
+			 c->page_size, be->dio_align, spec, be->dio_align);
+		be->ops->destroy(be);
+		names_destroy(dev);
+		free(dev);
+		return -EINVAL;
+	}
 	if (be->max_io < c->page_size)
 		be->max_io = c->page_size;
 	dev->cache = c;

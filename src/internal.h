@@ -258,6 +258,10 @@ struct backend {
 	const struct backend_ops *ops;
 	unsigned qd;            /* queue depth: bios in flight at most */
 	size_t max_io;          /* largest single I/O in bytes */
+	/* O_DIRECT: every I/O's offset, length and buffer must be a multiple
+	 * of this (the logical block size); 0 when nothing is required or
+	 * known.  A cache page smaller than this can never be written. */
+	size_t dio_align;
 	bool single;            /* one object, named "" */
 	void *priv;
 };
