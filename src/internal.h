@@ -268,6 +268,16 @@ struct backend {
 
 /* spec.c */
 int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
+/* A duration, in seconds: "2", "0.5s", "250ms", "100us" (not negative,
+ * finite).  0 or -EINVAL. */
+int wbc_parse_time(const char *s, double *out);
+#define NS_PER_SEC 1e9
+/* "Never" in nanoseconds from now: about 146 years, far below UINT64_MAX,
+ * so that adding it to a clock reading cannot wrap. */
+#define WBC_NEVER_NS (UINT64_MAX / 4)
+/* Seconds (from a spec: any size) to nanoseconds, saturating at
+ * WBC_NEVER_NS, never by a cast that overflows; negative or NaN: 0. */
+uint64_t wbc_secs_to_ns(double s);
 struct backend_opener;
 /* @opener: used by spec "opener[,opts]" only (NULL otherwise) */
 int backend_create(const char *spec, const struct backend_opener *opener,

@@ -25,14 +25,10 @@
 #define MODEL_DEFAULT_QD 32
 #define MODEL_MAX_IO (1u << 20)
 #define MODEL_COMPLETE_BATCH 32
-#define NS_PER_S 1e9
-/* "Never" in the model's time (ns after its start): about 146 years, far
- * below UINT64_MAX, so that adding it to a clock reading cannot wrap.
- * Times and rates come from the spec (stall=0+1e11, lat=1e300, iops=1e-9,
- * a bandwidth of a few bytes per second): every one of them is converted
- * to nanoseconds by secs_to_ns(), which saturates here, never by a cast
- * that overflows (a stall of 1e11 s became a 1 ns wait: a busy loop). */
-#define MODEL_NEVER_NS (UINT64_MAX / 4)
+/* Times and rates come from the spec (stall=0+1e11, lat=1e300, iops=1e-9,
+ * a bandwidth of a few bytes per second): every one of them becomes
+ * nanoseconds by wbc_secs_to_ns(), which saturates, never by a cast that
+ * overflows (a stall of 1e11 s became a 1 ns wait: a busy loop). */
 
 struct sched_point {
 	double at_s;
@@ -85,38 +81,10 @@ struct model {
 /* ------------------------------------------------------------------ */
 /* spec parsing                                                         */
 
-/* Seconds to nanoseconds, saturating at MODEL_NEVER_NS (negative or NaN:
- * 0). */
-static uint64_t secs_to_ns(double s)
-{
-	if (!(s > 0))
-		return 0;
-	if (s >= (double)MODEL_NEVER_NS / NS_PER_S)
-		return MODEL_NEVER_NS;
-	return (uint64_t)(s * NS_PER_S);
-}
-
 /* @base + @ns, at most UINT64_MAX. */
 static uint64_t ns_add(uint64_t base, uint64_t ns)
 {
 	return ns > UINT64_MAX - base ? UINT64_MAX : base + ns;
-}
-
-static int parse_time(const char *s, double *out)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || v < 0 || !isfinite(v))
-		return -EINVAL;
-	if (!strcmp(end, "s") || !*end)
-		*out = v;
-	else if (!strcmp(end, "ms"))
-		*out = v / 1e3;
-	else if (!strcmp(end, "us"))
-		*out = v / 1e6;
-	else
-		return -EINVAL;
-	return 0;
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)
@@ -144,7 +112,7 @@ static int parse_sched(char *s, struct model_cfg *cfg)
 		at[n - 1] = '\0';
 		struct sched_point *p = &cfg->sched[cfg->nr_sched];
 		double pct;
-		if (parse_time(tok, &p->at_s) || parse_double(at, 0.001, 1e6, &pct))
+		if (wbc_parse_time(tok, &p->at_s) || parse_double(at, 0.001, 1e6, &pct))
 			return -EINVAL;
 		if (cfg->nr_sched && p->at_s < cfg->sched[cfg->nr_sched - 1].at_s)
 			return -EINVAL;
@@ -180,7 +148,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = wbc_parse_size(v, &u);
 			cfg->bw = (double)u;
 		} else if (!strcmp(kv, "lat")) {
-			rc = parse_time(v, &cfg->lat_s);
+			rc = wbc_parse_time(v, &cfg->lat_s);
 		} else if (!strcmp(kv, "iops")) {
 			rc = parse_double(v, 0, 1e9, &cfg->iops);
 		} else if (!strcmp(kv, "qd")) {
@@ -215,7 +183,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				rc = -EINVAL;
 			else {
 				*plus++ = '\0';
-				rc = parse_time(v, &cfg->stall_at) || parse_time(plus, &cfg->stall_for) ?
+				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ?
 				     -EINVAL : 0;
 			}
 		} else if (!strcmp(kv, "seed")) {
@@ -309,19 +277,19 @@ static void *model_main(void *arg)
 			continue;
 		}
 		uint64_t now = wbc_now_ns();
-		double t = (double)(now - m->t0) / NS_PER_S;
+		double t = (double)(now - m->t0) / NS_PER_SEC;
 		uint64_t due = q_at(m, 0)->due_ns;
 		/* a stall holds completions until it ends (or is released) */
 		if (in_stall_locked(m, t)) {
 			double end = m->cfg.stall_at + m->cfg.stall_for;
 			m->waits++;
-			wbc_cond_timedwait_ns(&m->cond, &m->lock, secs_to_ns(end - t) + 1);
+			wbc_cond_timedwait_ns(&m->cond, &m->lock, wbc_secs_to_ns(end - t) + 1);
 			continue;
 		}
 		uint64_t horizon = now + early_ns;
 		if (m->cfg.stall_for > 0 && !m->stall_released) {
 			/* never early into a stall */
-			uint64_t stall_ns = ns_add(m->t0, secs_to_ns(m->cfg.stall_at));
+			uint64_t stall_ns = ns_add(m->t0, wbc_secs_to_ns(m->cfg.stall_at));
 			if (stall_ns > now)
 				horizon = WBC_MIN(horizon, stall_ns);
 		}
@@ -386,7 +354,7 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 		m->head = 0;
 		m->cap = ncap;
 	}
-	double now = (double)(now_ns - m->t0) / NS_PER_S;
+	double now = (double)(now_ns - m->t0) / NS_PER_SEC;
 	double start = WBC_MAX(now, m->busy_until_s);
 	double xfer = 0;
 	if (cfg->bw > 0)
@@ -406,7 +374,7 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 		if (cfg->errp > 0 && (double)(rng_next(&m->rng) >> 11) / 9007199254740992.0 < cfg->errp)
 			res = -EIO;
 	}
-	struct pending p = { .due_ns = ns_add(m->t0, secs_to_ns(done)), .seq = m->seq++,
+	struct pending p = { .due_ns = ns_add(m->t0, wbc_secs_to_ns(done)), .seq = m->seq++,
 			     .bio = bio, .res = res };
 	q_push(m, p);
 	return true;
