@@ -54,7 +54,10 @@ void wbc_config_init(struct wbc_config *cfg);
  * the cache never allocates page memory afterwards.
  * Returns 0 and sets *out, or -EINVAL for a bad configuration (page size not
  * a power of two or out of range, fewer than 16 pages, ratio above 100,
- * dirty limit of zero), -ENOMEM when the arena cannot be allocated.
+ * dirty limit of zero), -ENOMEM when the arena cannot be allocated or
+ * would not fit in the machine's memory together with its page
+ * descriptors (checked before anything is mapped: a refused open commits
+ * no memory).
  */
 int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out);
 
@@ -79,14 +82,17 @@ int wbc_cache_close(wbc_cache *cache);
  * file/dir opts (comma separated): qd=N (queue depth, default 32),
  * max_io=SIZE (largest single I/O, default from the block device),
  * direct=0 (buffered instead of O_DIRECT).
- * Any spec also takes the kernel's per-device tunables: min_ratio=N,
- * max_ratio=N (percent of the dirty threshold), max_bytes=SIZE,
- * strict_limit=1; and on_error=retry (default: pages that fail to write
+ * Any spec also takes the kernel's per-device tunables, among its options
+ * or after its path ("model:min_ratio=5", "mem,min_ratio=5",
+ * "dir:PATH,qd=8,min_ratio=5"): min_ratio=N, max_ratio=N (percent of the
+ * dirty threshold), max_bytes=SIZE, strict_limit=1; and on_error=retry (default: pages that fail to write
  * stay dirty and are retried with backoff, counted in at_risk_bytes) or
  * on_error=drop (they are cleaned and counted in lost_bytes).  Either way
  * every handle open at the time sees the error at its next fsync.
- * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec, or
- * the -errno of opening the backend.
+ * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
+ * for a cache page smaller than the logical block size O_DIRECT needs on
+ * a file:/dir: backend (its writes could never succeed; pages at least
+ * that large, or direct=0), or the -errno of opening the backend.
  */
 int wbc_dev_add(wbc_cache *cache, const char *spec, wbc_dev **out);
 

@@ -18,6 +18,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -78,7 +79,10 @@ uint64_t wbc_now_ns(void)
 
 int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
 {
-	uint64_t t = wbc_now_ns() + ns;
+	uint64_t now = wbc_now_ns();
+	/* a deadline past 2^64 ns (584 years) is no deadline: not one that
+	 * wrapped into the past */
+	uint64_t t = ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
 	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull),
 			       .tv_nsec = (long)(t % 1000000000ull) };
 	return pthread_cond_timedwait(c, m, &ts);
@@ -112,36 +116,109 @@ static int config_check(const struct wbc_config *cfg)
 	return 0;
 }
 
+/* The arena's alignment: one transparent huge page (x86-64's PMD size). */
 #define ARENA_HUGE (2ul << 20)
 
-/*
- * The page arena and the page descriptors: aligned to 2 MiB and asked for
- * transparent huge pages where the kernel allows them (the kernel's own
- * page cache lives in the direct map's large pages): a cache that touches
- * gigabytes of pages takes a TLB miss per 2 MiB, not per 4 KiB.  Populated
- * now where the kernel can, so that no write pays for a first-touch fault
- * later; zeroed, as anonymous memory is.  O_DIRECT buffers need 4 KiB
- * alignment, which this exceeds.
- */
-static char *arena_map(size_t len)
+/* The unit of mmap and munmap lengths (4 KiB on x86-64).  munmap refuses
+ * an unaligned address, and a length it must round: every length passed
+ * to them is rounded up to this first. */
+static size_t sys_page_size(void)
 {
-	size_t maplen = len + ARENA_HUGE;
+	long ps = sysconf(_SC_PAGESIZE);
+	return ps > 0 ? (size_t)ps : 4096;
+}
+
+/* @len rounded up to whole system pages; 0 when that overflows. */
+static size_t map_round(size_t len)
+{
+	size_t sp = sys_page_size();
+	return len > SIZE_MAX - (sp - 1) ? 0 : (len + sp - 1) & ~(sp - 1);
+}
+
+/* Unmap what arena_map(@len) returned.  0 or -errno (a bad address or
+ * length: a bug, never a condition to live with). */
+static int arena_unmap(void *p, size_t len)
+{
+	if (munmap(p, map_round(len))) {
+		int err = -errno;
+		assert(!"munmap of an arena failed");
+		return err;
+	}
+	return 0;
+}
+
+/*
+ * Address space for the page arena or the page descriptors, aligned to
+ * 2 MiB, so that transparent huge pages can back it where the kernel
+ * allows them (the kernel's own page cache lives in the direct map's large
+ * pages): a cache that touches gigabytes of pages takes a TLB miss per
+ * 2 MiB, not per 4 KiB.  O_DIRECT buffers need 4 KiB alignment, which this
+ * exceeds.  Maps 2 MiB more than asked and trims both ends; the trims
+ * work in whole system pages (an unaligned tail would make munmap fail
+ * and leak the 2 MiB slack at every open).  Nothing is committed here:
+ * arena_populate does that once every mapping of the cache exists.
+ * Returns the address, or NULL (and -errno in *err).
+ */
+static char *arena_map(size_t len, int *err)
+{
+	size_t rlen = map_round(len);
+	if (!rlen || rlen > SIZE_MAX - ARENA_HUGE) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	size_t maplen = rlen + ARENA_HUGE;
 	char *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return p;
+	if (p == MAP_FAILED) {
+		*err = -errno;
+		return NULL;
+	}
 	char *a = (char *)(((uintptr_t)p + ARENA_HUGE - 1) & ~(uintptr_t)(ARENA_HUGE - 1));
-	if (a > p)
-		munmap(p, (size_t)(a - p));
-	if (p + maplen > a + len)
-		munmap(a + len, (size_t)(p + maplen - (a + len)));
+	size_t head = (size_t)(a - p), tail = maplen - head - rlen;
+	if ((head && munmap(p, head)) || (tail && munmap(a + rlen, tail))) {
+		*err = -errno;
+		assert(!"trimming the arena mapping failed");
+		/* whatever is still mapped of it: munmap ignores holes */
+		munmap(p, maplen);
+		return NULL;
+	}
+	return a;
+}
+
+/* Back [a, a + len) with memory now where the kernel can, so that no
+ * write pays for a first-touch fault later; zeroed, as anonymous memory
+ * is.  A hint both: the pages fault in on use if refused. */
+static void arena_populate(char *a, size_t len)
+{
 #ifdef MADV_HUGEPAGE
-	(void)madvise(a, len, MADV_HUGEPAGE);   /* a hint: 4 KiB pages if refused */
+	(void)madvise(a, map_round(len), MADV_HUGEPAGE);
 #endif
 #ifdef MADV_POPULATE_WRITE
-	/* an old kernel, or no memory for it now: pages fault in on use */
-	(void)madvise(a, len, MADV_POPULATE_WRITE);
+	/* an old kernel, or no memory for it now */
+	(void)madvise(a, map_round(len), MADV_POPULATE_WRITE);
 #endif
-	return a;
+}
+
+/*
+ * Sizes of the arena (*arena_len) and of the descriptors (*pages_len) for
+ * @nr_pages of 2^@shift bytes, checked before anything is mapped: 0, or
+ * -ENOMEM when they do not fit in size_t, or when the two together exceed
+ * the machine's memory (the arena is committed at open and never swapped
+ * by design: a cache larger than RAM could only be refused by the
+ * out-of-memory killer).
+ */
+static int arena_sizes(uint64_t nr_pages, uint32_t shift, size_t *arena_len, size_t *pages_len)
+{
+	if (nr_pages > (SIZE_MAX >> shift) || nr_pages > SIZE_MAX / sizeof(struct page))
+		return -ENOMEM;
+	*arena_len = (size_t)(nr_pages << shift);
+	*pages_len = (size_t)nr_pages * sizeof(struct page);
+	if (*arena_len > SIZE_MAX - *pages_len)
+		return -ENOMEM;
+	long phys = sysconf(_SC_PHYS_PAGES);
+	uint64_t ram = UINT64_MAX;       /* unknown: mmap is the judge */
+	if (phys > 0 && (uint64_t)phys <= UINT64_MAX / sys_page_size())
+		ram = (uint64_t)phys * sys_page_size();
+	return (uint64_t)*arena_len + *pages_len > ram ? -ENOMEM : 0;
 }
 
 int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
@@ -151,26 +228,34 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 	int err = config_check(cfg);
 	if (err)
 		return err;
+	uint32_t shift = (uint32_t)__builtin_ctz(cfg->page_size);
+	uint64_t nr_pages = cfg->mem_bytes >> shift;
+	size_t arena_len, pages_len;
+	if ((err = arena_sizes(nr_pages, shift, &arena_len, &pages_len)))
+		return err;
 	struct wbc_cache *c = wbc_zalloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	c->cfg = *cfg;
 	c->page_size = cfg->page_size;
-	c->page_shift = (uint32_t)__builtin_ctz(cfg->page_size);
-	c->nr_pages = cfg->mem_bytes >> c->page_shift;
-	c->arena_len = (size_t)(c->nr_pages << c->page_shift);
-	c->arena = arena_map(c->arena_len);
-	/* the page descriptors too: writeback and reclaim walk them */
-	c->pages_len = (size_t)c->nr_pages * sizeof(*c->pages);
-	c->pages = (struct page *)arena_map(c->pages_len);
-	if (c->arena == MAP_FAILED || c->pages == MAP_FAILED) {
-		if (c->arena != MAP_FAILED)
-			munmap(c->arena, c->arena_len);
-		if (c->pages != MAP_FAILED)
-			munmap(c->pages, c->pages_len);
+	c->page_shift = shift;
+	c->nr_pages = nr_pages;
+	c->arena_len = arena_len;
+	c->pages_len = pages_len;
+	/* the arena first: when it cannot be had, nothing else was mapped;
+	 * the page descriptors too (writeback and reclaim walk them); both
+	 * committed only once both exist */
+	c->arena = arena_map(c->arena_len, &err);
+	if (c->arena)
+		c->pages = (struct page *)arena_map(c->pages_len, &err);
+	if (!c->pages) {
+		if (c->arena)
+			arena_unmap(c->arena, c->arena_len);
 		free(c);
-		return -ENOMEM;
+		return err;
 	}
+	arena_populate(c->arena, c->arena_len);
+	arena_populate((char *)c->pages, c->pages_len);
 	wbc_mutex_init(&c->lru_lock);
 	wbc_cond_init(&c->free_cond);
 	wbc_mutex_init(&c->prop_lock);
@@ -221,8 +306,11 @@ int wbc_cache_close(wbc_cache *c)
 		d = next;
 	}
 	assert(ctr_dirty(&c->ctr) == 0 || err);
-	munmap(c->arena, c->arena_len);
-	munmap(c->pages, c->pages_len);
+	int uerr = arena_unmap(c->arena, c->arena_len);
+	if (!uerr)
+		uerr = arena_unmap(c->pages, c->pages_len);
+	if (uerr && !err)
+		err = uerr;
 	pthread_mutex_destroy(&c->lru_lock);
 	pthread_cond_destroy(&c->free_cond);
 	pthread_mutex_destroy(&c->prop_lock);
@@ -432,5 +520,9 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 
 const char *wbc_strerror(int err)
 {
+	/* INT_MIN has no positive counterpart (negating it overflows); it is
+	 * no errno value either */
+	if (err == INT_MIN)
+		return "Unknown error";
 	return strerror(err < 0 ? -err : err);
 }

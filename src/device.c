@@ -6,59 +6,97 @@
 
 void handles_close_dev(struct wbc_dev *dev);   /* file.c */
 
+/* The per-device tunables any spec takes, beside its backend's options. */
+enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_NR };
+static const char *const tunable_keys[T_NR] = {
+	[T_MIN_RATIO] = "min_ratio", [T_MAX_RATIO] = "max_ratio", [T_MAX_BYTES] = "max_bytes",
+	[T_STRICT] = "strict_limit", [T_ON_ERROR] = "on_error",
+};
+#define TUNABLES_HELP "min_ratio=0..100, max_ratio=1..100, max_bytes=SIZE, " \
+		      "strict_limit=0|1, on_error=retry|drop"
+
+/* Set tunable @k from @val; false when the value is out of its range. */
+static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
+{
+	uint64_t v = 0;
+	if (k == T_ON_ERROR) {
+		if (strcmp(val, "retry") && strcmp(val, "drop"))
+			return false;
+		dev->on_error = strcmp(val, "retry") ? WBC_ON_ERROR_DROP : WBC_ON_ERROR_RETRY;
+		return true;
+	}
+	if (wbc_parse_size(val, &v))
+		return false;
+	switch (k) {
+	case T_MIN_RATIO:
+		dev->min_ratio = (unsigned)v;
+		return v <= 100;
+	case T_MAX_RATIO:
+		dev->max_ratio = (unsigned)v;
+		return v >= 1 && v <= 100;
+	case T_MAX_BYTES:
+		dev->max_bytes = v;
+		return v > 0;
+	default:
+		dev->strict_limit = v;
+		return v <= 1;
+	}
+}
+
 /*
- * Take the per-device tunables (min_ratio=, max_ratio=, max_bytes=,
- * strict_limit=) out of a spec's comma-separated options; the rest is the
- * backend's.  Returns 0 or -EINVAL with a message.
+ * Take the per-device tunables out of a spec's comma-separated options,
+ * leaving the backend's own in place.  A spec's options begin after
+ * "model:" (the model's options), else after the first comma (after the
+ * path of file: and dir:, after "mem", "model" and "opener"): a tunable
+ * is the same option in every one of them, first or not.  Returns 0 or
+ * -EINVAL with a message.
  */
 static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msglen)
 {
-	char *p = strchr(spec, ',');
-	while (p) {
-		char *tok = p + 1, *next = strchr(tok, ',');
+	char *opts = !strncmp(spec, "model:", 6) ? spec + 6 : strchr(spec, ',');
+	if (opts && *opts == ',')
+		opts++;
+	/* the options kept are compacted in place, from @opts on */
+	char *out = opts, *tok = opts;
+	bool kept = false;
+	while (tok) {
+		char *next = strchr(tok, ',');
 		size_t len = next ? (size_t)(next - tok) : strlen(tok);
-		static const char *keys[] = { "min_ratio=", "max_ratio=", "max_bytes=", "strict_limit=",
-					      "on_error=" };
-		int k = -1;
-		for (int i = 0; i < 5; i++)
-			if (!strncmp(tok, keys[i], strlen(keys[i])))
+		int k = T_NR;
+		for (int i = 0; i < T_NR; i++) {
+			size_t kl = strlen(tunable_keys[i]);
+			if (len > kl && !strncmp(tok, tunable_keys[i], kl) && tok[kl] == '=')
 				k = i;
-		if (k < 0) {
-			p = next;
-			continue;
 		}
-		char val[64];
-		size_t vlen = len - strlen(keys[k]);
-		uint64_t v = 0;
-		if (vlen >= sizeof(val)) {
-			snprintf(msg, msglen, "bad value for %.*s", (int)len, tok);
-			return -EINVAL;
+		if (k == T_NR) {
+			/* the backend's: keep it */
+			if (kept)
+				*out++ = ',';
+			memmove(out, tok, len);
+			out += len;
+			kept = true;
+		} else {
+			char val[64];
+			size_t kl = strlen(tunable_keys[k]) + 1, vlen = len - kl;
+			bool ok = vlen < sizeof(val);
+			if (ok) {
+				memcpy(val, tok + kl, vlen);
+				val[vlen] = '\0';
+				ok = set_tunable(dev, k, val);
+			}
+			if (!ok) {
+				snprintf(msg, msglen, "bad device tunable '%.*s' (" TUNABLES_HELP ")",
+					 (int)len, tok);
+				return -EINVAL;
+			}
 		}
-		memcpy(val, tok + strlen(keys[k]), vlen);
-		val[vlen] = '\0';
-		int bad = k == 4 ? 0 : wbc_parse_size(val, &v);
-		if (k == 4 && (!strcmp(val, "retry") || !strcmp(val, "drop")))
-			dev->on_error = strcmp(val, "retry") ? WBC_ON_ERROR_DROP : WBC_ON_ERROR_RETRY;
-		else if (k == 4)
-			bad = 1;
-		else if (!bad && k == 0 && v <= 100)
-			dev->min_ratio = (unsigned)v;
-		else if (!bad && k == 1 && v >= 1 && v <= 100)
-			dev->max_ratio = (unsigned)v;
-		else if (!bad && k == 2 && v)
-			dev->max_bytes = v;
-		else if (!bad && k == 3 && v <= 1)
-			dev->strict_limit = v;
-		if (bad || (k != 4 && !((k == 0 && v <= 100) || (k == 1 && v >= 1 && v <= 100) ||
-					   (k == 2 && v) || (k == 3 && v <= 1)))) {
-			snprintf(msg, msglen, "bad device tunable '%.*s' (min_ratio=0..100, "
-				 "max_ratio=1..100, max_bytes=SIZE, strict_limit=0|1, "
-				 "on_error=retry|drop)", (int)len, tok);
-			return -EINVAL;
-		}
-		/* cut the option out of the spec */
-		memmove(p, next ? next : tok + len, strlen(next ? next : tok + len) + 1);
-		p = *p == ',' ? p : NULL;
+		tok = next ? next + 1 : NULL;
+	}
+	if (opts) {
+		/* no option left after the comma that began them: no comma */
+		if (!kept && opts[-1] == ',')
+			out--;
+		*out = '\0';
 	}
 	if (dev->min_ratio > dev->max_ratio) {
 		snprintf(msg, msglen, "min_ratio above max_ratio");
@@ -98,6 +136,17 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		names_destroy(dev);
 		free(dev);
 		return err;
+	}
+	if (be->dio_align > c->page_size) {
+		/* every write of such a page fails with EINVAL: refuse now,
+		 * not retry it forever */
+		snprintf(msg, msglen, "page size %zu is below the %zu-byte block size that "
+			 "O_DIRECT needs on %s: use pages of at least %zu bytes, or direct=0",
+			 c->page_size, be->dio_align, spec, be->dio_align);
+		be->ops->destroy(be);
+		names_destroy(dev);
+		free(dev);
+		return -EINVAL;
 	}
 	if (be->max_io < c->page_size)
 		be->max_io = c->page_size;

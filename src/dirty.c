@@ -69,7 +69,9 @@ void lock_stat_record(struct lock_stat *ls, uint64_t ns)
 	unsigned b = ns ? (unsigned)(64 - __builtin_clzll(ns)) : 0;
 	atomic_fetch_add_explicit(&ls->hist[WBC_MIN(b, LOCK_HIST_BUCKETS - 1u)], 1,
 				  memory_order_relaxed);
-	uint64_t mx = atomic_load_explicit(&ls->max_ns, memory_order_relaxed);
+	/* the atomic's own type: uint64_t is unsigned long, a different
+	 * pointer type to clang's atomic builtins */
+	unsigned long long mx = atomic_load_explicit(&ls->max_ns, memory_order_relaxed);
 	while (ns > mx && !atomic_compare_exchange_weak(&ls->max_ns, &mx, ns))
 		;
 }

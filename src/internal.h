@@ -258,12 +258,26 @@ struct backend {
 	const struct backend_ops *ops;
 	unsigned qd;            /* queue depth: bios in flight at most */
 	size_t max_io;          /* largest single I/O in bytes */
+	/* O_DIRECT: every I/O's offset, length and buffer must be a multiple
+	 * of this (the logical block size); 0 when nothing is required or
+	 * known.  A cache page smaller than this can never be written. */
+	size_t dio_align;
 	bool single;            /* one object, named "" */
 	void *priv;
 };
 
 /* spec.c */
 int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
+/* A duration, in seconds: "2", "0.5s", "250ms", "100us" (not negative,
+ * finite).  0 or -EINVAL. */
+int wbc_parse_time(const char *s, double *out);
+#define NS_PER_SEC 1e9
+/* "Never" in nanoseconds from now: about 146 years, far below UINT64_MAX,
+ * so that adding it to a clock reading cannot wrap. */
+#define WBC_NEVER_NS (UINT64_MAX / 4)
+/* Seconds (from a spec: any size) to nanoseconds, saturating at
+ * WBC_NEVER_NS, never by a cast that overflows; negative or NaN: 0. */
+uint64_t wbc_secs_to_ns(double s);
 struct backend_opener;
 /* @opener: used by spec "opener[,opts]" only (NULL otherwise) */
 int backend_create(const char *spec, const struct backend_opener *opener,
@@ -273,6 +287,7 @@ int backend_create(const char *spec, const struct backend_opener *opener,
 int mem_backend_create(struct backend **out, bool discard);
 int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
 void model_release_stall(struct backend *be);
+uint64_t model_waits(struct backend *be);                          /* tests */
 void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp);
 void file_fail_submits(struct backend *be, unsigned n, int err);   /* dir:, file: only */
 /* A caller's opener (wbc_dev_add_opener), or none. */

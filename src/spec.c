@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <math.h>
 
 #define DEFAULT_QD 32
 
@@ -33,6 +34,32 @@ int wbc_parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+int wbc_parse_time(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || !(v >= 0) || !isfinite(v))
+		return -EINVAL;
+	if (!strcmp(end, "s") || !*end)
+		*out = v;
+	else if (!strcmp(end, "ms"))
+		*out = v / 1e3;
+	else if (!strcmp(end, "us"))
+		*out = v / 1e6;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+uint64_t wbc_secs_to_ns(double s)
+{
+	if (!(s > 0))
+		return 0;
+	if (s >= (double)WBC_NEVER_NS / NS_PER_SEC)
+		return WBC_NEVER_NS;
+	return (uint64_t)(s * NS_PER_SEC);
 }
 
 int backend_create(const char *spec, const struct backend_opener *opener,

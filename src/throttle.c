@@ -453,7 +453,7 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		tls.st.max_pause_ns = WBC_MAX(tls.st.max_pause_ns, pause);
 		atomic_fetch_add(&c->st_pauses, 1);
 		atomic_fetch_add(&c->st_paused_ns, pause);
-		uint64_t mx = atomic_load(&c->st_max_pause_ns);
+		unsigned long long mx = atomic_load(&c->st_max_pause_ns);   /* its type */
 		while (pause > mx && !atomic_compare_exchange_weak(&c->st_max_pause_ns, &mx, pause))
 			;
 		tls.paused_when = wbc_now_ns() + (tls.defer ? pause : 0);

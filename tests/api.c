@@ -118,6 +118,12 @@ int main(void)
 	CHECK_EQ(wbc_file_close(g), -EBADF);
 	CHECK_EQ(wbc_cache_close(NULL), 0);
 	CHECK(wbc_strerror(-EINVAL) != NULL);
+	CHECK(!strcmp(wbc_strerror(-EIO), strerror(EIO)));
+	CHECK(!strcmp(wbc_strerror(EIO), strerror(EIO)));
+	/* any int: INT_MIN has no positive counterpart (UBSan caught the
+	 * negation); it is no errno value */
+	CHECK(wbc_strerror(INT_MIN) && *wbc_strerror(INT_MIN));
+	CHECK(wbc_strerror(INT_MAX) && *wbc_strerror(INT_MAX));
 
 	char *dir = t_mkdtemp();
 	char spec[600];

@@ -58,4 +58,32 @@ expect_err "bad workload" run frobnicate
 expect_err "bad model spec" run dd --dev model:bw=fast
 expect_err "bad threads" run dd --threads 0
 expect_err "bad time" run randwrite --time -1
+
+# a bad option: one line that names it, exit 2 (not the whole usage)
+for args in "--frob" "dd --dev" "--quiet=1" "--dirty"; do
+	out=$($W run $args 2>&1 >/dev/null); rc=$?
+	[ $rc -eq 2 ] || fail "run $args: exit $rc, expected 2"
+	[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "run $args: more than one line: $out"
+	opt=${args#dd }; opt=${opt%=*}
+	echo "$out" | grep -q -- "'$opt" || fail "run $args: the message does not name $opt: $out"
+done
+
+# no shell: the data directory's name is only a name, whatever it holds
+# (--dir, and $WBCACHE_DIR); the run's files go, and nothing else
+abs=$(cd "$(dirname "$W")" && pwd)/wbcache
+(cd "$dir" && "$abs" run dd --dir "x';touch PWNED;'" --size 1M --mem 16M --quiet >/dev/null) ||
+	fail "run with quotes in --dir"
+(cd "$dir" && WBCACHE_DIR="y';touch PWNED;'" "$abs" run dd --size 1M --mem 16M --quiet \
+	>/dev/null) || fail "run with quotes in WBCACHE_DIR"
+[ ! -e "$dir/PWNED" ] || fail "a directory name ran a command"
+[ -z "$(ls -A "$dir/x';touch PWNED;'" "$dir/y';touch PWNED;'" | grep -v ':$' | grep .)" ] ||
+	fail "run left files behind in a quoted directory"
+mkdir "$dir/d" "$dir/outside"
+echo keep > "$dir/outside/f"
+# links with this run's names (the pid is the shell's, which the run takes over)
+sh -c 'ln -s "$1/outside/f" "$1/d/f.$$.0" && ln -s "$1/outside" "$1/d/d.$$.0" &&
+	exec "$2" run dd --dir "$1/d" --size 1M --mem 16M --quiet' sh "$dir" "$abs" >/dev/null ||
+	fail "run with links in its directory"
+[ -z "$(ls -A "$dir/d")" ] || fail "run left its names behind: $(ls -A "$dir/d")"
+[ "$(cat "$dir/outside/f")" = keep ] || fail "the clean-up followed a link"
 echo "cli: ok"

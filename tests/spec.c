@@ -13,6 +13,9 @@ int main(void)
 		"model:bw=50M,sched=5s@10%;8s@100%", "model:err=1M+4K", "model:errp=0.01,seed=7",
 		"model:stall=2s+500ms", "mem,min_ratio=10", "mem,max_ratio=50,max_bytes=1M",
 		"model:bw=10M,strict_limit=1", "model:bw=10M,strict_limit=1,min_ratio=5,lat=1ms",
+		/* a tunable is an option like the others, first or not */
+		"model:min_ratio=5", "model:on_error=drop,bw=1M", "model:discard=1,min_ratio=5",
+		"model,max_ratio=50", "model:", "mem,on_error=drop",
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
 		wbc_dev *d;
@@ -32,6 +35,11 @@ int main(void)
 		{ "mem,max_ratio=0", "max_ratio" }, { "mem,strict_limit=2", "strict_limit" },
 		{ "mem,min_ratio=60,max_ratio=50", "min_ratio" }, { "mem,max_bytes=lots", "max_bytes" },
 		{ "modelx", "modelx" },
+		/* the same tunable, bad, wherever it stands: the same message */
+		{ "model:min_ratio=500", "min_ratio=500" },
+		{ "model:discard=0,min_ratio=500", "min_ratio=500" },
+		{ "mem,min_ratio=500", "min_ratio=500" }, { "model:on_error=never", "on_error" },
+		{ "model:min_ratio=5,bogus=1", "bogus" }, { "mem,,min_ratio=1", "mem," },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		wbc_dev *d = NULL;
@@ -44,6 +52,23 @@ int main(void)
 		}
 	}
 	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* a first option that is a tunable takes effect: min_ratio=80
+	 * reserves 80% of the dirty threshold for the device (without it,
+	 * one of two new devices has half) */
+	const char *first[] = { "model:min_ratio=80", "model:bw=1G,min_ratio=80", "mem,min_ratio=80" };
+	for (size_t i = 0; i < sizeof(first) / sizeof(*first); i++) {
+		wbc_dev *d, *other;
+		struct wbc_stats st;
+		struct wbc_dev_stats ds;
+		CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+		CHECK_EQ(wbc_dev_add(c, first[i], &d), 0);
+		CHECK_EQ(wbc_dev_add(c, "mem", &other), 0);   /* without a reserve */
+		wbc_stats(c, &st);
+		wbc_dev_stats(d, &ds);
+		CHECK(ds.wb_thresh_bytes >= st.thresh_bytes * 8 / 10 - st.page_size);
+		CHECK_EQ(wbc_cache_close(c), 0);
+	}
 	printf("spec: ok\n");
 	return 0;
 }

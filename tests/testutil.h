@@ -5,11 +5,13 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <ftw.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,13 +66,21 @@ static inline char *t_mkdtemp(void)
 	return p;
 }
 
+static inline int t_rm_entry(const char *path, const struct stat *sb, int type,
+			     struct FTW *ftw)
+{
+	(void)sb;
+	(void)ftw;
+	if (type == FTW_DP ? rmdir(path) : unlink(path))
+		perror(path);
+	return 0;   /* best effort: go on */
+}
+
+/* Remove @dir and everything under it (no shell: depth first, links
+ * removed, never followed), and free the string. */
 static inline void t_rmdir(char *dir)
 {
-	char *cmd;
-	if (asprintf(&cmd, "rm -rf '%s'", dir) >= 0) {
-		if (system(cmd)) { /* best effort */ }
-		free(cmd);
-	}
+	nftw(dir, t_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	free(dir);
 }
 

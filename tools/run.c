@@ -9,7 +9,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -384,6 +386,40 @@ static void report(double secs)
 	free(all);
 }
 
+/*
+ * Remove this run's files from @dir: the entries directly in it whose
+ * names carry ".PID." (fname()).  No shell and no walk below @dir: the
+ * directory is read through its descriptor and each entry unlinked
+ * relative to it, and unlinkat() removes a symbolic link itself, never
+ * what it points to (a directory, which a run never makes, fails with
+ * EISDIR and is left alone).
+ * Returns 0 or the first -errno.
+ */
+static int remove_run_files(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		int e = -errno;
+		close(dfd);
+		return e;
+	}
+	char tag[32];
+	snprintf(tag, sizeof(tag), ".%d.", (int)getpid());
+	int err = 0;
+	struct dirent *de;
+	/* an entry unlinked while the directory is read: POSIX lets readdir
+	 * return the others once each, which is all this needs */
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, tag) && unlinkat(dfd, de->d_name, 0) && errno != ENOENT &&
+		    errno != EISDIR && !err)
+			err = -errno;
+	closedir(d);
+	return err;
+}
+
 /* ------------------------------------------------------------------ */
 /* options                                                              */
 
@@ -442,9 +478,49 @@ static int parse_sz(const char *what, const char *s, uint64_t *out)
 	return wbc_parse_size(s, out) ? bad(what, s) : 0;
 }
 
+/* The long option whose code is @val. */
+static const char *option_name(const struct option *lo, int val)
+{
+	for (const struct option *l = lo; l->name; l++)
+		if (l->val == val)
+			return l->name;
+	return "?";
+}
+
+/*
+ * A getopt error in one line, and the usage's exit status.  @c is ':' for
+ * a missing value (optopt: the option's code), else '?': a value given to
+ * an option that takes none (optopt: its code), an unknown short option
+ * (optopt: the letter), or an unknown or ambiguous long one
+ * (argv[optind - 1]).  Our long options' codes are above any letter.
+ */
+#define FIRST_LONG_CODE 256
+static int bad_option(int c, char **argv, const struct option *lo)
+{
+	const char *see = "(see wbcache run --help)";
+	if (c == ':') {
+		fprintf(stderr, "wbcache run: option '--%s' needs a value %s\n",
+			option_name(lo, optopt), see);
+	} else if (optopt >= FIRST_LONG_CODE) {
+		fprintf(stderr, "wbcache run: option '--%s' takes no value %s\n",
+			option_name(lo, optopt), see);
+	} else if (optopt) {
+		fprintf(stderr, "wbcache run: unknown option '-%c' %s\n", optopt, see);
+	} else {
+		/* ambiguous: the start of several options' names */
+		const char *arg = argv[optind - 1], *name = arg + strspn(arg, "-");
+		size_t len = strcspn(name, "="), matches = 0;
+		for (const struct option *l = lo; l->name; l++)
+			matches += len && !strncmp(l->name, name, len);
+		fprintf(stderr, "wbcache run: %s option '%s' %s\n",
+			matches > 1 ? "ambiguous" : "unknown", arg, see);
+	}
+	return 2;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	enum { O_DEV = 256, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
+	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
 	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_QUIET,
 	       O_KEEP, O_HELP };
 	static const struct option lo[] = {
@@ -484,7 +560,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	double t = 0;
 	int c, rc = 0;
 	optind = first;
-	while (!rc && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	opterr = 0;   /* one line of our own (bad_option), not getopt's and the usage */
+	/* ":": a missing value is told apart from an unknown option */
+	while (!rc && (c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
 		switch (c) {
 		case O_DEV:
 			if (o->ndev == RUN_MAX_DEVS) {
@@ -520,7 +598,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_QUIET: o->quiet = true; break;
 		case O_KEEP: o->keep = true; break;
 		case O_HELP: run_usage(stdout); return 1;
-		default: run_usage(stderr); return 2;
+		default: return bad_option(c, argv, lo);
 		}
 	}
 	if (rc)
@@ -581,6 +659,12 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	}
 	int err = wbc_cache_open(&o->cfg, &R.cache);
+	if (err == -ENOMEM) {
+		fprintf(stderr, "wbcache: cannot allocate a cache of %.0f MiB: %s (--mem may "
+			"not exceed the machine's memory)\n", (double)o->cfg.mem_bytes / MiB,
+			wbc_strerror(err));
+		return 2;
+	}
 	if (err) {
 		fprintf(stderr, "wbcache: bad cache configuration: %s (page size a power of two "
 			"512..1M, at least 16 pages, ratios 0..100)\n", wbc_strerror(err));
@@ -646,11 +730,10 @@ int cmd_run(int argc, char **argv)
 			printf("plot: %s\n", o->plot);
 	}
 	if (!o->keep && uses_dir) {
-		/* remove this run's files: the names carry our pid */
-		char cmd[4400];
-		snprintf(cmd, sizeof(cmd), "find '%s' -maxdepth 1 -name '*.%d.*' -delete", o->dir,
-			 (int)getpid());
-		if (system(cmd)) { /* best effort */ }
+		int e = remove_run_files(o->dir);
+		if (e)
+			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
+				o->dir, strerror(-e));
 	}
 	for (unsigned i = 0; i < R.nw; i++)
 		free(R.w[i].pauses);

@@ -453,30 +453,79 @@ static const struct backend_ops file_ops = {
 	.destroy = file_destroy,
 };
 
-/* The block layer's largest request for the device holding @fd, in bytes;
- * 0 when unknown (not on a block device). */
-static size_t blk_max_io(int fd)
+/* A queue attribute of the block device holding @fd (itself, when it is
+ * one), from sysfs; 0 when unknown. */
+static unsigned long blk_queue_attr(int fd, const char *attr)
 {
 	struct stat st;
 	if (fstat(fd, &st))
 		return 0;
 	dev_t d = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
-	char path[128];
-	const char *cand[] = { "%s/queue/max_sectors_kb", "%s/../queue/max_sectors_kb" };
-	char base[64];
-	snprintf(base, sizeof(base), "/sys/dev/block/%u:%u", major(d), minor(d));
-	for (size_t i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), cand[i], base);
+	char path[160];
+	/* a whole disk has queue/, a partition has its disk's above it */
+	const char *fmt[] = { "/sys/dev/block/%u:%u/queue/%s", "/sys/dev/block/%u:%u/../queue/%s" };
+	for (size_t i = 0; i < sizeof(fmt) / sizeof(fmt[0]); i++) {
+		snprintf(path, sizeof(path), fmt[i], major(d), minor(d), attr);
 		FILE *fp = fopen(path, "r");
 		if (!fp)
 			continue;
-		unsigned long kb = 0;
-		int n = fscanf(fp, "%lu", &kb);
+		unsigned long v = 0;
+		int n = fscanf(fp, "%lu", &v);
 		fclose(fp);
-		if (n == 1 && kb)
-			return kb << 10;
+		if (n == 1 && v)
+			return v;
 	}
 	return 0;
+}
+
+/* The block layer's largest request for the device holding @fd, in bytes;
+ * 0 when unknown (not on a block device). */
+static size_t blk_max_io(int fd)
+{
+	return (size_t)blk_queue_attr(fd, "max_sectors_kb") << 10;
+}
+
+/*
+ * The alignment O_DIRECT I/O on @fd needs (offsets, lengths, buffers), in
+ * bytes; 0 when the file system does no direct I/O on it or it is unknown.
+ * statx(STATX_DIOALIGN) (Linux 6.1) answers for the file; else the block
+ * device's logical block size: BLKSSZGET for a device, sysfs for the one a
+ * file system is on.
+ */
+static size_t dio_align_of(int fd)
+{
+#ifdef STATX_DIOALIGN
+	struct statx sx;
+	if (!statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) && (sx.stx_mask & STATX_DIOALIGN))
+		return sx.stx_dio_offset_align ?
+		       WBC_MAX(sx.stx_dio_offset_align, sx.stx_dio_mem_align) : 0;
+#endif
+	struct stat st;
+	int ssz;
+	if (!fstat(fd, &st) && S_ISBLK(st.st_mode) && !ioctl(fd, BLKSSZGET, &ssz) && ssz > 0)
+		return (size_t)ssz;
+	return blk_queue_attr(fd, "logical_block_size");
+}
+
+/* dio_align_of() for new files in directory @dirfd: asked of an unnamed
+ * file made there for the question (O_TMPFILE: gone at its close), else
+ * of the directory's device. */
+static size_t dio_align_dir(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EINVAL) {
+		/* O_DIRECT refused, or O_TMPFILE unknown: which? */
+		fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			close(fd);
+			return 0;    /* no direct I/O here: files go buffered */
+		}
+	}
+	if (fd < 0)
+		return dio_align_of(dirfd);
+	size_t a = dio_align_of(fd);
+	close(fd);
+	return a;
 }
 
 int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
@@ -549,6 +598,12 @@ int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 	}
 	if (!max_io)
 		max_io = blk_max_io(probe_fd);
+	if (direct && f->single)
+		/* opened buffered where O_DIRECT was refused */
+		be->dio_align = fcntl(f->single->fd, F_GETFL) & O_DIRECT ?
+				dio_align_of(f->single->fd) : 0;
+	else if (direct)
+		be->dio_align = dio_align_dir(probe_fd);
 	be->ops = &file_ops;
 	be->qd = qd;
 	be->max_io = max_io ? max_io : FALLBACK_MAX_IO;

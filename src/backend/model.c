@@ -25,6 +25,10 @@
 #define MODEL_DEFAULT_QD 32
 #define MODEL_MAX_IO (1u << 20)
 #define MODEL_COMPLETE_BATCH 32
+/* Times and rates come from the spec (stall=0+1e11, lat=1e300, iops=1e-9,
+ * a bandwidth of a few bytes per second): every one of them becomes
+ * nanoseconds by wbc_secs_to_ns(), which saturates, never by a cast that
+ * overflows (a stall of 1e11 s became a 1 ns wait: a busy loop). */
 
 struct sched_point {
 	double at_s;
@@ -70,27 +74,17 @@ struct model {
 	uint64_t rng;
 	bool stop;
 	bool stall_released;        /* model_release_stall() */
+	uint64_t waits;             /* timed waits of the model thread (tests) */
 	pthread_t thread;
 };
 
 /* ------------------------------------------------------------------ */
 /* spec parsing                                                         */
 
-static int parse_time(const char *s, double *out)
+/* @base + @ns, at most UINT64_MAX. */
+static uint64_t ns_add(uint64_t base, uint64_t ns)
 {
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || v < 0 || !isfinite(v))
-		return -EINVAL;
-	if (!strcmp(end, "s") || !*end)
-		*out = v;
-	else if (!strcmp(end, "ms"))
-		*out = v / 1e3;
-	else if (!strcmp(end, "us"))
-		*out = v / 1e6;
-	else
-		return -EINVAL;
-	return 0;
+	return ns > UINT64_MAX - base ? UINT64_MAX : base + ns;
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)
@@ -118,7 +112,7 @@ static int parse_sched(char *s, struct model_cfg *cfg)
 		at[n - 1] = '\0';
 		struct sched_point *p = &cfg->sched[cfg->nr_sched];
 		double pct;
-		if (parse_time(tok, &p->at_s) || parse_double(at, 0.001, 1e6, &pct))
+		if (wbc_parse_time(tok, &p->at_s) || parse_double(at, 0.001, 1e6, &pct))
 			return -EINVAL;
 		if (cfg->nr_sched && p->at_s < cfg->sched[cfg->nr_sched - 1].at_s)
 			return -EINVAL;
@@ -154,7 +148,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = wbc_parse_size(v, &u);
 			cfg->bw = (double)u;
 		} else if (!strcmp(kv, "lat")) {
-			rc = parse_time(v, &cfg->lat_s);
+			rc = wbc_parse_time(v, &cfg->lat_s);
 		} else if (!strcmp(kv, "iops")) {
 			rc = parse_double(v, 0, 1e9, &cfg->iops);
 		} else if (!strcmp(kv, "qd")) {
@@ -171,7 +165,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = parse_sched(v, cfg);
 		} else if (!strcmp(kv, "err")) {
 			char *plus = strchr(v, '+');
-			uint64_t off, len;
+			uint64_t off = 0, len = 0;
 			if (!plus)
 				rc = -EINVAL;
 			else {
@@ -189,7 +183,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				rc = -EINVAL;
 			else {
 				*plus++ = '\0';
-				rc = parse_time(v, &cfg->stall_at) || parse_time(plus, &cfg->stall_for) ?
+				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ?
 				     -EINVAL : 0;
 			}
 		} else if (!strcmp(kv, "seed")) {
@@ -204,7 +198,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 		}
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
-				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N discard=0|1)",
+				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N discard=0|1, "
+				 "and the device tunables)",
 				 kv, v);
 	}
 	free(copy);
@@ -282,22 +277,24 @@ static void *model_main(void *arg)
 			continue;
 		}
 		uint64_t now = wbc_now_ns();
-		double t = (double)(now - m->t0) / 1e9;
+		double t = (double)(now - m->t0) / NS_PER_SEC;
 		uint64_t due = q_at(m, 0)->due_ns;
 		/* a stall holds completions until it ends (or is released) */
 		if (in_stall_locked(m, t)) {
 			double end = m->cfg.stall_at + m->cfg.stall_for;
-			wbc_cond_timedwait_ns(&m->cond, &m->lock, (uint64_t)((end - t) * 1e9) + 1);
+			m->waits++;
+			wbc_cond_timedwait_ns(&m->cond, &m->lock, wbc_secs_to_ns(end - t) + 1);
 			continue;
 		}
 		uint64_t horizon = now + early_ns;
 		if (m->cfg.stall_for > 0 && !m->stall_released) {
 			/* never early into a stall */
-			uint64_t stall_ns = m->t0 + (uint64_t)(m->cfg.stall_at * 1e9);
+			uint64_t stall_ns = ns_add(m->t0, wbc_secs_to_ns(m->cfg.stall_at));
 			if (stall_ns > now)
 				horizon = WBC_MIN(horizon, stall_ns);
 		}
 		if (due > horizon) {
+			m->waits++;
 			wbc_cond_timedwait_ns(&m->cond, &m->lock, due - now);
 			continue;
 		}
@@ -357,7 +354,7 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 		m->head = 0;
 		m->cap = ncap;
 	}
-	double now = (double)(now_ns - m->t0) / 1e9;
+	double now = (double)(now_ns - m->t0) / NS_PER_SEC;
 	double start = WBC_MAX(now, m->busy_until_s);
 	double xfer = 0;
 	if (cfg->bw > 0)
@@ -368,13 +365,16 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 	double done = m->busy_until_s + cfg->lat_s;
 	int res = 0;
 	if (bio->op == BIO_WRITE) {
-		if (cfg->err_len && bio->off < cfg->err_off + cfg->err_len &&
-		    bio->off + bio->len > cfg->err_off)
+		/* [off, off + len) meets [err_off, err_off + err_len), by
+		 * differences: the sums may exceed 2^64 (err=1M+<2^64 - 1>) */
+		if (cfg->err_len && (bio->off >= cfg->err_off ?
+				     bio->off - cfg->err_off < cfg->err_len :
+				     cfg->err_off - bio->off < bio->len))
 			res = -EIO;
 		if (cfg->errp > 0 && (double)(rng_next(&m->rng) >> 11) / 9007199254740992.0 < cfg->errp)
 			res = -EIO;
 	}
-	struct pending p = { .due_ns = m->t0 + (uint64_t)(done * 1e9), .seq = m->seq++,
+	struct pending p = { .due_ns = ns_add(m->t0, wbc_secs_to_ns(done)), .seq = m->seq++,
 			     .bio = bio, .res = res };
 	q_push(m, p);
 	return true;
@@ -467,6 +467,19 @@ void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, do
 	m->cfg.err_len = err_len;
 	m->cfg.errp = errp;
 	pthread_mutex_unlock(&m->lock);
+}
+
+/* Timed waits the model's thread began so far (tests: a wait that
+ * overflowed to nothing made it spin). */
+uint64_t model_waits(struct backend *be)
+{
+	if (be->ops != &model_ops)
+		return 0;
+	struct model *m = be->priv;
+	pthread_mutex_lock(&m->lock);
+	uint64_t n = m->waits;
+	pthread_mutex_unlock(&m->lock);
+	return n;
 }
 
 /* End a configured stall now (tests). */
