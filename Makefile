@@ -120,6 +120,9 @@ install: all
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/wbcache
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libwbcache.a
 	install -m 644 include/wbcache.h $(DESTDIR)$(PREFIX)/include/wbcache.h
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:
 	rm -rf build

@@ -7,7 +7,11 @@
 #           vs the same job buffered on the backing directory
 #   fs_mark 4 KiB files, 2 threads, no fsync (-S 0): through the mount vs on
 #           the backing directory
-# Median of ROUNDS (3) rounds each; caches dropped before every run.
+#   meta    stat and readdir latency (p50, p99, max) through the mount while
+#           WRITERS (64) processes rewrite files as fast as they can, every
+#           one of them throttled (MEM_META: 64M cache)
+# Median of ROUNDS (3) rounds each; caches dropped before every run.  The
+# mount runs in its default (background) mode, unmounted by wbcache umount.
 # Environment: WBCACHE_BENCH_DIR, SIZE_MB (2048), ROUNDS (3), MEM (1G: the
 # mount's cache), FILES (20000: fs_mark files per thread).
 set -eu
@@ -24,21 +28,15 @@ for t in fio fs_mark fusermount3; do
 done
 bk=$DIR/b mt=$DIR/m
 mkdir -p "$bk" "$mt"
-pid=
 cleanup() {
-	[ -n "$pid" ] && { fusermount3 -u "$mt" 2>/dev/null; wait "$pid" 2>/dev/null; }
+	mountpoint -q "$mt" && "$W" umount "$mt"
 	rm -rf "$DIR"
 }
 trap cleanup EXIT
 
 drop_caches() { sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 > /proc/sys/vm/drop_caches || true; }
-do_mount() {
-	"$W" mount "$bk" "$mt" -f -o "mem=$MEM" &
-	pid=$!
-	for _ in $(seq 100); do mountpoint -q "$mt" && return 0; sleep 0.1; done
-	echo "mount failed" >&2; exit 1
-}
-do_umount() { fusermount3 -u "$mt"; wait "$pid"; pid=; }
+do_mount() { "$W" mount "$bk" "$mt" -o "mem=${1:-$MEM}"; }
+do_umount() { "$W" umount "$mt"; }
 
 dd_mbs() {   # dd_mbs DIR -> MB/s
 	dd if=/dev/zero of="$1/dd.out" bs=1M count="$SIZE_MB" conv=fsync 2>&1 |
@@ -83,3 +81,29 @@ row() {
 row dd "dd bs=1M count=$SIZE_MB conv=fsync, MB/s"
 row fio "fio 1 MiB sequential write, psync, end_fsync, MB/s"
 row fsmark "fs_mark 2 threads x $FILES files of 4 KiB, -S 0, files/s"
+
+# ---- metadata while every writer is throttled
+WRITERS=${WRITERS:-64}
+do_mount "${MEM_META:-64M}"
+rm -f "$DIR/stop"
+for i in $(seq "$WRITERS"); do
+	( while [ ! -e "$DIR/stop" ]; do
+		dd if=/dev/zero of="$mt/w$i" bs=1M count=4 conv=notrunc status=none || break
+	  done ) &
+done
+sleep 2
+python3 - "$mt" <<'PY'
+import os, sys, time
+m = sys.argv[1]
+lat = []
+for i in range(200):
+    t = time.monotonic(); os.stat(os.path.join(m, "w1")); lat.append(time.monotonic() - t)
+    t = time.monotonic(); os.listdir(m); lat.append(time.monotonic() - t)
+    time.sleep(0.02)
+lat.sort()
+print("metadata (stat, readdir) with throttled writers: %d probes, p50 %.1f ms, p99 %.1f ms, max %.1f ms"
+      % (len(lat), lat[len(lat) // 2] * 1e3, lat[int(len(lat) * 0.99) - 1] * 1e3, lat[-1] * 1e3))
+PY
+"$W" stat "$mt" | awk '/^Pauses:|^DeferredReplies:/ { printf "%s %s  ", $1, $2 } END { print "" }'
+touch "$DIR/stop"; wait
+do_umount

@@ -37,6 +37,11 @@ cmp "$top/model" "$bk/synced" || fail "backing file differs after fsync"
 grep -q '^BdiReclaimable: *[1-9]' "$top/stat" || fail "stat shows no dirty data: $(cat "$top/stat")"
 grep -q '^b_dirty: *[1-9]' "$top/stat" || fail "stat shows no dirty files"
 "$W" stat "$top" 2>/dev/null && fail "stat of a non-mount succeeded"
+"$W" stat --json "$mt" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["BdiReclaimable_kB"] > 0 and d["DaemonPid"] > 0 and d["b_dirty"] > 0, d
+' || fail "wbcache stat --json"
 
 # ---- truncate with dirty data
 head -c 100000 /dev/urandom >"$top/t"; cp "$top/t" "$mt/t"

@@ -1502,6 +1502,9 @@ static size_t stats_text(char *buf, size_t len)
 	struct wbc_dev_stats d;
 	wbc_stats(M.cache, &s);
 	wbc_dev_stats(M.dev, &d);
+	pthread_mutex_lock(&D.lock);
+	uint64_t deferred_queued = D.queued, deferred_interrupted = D.interrupted;
+	pthread_mutex_unlock(&D.lock);
 	int n = snprintf(buf, len,
 		"BdiWriteback:       %10" PRIu64 " kB\n"
 		"BdiReclaimable:     %10" PRIu64 " kB\n"
@@ -1529,6 +1532,8 @@ static size_t stats_text(char *buf, size_t len)
 		"ListLockMaxCpuUs:   %10" PRIu64 "\n"
 		"ListLockWaits:      %10" PRIu64 "\n"
 		"InboxPushRetries:   %10" PRIu64 "\n"
+		"DeferredReplies:    %10" PRIu64 "\n"
+		"InterruptedPauses:  %10" PRIu64 "\n"
 		"DaemonPid:          %10ld\n",
 		d.writeback_bytes >> 10, d.dirty_bytes >> 10, d.wb_thresh_bytes >> 10,
 		s.thresh_bytes >> 10, s.bg_thresh_bytes >> 10, d.dirtied_bytes >> 10,
@@ -1537,17 +1542,42 @@ static size_t stats_text(char *buf, size_t len)
 		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
 		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
 		s.paused_ns / 1000000, d.list_lock_max_hold_ns / 1000,
-		d.list_lock_max_cpu_ns / 1000, d.list_lock_waits, d.inbox_push_retries, (long)getpid());
+		d.list_lock_max_cpu_ns / 1000, d.list_lock_waits, d.inbox_push_retries, deferred_queued, deferred_interrupted,
+		(long)getpid());
 	return n < 0 ? 0 : MINU((size_t)n, len - 1);
+}
+
+/* `wbcache stat --json`: the same lines as one JSON object; a value with
+ * a unit gets it in its name (BdiWriteback_kB). */
+static void print_json(char *text)
+{
+	printf("{");
+	bool first = true;
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char key[64], unit[16] = "";
+		long long v;
+		if (sscanf(line, " %63[^:]: %lld %15s", key, &v, unit) < 2)
+			continue;
+		printf("%s\n  \"%s%s%s\": %lld", first ? "" : ",", key, unit[0] ? "_" : "", unit, v);
+		first = false;
+	}
+	printf("\n}\n");
 }
 
 int cmd_stat(int argc, char **argv)
 {
+	bool json = argc == 3 && !strcmp(argv[1], "--json");
+	if (json) {
+		argv++;
+		argc--;
+	}
 	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
-			"usage: wbcache stat MOUNTPOINT\n"
-			"prints the live statistics of a wbcache mount\n");
-		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+		bool help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr,
+			"usage: wbcache stat [--json] MOUNTPOINT\n"
+			"prints the live statistics of a wbcache mount (--json: as one JSON object)\n");
+		return help ? 0 : 2;
 	}
 	char buf[4096];
 	ssize_t n = getxattr(argv[1], STATS_XATTR, buf, sizeof(buf) - 1);
@@ -1557,7 +1587,10 @@ int cmd_stat(int argc, char **argv)
 		return 1;
 	}
 	buf[n] = '\0';
-	fputs(buf, stdout);
+	if (json)
+		print_json(buf);
+	else
+		fputs(buf, stdout);
 	return 0;
 }
 
@@ -1629,11 +1662,16 @@ static void mount_usage(FILE *out)
 "usage: wbcache mount BACKING_DIR MOUNTPOINT [-o OPT[,OPT...]] [-f]\n"
 "\n"
 "Mounts a FUSE file system at MOUNTPOINT whose files are those of BACKING_DIR,\n"
-"with their data cached and written back by wbcache.  Unmount with\n"
-"`fusermount3 -u MOUNTPOINT` (or SIGINT/SIGTERM to the process): everything\n"
-"is written back first, and a write error makes the exit status 1.\n"
+"with their data cached and written back by wbcache, and returns once it is\n"
+"mounted (a bad option or directory: a reason, exit 2, nothing mounted).\n"
+"`wbcache umount MOUNTPOINT` writes everything back, unmounts and returns when\n"
+"the daemon has ended; `fusermount3 -u`, `umount` or SIGTERM return at once\n"
+"and the daemon writes back before it ends.  Also: `mount -t fuse.wbcache`\n"
+"and fstab lines (type fuse.wbcache).  See wbcache-mount(8).\n"
 "\n"
-"  -f             stay in the foreground (default: detach; errors go to syslog)\n"
+"  -f             stay in the foreground, log to stderr, exit when unmounted:\n"
+"                 0, or 1 if data could not be written (default: detach and\n"
+"                 log to syslog)\n"
 "  -o OPTS        comma-separated, with the kernel's names:\n"
 "     mem=SIZE                        cache size (default 256M)\n"
 "     page_size=SIZE                  cache page size (default 4K)\n"
@@ -1643,9 +1681,10 @@ static void mount_usage(FILE *out)
 "     min_ratio=N, max_ratio=N, max_bytes=SIZE, strict_limit=0|1,\n"
 "     on_error=retry|drop             the device's tunables\n"
 "     qd=N, max_io=SIZE, direct=0|1   the backing I/O (io_uring, O_DIRECT)\n"
-"     allow_other                     let other users in (FUSE)\n"
+"     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
+"     noatime, ...                    FUSE and mount options\n"
 "\n"
-"`wbcache stat MOUNTPOINT` prints the mount's live statistics.\n");
+"`wbcache stat [--json] MOUNTPOINT` prints the mount's live statistics.\n");
 }
 
 static int parse_u64(const char *key, const char *val, uint64_t max, uint64_t *out)
