@@ -107,6 +107,7 @@ struct node {
 	atomic_uint mode;            /* the last st_mode seen: kill_priv's quick test */
 	pthread_mutex_t lock;        /* the fields below */
 	unsigned opens;
+	atomic_uint kcache_opens;    /* of them, through the kernel's page cache */
 	wbc_file *wf;                /* the node's engine handle while opens > 0 */
 	bool wrote;                  /* data went through the engine */
 	bool size_known;
@@ -120,6 +121,8 @@ struct node {
 	struct timespec mtime;
 	struct timespec ctime;       /* last write through the mount */
 };
+
+enum dio_mode { DIO_AUTO, DIO_ALWAYS, DIO_NEVER };
 
 struct mnt {
 	char *backing;
@@ -136,6 +139,7 @@ struct mnt {
 	bool handles;                /* nodes keep file handles, not descriptors */
 	bool foreground;
 	struct fuse_session *se;
+	enum dio_mode dio;           /* -o direct_io= */
 };
 
 static struct mnt M;
@@ -1065,6 +1069,24 @@ static void reply_write_after(fuse_req_t req, size_t count, uint64_t pause_ns)
 }
 
 
+/*
+ * Which opens bypass the kernel's page cache (direct_io).  Data is then
+ * cached once, in the engine; but the kernel refuses a shared mapping
+ * (mmap MAP_SHARED: databases, fio's mmap engine) of such a file, and
+ * libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP.  By default
+ * (direct_io=auto) a write-only open, which cannot be mapped, is direct —
+ * streaming writers, cp, tar, fs_mark — and an open that can read goes
+ * through the kernel's page cache, written through to the engine at each
+ * write (no FUSE writeback cache: the engine's throttle stays the only
+ * one), so mappings work.  The two stay coherent: a direct write to a
+ * file that also has cached opens invalidates the kernel's pages it
+ * covers, and an open never keeps the kernel's pages of a previous one.
+ */
+static bool open_direct(const struct fuse_file_info *fi)
+{
+	return M.dio == DIO_ALWAYS || (M.dio == DIO_AUTO && (fi->flags & O_ACCMODE) == O_WRONLY);
+}
+
 static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	wbc_file *h;
@@ -1091,15 +1113,20 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 			n->mtime_set = true;
 		}
 	}
-	if (!err)
+	bool direct = open_direct(fi);
+	if (!err) {
 		n->opens++;
+		if (!direct)
+			atomic_fetch_add(&n->kcache_opens, 1);
+	}
 	pthread_mutex_unlock(&n->lock);
 	if (err)
 		return err;
 	if (fi->flags & O_TRUNC)
 		kill_priv(req, n);
 	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->direct_io = 1;
+	fi->direct_io = direct;
+	fi->keep_cache = 0;
 	return 0;
 }
 
@@ -1187,6 +1214,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	n->ctime = n->mtime;
 	n->mtime_set = true;
 	pthread_mutex_unlock(&n->lock);
+	if (!fi->writepage && open_direct(fi) &&
+	    atomic_load_explicit(&n->kcache_opens, memory_order_relaxed))
+		fuse_lowlevel_notify_inval_inode(M.se, ino, off, (off_t)r);
 	reply_write_after(req, (size_t)r, pause);
 }
 
@@ -1215,6 +1245,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct node *n = node_of(ino);
 	wbc_file_close((wbc_file *)(uintptr_t)fi->fh);
 	pthread_mutex_lock(&n->lock);
+	if (!open_direct(fi))
+		atomic_fetch_sub(&n->kcache_opens, 1);
 	if (!--n->opens) {
 		struct wbc_file_info info;
 		if (n->wrote && !wbc_file_info(n->wf, &info)) {
@@ -1711,7 +1743,7 @@ static int parse_size_opt(const char *key, const char *val, uint64_t *out)
 
 /* -o options: engine config, device options, FUSE options. */
 static int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-		      char *fuseopts, size_t fuselen)
+		      char *fuseopts, size_t fuselen, enum dio_mode *dio)
 {
 	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
 		char *val = strchr(kv, '=');
@@ -1763,6 +1795,14 @@ static int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t 
 			continue;
 		}
 		int rc = -1;
+		if (!strcmp(kv, "direct_io")) {
+			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {
+				*dio = !strcmp(val, "auto") ? DIO_AUTO : val[0] == '1' ? DIO_ALWAYS : DIO_NEVER;
+				continue;
+			}
+			fprintf(stderr, "wbcache mount: bad value for direct_io: '%s' (auto, 1 or 0)\n", val);
+			return -1;
+		}
 		if (!strcmp(kv, "mem"))
 			rc = parse_size_opt(kv, val, &cfg->mem_bytes);
 		else if (!strcmp(kv, "page_size") && !(rc = parse_size_opt(kv, val, &v)))
@@ -1921,8 +1961,9 @@ int cmd_mount(int argc, char **argv)
 	cfg.mem_bytes = 256u << 20;
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
+	enum dio_mode dio = DIO_AUTO;
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
-					   sizeof(fuseopts)))) {
+					   sizeof(fuseopts), &dio))) {
 		free(optcopy);
 		return 2;
 	}
@@ -1930,6 +1971,7 @@ int cmd_mount(int argc, char **argv)
 
 	memset(&M, 0, sizeof(M));
 	M.foreground = foreground;
+	M.dio = dio;
 	/* the kernel applied the caller's umask to every mode it sends */
 	umask(0);
 	M.root_fd = M.mount_fd = -1;
