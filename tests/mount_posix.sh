@@ -56,6 +56,42 @@ dd if=/dev/urandom of="$mt/sparse" bs=8k count=1 conv=notrunc status=none
 b=$(stat -c %b "$mt/sparse")
 [ "$b" -ge 16 ] && [ "$b" -lt 1024 ] || fail "1 TiB file with 8 KiB written reports $b blocks"
 
+# ---- fallocate: reserve, extend, punch, zero; other modes refused
+fallocate -l 10M "$mt/fa" || fail "fallocate"
+[ "$(stat -c %s "$mt/fa")" = 10485760 ] || fail "fallocate size $(stat -c %s "$mt/fa")"
+[ "$(stat -c %b "$bk/fa")" -ge 20480 ] || fail "fallocate reserved $(stat -c %b "$bk/fa") blocks"
+head -c 65536 /dev/urandom >"$top/fa"; cp "$top/fa" "$mt/fb"
+fallocate -p -o 4096 -l 8192 "$mt/fb" || fail "punch hole"
+fallocate -z -o 60000 -l 10000 "$mt/fb" || fail "zero range"
+python3 - "$top/fa" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[4096:12288] = bytes(8192); b[60000:70000] = bytes(10000)
+open(sys.argv[1], "wb").write(b)
+PY
+cmp "$top/fa" "$mt/fb" || fail "punch/zero range content"
+fallocate -c -o 0 -l 4096 "$mt/fb" 2>/dev/null && fail "collapse range accepted"
+cmp "$top/fa" "$mt/fb" || fail "a refused mode changed the file"
+
+# ---- rename over a file with dirty data and a handle open on it; copy_file_range
+python3 - "$mt" <<'PY' || fail "rename over an open dirty file"
+import os, sys
+m = sys.argv[1]
+v = os.open(os.path.join(m, "victim"), os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(v, b"V" * 100000, 0)
+with open(os.path.join(m, "src"), "wb") as f: f.write(b"S" * 5000)
+os.rename(os.path.join(m, "src"), os.path.join(m, "victim"))
+os.pwrite(v, b"W" * 10, 100000)              # the open handle: the old inode
+assert os.pread(v, 10, 99995) == b"VVVVVWWWWW"
+assert open(os.path.join(m, "victim"), "rb").read() == b"S" * 5000
+os.close(v)
+src = os.open(os.path.join(m, "victim"), os.O_RDONLY)
+dst = os.open(os.path.join(m, "copy"), os.O_WRONLY | os.O_CREAT, 0o644)
+assert os.copy_file_range(src, dst, 5000) == 5000
+os.close(src); os.close(dst)
+assert open(os.path.join(m, "copy"), "rb").read() == b"S" * 5000
+PY
+
 # ---- inode numbers reused by the backing file system (no ESTALE)
 loop() {
 	local d=$1 i errs=0
@@ -149,6 +185,10 @@ cmp "$top/model" "$bk/u" || fail "data not in BACKING_DIR when wbcache umount re
 [ "$(stat -c %.9Y "$bk/w")" = "$m0" ] || fail "backing mtime after unmount is not the write's"
 [ "$(stat -c %Y "$bk/t")" = "$t2001" ] || fail "explicit mtime not on the backing file after unmount"
 [ "$(cat "$bk/f")" = hi ] && cmp "$top/small" "$bk/c" || fail "truncated files after unmount"
+cmp "$top/fa" "$bk/fb" || fail "punched file after unmount"
+[ "$(cat "$bk/victim")" = "$(head -c 5000 /dev/zero | tr '\0' S)" ] || fail "rename victim after unmount"
+cmp "$bk/victim" "$bk/copy" || fail "copy_file_range after unmount"
+[ "$(stat -c %s "$bk/fa")" = 10485760 ] || fail "fallocated size after unmount"
 
 # ---- kill -9 after O_DSYNC writes: they are there
 do_mount

@@ -1220,6 +1220,64 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	reply_write_after(req, (size_t)r, pause);
 }
 
+/*
+ * fallocate: space is reserved in the backing file (KEEP_SIZE there: the
+ * size is the engine's), and the engine's size grows where the mode asks;
+ * a punched or zeroed range is written as zeros through the engine, so
+ * the cache, the size and the backing file agree however the data is
+ * cached.  Other modes: EOPNOTSUPP, as a file system without them.
+ */
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
+	const int known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+	if ((mode & ~known) || off < 0 || len <= 0 || off > INT64_MAX - len) {
+		fuse_reply_err(req, (mode & ~known) ? EOPNOTSUPP : EINVAL);
+		return;
+	}
+	struct wbc_file_info info;
+	int err = wbc_file_info(h, &info);
+	uint64_t end = (uint64_t)off + (uint64_t)len;
+	if (!err && !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))) {
+		char path[64];
+		int fd = nfd(n), wfd = -1;
+		if (fd >= 0) {
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			wfd = open(path, O_WRONLY | O_CLOEXEC);
+		}
+		if (wfd < 0 || fallocate(wfd, FALLOC_FL_KEEP_SIZE, off, len))
+			err = -errno;
+		if (wfd >= 0)
+			close(wfd);
+		nfd_put(n, fd);
+	} else if (!err) {
+		/* zeros over the range, within the size for a punch or KEEP_SIZE */
+		static const char zeros[1 << 16];
+		uint64_t stop = (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) ?
+				MINU(end, info.size) : end;
+		for (uint64_t pos = (uint64_t)off; !err && pos < stop;) {
+			size_t chunk = (size_t)MINU(stop - pos, sizeof(zeros));
+			ssize_t r = wbc_pwrite(h, zeros, chunk, pos);
+			err = r < 0 ? (int)r : 0;
+			pos += chunk;
+		}
+	}
+	if (!err && !(mode & FALLOC_FL_KEEP_SIZE) && end > info.size)
+		err = wbc_truncate(h, end);
+	if (!err) {
+		pthread_mutex_lock(&n->lock);
+		n->wrote = true;
+		clock_gettime(CLOCK_REALTIME, &n->mtime);
+		n->ctime = n->mtime;
+		n->mtime_set = true;
+		pthread_mutex_unlock(&n->lock);
+		kill_priv(req, n);
+	}
+	fuse_reply_err(req, -err);
+}
+
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
@@ -1511,6 +1569,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.read = op_read,
 	.write = op_write,
 	.flush = op_flush,
+	.fallocate = op_fallocate,
 	.fsync = op_fsync,
 	.release = op_release,
 	.opendir = op_opendir,
