@@ -707,11 +707,17 @@ int cmd_run(int argc, char **argv)
 		if (R.w[i].err && !werr)
 			werr = R.w[i].err;
 	report(secs);
-	if (werr)
-		fprintf(stderr, "wbcache: a writer failed: %s\n", wbc_strerror(werr));
-	int cerr = wbc_cache_close(R.cache);
+	if (werr) {
+		wbc_stats(R.cache, &st);
+		fprintf(stderr, "wbcache: a writer failed: %s (%.1f MiB dirty, %.1f MiB of it at "
+			"risk after failed writes)\n", wbc_strerror(werr),
+			(double)(st.dirty_bytes + st.writeback_bytes) / MiB,
+			(double)st.at_risk_bytes / MiB);
+	}
+	int cerr = wbc_cache_close_stats(R.cache, &st);
 	if (cerr)
-		fprintf(stderr, "wbcache: writeback at close failed: %s\n", wbc_strerror(cerr));
+		fprintf(stderr, "wbcache: writeback at close failed: %s (%.1f MiB of written data "
+			"lost)\n", wbc_strerror(cerr), (double)st.lost_bytes / MiB);
 	if (o->trace) {
 		int e = trace_csv(o->trace, R.s, R.ns);
 		if (e)
