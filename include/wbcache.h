@@ -63,10 +63,19 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out);
 
 /*
  * Write back every dirty page of every device, close all devices and free
- * the cache.  Files still open are closed.  Returns 0, or the first write
+ * the cache.  Files still open are closed.  A device with on_error=retry
+ * whose writes fail is synced again, with a backoff, until its pages are
+ * written or it has failed for its retry_timeout; pages still dirty then
+ * are dropped and counted in lost_bytes.  Returns 0, or the first write
  * error met while writing back (the cache is freed in either case).
  */
 int wbc_cache_close(wbc_cache *cache);
+
+/* wbc_cache_close() that also fills @st (may be NULL) with the cache's
+ * counters after its last writeback, the devices closed (nr_devices and
+ * write_bw 0): lost_bytes includes the data close could not write. */
+struct wbc_stats;
+int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
 
 /*
  * Add a device (a backend plus its flusher thread).  @spec is one of
@@ -77,6 +86,7 @@ int wbc_cache_close(wbc_cache *cache);
  *   "model[:opts]"             RAM behind a device model: bw=SIZE (per
  *                              second), lat=TIME, iops=N, qd=N, max_io=SIZE,
  *                              sched=T@P%;..., err=OFF+LEN, errp=P,
+ *                              errn=N (the first N writes fail),
  *                              stall=T+D, seed=N,
  *                              discard=1 (sizes only, reads zeros)
  * file/dir opts (comma separated): qd=N (queue depth, default 32),
@@ -85,10 +95,20 @@ int wbc_cache_close(wbc_cache *cache);
  * Any spec also takes the kernel's per-device tunables, among its options
  * or after its path ("model:min_ratio=5", "mem,min_ratio=5",
  * "dir:PATH,qd=8,min_ratio=5"): min_ratio=N, max_ratio=N (percent of the
- * dirty threshold), max_bytes=SIZE, strict_limit=1; and on_error=retry (default: pages that fail to write
- * stay dirty and are retried with backoff, counted in at_risk_bytes) or
- * on_error=drop (they are cleaned and counted in lost_bytes).  Either way
- * every handle open at the time sees the error at its next fsync.
+ * dirty threshold), max_bytes=SIZE, strict_limit=1; and on_error=retry
+ * (default: pages that fail to write stay dirty and are retried with
+ * backoff, counted in at_risk_bytes) or on_error=drop (they are cleaned
+ * and counted in lost_bytes).  Either way every handle open at the time
+ * sees the error at its next fsync.
+ * retry_timeout=SECONDS (on_error=retry; default 30; "0.5", "250ms"
+ * work too) bounds the retrying: once every write of the device has
+ * failed for that long (none succeeded since the first failure) while it
+ * holds pages at risk, callers that would wait for it get its error
+ * instead of waiting for ever: a writer the throttle would pause
+ * (wbc_pwrite), a page allocation that only its pages hold up, and
+ * wbc_cache_close (which retries until then).  The pages stay dirty,
+ * counted in at_risk_bytes, and are still retried in the background;
+ * the first write that succeeds ends it, and writers wait again.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
  * for a cache page smaller than the logical block size O_DIRECT needs on
  * a file:/dir: backend (its writes could never succeed; pages at least
@@ -167,7 +187,10 @@ ssize_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off);
  * Never does I/O beyond reading in a partially overwritten page; may wait
  * for writeback when the dirty limit is reached or no page is free.
  * Returns @len, -EINVAL when off + len overflows or exceeds 2^62, -EBADF for
- * a closed handle, or the backend's -errno from a failed read-in.
+ * a closed handle, or the backend's -errno from a failed read-in.  When
+ * the device is dead (its writes failing beyond its retry_timeout, see
+ * wbc_dev_add) and the call would wait for it: the bytes copied so far if
+ * any (less than @len), else the device's write error (e.g. -EIO).
  */
 ssize_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off);
 
@@ -269,6 +292,13 @@ struct wbc_dev_stats {
 	/* files in writeback's lists (the kernel's b_dirty, b_io, b_more_io)
 	 * and the time buckets b_dirty is kept in */
 	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
+	/* failing writes (on_error=retry): its pages dirty again after a
+	 * failed write; how long its writes have failed with none succeeding
+	 * (0: not failing); and the error callers get instead of waiting
+	 * once that is past its retry_timeout (0: they wait) */
+	uint64_t at_risk_bytes;
+	uint64_t failing_ns;
+	int dead_error;
 };
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
 /* The hold time (ns) under which @pct percent (0..100) of the list-lock

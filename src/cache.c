@@ -294,18 +294,72 @@ int wbc_cache_sync(wbc_cache *c)
 
 void dev_destroy(struct wbc_dev *dev);   /* device.c */
 
-int wbc_cache_close(wbc_cache *c)
+/* Retries at close: the first after CLOSE_RETRY_MIN_NS, doubling to
+ * CLOSE_RETRY_MAX_NS (the flusher's backoff of a failed file). */
+#define CLOSE_RETRY_MIN_NS (100ull * 1000 * 1000)
+#define CLOSE_RETRY_MAX_NS (5000ull * 1000 * 1000)
+
+/*
+ * The retry policy at close: pages whose writes failed are not given up
+ * at the first failure, but synced again, with a backoff, until they are
+ * written or their device is dead (dev_dead_error: it failed every write
+ * for its retry_timeout).  What is left then, dev_destroy drops and counts
+ * lost.  Returns the first error a sync returned.
+ */
+static int close_retry(struct wbc_cache *c)
+{
+	int first = 0;
+	uint64_t backoff = CLOSE_RETRY_MIN_NS;
+	for (;;) {
+		uint64_t now = wbc_now_ns(), wait = backoff;
+		bool pending = false;
+		/* devices are only added at the head: the list is stable */
+		for (struct wbc_dev *d = c->devs; d; d = d->next) {
+			if (d->on_error != WBC_ON_ERROR_RETRY || ctr_unclean(&d->ctr) <= 0 ||
+			    dev_dead_error(d, now))
+				continue;
+			pending = true;
+			/* not past the moment it is given up */
+			uint64_t since = atomic_load(&d->fail_since);
+			if (since && since + d->retry_timeout_ns > now)
+				wait = WBC_MIN(wait, since + d->retry_timeout_ns - now);
+		}
+		if (!pending)
+			return first;
+		struct timespec ts = { .tv_sec = (time_t)(wait / 1000000000ull),
+				       .tv_nsec = (long)(wait % 1000000000ull) };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+		backoff = WBC_MIN(backoff * 2, CLOSE_RETRY_MAX_NS);
+		for (struct wbc_dev *d = c->devs; d; d = d->next) {
+			if (d->on_error != WBC_ON_ERROR_RETRY || ctr_unclean(&d->ctr) <= 0)
+				continue;
+			int e = wbc_dev_sync(d);
+			if (e && !first)
+				first = e;
+		}
+	}
+}
+
+int wbc_cache_close_stats(wbc_cache *c, struct wbc_stats *st)
 {
 	if (!c)
 		return 0;
 	int err = wbc_cache_sync(c);
+	int rerr = close_retry(c);
+	if (rerr && !err)
+		err = rerr;
 	struct wbc_dev *d = c->devs;
 	while (d) {
 		struct wbc_dev *next = d->next;
 		dev_destroy(d);
 		d = next;
 	}
+	c->devs = NULL;
+	c->nr_devs = 0;
 	assert(ctr_dirty(&c->ctr) == 0 || err);
+	if (st)
+		wbc_stats(c, st);   /* lost_bytes: what could not be written */
 	int uerr = arena_unmap(c->arena, c->arena_len);
 	if (!uerr)
 		uerr = arena_unmap(c->pages, c->pages_len);
@@ -321,6 +375,11 @@ int wbc_cache_close(wbc_cache *c)
 	pthread_mutex_destroy(&c->dev_lock);
 	free(c);
 	return err;
+}
+
+int wbc_cache_close(wbc_cache *c)
+{
+	return wbc_cache_close_stats(c, NULL);
 }
 
 bool cache_page_in_arena(const struct wbc_cache *c, const void *addr)
@@ -421,13 +480,15 @@ void cache_wake_page_waiters(struct wbc_cache *c)
 /*
  * Take a page for new data: from the free list, else by reclaiming a clean
  * one, else wait until writeback cleans one.  Returns a page in transit
- * (unbound, flags 0).  Never fails: a full arena of dirty pages is always
- * being written back by the flushers kicked here.
+ * (unbound, flags 0).  A full arena of dirty pages is being written back
+ * by the flushers kicked here, and the wait ends when one is cleaned;
+ * except when every device that holds them is dead (its writes failing
+ * for its retry_timeout): then, after a second look, NULL and that error.
  */
-struct page *page_alloc(struct wbc_cache *c)
+struct page *page_alloc(struct wbc_cache *c, int *err)
 {
 	uint64_t swept = 0;
-	bool waited = false;
+	bool waited = false, dead_seen = false;
 	pthread_mutex_lock(&c->lru_lock);
 	for (;;) {
 		struct page *p = c->free_list;
@@ -462,6 +523,15 @@ struct page *page_alloc(struct wbc_cache *c)
 			atomic_fetch_add(&c->st_page_waits, 1);
 		}
 		pthread_mutex_unlock(&c->lru_lock);
+		/* Dead devices hold the pages: fail on the second time in a
+		 * row (the first may have missed a page some reader or writer
+		 * held for its copy, and freed since). */
+		int e = cache_dead_error(c, wbc_now_ns());
+		if (e && dead_seen) {
+			*err = e;
+			return NULL;
+		}
+		dead_seen = e != 0;
 		wakeup_flusher_threads(c, true);
 		pthread_mutex_lock(&c->lru_lock);
 		c->free_waiters++;

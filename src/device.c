@@ -7,13 +7,13 @@
 void handles_close_dev(struct wbc_dev *dev);   /* file.c */
 
 /* The per-device tunables any spec takes, beside its backend's options. */
-enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_NR };
+enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT, T_NR };
 static const char *const tunable_keys[T_NR] = {
 	[T_MIN_RATIO] = "min_ratio", [T_MAX_RATIO] = "max_ratio", [T_MAX_BYTES] = "max_bytes",
-	[T_STRICT] = "strict_limit", [T_ON_ERROR] = "on_error",
+	[T_STRICT] = "strict_limit", [T_ON_ERROR] = "on_error", [T_RETRY_TIMEOUT] = "retry_timeout",
 };
 #define TUNABLES_HELP "min_ratio=0..100, max_ratio=1..100, max_bytes=SIZE, " \
-		      "strict_limit=0|1, on_error=retry|drop"
+		      "strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS"
 
 /* Set tunable @k from @val; false when the value is out of its range. */
 static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
@@ -23,6 +23,13 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
 		if (strcmp(val, "retry") && strcmp(val, "drop"))
 			return false;
 		dev->on_error = strcmp(val, "retry") ? WBC_ON_ERROR_DROP : WBC_ON_ERROR_RETRY;
+		return true;
+	}
+	if (k == T_RETRY_TIMEOUT) {
+		double secs;
+		if (wbc_parse_time(val, &secs))
+			return false;
+		dev->retry_timeout_ns = wbc_secs_to_ns(secs);
 		return true;
 	}
 	if (wbc_parse_size(val, &v))
@@ -127,6 +134,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 		return -ENOMEM;
 	}
 	dev->max_ratio = 100;
+	dev->retry_timeout_ns = WBC_RETRY_TIMEOUT_NS;
 	struct backend *be;
 	int err = take_dev_opts(dev, bspec, msg, msglen);
 	if (!err)
@@ -344,6 +352,10 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->files_io = count_read(&dev->nr_b_io) + atomic_load(&dev->nr_taken);
 	st->files_more_io = count_read(&dev->nr_b_more_io);
 	st->dirty_buckets = count_read(&dev->nr_buckets);
+	uint64_t now = wbc_now_ns(), since = atomic_load(&dev->fail_since);
+	st->at_risk_bytes = (uint64_t)WBC_MAX(atomic_load(&dev->at_risk_pages), 0) * ps;
+	st->failing_ns = since && now > since ? now - since : 0;
+	st->dead_error = dev_dead_error(dev, now);
 	return 0;
 }
 

@@ -466,8 +466,10 @@ static void drop_pages_from_locked(struct inode *ino, uint64_t first)
 		ino->nr_dirty -= dropped_dirty;
 		account_dropped(ino, (long)dropped_dirty);
 	}
-	if (dropped_err)
+	if (dropped_err) {
 		atomic_fetch_sub(&c->st_at_risk_pages, (long long)dropped_err);
+		atomic_fetch_sub(&dev->at_risk_pages, (long long)dropped_err);
+	}
 }
 
 void inode_drop_all_pages(struct inode *ino)
@@ -695,8 +697,10 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 			break;
 		}
 		pthread_mutex_unlock(&ino->lock);
-		spare = page_alloc(c);
+		spare = page_alloc(c, &err);
 		pthread_mutex_lock(&ino->lock);
+		if (!spare)
+			break;   /* only dead devices hold the pages */
 	}
 	cl->isize = ino->i_size;
 	cl->dirtied = cl->newly = false;
@@ -877,14 +881,19 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 	while (done < len) {
 		uint64_t pos = off + done;
 		size_t n = WBC_MIN(c->page_size - (size_t)(pos & (c->page_size - 1)), len - done);
+		/* a thread whose last check failed (a dead device) checks
+		 * again before it dirties more: it never adds to a dirty limit
+		 * that nothing drains */
+		if (throttle_due() && (err = balance_dirty_pages(dev, ino->group)))
+			break;
 		int r = write_page(ino, pos, (const char *)buf + done, n);
 		if (r < 0) {
 			err = r;
 			break;
 		}
 		done += n;
-		if (r && throttle_dirtied())
-			balance_dirty_pages(dev, ino->group);
+		if (r && throttle_dirtied() && (err = balance_dirty_pages(dev, ino->group)))
+			break;
 	}
 	pthread_rwlock_unlock(&ino->rwsem);
 	pcount_add(&c->st_written, (long long)done);

@@ -175,6 +175,65 @@ void dev_record_error(struct wbc_dev *dev, int err)
 	pthread_mutex_unlock(&dev->err_lock);
 }
 
+/*
+ * How long the device has failed (the retry policy's bound).  A failed
+ * write starts the clock unless it runs; a write that succeeds stops it.
+ * Waiters compare with retry_timeout (dev_dead_error): a store that
+ * failed every write for that long makes callers that wait for it fail
+ * with its error, while its pages stay dirty, at risk and retried in the
+ * background; the first write that succeeds ends it.
+ *
+ *   write:   ok  ok  FAIL  FAIL ... FAIL  FAIL   ok
+ *   clock:   -   -   t0 ----------------------->  -
+ *   waiters: wait ......... (t0 + retry_timeout) fail ... | wait again
+ */
+static void dev_write_failed(struct wbc_dev *dev, int err, uint64_t now)
+{
+	atomic_store_explicit(&dev->last_err, err, memory_order_relaxed);
+	unsigned long long none = 0;
+	atomic_compare_exchange_strong(&dev->fail_since, &none, now ? now : 1);
+}
+
+static void dev_write_ok(struct wbc_dev *dev)
+{
+	/* a load first: a healthy device's line stays shared */
+	if (atomic_load_explicit(&dev->fail_since, memory_order_relaxed))
+		atomic_store(&dev->fail_since, 0);
+}
+
+int dev_dead_error(struct wbc_dev *dev, uint64_t now)
+{
+	if (dev->on_error != WBC_ON_ERROR_RETRY)
+		return 0;   /* drop: failed pages are cleaned, nothing waits */
+	uint64_t since = atomic_load(&dev->fail_since);
+	/* with no page at risk the clock says nothing of the writes to come
+	 * (the failed pages were truncated away): they get their try */
+	if (!since || atomic_load(&dev->at_risk_pages) <= 0 || now < since ||
+	    now - since < dev->retry_timeout_ns)
+		return 0;
+	int err = atomic_load_explicit(&dev->last_err, memory_order_relaxed);
+	return err ? err : -EIO;
+}
+
+int cache_dead_error(struct wbc_cache *c, uint64_t now)
+{
+	int err = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next) {
+		if (ctr_unclean(&d->ctr) <= 0)
+			continue;
+		int e = dev_dead_error(d, now);
+		if (!e) {
+			err = 0;   /* a live device will free pages */
+			break;
+		}
+		if (!err)
+			err = e;
+	}
+	pthread_mutex_unlock(&c->dev_lock);
+	return err;
+}
+
 /* ------------------------------------------------------------------ */
 /* writeback completion                                                 */
 
@@ -311,14 +370,19 @@ static void wb_end_io(struct wbc_bio *bio)
 		atomic_fetch_add(&c->st_write_errors, 1);
 		if (!retry)
 			atomic_fetch_add(&c->st_lost, len);
+		else
+			dev_write_failed(dev, err, wbc_now_ns());
 		dev_record_error(dev, err);
-	} else if (eb.open) {
-		eb.bytes += len;
-		eb.ios++;
 	} else {
-		atomic_fetch_add(&c->st_written_back, len);
-		atomic_fetch_add(&c->st_write_ios, 1);
-		atomic_fetch_add(&dev->completed_bytes, len);
+		dev_write_ok(dev);
+		if (eb.open) {
+			eb.bytes += len;
+			eb.ios++;
+		} else {
+			atomic_fetch_add(&c->st_written_back, len);
+			atomic_fetch_add(&c->st_write_ios, 1);
+			atomic_fetch_add(&dev->completed_bytes, len);
+		}
 	}
 	pthread_mutex_lock(&ino->lock);
 	for (unsigned i = 0; i < n; i++) {
@@ -357,8 +421,10 @@ static void wb_end_io(struct wbc_bio *bio)
 		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
 	size_dirty = !err && ino->backend_size != ino->i_size;
 	/* counters before the wakeup: an fsync that wakes sees them settled */
-	if (at_risk_delta)
+	if (at_risk_delta) {
 		atomic_fetch_add(&c->st_at_risk_pages, at_risk_delta);
+		atomic_fetch_add(&dev->at_risk_pages, at_risk_delta);
+	}
 	if (retry) {
 		account_redirtied(ino, n);
 	} else if (eb.open) {

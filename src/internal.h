@@ -655,9 +655,22 @@ struct wbc_dev {
 
 	/* tunables (spec options), fixed after add */
 	int on_error;                   /* WBC_ON_ERROR_RETRY or _DROP */
+	/* retry policy: how long writes may fail without one succeeding
+	 * before callers that wait for the device get its error */
+	uint64_t retry_timeout_ns;
 	unsigned min_ratio, max_ratio;  /* percent of thresh */
 	uint64_t max_bytes;             /* 0: none */
 	bool strict_limit;
+
+	/* Failing writes (the retry policy; dev_write_failed and _ok in
+	 * completions, dev_dead_error for waiters): lock-free, read by
+	 * throttled writers.  fail_since: when the first write failed since
+	 * the last one that succeeded (ns; 0: none failing); last_err: the
+	 * latest write error; at_risk_pages: the device's pages dirty again
+	 * after a failed write (its part of the cache's st_at_risk_pages). */
+	atomic_ullong fail_since __attribute__((aligned(64)));
+	atomic_int last_err;
+	atomic_llong at_risk_pages;
 
 	/* bandwidth.c: bw_lock (updates); readers use the atomics */
 	pthread_mutex_t bw_lock __attribute__((aligned(64)));
@@ -754,7 +767,10 @@ static inline char *page_data(const struct wbc_cache *c, const struct page *p)
 }
 
 /* cache.c */
-struct page *page_alloc(struct wbc_cache *c);            /* waits for a page */
+/* A free page, waiting for one as long as writeback can free one; NULL
+ * and -errno in *@err once only dead devices hold the unfreeable pages
+ * (cache_dead_error). */
+struct page *page_alloc(struct wbc_cache *c, int *err);
 void page_free_locked(struct wbc_cache *c, struct page *p);  /* lru_lock held */
 void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index);
 void page_release(struct wbc_cache *c, struct page *p);  /* unbind + free */
@@ -915,7 +931,11 @@ bool over_bg_thresh(struct wbc_cache *c);
 /* Dirty pages above the background threshold of the cache or of the
  * group furthest above its own; 0 or less when none is above. */
 long over_bg_pages(struct wbc_cache *c);
-void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
+/* Pause the calling thread as the control line says.  Returns 0, or the
+ * device's error when the thread is to be throttled and the device is
+ * dead (dev_dead_error): the thread then stays due (throttle_due) and
+ * must not dirty more before a call that returns 0. */
+int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
 /* Count one newly dirtied page; true when the caller should call
  * balance_dirty_pages (its thread reached its check interval). */
 bool throttle_dirtied(void);
@@ -923,6 +943,8 @@ bool throttle_dirtied(void);
  * sleeping (wbc_pwrite_nowait); end returns the sum. */
 void throttle_defer_begin(void);
 uint64_t throttle_defer_end(void);
+/* The calling thread is due for balance_dirty_pages (its last one failed). */
+bool throttle_due(void);
 void account_dirtied(struct inode *ino, long n);
 void account_writeback(struct inode *ino, long n);   /* dirty -> writeback */
 void account_cleaned(struct inode *ino, long n);     /* writeback -> clean */
@@ -949,7 +971,19 @@ double prop_fraction(struct wbc_dev *dev);
 long writeback_slice_pages(struct wbc_dev *dev);
 #define WBC_INIT_BW (100ull << 20)   /* Linux INIT_BW: 100 MB/s before any sample */
 
-/* errors */
+/* errors (flusher.c) */
 void dev_record_error(struct wbc_dev *dev, int err);
+/* Default of the retry_timeout tunable: the SCSI disk driver's default
+ * command timeout (sd, 30 s): a store that completes no write for that
+ * long is not coming back soon. */
+#define WBC_RETRY_TIMEOUT_NS (30ull * 1000 * 1000 * 1000)
+/* The device's write error when it holds pages whose writes failed and
+ * none of its writes succeeded for at least its retry_timeout (retry
+ * policy): waiting for it is waiting for nothing.  Else 0. */
+int dev_dead_error(struct wbc_dev *dev, uint64_t now);
+/* The error of the cache's dead devices when every device that holds
+ * unclean pages is dead (no page will be freed until one recovers);
+ * 0 when some device holding them is alive, or none holds any. */
+int cache_dead_error(struct wbc_cache *c, uint64_t now);
 
 #endif

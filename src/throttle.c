@@ -49,6 +49,14 @@
  * paused, so a stalled device cannot hold up writers to other devices
  * (the kernel's "give the other good wb's a pipe").  Writers never do I/O.
  *
+ * A DEAD DEVICE.  A writer to be throttled for a device whose writes have
+ * all failed for its retry_timeout (retry policy, dev_dead_error) is not
+ * paused: balance_dirty_pages returns the device's error, and the thread
+ * stays due, so that its next write checks again before it dirties
+ * anything (wbc_pwrite): pauses would wait for writeback that is not
+ * coming.  Its dirty pages stay, counted at risk, retried in the
+ * background; once a write succeeds, writers are paused as before.
+ *
  * SLACK (invariant 2): a thread may dirty up to its interval before it
  * checks, and the interval is capped at throttle_slack_pages(); a device
  * passing as "nearly clean" adds at most its pass allowance (at most
@@ -329,6 +337,11 @@ uint64_t throttle_defer_end(void)
 	return tls.deferred_ns;
 }
 
+bool throttle_due(void)
+{
+	return tls.nr_dirtied >= tls.nr_dirtied_pause;
+}
+
 void wbc_thread_stats(struct wbc_thread_stats *st)
 {
 	if (st)
@@ -361,7 +374,7 @@ static void sleep_ns(uint64_t ns)
 		;
 }
 
-void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
+int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 {
 	struct wbc_cache *c = dev->cache;
 	long slack = (long)throttle_slack_pages(c);
@@ -389,7 +402,7 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			tls.nr_dirtied = 0;
 			tls.nr_dirtied_pause = intv;
 			tls.paused_when = now;
-			return;
+			return 0;
 		}
 		/* pass: this writer's device holds little of its share (a pipe
 		 * through a domain filled by some other, slower or stalled,
@@ -405,12 +418,19 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			tls.nr_dirtied = 0;
 			tls.nr_dirtied_pause = WBC_MAX(WBC_MIN((long)pass - unclean, slack), 1);
 			tls.paused_when = now;
-			return;
+			return 0;
 		}
 
 		/* throttled: make sure this device's own pages are moving */
 		if (ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);
+		/* ... unless none of them has moved for its retry_timeout:
+		 * then this writer would wait for nothing (its counters stay
+		 * as they are: it is still due, and checks before it dirties
+		 * more) */
+		int err = dev_dead_error(dev, now);
+		if (err)
+			return err;
 		double pos = writer_pos_ratio(dev, grp, &gd, &wb_thresh);
 		/* near the limit, each thread may take only a small part of
 		 * what is left before it checks again */
@@ -439,7 +459,7 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 				long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
 				tls.nr_dirtied_pause = tls.nr_dirtied +
 					WBC_MAX(WBC_MIN(WBC_MIN(next, slack), gap_share), 1);
-				return;
+				return 0;
 			}
 			pause = (uint64_t)WBC_MIN(p, (double)max_pause);
 		}
@@ -463,10 +483,10 @@ void balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		/* a deferred pause is waited before the caller's next write,
 		 * which checks again then */
 		if (rate >= 1 || tls.defer)
-			return;
+			return 0;
 		/* at or over the limit: pause again until below it */
 		dom_global(c, &gd);
 		if (gd.dirty < gd.limit && (!grp || (dom_group(grp, &md), md.dirty < md.limit)))
-			return;
+			return 0;
 	}
 }

@@ -86,4 +86,15 @@ sh -c 'ln -s "$1/outside/f" "$1/d/f.$$.0" && ln -s "$1/outside" "$1/d/d.$$.0" &&
 	fail "run with links in its directory"
 [ -z "$(ls -A "$dir/d")" ] || fail "run left its names behind: $(ls -A "$dir/d")"
 [ "$(cat "$dir/outside/f")" = keep ] || fail "the clean-up followed a link"
+
+# a store that fails every write (on_error=retry, the default): the run
+# ends with the error and a non-zero exit once retry_timeout is over; what
+# it could not write is reported lost (the command's own timeout is only
+# a watchdog)
+out=$(timeout 120 $W run dd --dev model:errp=1,retry_timeout=1 --size 256M --mem 64M --quiet 2>&1)
+rc=$?
+[ $rc -eq 1 ] || fail "run on a dead store: exit $rc, expected 1: $out"
+echo "$out" | grep -q "a writer failed: Input/output error" || fail "no writer error: $out"
+echo "$out" | grep -q "MiB of written data lost" || fail "no loss reported: $out"
+$W run --help | grep -q "retry_timeout" || fail "run --help does not name retry_timeout"
 echo "cli: ok"

@@ -16,6 +16,8 @@ int main(void)
 		/* a tunable is an option like the others, first or not */
 		"model:min_ratio=5", "model:on_error=drop,bw=1M", "model:discard=1,min_ratio=5",
 		"model,max_ratio=50", "model:", "mem,on_error=drop",
+		"model:errp=1,retry_timeout=0.5", "mem,retry_timeout=250ms", "model:retry_timeout=0",
+		"model:errn=3",
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
 		wbc_dev *d;
@@ -40,6 +42,8 @@ int main(void)
 		{ "model:discard=0,min_ratio=500", "min_ratio=500" },
 		{ "mem,min_ratio=500", "min_ratio=500" }, { "model:on_error=never", "on_error" },
 		{ "model:min_ratio=5,bogus=1", "bogus" }, { "mem,,min_ratio=1", "mem," },
+		{ "mem,retry_timeout=-1", "retry_timeout" }, { "model:retry_timeout=soon", "retry_timeout" },
+		{ "model:errn=x", "errn" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		wbc_dev *d = NULL;

@@ -438,7 +438,11 @@ static void run_usage(FILE *out)
 "options:\n"
 "  --dev SPEC         a device (repeat for several): mem, model:bw=200M,lat=1ms,qd=32,\n"
 "                     file:PATH, dir:PATH; default dir:DIR; jbod default: four model\n"
-"                     devices at 25/50/100/200 MB/s\n"
+"                     devices at 25/50/100/200 MB/s.  Any spec takes the device\n"
+"                     tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
+"                     strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS\n"
+"                     (retry: writers fail once every write has failed that long;\n"
+"                     default 30)\n"
 "  --dir DIR          data directory (default $WBCACHE_DIR or " DEFAULT_DIR ")\n"
 "  --threads N        writers (jbod: per device; default 1, jbod 2)\n"
 "  --size SIZE        dd: total bytes (default 1G)\n"
@@ -707,11 +711,17 @@ int cmd_run(int argc, char **argv)
 		if (R.w[i].err && !werr)
 			werr = R.w[i].err;
 	report(secs);
-	if (werr)
-		fprintf(stderr, "wbcache: a writer failed: %s\n", wbc_strerror(werr));
-	int cerr = wbc_cache_close(R.cache);
+	if (werr) {
+		wbc_stats(R.cache, &st);
+		fprintf(stderr, "wbcache: a writer failed: %s (%.1f MiB dirty, %.1f MiB of it at "
+			"risk after failed writes)\n", wbc_strerror(werr),
+			(double)(st.dirty_bytes + st.writeback_bytes) / MiB,
+			(double)st.at_risk_bytes / MiB);
+	}
+	int cerr = wbc_cache_close_stats(R.cache, &st);
 	if (cerr)
-		fprintf(stderr, "wbcache: writeback at close failed: %s\n", wbc_strerror(cerr));
+		fprintf(stderr, "wbcache: writeback at close failed: %s (%.1f MiB of written data "
+			"lost)\n", wbc_strerror(cerr), (double)st.lost_bytes / MiB);
 	if (o->trace) {
 		int e = trace_csv(o->trace, R.s, R.ns);
 		if (e)

@@ -2,7 +2,7 @@
  * Device model backend: RAM storage served at a configured speed.
  *
  *   model:bw=200M,lat=1ms,iops=0,qd=32,sched=5s@10%;8s@100%,
- *         err=OFF+LEN,errp=0.001,stall=T+D,seed=N
+ *         err=OFF+LEN,errp=0.001,errn=N,stall=T+D,seed=N
  *
  * Each I/O occupies the device's transfer pipe for max(len / bw, 1 / iops)
  * seconds, in submission order (one pipe: bandwidth is shared by all I/Os
@@ -10,7 +10,8 @@
  * factor from a time on (seconds since the device was added).  `stall`
  * holds every completion due in [T, T+D) until T+D.  `err` fails writes
  * that touch byte range [OFF, OFF+LEN) with EIO, `errp` fails each write
- * with that probability; a failed write stores nothing.
+ * with that probability, `errn` fails the first N writes (a fault that
+ * ends by itself); a failed write stores nothing.
  *
  * One service thread per device completes I/Os in due order: it copies the
  * data at completion time and runs end_io.  Storage is the mem backend.
@@ -45,6 +46,7 @@ struct model_cfg {
 	unsigned nr_sched;
 	uint64_t err_off, err_len;  /* err_len 0: none */
 	double errp;
+	uint64_t errn;              /* writes still to fail (m->lock), from the first */
 	double stall_at, stall_for; /* stall_for 0: none */
 	uint64_t seed;
 	bool discard;               /* keep sizes only, like null_blk */
@@ -175,6 +177,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				cfg->err_off = off;
 				cfg->err_len = len;
 			}
+		} else if (!strcmp(kv, "errn")) {
+			rc = wbc_parse_size(v, &cfg->errn);
 		} else if (!strcmp(kv, "errp")) {
 			rc = parse_double(v, 0, 1, &cfg->errp);
 		} else if (!strcmp(kv, "stall")) {
@@ -198,7 +202,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 		}
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
-				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P stall=T+D seed=N discard=0|1, "
+				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N stall=T+D seed=N "
+				 "discard=0|1, "
 				 "and the device tunables)",
 				 kv, v);
 	}
@@ -373,6 +378,10 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 			res = -EIO;
 		if (cfg->errp > 0 && (double)(rng_next(&m->rng) >> 11) / 9007199254740992.0 < cfg->errp)
 			res = -EIO;
+		if (m->cfg.errn) {
+			m->cfg.errn--;
+			res = -EIO;
+		}
 	}
 	struct pending p = { .due_ns = ns_add(m->t0, wbc_secs_to_ns(done)), .seq = m->seq++,
 			     .bio = bio, .res = res };
