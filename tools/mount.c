@@ -1438,14 +1438,21 @@ static int xattr_path(struct node *n, char *path, size_t len)
 
 static size_t stats_text(char *buf, size_t len);
 
-/* Write back and flush everything: the errors met since the previous
- * such sync, and -EIO while data stays at risk after it. */
+/* Write back and flush everything (`wbcache umount`): 0 once every byte
+ * is on the backing store; the error while data stays at risk, or when
+ * data was dropped (on_error=drop) since the previous such sync.  An error
+ * that a later write made good is not one: each open file's fsync has
+ * reported it already. */
 static int mount_sync(void)
 {
+	static _Atomic uint64_t lost_seen;
 	int err = wbc_cache_sync(M.cache);
 	struct wbc_stats s;
 	wbc_stats(M.cache, &s);
-	return !err && s.at_risk_bytes ? -EIO : err;
+	uint64_t seen = atomic_exchange(&lost_seen, s.lost_bytes);
+	if (!s.at_risk_bytes && s.lost_bytes == seen)
+		return 0;
+	return err ? err : -EIO;
 }
 
 static void reply_xattr_value(fuse_req_t req, size_t size, const char *val, ssize_t n)
@@ -1771,6 +1778,8 @@ static void mount_usage(FILE *out)
 "     dirty_expire_centisecs=N, dirty_writeback_centisecs=N\n"
 "     min_ratio=N, max_ratio=N, max_bytes=SIZE, strict_limit=0|1,\n"
 "     on_error=retry|drop             the device's tunables\n"
+"     retry_timeout=SECONDS           retry failing writes that long (default\n"
+"                                     30), then writers and fsync get the error\n"
 "     qd=N, max_io=SIZE, direct=0|1   the backing I/O (io_uring, O_DIRECT)\n"
 "     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
 "     noatime, ...                    FUSE and mount options\n"
@@ -1810,7 +1819,7 @@ static int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t 
 			*val++ = '\0';
 		uint64_t v;
 		const char *devkeys[] = { "min_ratio", "max_ratio", "max_bytes", "strict_limit",
-					  "on_error", "qd", "max_io", "direct" };
+					  "on_error", "retry_timeout", "qd", "max_io", "direct" };
 		bool devkey = false;
 		for (size_t i = 0; i < sizeof(devkeys) / sizeof(devkeys[0]); i++)
 			devkey |= !strcmp(kv, devkeys[i]);
@@ -2152,16 +2161,15 @@ out:
 		 * and lost nothing is logged; data not written makes it 1. */
 		int err = wbc_cache_sync(M.cache);
 		struct wbc_stats s;
-		wbc_stats(M.cache, &s);
 		if (err)
 			logmsg("a writeback error was met: %s", wbc_strerror(err));
-		if (s.at_risk_bytes || s.lost_bytes) {
-			logmsg("writeback at unmount failed: %" PRIu64 " bytes not written, "
-			       "%" PRIu64 " bytes lost", s.at_risk_bytes, s.lost_bytes);
+		/* a store that keeps failing is retried for its retry_timeout;
+		 * what is still unwritten then is counted lost */
+		err = wbc_cache_close_stats(M.cache, &s);
+		if (s.lost_bytes) {
+			logmsg("writeback at unmount failed: %" PRIu64 " bytes lost", s.lost_bytes);
 			status = 1;
-		}
-		err = wbc_cache_close(M.cache);
-		if (err) {
+		} else if (err) {
 			logmsg("writeback at unmount failed: %s", wbc_strerror(err));
 			status = 1;
 		}

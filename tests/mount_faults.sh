@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A full backing file system through the mount (default mode): writers
+# get ENOSPC once the store has failed for retry_timeout, never hang;
+# a writer paused by the throttle dies at once on SIGKILL; metadata
+# answers meanwhile; fsync reports the error; SIGTERM ends the daemon,
+# and in the foreground the unwritten data makes the exit status 1.
+# The waits below are watchdogs against hangs, not timings.
+set -u
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "skip: needs root (tmpfs)"; exit 77; }
+. tests/mountlib.bash
+mkdir "$top/tiny"
+mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null || skip "cannot mount a tmpfs"
+extra_cleanup() { mountpoint -q "$top/tiny" && umount -l "$top/tiny"; }
+bk=$top/tiny
+
+# ---- writers end with ENOSPC (retry_timeout 2 s), metadata answers
+do_mount "mem=64M,retry_timeout=2"
+for i in 1 2 3 4; do
+	( timeout 120 dd if=/dev/zero of="$mt/w$i" bs=1M count=100 status=none 2>"$top/dd$i.err"
+	  echo $? >"$top/dd$i.rc" ) &
+done
+sleep 1
+timeout 20 ls "$mt" >/dev/null || fail "ls did not answer while writers were stuck on a full store"
+timeout 20 stat "$mt/w1" >/dev/null || fail "stat did not answer"
+timeout 20 "$W" stat "$mt" >/dev/null || fail "wbcache stat did not answer"
+wait
+for i in 1 2 3 4; do
+	rc=$(cat "$top/dd$i.rc")
+	[ "$rc" = 124 ] && fail "writer $i still ran after 120 s on a full store"
+	[ "$rc" != 0 ] || fail "writer $i succeeded on a full store"
+	grep -q "No space left" "$top/dd$i.err" || fail "writer $i: $(cat "$top/dd$i.err")"
+done
+python3 - "$mt" <<'PY' || fail "fsync on a full store"
+import os, sys, errno
+failed = 0
+for i in range(1, 5):
+    fd = os.open(os.path.join(sys.argv[1], "w%d" % i), os.O_WRONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+        failed += 1
+    os.close(fd)
+assert failed, "every fsync succeeded: nothing was at risk"
+PY
+"$W" stat "$mt" | awk '/^AtRisk:/ { exit $2 > 0 ? 0 : 1 }' || fail "no data counted at risk"
+
+# ---- SIGTERM ends the daemon (what it cannot write is counted lost)
+kill -TERM "$pid"
+wait_gone "$pid" 600 || fail "the daemon did not end at SIGTERM"
+pid=
+mountpoint -q "$mt" && fail "still mounted after SIGTERM"
+
+# ---- a writer paused by the throttle dies at once on SIGKILL
+rm -f "$bk"/*
+do_mount "mem=64M,retry_timeout=600"
+head -c 15000000 /dev/zero >"$bk/filler"   # the store is full
+dd if=/dev/zero of="$mt/k" bs=1M count=1000 status=none 2>/dev/null &
+dpid=$!
+for _ in $(seq 300); do
+	"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 > 0 ? 0 : 1 }' && break
+	sleep 0.1
+done
+"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 > 0 ? 0 : 1 }' || fail "the writer was never paused"
+kill -9 "$dpid"
+for _ in $(seq 100); do alive "$dpid" || break; sleep 0.1; done
+alive "$dpid" && fail "a paused writer survived SIGKILL for 10 s (state $(awk '{print $3}' /proc/$dpid/stat))"
+wait "$dpid" 2>/dev/null
+rm -f "$bk/filler"
+do_umount || fail "wbcache umount once space was freed: $(cat "$top/umount.log")"
+
+# ---- the foreground daemon: exit status 1 for data it could not write
+head -c 15000000 /dev/zero >"$bk/filler"
+"$W" mount "$bk" "$mt" -f -o mem=64M,retry_timeout=1 2>"$top/fg.log" &
+fg=$!
+for _ in $(seq 100); do mountpoint -q "$mt" && break; sleep 0.1; done
+pid=$fg
+head -c 8000000 /dev/zero >"$mt/lost" 2>/dev/null
+fusermount3 -u "$mt"
+wait "$fg"; rc=$?; pid=
+[ $rc = 1 ] || fail "exit status $rc with data that could not be written: $(cat "$top/fg.log")"
+grep -q "bytes lost" "$top/fg.log" || fail "no report of the loss: $(cat "$top/fg.log")"
+echo "mount fault tests passed"
