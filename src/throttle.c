@@ -57,6 +57,12 @@
  * coming.  Its dirty pages stay, counted at risk, retried in the
  * background; once a write succeeds, writers are paused as before.
  *
+ * Pages a dead device holds do not count for writers to other devices
+ * (dom_writer): nothing cleans them until it recovers, and writers to
+ * healthy devices must not wait for that (invariant 5).  So while a
+ * device is dead, dirty pages may exceed the limit by its pages; the
+ * arena still bounds them.
+ *
  * SLACK (invariant 2): a thread may dirty up to its interval before it
  * checks, and the interval is capped at throttle_slack_pages(); a device
  * passing as "nearly clean" adds at most its pass allowance (at most
@@ -374,6 +380,32 @@ static void sleep_ns(uint64_t ns)
 		;
 }
 
+/*
+ * Unclean pages of dead devices other than @dev (dev_dead_error): no
+ * writeback cleans them before their device recovers.  A writer to a
+ * live device does not count them in the global domain: waiting for them
+ * would stop it for as long as the other device is dead (invariant 5;
+ * a strict_limit device, which has no pass, waited for ever).  They stay
+ * in the arena, which bounds memory all the same (invariant 1).
+ */
+static double dead_pages_except(struct wbc_cache *c, struct wbc_dev *dev, uint64_t now)
+{
+	long n = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next)
+		if (d != dev && dev_dead_error(d, now))
+			n += ctr_unclean(&d->ctr);
+	pthread_mutex_unlock(&c->dev_lock);
+	return (double)n;
+}
+
+/* The global domain as a writer to @dev sees it. */
+static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
+{
+	dom_global(dev->cache, d);
+	d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
+}
+
 int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 {
 	struct wbc_cache *c = dev->cache;
@@ -381,7 +413,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 	for (;;) {
 		uint64_t now = wbc_now_ns();
 		struct dom gd, md = { 0 };
-		dom_global(c, &gd);
+		dom_writer(dev, &gd, now);
 		if (grp)
 			dom_group(grp, &md);
 		if (over_bg_thresh(c))
@@ -485,7 +517,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		if (rate >= 1 || tls.defer)
 			return 0;
 		/* at or over the limit: pause again until below it */
-		dom_global(c, &gd);
+		dom_writer(dev, &gd, wbc_now_ns());
 		if (gd.dirty < gd.limit && (!grp || (dom_group(grp, &md), md.dirty < md.limit)))
 			return 0;
 	}

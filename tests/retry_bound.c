@@ -18,6 +18,10 @@
  *   4. Close of a device that fails for a while (its first two writes,
  *      errn=2, retry_timeout=60) retries until the pages are written:
  *      it reports the error, loses nothing, and wrote the data back.
+ *   5. A dead device's pages hold the cache at its dirty limit: a writer
+ *      to another, healthy device writes on, also one with strict_limit
+ *      (which the pass for nearly clean devices does not let through: it
+ *      waited for ever, spinning).
  * No wall-clock assertion: a watchdog (alarm) only bounds a hang.
  */
 #include "testutil.h"
@@ -185,6 +189,31 @@ int main(void)
 	CHECK_EQ(wbc_cache_close_stats(c, &st), -EIO);
 	CHECK_EQ(st.lost_bytes, 0);
 	CHECK_EQ(st.written_back_bytes, CHUNK);
+
+	/* 5. writers to a healthy device beside a dead one at the limit */
+	const char *healthy[] = { "model:bw=1G,strict_limit=1", "model:bw=1G" };
+	for (size_t i = 0; i < sizeof(healthy) / sizeof(healthy[0]); i++) {
+		wbc_dev *b;
+		c = open_cache(16 * MiB, 20);
+		/* a second for its writer to reach the limit before it fails */
+		CHECK_EQ(wbc_dev_add(c, "model:errp=1,retry_timeout=1", &dev), 0);
+		CHECK_EQ(wbc_dev_add(c, healthy[i], &b), 0);
+		CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &f), 0);
+		for (off = 0; (r = wbc_pwrite(f, chunk, CHUNK, off)) > 0;)
+			off += (uint64_t)r;
+		CHECK_EQ(r, -EIO);
+		wbc_stats(c, &st);
+		printf("%s beside a dead device (%llu of %llu KiB dirty limit): ", healthy[i],
+		       (unsigned long long)(st.dirty_bytes + st.writeback_bytes) / KiB,
+		       (unsigned long long)st.limit_bytes / KiB);
+		CHECK(st.dirty_bytes + st.writeback_bytes >= st.limit_bytes);
+		t_stream(b, NULL, "b", STREAM, 5, 1);    /* every write and the fsync succeed */
+		wbc_dev_stats(b, &ds);
+		printf("%llu MiB written back\n", (unsigned long long)ds.written_back_bytes / MiB);
+		CHECK(ds.written_back_bytes >= STREAM);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), -EIO);
+	}
 	printf("retry_bound: ok\n");
 	return 0;
 }
