@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Security of a root mount with allow_other, as other users see it:
-# set-user-ID and set-group-ID bits cleared when an unprivileged user
-# writes, truncates or opens with O_TRUNC (kept for root, and S_ISGID kept
+# set-user-ID and set-group-ID bits (and a file capability) cleared when
+# an unprivileged user writes, truncates or opens with O_TRUNC (kept for root, and S_ISGID kept
 # without group execute, as the kernel does); files and directories made
 # in a set-group-ID directory take its group (directories its bit too);
 # the creator's umask is the one that counts, not the daemon's.
@@ -33,6 +33,25 @@ chmod 2666 "$mt/n"   # S_ISGID without group execute: stays (kernel rule)
 echo more | as_nobody tee -a "$mt/n" >/dev/null || fail "append as nobody (2666)"
 [ "$(mode "$mt/n")" = 2666 ] || fail "S_ISGID without g+x: mode $(mode "$mt/n")"
 grep -q more "$mt/w" || fail "the write itself"
+
+# ---- a file capability goes when another user writes (not when root does)
+echo data >"$mt/cap"; chmod 777 "$mt/cap"
+setcap() { python3 -c '
+import os, struct, sys
+# vfs_cap_data revision 2, effective, CAP_NET_BIND_SERVICE permitted
+os.setxattr(sys.argv[1], "security.capability", struct.pack("<5I", 0x02000001, 1 << 10, 0, 0, 0))' "$1"; }
+hascap() { python3 -c '
+import os, sys
+sys.exit(0 if "security.capability" in os.listxattr(sys.argv[1]) else 1)' "$1"; }
+if setcap "$bk/cap" 2>/dev/null; then
+	echo more >>"$mt/cap"
+	hascap "$bk/cap" || fail "a write by root removed the file capability"
+	echo more | as_nobody tee -a "$mt/cap" >/dev/null || fail "append as nobody (cap)"
+	hascap "$bk/cap" && fail "a write by nobody kept the file capability"
+	setcap "$mt/cap" || fail "setting a file capability through the mount"
+	as_nobody truncate -s 1 "$mt/cap" || fail "truncate as nobody (cap)"
+	hascap "$bk/cap" && fail "a truncate by nobody kept the file capability"
+fi
 
 # ---- set-group-ID directories
 mkdir "$mt/g"; chgrp 100 "$mt/g"; chmod 2777 "$mt/g"

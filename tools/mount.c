@@ -93,6 +93,9 @@ static void mutex_init_checked(pthread_mutex_t *m)
 #define MAXU(a, b) ((a) > (b) ? (a) : (b))
 #define MINU(a, b) ((a) < (b) ? (a) : (b))
 
+struct node;
+static void node_changed(struct node *n);
+
 struct node {
 	struct node *hnext;          /* mnt.lock */
 	uint64_t nlookup;            /* mnt.lock */
@@ -105,6 +108,7 @@ struct node {
 	bool is_reg;
 	bool hashed;                 /* mnt.lock: in the table (not replaced as stale) */
 	atomic_uint mode;            /* the last st_mode seen: kill_priv's quick test */
+	atomic_int caps;             /* security.capability: -1 not looked, 0 none, 1 set */
 	pthread_mutex_t lock;        /* the fields below */
 	unsigned opens;
 	atomic_uint kcache_opens;    /* of them, through the kernel's page cache */
@@ -241,8 +245,10 @@ static fuse_ino_t id_of(struct node *n)
  * the files the kernel may hold at once).
  */
 #define NFD_RING 8
-static __thread struct { uint64_t gen; int fd; } nfd_ring[NFD_RING];
-static __thread unsigned nfd_next;
+/* least recently used first out: a request's own nodes (at most four)
+ * are the most recent, so a miss never closes one it holds */
+static __thread struct { uint64_t gen; int fd; uint64_t used; } nfd_ring[NFD_RING];
+static __thread uint64_t nfd_clock;
 
 static pthread_key_t nfd_key;   /* closes a thread's ring when it exits */
 static pthread_once_t nfd_once = PTHREAD_ONCE_INIT;
@@ -271,13 +277,19 @@ static int nfd(struct node *n)
 	pthread_once(&nfd_once, nfd_key_create);
 	if (!pthread_getspecific(nfd_key))
 		pthread_setspecific(nfd_key, &nfd_ring);
-	for (unsigned i = 0; i < NFD_RING; i++)
-		if (nfd_ring[i].gen == n->gen && nfd_ring[i].fd > 0)
+	unsigned k = 0;
+	for (unsigned i = 0; i < NFD_RING; i++) {
+		if (nfd_ring[i].gen == n->gen && nfd_ring[i].fd > 0) {
+			nfd_ring[i].used = ++nfd_clock;
 			return nfd_ring[i].fd;
+		}
+		if (nfd_ring[i].used < nfd_ring[k].used)
+			k = i;
+	}
 	int fd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	unsigned k = nfd_next++ % NFD_RING;
+	nfd_ring[k].used = ++nfd_clock;
 	if (nfd_ring[k].fd > 0)
 		close(nfd_ring[k].fd);
 	nfd_ring[k].gen = n->gen;
@@ -390,11 +402,6 @@ static int engine_open(struct node *n, wbc_file **out)
 	return err;
 }
 
-static bool ts_after(struct timespec a, struct timespec b)
-{
-	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
-}
-
 /* The attributes of a node: the backing inode's, with the size, times and
  * blocks of data still in the cache.  Blocks: the backing file's plus what
  * is not yet written back (a sparse file stays sparse). */
@@ -422,11 +429,24 @@ static int stat_node(struct node *n, struct stat *st)
 	}
 	if (n->mtime_set)
 		st->st_mtim = n->mtime;
-	if (n->wrote && ts_after(n->ctime, st->st_ctim))
+	/* writeback moves the backing ctime too: while data went through
+	 * the engine, the file's is the last change made through the mount
+	 * (tar and rsync compare it) */
+	if (n->wrote && (n->ctime.tv_sec || n->ctime.tv_nsec))
 		st->st_ctim = n->ctime;
 	pthread_mutex_unlock(&n->lock);
 	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);
 	return 0;
+}
+
+/* A change of the node's inode through the mount (its ctime). */
+static void node_changed(struct node *n)
+{
+	if (!n->is_reg)
+		return;
+	pthread_mutex_lock(&n->lock);
+	clock_gettime(CLOCK_REALTIME, &n->ctime);
+	pthread_mutex_unlock(&n->lock);
 }
 
 /* Put the file's own mtime back on the backing file once its data is
@@ -510,6 +530,7 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 		n->nlookup = 1;
 		n->is_reg = S_ISREG(st.st_mode);
 		atomic_init(&n->mode, st.st_mode);
+		atomic_init(&n->caps, -1);
 		n->gen = atomic_fetch_add(&M.next_gen, 1);
 		mutex_init_checked(&n->lock);
 		insert_locked(n);
@@ -673,19 +694,31 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
  * work to the file system, FUSE_CAP_HANDLE_KILLPRIV): a write or truncate
  * by a caller without CAP_FSETID clears S_ISUID, and S_ISGID where group
  * execute is set (without it, S_ISGID marks mandatory locking and stays).
- * The caller's uid 0 stands for the capability.  The node's last seen
- * mode makes the common case one load.
+ * A file capability (the security.capability attribute) goes too, as
+ * the kernel's file_remove_privs removes it.  The caller's uid 0 stands
+ * for the capability.  The node's last seen mode, and whether it has a
+ * file capability (looked up once), make the common case two loads.
  */
+#define CAPS_XATTR "security.capability"
 static void kill_priv(fuse_req_t req, struct node *n)
 {
-	if (!(atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)))
+	int caps = atomic_load_explicit(&n->caps, memory_order_relaxed);
+	if (!(atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)) &&
+	    !caps)
 		return;
 	if (fuse_req_ctx(req)->uid == 0)
 		return;
 	struct stat st;
 	char path[64];
 	int fd = nfd(n);
-	if (fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+	if (fd >= 0 && caps) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (getxattr(path, CAPS_XATTR, NULL, 0) >= 0 && removexattr(path, CAPS_XATTR))
+			logmsg("removing a file capability failed: %s", strerror(errno));
+		atomic_store_explicit(&n->caps, 0, memory_order_relaxed);
+	}
+	if (fd >= 0 && (atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)) &&
+	    !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		mode_t kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
 		if (st.st_mode & kill) {
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -785,6 +818,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		fuse_reply_err(req, -err);
 		return;
 	}
+	node_changed(n);
 	if ((err = stat_node(n, &st)))
 		fuse_reply_err(req, -err);
 	else
@@ -870,10 +904,12 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	int nf = nfd(n), pf = nf < 0 ? -1 : nfd(p);
 	int err = nf < 0 || pf < 0 || linkat(nf, "", pf, newname, AT_EMPTY_PATH) ? errno : 0;
 	nfd_put(n, nf);
-	if (err)
+	if (err) {
 		fuse_reply_err(req, err);
-	else
-		reply_entry_of(req, p, newname);
+		return;
+	}
+	node_changed(n);
+	reply_entry_of(req, p, newname);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1539,6 +1575,10 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	}
 	int err = setxattr(path, name, value, size, flags) ? errno : 0;
 	nfd_put(n, fd);
+	if (!err && !strcmp(name, CAPS_XATTR))
+		atomic_store_explicit(&n->caps, 1, memory_order_relaxed);
+	if (!err)
+		node_changed(n);
 	fuse_reply_err(req, err);
 }
 
@@ -1553,6 +1593,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	}
 	int err = removexattr(path, name) ? errno : 0;
 	nfd_put(n, fd);
+	if (!err)
+		node_changed(n);
 	fuse_reply_err(req, err);
 }
 
