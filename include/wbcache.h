@@ -197,12 +197,14 @@ ssize_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off);
 /*
  * wbc_pwrite() that never sleeps in the throttle, for a server that
  * answers many writers from a few threads (a FUSE daemon): where
- * wbc_pwrite() would pause the calling thread, it returns at once and sets
- * *@pause_ns (may be NULL) to the pause owed, 0 if none.  The caller
- * delays the writer (its reply) by that long and keeps the thread for
- * other work; the writer's next write is checked again.  The throttle's
- * record is the calling thread's, as for wbc_pwrite().  It may still wait
- * for a free page.  Returns as wbc_pwrite().
+ * wbc_pwrite() would pause the calling thread, it stops there and returns
+ * the bytes copied so far (possibly 0), with *@pause_ns (may be NULL) set
+ * to the pause owed; 0 when none was (then it copied all @len, or failed).
+ * The caller waits that long without holding its thread (a timer) and
+ * then writes the rest the same way; the writer is answered when all of
+ * it is in.  The throttle's record is the calling thread's, as for
+ * wbc_pwrite().  It may still wait for a free page.  Otherwise returns as
+ * wbc_pwrite().
  */
 ssize_t wbc_pwrite_nowait(wbc_file *f, const void *buf, size_t len, uint64_t off,
 			  uint64_t *pause_ns);

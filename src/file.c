@@ -886,6 +886,8 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 		 * that nothing drains */
 		if (throttle_due() && (err = balance_dirty_pages(dev, ino->group)))
 			break;
+		if (throttle_owed())
+			break;      /* wbc_pwrite_nowait: the rest after the pause */
 		int r = write_page(ino, pos, (const char *)buf + done, n);
 		if (r < 0) {
 			err = r;
@@ -893,6 +895,8 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 		}
 		done += n;
 		if (r && throttle_dirtied() && (err = balance_dirty_pages(dev, ino->group)))
+			break;
+		if (throttle_owed())
 			break;
 	}
 	pthread_rwlock_unlock(&ino->rwsem);

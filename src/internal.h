@@ -939,9 +939,11 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
 /* Count one newly dirtied page; true when the caller should call
  * balance_dirty_pages (its thread reached its check interval). */
 bool throttle_dirtied(void);
-/* Between these, balance_dirty_pages adds its pauses up instead of
- * sleeping (wbc_pwrite_nowait); end returns the sum. */
+/* Between these, balance_dirty_pages owes its pause instead of sleeping
+ * (wbc_pwrite_nowait): throttle_owed() is then true and the write stops
+ * there; end returns the pause. */
 void throttle_defer_begin(void);
+bool throttle_owed(void);
 uint64_t throttle_defer_end(void);
 /* The calling thread is due for balance_dirty_pages (its last one failed). */
 bool throttle_due(void);

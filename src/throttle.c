@@ -337,10 +337,17 @@ void throttle_defer_begin(void)
 	tls.deferred_ns = 0;
 }
 
+bool throttle_owed(void)
+{
+	return tls.deferred_ns != 0;
+}
+
 uint64_t throttle_defer_end(void)
 {
+	uint64_t ns = tls.deferred_ns;
 	tls.defer = false;
-	return tls.deferred_ns;
+	tls.deferred_ns = 0;
+	return ns;
 }
 
 bool throttle_due(void)

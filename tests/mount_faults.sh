@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 . tests/mountlib.bash
 mkdir "$top/tiny"
 mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null || skip "cannot mount a tmpfs"
-extra_cleanup() { mountpoint -q "$top/tiny" && umount -l "$top/tiny"; }
+extra_cleanup() {
+	[ -n "${dpids:-}" ] && kill -9 $dpids 2>/dev/null
+	mountpoint -q "$top/tiny" && umount -l "$top/tiny"
+}
 bk=$top/tiny
 
 # ---- writers end with ENOSPC (retry_timeout 2 s), metadata answers
@@ -52,21 +55,29 @@ wait_gone "$pid" 600 || fail "the daemon did not end at SIGTERM"
 pid=
 mountpoint -q "$mt" && fail "still mounted after SIGTERM"
 
-# ---- a writer paused by the throttle dies at once on SIGKILL
+# ---- 24 writers paused by the throttle (more than the daemon's 16 FUSE
+# workers) on a store that stays full: metadata answers; they die at once
+# on SIGKILL
 rm -f "$bk"/*
 do_mount "mem=64M,retry_timeout=600"
 head -c 15000000 /dev/zero >"$bk/filler"   # the store is full
-dd if=/dev/zero of="$mt/k" bs=1M count=1000 status=none 2>/dev/null &
-dpid=$!
-for _ in $(seq 300); do
-	"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 > 0 ? 0 : 1 }' && break
-	sleep 0.1
+dpids=
+for i in $(seq 24); do
+	dd if=/dev/zero of="$mt/k$i" bs=1M count=1000 status=none 2>/dev/null &
+	dpids="$dpids $!"
 done
-"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 > 0 ? 0 : 1 }' || fail "the writer was never paused"
-kill -9 "$dpid"
-for _ in $(seq 100); do alive "$dpid" || break; sleep 0.1; done
-alive "$dpid" && fail "a paused writer survived SIGKILL for 10 s (state $(awk '{print $3}' /proc/$dpid/stat))"
-wait "$dpid" 2>/dev/null
+paused() { "$W" stat "$mt" | awk -v n="$1" '/^DeferredReplies:/ { exit $2 >= n ? 0 : 1 }'; }
+for _ in $(seq 300); do paused 24 && break; sleep 0.1; done
+paused 24 || fail "the writers were not paused"
+timeout 10 ls "$mt" >/dev/null || fail "ls did not answer with 24 writers paused"
+timeout 10 stat "$mt/k1" >/dev/null || fail "stat did not answer with 24 writers paused"
+timeout 10 "$W" stat "$mt" >/dev/null || fail "wbcache stat did not answer with 24 writers paused"
+kill -9 $dpids
+for d in $dpids; do
+	for _ in $(seq 100); do alive "$d" || break; sleep 0.1; done
+	alive "$d" && fail "a paused writer survived SIGKILL for 10 s (state $(awk '{print $3}' /proc/$d/stat))"
+done
+wait $dpids 2>/dev/null
 rm -f "$bk/filler"
 do_umount || fail "wbcache umount once space was freed: $(cat "$top/umount.log")"
 

@@ -960,23 +960,32 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 /* ---- files ---- */
 
 /*
- * Deferred write replies.  Where the throttle pauses a writer, the worker
- * that copied its data does not sleep: the reply is queued, due after the
- * pause, and the replier thread sends it then (the writer waits in the
- * kernel for it, as a throttled writer of a local file system waits in
- * balance_dirty_pages).  The workers stay free for every other request
- * (lookups, stat, readdir, fsync, other devices' writers), however many
- * writers are throttled.  A writer interrupted meanwhile (any signal, a
- * SIGKILL too) is answered at once: its data is in the cache already.
+ * Deferred writes.  Where the throttle pauses a writer, the worker that
+ * copied its data does not sleep: wbc_pwrite_nowait stops at the pause,
+ * the rest of the write (copied) and its reply are queued, due after the
+ * pause, and the replier thread writes the rest then, pausing again as the
+ * throttle says, and answers once all of it is in.  The writer waits in
+ * the kernel meanwhile, as a throttled writer of a local file system waits
+ * in balance_dirty_pages, and the workers stay free for every other
+ * request (lookups, stat, readdir, fsync, other devices' writers), however
+ * many writers are throttled.  A writer interrupted meanwhile (any signal,
+ * a SIGKILL too) is answered at once with what is in (a short write).
  * The queue is sorted by due time; its lock (D.lock) is taken with no
  * other lock held, and libfuse may call the interrupt callback with its
  * request's own lock held.
  */
 struct deferred {
 	fuse_req_t req;
-	size_t count;
+	size_t count;                /* bytes in so far */
 	uint64_t due;                /* CLOCK_MONOTONIC ns */
+	bool interrupted;
+	wbc_file *h;                 /* the rest: where it goes */
+	uint64_t off;
+	struct node *n;              /* kernel's pages to invalidate (direct) */
+	size_t rest_len;
+	char *rest;                  /* into buf */
 	struct deferred *next;
+	char buf[];
 };
 
 static struct {
@@ -996,6 +1005,45 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void deferred_queue_locked(struct deferred *d)
+{
+	assert_held(&D.lock);
+	struct deferred **pp = &D.head;
+	while (*pp && (*pp)->due <= d->due)
+		pp = &(*pp)->next;
+	d->next = *pp;
+	*pp = d;
+	if (D.head == d)
+		pthread_cond_signal(&D.cond);
+}
+
+/* Write what is left of @d once its pause is over; true when it is
+ * queued again (paused again). */
+static bool deferred_continue(struct deferred *d, bool stopping)
+{
+	if (!d->rest_len || d->interrupted || stopping)
+		return false;
+	uint64_t pause = 0;
+	ssize_t r = wbc_pwrite_nowait(d->h, d->rest, d->rest_len, d->off, &pause);
+	if (r < 0) {
+		if (!d->count) {
+			fuse_reply_err(d->req, (int)-r);
+			d->req = NULL;
+		}
+		return false;
+	}
+	if (r && d->n && atomic_load_explicit(&d->n->kcache_opens, memory_order_relaxed))
+		fuse_lowlevel_notify_inval_inode(M.se, id_of(d->n), (off_t)d->off, (off_t)r);
+	d->count += (size_t)r;
+	d->rest += r;
+	d->rest_len -= (size_t)r;
+	d->off += (uint64_t)r;
+	if (!d->rest_len || !pause)
+		return false;     /* all in (or short: a dead device) */
+	d->due = mono_ns() + pause;
+	return true;
+}
+
 static void *replier_main(void *unused)
 {
 	(void)unused;
@@ -1005,8 +1053,19 @@ static void *replier_main(void *unused)
 		struct deferred *d = D.head;
 		if (d && (D.stop || d->due <= mono_ns())) {
 			D.head = d->next;
+			bool stopping = D.stop;
 			pthread_mutex_unlock(&D.lock);
-			fuse_reply_write(d->req, d->count);
+			bool again = deferred_continue(d, stopping);
+			pthread_mutex_lock(&D.lock);
+			if (again) {
+				deferred_queue_locked(d);
+				continue;
+			}
+			pthread_mutex_unlock(&D.lock);
+			if (d->req && d->count)
+				fuse_reply_write(d->req, d->count);
+			else if (d->req)
+				fuse_reply_err(d->req, EINTR);
 			free(d);
 			pthread_mutex_lock(&D.lock);
 			continue;
@@ -1036,6 +1095,7 @@ static void deferred_interrupt(fuse_req_t req, void *unused)
 			struct deferred *d = *pp;
 			*pp = d->next;
 			d->due = 0;           /* to the front */
+			d->interrupted = true;
 			d->next = D.head;
 			D.head = d;
 			D.interrupted++;
@@ -1072,16 +1132,27 @@ static void replier_stop(void)
 	D.started = false;
 }
 
-/* Answer @req's write of @count bytes after @pause_ns. */
-static void reply_write_after(fuse_req_t req, size_t count, uint64_t pause_ns)
+/*
+ * Finish a write of which @count bytes are in and @rest_len bytes at
+ * @rest (to go at @off) are not, after the throttle's pause @pause_ns:
+ * answered now if nothing is owed, else queued for the replier.
+ */
+static void write_after(fuse_req_t req, wbc_file *h, struct node *inval, size_t count,
+			const char *rest, size_t rest_len, uint64_t off, uint64_t pause_ns)
 {
-	struct deferred *d = pause_ns && D.started ? malloc(sizeof(*d)) : NULL;
+	struct deferred *d = pause_ns && D.started ? malloc(sizeof(*d) + rest_len) : NULL;
 	if (!d) {
-		if (pause_ns) {   /* no queue: the worker waits */
+		if (pause_ns) {   /* no queue: the worker waits and writes the rest */
 			struct timespec ts = { .tv_sec = (time_t)(pause_ns / 1000000000ull),
 					       .tv_nsec = (long)(pause_ns % 1000000000ull) };
 			while (nanosleep(&ts, &ts) && errno == EINTR)
 				;
+			ssize_t r = rest_len ? wbc_pwrite(h, rest, rest_len, off) : 0;
+			if (r < 0 && !count) {
+				fuse_reply_err(req, (int)-r);
+				return;
+			}
+			count += r > 0 ? (size_t)r : 0;
 		}
 		fuse_reply_write(req, count);
 		return;
@@ -1089,18 +1160,21 @@ static void reply_write_after(fuse_req_t req, size_t count, uint64_t pause_ns)
 	d->req = req;
 	d->count = count;
 	d->due = mono_ns() + pause_ns;
+	d->interrupted = false;
+	d->h = h;
+	d->n = inval;
+	d->off = off;
+	d->rest = d->buf;
+	d->rest_len = rest_len;
+	memcpy(d->buf, rest, rest_len);
 	fuse_req_interrupt_func(req, deferred_interrupt, NULL);
 	pthread_mutex_lock(&D.lock);
-	if (fuse_req_interrupted(req))
+	if (fuse_req_interrupted(req)) {
 		d->due = 0;
-	struct deferred **pp = &D.head;
-	while (*pp && (*pp)->due <= d->due)
-		pp = &(*pp)->next;
-	d->next = *pp;
-	*pp = d;
+		d->interrupted = true;
+	}
+	deferred_queue_locked(d);
 	D.queued++;
-	if (D.head == d)
-		pthread_cond_signal(&D.cond);
 	pthread_mutex_unlock(&D.lock);
 }
 
@@ -1230,11 +1304,15 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
 	kill_priv(req, n);
 	uint64_t pause = 0;
-	ssize_t r = wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
 	/* O_DSYNC / O_SYNC opens and RWF_DSYNC / RWF_SYNC writes: the kernel
 	 * passes them in the write's flags; the data is on the backend (and
-	 * the backend flushed) before the write is acknowledged */
-	if (r > 0 && (fi->flags & O_DSYNC)) {
+	 * the backend flushed) before the write is acknowledged.  They wait
+	 * for their own writeback anyway: their worker waits in the throttle
+	 * too. */
+	bool dsync = fi->flags & O_DSYNC;
+	ssize_t r = dsync ? wbc_pwrite(h, buf, size, (uint64_t)off) :
+			    wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
+	if (r > 0 && dsync) {
 		int err = wbc_fsync_range(h, (uint64_t)off, (uint64_t)r,
 					  (fi->flags & O_SYNC) != O_SYNC);
 		if (err)
@@ -1250,10 +1328,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	n->ctime = n->mtime;
 	n->mtime_set = true;
 	pthread_mutex_unlock(&n->lock);
-	if (!fi->writepage && open_direct(fi) &&
-	    atomic_load_explicit(&n->kcache_opens, memory_order_relaxed))
+	bool direct = !fi->writepage && open_direct(fi);
+	if (direct && r && atomic_load_explicit(&n->kcache_opens, memory_order_relaxed))
 		fuse_lowlevel_notify_inval_inode(M.se, ino, off, (off_t)r);
-	reply_write_after(req, (size_t)r, pause);
+	write_after(req, h, direct ? n : NULL, (size_t)r, buf + r, pause ? size - (size_t)r : 0,
+		    (uint64_t)off + (uint64_t)r, pause);
 }
 
 /*
