@@ -92,6 +92,7 @@ bench: all
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles
 	WBCACHE_BUILD=$(BUILD) bench/mount.sh
+	WBCACHE_BUILD=$(BUILD) bench/mount_peers.sh
 
 # libFuzzer (clang): FUZZ_TIME seconds; new finds land in build/fuzz/corpus,
 # crashes in build/fuzz/crash-*: copy those into tests/fuzz-corpus/, where

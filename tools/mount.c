@@ -1592,6 +1592,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		reply_xattr_value(req, size, text, (ssize_t)len);
 		return;
 	}
+	/* the kernel asks for the file capability before every write through
+	 * its page cache (to know whether the write must remove it): known
+	 * absent, answered without a look */
+	bool caps = n->is_reg && !strcmp(name, CAPS_XATTR);
+	if (caps && atomic_load_explicit(&n->caps, memory_order_relaxed) == 0) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
 	char *val = size ? malloc(size) : NULL;
 	if (size && !val) {
 		fuse_reply_err(req, ENOMEM);
@@ -1604,6 +1612,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		ssize_t r = getxattr(path, name, val, size);
 		int e = errno;
 		nfd_put(n, fd);
+		if (caps && (r >= 0 || e == ENODATA))
+			atomic_store_explicit(&n->caps, r >= 0, memory_order_relaxed);
 		errno = e;
 		reply_xattr_value(req, size, val, r);
 	}
@@ -1672,6 +1682,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	}
 	int err = removexattr(path, name) ? errno : 0;
 	nfd_put(n, fd);
+	if (!err && !strcmp(name, CAPS_XATTR))
+		atomic_store_explicit(&n->caps, 0, memory_order_relaxed);
 	if (!err)
 		node_changed(n);
 	fuse_reply_err(req, err);

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The mount against the FUSE file systems a user would pick instead and the
+# kernel, on one backing directory, rounds interleaved (ROUNDS, default 2;
+# medians): libfuse 3.14's passthrough_hp (multi-threaded, splice, the
+# kernel's FUSE writeback cache) and passthrough_ll -o writeback, built
+# from ../shared/peers/libfuse-3.14 into the build folder.
+#   dd       dd bs=1M count=SIZE_MB conv=fsync, MB/s
+#   fsmark   fs_mark 2 threads x FILES files of 4 KiB, -S 0, files/s
+#   randw    fio 4 KiB random writes, psync, RAND_MB file, end_fsync=1, IOPS
+#   tar      tar -x of /usr/include (tarred once), entries/s
+# Environment: WBCACHE_BENCH_DIR (/var/tmp/wbp), SIZE_MB (2048), FILES
+# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache).
+set -eu
+cd "$(dirname "$0")/.."
+BUILD=${WBCACHE_BUILD:-build/release}
+W=$(realpath "$BUILD/wbcache")
+PEERS=../shared/peers/libfuse-3.14
+DIR=${WBCACHE_BENCH_DIR:-/var/tmp/wbp}
+SIZE_MB=${SIZE_MB:-2048} FILES=${FILES:-5000} RAND_MB=${RAND_MB:-256}
+ROUNDS=${ROUNDS:-2} MEM=${MEM:-1G}
+for t in fio fs_mark fusermount3 g++ tar; do
+	command -v $t >/dev/null || { echo "$t is missing: scripts/install-deps" >&2; exit 1; }
+done
+[ -d "$PEERS" ] || { echo "no peers at $PEERS" >&2; exit 1; }
+mkdir -p "$BUILD/peers"
+[ -x "$BUILD/peers/passthrough_hp" ] ||
+	g++ -O2 -std=c++17 "$PEERS/passthrough_hp.cc" $(pkg-config --cflags --libs fuse3) -o "$BUILD/peers/passthrough_hp"
+[ -x "$BUILD/peers/passthrough_ll" ] ||
+	gcc -O2 "$PEERS/passthrough_ll.c" $(pkg-config --cflags --libs fuse3) -o "$BUILD/peers/passthrough_ll"
+HP=$(realpath "$BUILD/peers/passthrough_hp") LL=$(realpath "$BUILD/peers/passthrough_ll")
+
+bk=$DIR/b mt=$DIR/m
+mkdir -p "$bk" "$mt"
+tar cf "$DIR/include.tar" -C /usr include 2>/dev/null
+NTAR=$(tar tf "$DIR/include.tar" | wc -l)
+peer_pid=
+cleanup() {
+	mountpoint -q "$mt" && { fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt"; }
+	[ -n "$peer_pid" ] && wait "$peer_pid" 2>/dev/null
+	rm -rf "$DIR"
+}
+trap cleanup EXIT
+drop_caches() { sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 > /proc/sys/vm/drop_caches || true; }
+wait_mounted() { for _ in $(seq 100); do mountpoint -q "$mt" && return 0; sleep 0.1; done; echo "mount failed" >&2; exit 1; }
+
+up() {   # up SYSTEM -> the directory to run in
+	case $1 in
+	kernel) ;;
+	wbcache) "$W" mount "$bk" "$mt" -o "mem=$MEM" ;;
+	hp) "$HP" "$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
+	ll) "$LL" -f -o writeback -o source="$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
+	esac
+}
+down() {
+	case $1 in
+	kernel) sync ;;
+	wbcache) "$W" umount "$mt" ;;
+	*) fusermount3 -u "$mt"; wait "$peer_pid" 2>/dev/null || true; peer_pid= ;;
+	esac
+}
+dir_of() { [ "$1" = kernel ] && echo "$bk" || echo "$mt"; }
+
+t_dd() {
+	dd if=/dev/zero of="$1/dd.out" bs=1M count="$SIZE_MB" conv=fsync 2>&1 |
+		awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") t = $(i-1); printf "%d\n", $1 / t / 1e6 }'
+	rm -f "$1/dd.out"
+}
+t_fsmark() {
+	mkdir -p "$1/fsm"
+	(cd "$DIR" && fs_mark -d "$1/fsm" -n "$FILES" -s 4096 -t 2 -S 0 -k -L 1) >"$DIR/fsmark.log" 2>&1 || true
+	awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { printf "%d\n", v }' "$DIR/fsmark.log"
+	rm -rf "$1/fsm"
+}
+t_randw() {
+	fio --name=rw --directory="$1" --rw=randwrite --bs=4k --size="${RAND_MB}M" --ioengine=psync \
+	    --end_fsync=1 --output-format=terse --terse-version=3 2>/dev/null |
+		awk -F';' '{ printf "%d\n", $49 }'
+	rm -f "$1"/rw.*
+}
+t_tar() {
+	mkdir -p "$1/x"
+	local s e
+	s=$(date +%s.%N); tar xf "$DIR/include.tar" -C "$1/x"; e=$(date +%s.%N)
+	awk -v n="$NTAR" -v s="$s" -v e="$e" 'BEGIN { printf "%d\n", n / (e - s) }'
+	rm -rf "$1/x"
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+declare -A R
+SYSTEMS="kernel wbcache hp ll"
+for r in $(seq "$ROUNDS"); do
+	for test in dd fsmark randw tar; do
+		for sys in $SYSTEMS; do
+			drop_caches; up $sys
+			v=$(t_$test "$(dir_of $sys)")
+			down $sys
+			R[$test.$sys]+="$v "
+			echo "round $r $test $sys: $v"
+		done
+	done
+done
+echo
+echo "wbcache mount, FUSE peers and the kernel on $bk, median of $ROUNDS interleaved rounds"
+printf '%-44s %9s %9s %9s %9s %8s %8s\n' "workload" kernel wbcache hp "ll -o wb" "wb/hp" "wb/kern"
+row() {
+	local k w h l
+	k=$(echo ${R[$1.kernel]} | tr ' ' '\n' | median); w=$(echo ${R[$1.wbcache]} | tr ' ' '\n' | median)
+	h=$(echo ${R[$1.hp]} | tr ' ' '\n' | median); l=$(echo ${R[$1.ll]} | tr ' ' '\n' | median)
+	printf '%-44s %9s %9s %9s %9s %7.2fx %7.2fx\n' "$2" "$k" "$w" "$h" "$l" \
+		"$(awk -v a="$w" -v b="$h" 'BEGIN{print b ? a/b : 0}')" "$(awk -v a="$w" -v b="$k" 'BEGIN{print b ? a/b : 0}')"
+}
+row dd "dd ${SIZE_MB} MiB conv=fsync, MB/s"
+row fsmark "fs_mark 2 x $FILES x 4 KiB, -S 0, files/s"
+row randw "fio 4 KiB randwrite psync ${RAND_MB}M, IOPS"
+row tar "tar -x /usr/include ($NTAR entries), entries/s"
