@@ -872,13 +872,14 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 }
 
 /*
- * After a sync: the sync's own completions put files back on the lists to
- * have their size set, which the sync then did.  Drop every listed file
- * that has nothing left to write, as a pass of the flusher would; without
- * it such a file (and its backing descriptor) stays until the next
- * periodic pass, which dirty_writeback_centisecs=0 turns off.
+ * Visit every file listed on @dev now: the inbox filed, b_io, b_more_io
+ * and the buckets up to the newest, which is sealed, so files dirtied or
+ * put back meanwhile land in later buckets and wait for the next walk (no
+ * livelock).  Each is taken off the lists for @visit, which returns
+ * whether it is still dirty (put back) or clean (dropped).
  */
-static void sync_prune(struct wbc_dev *dev)
+static void walk_listed(struct wbc_dev *dev, bool (*visit)(struct inode *ino, void *arg),
+			void *arg)
 {
 	bool more = true;
 	struct dirty_batch batch;
@@ -889,48 +890,6 @@ static void sync_prune(struct wbc_dev *dev)
 	dev_list_lock(dev);
 	uint64_t upto = dirty_seal_locked(dev);
 	dev_list_unlock(dev);
-	for (;;) {
-		struct inode *ino = dirty_next(dev, &batch);
-		if (!ino) {
-			dirty_put_commit(dev, &put);
-			if (!dirty_take(dev, &batch, UINT64_MAX, upto, &more))
-				break;
-			continue;
-		}
-		pthread_mutex_lock(&ino->lock);
-		bool still = ino->nr_dirty || ino->nr_writeback || ino->backend_size != ino->i_size;
-		pthread_mutex_unlock(&ino->lock);
-		dirty_put(dev, &put, ino, still, false);
-		if (put.n_redirty >= WB_BATCH)
-			dirty_put_commit(dev, &put);
-	}
-	dirty_put_commit(dev, &put);
-}
-
-/* Sync work: write every dirty file of the device once, wait, flush. */
-static int wb_sync(struct wbc_dev *dev)
-{
-	struct inode **touched = NULL;
-	size_t nr = 0, cap = 0;
-	int err = 0;
-
-	/* I/O started before the sync (by background passes, on files that
-	 * are now off the lists) must be complete before sync returns. */
-	dev_drain(dev);
-	/* The files dirty now: the inbox, b_io, b_more_io and the buckets up
-	 * to the newest, which is sealed.  Files dirtied or put back during
-	 * the sync land in later buckets and wait for the next one: no
-	 * livelock. */
-	dirty_drain(dev);
-	dev_list_lock(dev);
-	uint64_t upto = dirty_seal_locked(dev);
-	dev_list_unlock(dev);
-	bool more = true;
-	struct dirty_batch batch;
-	struct dirty_put put;
-	dirty_batch_init(&batch);
-	dirty_put_init(&put);
-
 	for (;;) {
 		struct inode *ino = dirty_next(dev, &batch);
 		if (!ino) {
@@ -940,35 +899,76 @@ static int wb_sync(struct wbc_dev *dev)
 			bandwidth_update(dev, wbc_now_ns());
 			continue;
 		}
-		struct wbc_ctl ctl = {
-			.sync_mode = WB_SYNC_ALL,
-			.nr_to_write = LONG_MAX,
-			.range_start = 0,
-			.range_end = UINT64_MAX,
-		};
-		write_inode_pages(ino, &ctl);
-		bool still_dirty = ctl.still_dirty;
-		if (nr == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct inode **t = realloc(touched, ncap * sizeof(*t));
-			if (!t) {
-				/* cannot remember it: wait for it now */
-				wait_on_writeback_range(ino, 0, UINT64_MAX);
-				int e = inode_sync_size(ino);
-				if (e && !err)
-					err = e;
-				dirty_put(dev, &put, ino, still_dirty, false);
-				continue;
-			}
-			touched = t;
-			cap = ncap;
-		}
-		igrab(ino);
-		touched[nr++] = ino;
-		dirty_put(dev, &put, ino, still_dirty, false);
+		dirty_put(dev, &put, ino, visit(ino, arg), false);
 		if (put.n_redirty >= WB_BATCH)
 			dirty_put_commit(dev, &put);
 	}
+}
+
+/*
+ * After a sync: the sync's own completions put files back on the lists to
+ * have their size set, which the sync then did.  Drop every listed file
+ * that has nothing left to write, as a pass of the flusher would; without
+ * it such a file (and its backing descriptor) stays until the next
+ * periodic pass, which dirty_writeback_centisecs=0 turns off.
+ */
+static bool prune_visit(struct inode *ino, void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&ino->lock);
+	bool still = ino->nr_dirty || ino->nr_writeback || ino->backend_size != ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	return still;
+}
+
+/* A sync's files: written, remembered to wait for and to set sizes. */
+struct sync_walk {
+	struct inode **touched;
+	size_t nr, cap;
+	int err;
+};
+
+static bool sync_visit(struct inode *ino, void *arg)
+{
+	struct sync_walk *w = arg;
+	struct wbc_ctl ctl = {
+		.sync_mode = WB_SYNC_ALL,
+		.nr_to_write = LONG_MAX,
+		.range_start = 0,
+		.range_end = UINT64_MAX,
+	};
+	write_inode_pages(ino, &ctl);
+	if (w->nr == w->cap) {
+		size_t ncap = w->cap ? w->cap * 2 : 64;
+		struct inode **t = realloc(w->touched, ncap * sizeof(*t));
+		if (!t) {
+			/* cannot remember it: wait for it now */
+			wait_on_writeback_range(ino, 0, UINT64_MAX);
+			int e = inode_sync_size(ino);
+			if (e && !w->err)
+				w->err = e;
+			return ctl.still_dirty;
+		}
+		w->touched = t;
+		w->cap = ncap;
+	}
+	igrab(ino);
+	w->touched[w->nr++] = ino;
+	return ctl.still_dirty;
+}
+
+/* Sync work: write every dirty file of the device once, wait, flush. */
+static int wb_sync(struct wbc_dev *dev)
+{
+	struct sync_walk w = { 0 };
+
+	/* I/O started before the sync (by background passes, on files that
+	 * are now off the lists) must be complete before sync returns. */
+	dev_drain(dev);
+	walk_listed(dev, sync_visit, &w);
+	struct inode **touched = w.touched;
+	size_t nr = w.nr;
+	int err = w.err;
 	dev_drain(dev);
 	for (size_t i = 0; i < nr; i++) {
 		int e = inode_sync_size(touched[i]);
@@ -977,7 +977,7 @@ static int wb_sync(struct wbc_dev *dev)
 		iput(touched[i]);
 	}
 	free(touched);
-	sync_prune(dev);
+	walk_listed(dev, prune_visit, NULL);
 	int e = dev->be->ops->flush(dev->be, NULL, false);
 	if (e && !err)
 		err = e;

@@ -439,6 +439,17 @@ static int stat_node(struct node *n, struct stat *st)
 	return 0;
 }
 
+/* Data of the node changed through the engine now (write, truncate,
+ * fallocate): its mtime and ctime are now. */
+static void node_written_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	n->wrote = true;
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	n->ctime = n->mtime;
+	n->mtime_set = true;
+}
+
 /* A change of the node's inode through the mount (its ctime). */
 static void node_changed(struct node *n)
 {
@@ -776,14 +787,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			if (!err)
 				kill_priv(req, n);
 			if (!err) {
-				n->wrote = true;
 				n->size_known = true;
 				n->size = (uint64_t)attr->st_size;
-				if (!(to_set & FUSE_SET_ATTR_MTIME)) {
-					clock_gettime(CLOCK_REALTIME, &n->mtime);
-					n->ctime = n->mtime;
-					n->mtime_set = true;
-				}
+				node_written_locked(n);
 			}
 			if (tmp)
 				wbc_file_close(h);
@@ -1217,10 +1223,7 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 				n->wf = NULL;
 			}
 		} else {
-			n->wrote = true;
-			clock_gettime(CLOCK_REALTIME, &n->mtime);
-			n->ctime = n->mtime;
-			n->mtime_set = true;
+			node_written_locked(n);
 		}
 	}
 	bool direct = open_direct(fi);
@@ -1323,10 +1326,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		return;
 	}
 	pthread_mutex_lock(&n->lock);
-	n->wrote = true;
-	clock_gettime(CLOCK_REALTIME, &n->mtime);
-	n->ctime = n->mtime;
-	n->mtime_set = true;
+	node_written_locked(n);
 	pthread_mutex_unlock(&n->lock);
 	bool direct = !fi->writepage && open_direct(fi);
 	if (direct && r && atomic_load_explicit(&n->kcache_opens, memory_order_relaxed))
@@ -1383,10 +1383,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 		err = wbc_truncate(h, end);
 	if (!err) {
 		pthread_mutex_lock(&n->lock);
-		n->wrote = true;
-		clock_gettime(CLOCK_REALTIME, &n->mtime);
-		n->ctime = n->mtime;
-		n->mtime_set = true;
+		node_written_locked(n);
 		pthread_mutex_unlock(&n->lock);
 		kill_priv(req, n);
 	}
