@@ -13,7 +13,6 @@
 static wbc_cache *c;
 static wbc_dev *dev;
 static atomic_int left = WRITERS;
-static atomic_long violations, samples, over_freerun;
 
 static void *writer(void *arg)
 {
@@ -35,28 +34,6 @@ static void *writer(void *arg)
 	return NULL;
 }
 
-static void *sampler(void *arg)
-{
-	(void)arg;
-	uint64_t slack = ((uint64_t)WRITERS * throttle_slack_pages(c) + 32) * 4096;
-	while (atomic_load(&left) > 0) {
-		struct wbc_stats st;
-		wbc_stats(c, &st);
-		uint64_t d = st.dirty_bytes + st.writeback_bytes;
-		if (d > st.limit_bytes + slack) {
-			fprintf(stderr, "dirty+wb %llu > limit %llu + slack %llu\n",
-				(unsigned long long)d, (unsigned long long)st.limit_bytes,
-				(unsigned long long)slack);
-			atomic_fetch_add(&violations, 1);
-		}
-		if (d > st.freerun_bytes)
-			atomic_fetch_add(&over_freerun, 1);
-		atomic_fetch_add(&samples, 1);
-		struct timespec ts = { 0, 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	return NULL;
-}
 
 int main(void)
 {
@@ -64,7 +41,11 @@ int main(void)
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=50M,lat=1ms,qd=16", &dev), 0);
 	pthread_t w[WRITERS], s;
-	pthread_create(&s, NULL, sampler, NULL);
+	struct t_limit_watch lw = {
+		.c = c, .running = &left,
+		.slack = ((uint64_t)WRITERS * throttle_slack_pages(c) + 32) * 4096,
+	};
+	pthread_create(&s, NULL, t_limit_watch, &lw);
 	for (long i = 0; i < WRITERS; i++)
 		pthread_create(&w[i], NULL, writer, (void *)i);
 	for (int i = 0; i < WRITERS; i++)
@@ -73,10 +54,10 @@ int main(void)
 	struct wbc_stats st;
 	wbc_stats(c, &st);
 	printf("samples %ld, above freerun %ld, pauses %llu, max pause %.1f ms\n",
-	       atomic_load(&samples), atomic_load(&over_freerun),
+	       atomic_load(&lw.samples), atomic_load(&lw.over_freerun),
 	       (unsigned long long)st.pauses, (double)st.max_pause_ns / 1e6);
-	CHECK_EQ(atomic_load(&violations), 0);
-	CHECK(atomic_load(&over_freerun) > 0);
+	CHECK_EQ(atomic_load(&lw.violations), 0);
+	CHECK(atomic_load(&lw.over_freerun) > 0);
 	CHECK(st.pauses > 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	printf("model_limit: ok\n");

@@ -17,7 +17,7 @@
 static wbc_cache *c;
 static wbc_dev *dev;
 static atomic_int left = WRITERS;
-static atomic_long violations, short_calls, owed;
+static atomic_long short_calls, owed;
 
 static void sleep_ns(uint64_t ns)
 {
@@ -68,25 +68,6 @@ static void *writer(void *arg)
 	return NULL;
 }
 
-static void *sampler(void *arg)
-{
-	(void)arg;
-	uint64_t slack = ((uint64_t)WRITERS * throttle_slack_pages(c) + 32) * 4096;
-	while (atomic_load(&left) > 0) {
-		struct wbc_stats st;
-		wbc_stats(c, &st);
-		uint64_t d = st.dirty_bytes + st.writeback_bytes;
-		if (d > st.limit_bytes + slack) {
-			fprintf(stderr, "dirty+wb %llu > limit %llu + slack %llu\n",
-				(unsigned long long)d, (unsigned long long)st.limit_bytes,
-				(unsigned long long)slack);
-			atomic_fetch_add(&violations, 1);
-		}
-		struct timespec ts = { 0, 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	return NULL;
-}
 
 int main(void)
 {
@@ -96,17 +77,21 @@ int main(void)
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=40M", &dev), 0);
 	pthread_t w[WRITERS], s;
-	CHECK_EQ(pthread_create(&s, NULL, sampler, NULL), 0);
+	struct t_limit_watch lw = {
+		.c = c, .running = &left,
+		.slack = ((uint64_t)WRITERS * throttle_slack_pages(c) + 32) * 4096,
+	};
+	CHECK_EQ(pthread_create(&s, NULL, t_limit_watch, &lw), 0);
 	for (long i = 0; i < WRITERS; i++)
 		CHECK_EQ(pthread_create(&w[i], NULL, writer, (void *)i), 0);
 	for (int i = 0; i < WRITERS; i++)
 		pthread_join(w[i], NULL);
 	pthread_join(s, NULL);
 	printf("pauses owed %ld, calls stopped short %ld, limit violations %ld\n",
-	       atomic_load(&owed), atomic_load(&short_calls), atomic_load(&violations));
+	       atomic_load(&owed), atomic_load(&short_calls), atomic_load(&lw.violations));
 	CHECK(atomic_load(&owed) > 0);           /* the writers were throttled */
 	CHECK(atomic_load(&short_calls) > 0);    /* at a pause, mid-write */
-	CHECK_EQ(atomic_load(&violations), 0);
+	CHECK_EQ(atomic_load(&lw.violations), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* a fast device and a writer under freerun: nothing owed, all in */

@@ -6,6 +6,7 @@
 #endif
 #include <errno.h>
 #include <ftw.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,4 +119,39 @@ static inline struct wbc_config t_config(uint64_t mem, uint32_t page_size)
 	cfg.page_size = page_size;
 	return cfg;
 }
+/*
+ * A sampler thread (pthread_create(..., t_limit_watch, &w)): every
+ * millisecond while w->running is non-zero, dirty + writeback of w->c
+ * against its limit plus w->slack (each sample above it is printed and
+ * counted in violations) and against freerun.
+ */
+struct t_limit_watch {
+	wbc_cache *c;
+	uint64_t slack;
+	atomic_int *running;
+	atomic_long violations, samples, over_freerun;
+};
+
+static inline void *t_limit_watch(void *arg)
+{
+	struct t_limit_watch *w = arg;
+	while (atomic_load(w->running) > 0) {
+		struct wbc_stats st;
+		wbc_stats(w->c, &st);
+		uint64_t d = st.dirty_bytes + st.writeback_bytes;
+		if (d > st.limit_bytes + w->slack) {
+			fprintf(stderr, "dirty+wb %llu > limit %llu + slack %llu\n",
+				(unsigned long long)d, (unsigned long long)st.limit_bytes,
+				(unsigned long long)w->slack);
+			atomic_fetch_add(&w->violations, 1);
+		}
+		if (d > st.freerun_bytes)
+			atomic_fetch_add(&w->over_freerun, 1);
+		atomic_fetch_add(&w->samples, 1);
+		struct timespec ts = { 0, 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
 #endif
