@@ -76,7 +76,11 @@
 #define SYNC_XATTR "user.wbcache.sync"
 /* Locks here are error-checking mutexes, so a *_locked function can assert
  * that its caller holds the lock (a relock by the owner fails at once).
- * M.lock and the nodes' locks are never held together. */
+ * Lock order: none nests.  M.lock (the node table), a node's lock (its
+ * engine handles, size and times) and D.lock (the deferred writes) are
+ * each taken with no other of them held; the engine's calls made under a
+ * node's lock take only the engine's own locks, and the replier calls the
+ * engine and libfuse with D.lock released. */
 #ifdef NDEBUG
 #define assert_held(m) ((void)(m))
 #else
