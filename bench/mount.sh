@@ -9,8 +9,7 @@
 #           the backing directory
 #   meta    stat and readdir latency (p50, p99, max) through the mount while
 #           WRITERS (64) processes rewrite files as fast as they can, every
-#           one of them throttled (MEM_META: 64M cache), and the same on
-#           the backing directory for the kernel's figure
+#           one of them throttled (MEM_META: 64M cache)
 # Median of ROUNDS (3) rounds each; caches dropped before every run.  The
 # mount runs in its default (background) mode, unmounted by wbcache umount.
 # Environment: WBCACHE_BENCH_DIR, SIZE_MB (2048), ROUNDS (3), MEM (1G: the
