@@ -5,8 +5,8 @@
 # Skips (77) where FUSE cannot be used here.
 BUILD=${WBCACHE_BUILD:-build/release}
 W=$(realpath "$BUILD/wbcache")
-fail() { echo "FAIL: $*" >&2; cleanup; exit 1; }
-skip() { echo "skip: $*"; cleanup; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "skip: $*"; exit 77; }
 [ -e /dev/fuse ] || { echo "skip: no /dev/fuse"; exit 77; }
 command -v fusermount3 >/dev/null || { echo "skip: no fusermount3 (apt-get install fuse3)"; exit 77; }
 
@@ -15,14 +15,26 @@ chmod 755 "$top"
 bk=$top/backing mt=$top/mnt
 mkdir -p "$bk" "$mt"
 pid=
+# a sanitizer build's reports from the daemon (which has no terminal) and
+# the commands land here; any makes the test fail
+for v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
+	export "$v=${!v:+${!v}:}log_path=$top/sanitizer"
+done
 extra_cleanup() { :; }
 cleanup() {
+	local rc=$?
 	extra_cleanup
 	if mountpoint -q "$mt" 2>/dev/null; then
 		fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt" 2>/dev/null
 	fi
 	[ -n "$pid" ] && wait_gone "$pid" 600
+	if compgen -G "$top/sanitizer.*" >/dev/null; then
+		echo "FAIL: sanitizer reports:" >&2
+		head -n 60 "$top"/sanitizer.* >&2
+		rc=1
+	fi
 	rm -rf "$top"
+	exit $rc
 }
 trap cleanup EXIT
 
