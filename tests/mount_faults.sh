@@ -55,6 +55,31 @@ wait_gone "$pid" 600 || fail "the daemon did not end at SIGTERM"
 pid=
 mountpoint -q "$mt" && fail "still mounted after SIGTERM"
 
+# ---- SIGTERM while writers are paused on the full store: the daemon ends
+# (after retry_timeout), the writers get an error and end
+rm -f "$bk"/*
+do_mount "mem=64M,retry_timeout=3"
+head -c 15000000 /dev/zero >"$bk/filler"
+dpids=
+for i in 1 2 3 4; do
+	dd if=/dev/zero of="$mt/t$i" bs=1M count=1000 status=none 2>/dev/null &
+	dpids="$dpids $!"
+done
+for _ in $(seq 300); do
+	"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 >= 4 ? 0 : 1 }' && break
+	sleep 0.1
+done
+kill -TERM "$pid"
+wait_gone "$pid" 600 || fail "the daemon did not end at SIGTERM with writers paused"
+pid=
+for d in $dpids; do
+	for _ in $(seq 300); do alive "$d" || break; sleep 0.1; done
+	alive "$d" && fail "a writer still ran 30 s after the daemon ended"
+done
+wait $dpids 2>/dev/null
+dpids=
+mountpoint -q "$mt" && fusermount3 -u "$mt"
+
 # ---- 24 writers paused by the throttle (more than the daemon's 16 FUSE
 # workers) on a store that stays full: metadata answers; they die at once
 # on SIGKILL
