@@ -1,6 +1,9 @@
-# wbcache build.  `make` builds the library, the CLI and the tests;
-# `make SAN=address,undefined` or `make SAN=thread` builds a sanitized copy
-# in its own directory (build/<san>/), so the switches never mix objects.
+# wbcache build.  `make` builds the library (static, and shared in the
+# release build), the CLI, the tests and the benchmarks; it never installs
+# packages (`make run`, `make check` and `make bench` do, as root, through
+# scripts/install-deps).  `make SAN=address,undefined` or `make SAN=thread`
+# builds a sanitized copy in its own directory (build/<san>/), so the
+# switches never mix objects.
 
 CC      ?= cc
 SAN     ?=
@@ -13,6 +16,8 @@ endif
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
                -g -pthread -Iinclude -D_GNU_SOURCE
+# header dependencies, tracked per object
+DEPFLAGS = -MMD -MP
 ifeq ($(SAN),)
   BUILD  := build/release
   CFLAGS_OPT := -O2
@@ -37,7 +42,14 @@ FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 
 LIB_SRC := $(wildcard src/*.c src/backend/*.c)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+# The library users link exports only wbc_* (the rest made local in the
+# archive, hidden by a version script in the shared object); the tests and
+# benchmarks, which look inside, link every object as it is.
 LIB     := $(BUILD)/libwbcache.a
+LIB_INT := $(BUILD)/libwbcache-internal.a
+VERSION := $(shell sed -n 's/^\#define WBCACHE_VERSION "\(.*\)"/\1/p' include/wbcache.h)
+SOVER   := $(firstword $(subst ., ,$(VERSION)))
+SHLIB   := $(BUILD)/libwbcache.so.$(VERSION)
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TOOL_SRC))
 CLI     := $(BUILD)/wbcache
@@ -46,46 +58,69 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%.t,$(TEST_SRC))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps check run bench install clean fuzz
+.PHONY: all deps deps-install check run bench install clean fuzz
 
-all: deps $(LIB) $(CLI) $(TESTS) $(BENCHES)
+ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES)
+ifeq ($(SAN),)
+  ALL += $(SHLIB)
+endif
+all: deps $(ALL)
 	@ln -sfn $(notdir $(BUILD)) build/current 2>/dev/null || true
 
-# Installs missing Debian packages when root, else lists them and fails.
+# Lists missing Debian packages and fails; never installs.
 deps:
+	@scripts/install-deps --check
+# Installs missing Debian packages when root, else lists them and fails.
+deps-install:
 	@scripts/install-deps --check-or-install
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h tests/*.h tools/*.h) | deps
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -Isrc -c $< -o $@
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:.t=.d) $(BENCHES:=.d)
 
-$(LIB): $(LIB_OBJ)
+# library objects are position-independent: the same ones make both libraries
+$(BUILD)/src/%.o: src/%.c Makefile | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(DEPFLAGS) -fPIC -Isrc -c $< -o $@
+
+$(BUILD)/tools/%.o: tools/%.c Makefile | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(DEPFLAGS) $(FUSE_CFLAGS) -c $< -o $@
+
+$(LIB_INT): $(LIB_OBJ)
 	@rm -f $@
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/tools/mount.o: tools/mount.c $(wildcard include/*.h tools/*.h) | deps
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(FUSE_CFLAGS) -c $< -o $@
+# one relocatable object whose only global symbols are wbc_*
+$(LIB): $(LIB_OBJ)
+	@rm -f $@ $(BUILD)/wbcache-public.o
+	$(Q)ld -r -o $(BUILD)/wbcache-public.o $^
+	$(Q)objcopy -w --keep-global-symbol='wbc_*' $(BUILD)/wbcache-public.o
+	$(Q)ar rcs $@ $(BUILD)/wbcache-public.o
+
+$(SHLIB): $(LIB_OBJ) src/libwbcache.map
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libwbcache.so.$(SOVER) \
+		-Wl,--version-script=src/libwbcache.map $(LIB_OBJ) $(LDLIBS) -o $@
+	@ln -sfn $(notdir $@) $(BUILD)/libwbcache.so.$(SOVER)
+	@ln -sfn $(notdir $@) $(BUILD)/libwbcache.so
 
 $(CLI): $(TOOL_OBJ) $(LIB)
 	$(Q)$(CC) $(CFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) $(FUSE_LIBS) -o $@
 
-$(BUILD)/tests/%.t: tests/%.c $(LIB) tests/testutil.h
+$(BUILD)/tests/%.t: tests/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -Isrc $< $(LIB) $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/tests/$*.d -MT $@ -Isrc $< $(LIB_INT) $(LDLIBS) -o $@
 
-$(BUILD)/bench/%: bench/%.c $(LIB) tests/testutil.h
+$(BUILD)/bench/%: bench/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -Isrc $< $(LIB) $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/bench/$*.d -MT $@ -Isrc $< $(LIB_INT) $(LDLIBS) -o $@
 
 # The main job: stream 1 GiB through the engine on the file backend.
-run: all
+run: deps-install all
 	$(CLI) run
 
-check: all
+check: deps-install all
 	WBCACHE_BUILD=$(BUILD) tests/run
 
-bench: all
+bench: deps-install all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	$(BUILD)/bench/isolation
@@ -106,7 +141,7 @@ FUZZ_CFLAGS := $(CFLAGS_BASE) -O1 -fno-omit-frame-pointer \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                $(EXTRA_CFLAGS)
 
-$(FUZZ_BIN): $(LIB_SRC) fuzz/fuzz_ops.c $(wildcard include/*.h src/*.h tests/fuzz_ops.h) | deps
+$(FUZZ_BIN): $(LIB_SRC) fuzz/fuzz_ops.c $(wildcard include/*.h src/*.h src/*/*.h tests/fuzz_ops.h) | deps
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: scripts/install-deps (as root)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Isrc $(LIB_SRC) fuzz/fuzz_ops.c $(LDLIBS) -o $@
@@ -117,9 +152,14 @@ fuzz: $(FUZZ_BIN)
 		build/fuzz/corpus tests/fuzz-corpus
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/wbcache
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libwbcache.a
+	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sfn $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so.$(SOVER)
+	ln -sfn $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' wbcache.pc.in \
+		>$(DESTDIR)$(PREFIX)/lib/pkgconfig/wbcache.pc
 	install -m 644 include/wbcache.h $(DESTDIR)$(PREFIX)/include/wbcache.h
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/

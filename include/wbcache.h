@@ -23,7 +23,14 @@
 extern "C" {
 #endif
 
-#define WBCACHE_VERSION "0.1.0"
+#define WBCACHE_VERSION_MAJOR 0
+#define WBCACHE_VERSION_MINOR 2
+#define WBCACHE_VERSION_PATCH 0
+#define WBCACHE_VERSION "0.2.0"
+
+/* The version of the library linked, as "MAJOR.MINOR.PATCH" (the header's
+ * is WBCACHE_VERSION).  The shared library's soname carries MAJOR. */
+const char *wbc_version(void);
 
 typedef struct wbc_cache wbc_cache;
 typedef struct wbc_dev wbc_dev;

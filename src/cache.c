@@ -596,3 +596,8 @@ const char *wbc_strerror(int err)
 		return "Unknown error";
 	return strerror(err < 0 ? -err : err);
 }
+
+const char *wbc_version(void)
+{
+	return WBCACHE_VERSION;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `make install` into a scratch DESTDIR, then the example program built
+# from outside the tree with `pkg-config --cflags --libs wbcache` only,
+# against the shared library and (--static) the archive: it runs and copies
+# a file; it defines its own iput() without a clash; neither library
+# exports anything but wbc_*; the soname carries the major version; the
+# man pages are installed.  (The release build makes the shared library:
+# other builds skip.)
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${WBCACHE_BUILD:-build/release}
+[ "$BUILD" = build/release ] || { echo "skip: the shared library is built in the release build"; exit 77; }
+command -v pkg-config >/dev/null || { echo "skip: no pkg-config"; exit 77; }
+top=$(mktemp -d /var/tmp/wbc-install-XXXXXX)
+trap 'rm -rf "$top"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+dest=$top/root prefix=/opt/wbcache
+make -s install PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "make install: $(tail -5 "$top/make.log")"
+lib=$dest$prefix/lib
+for f in bin/wbcache include/wbcache.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc \
+	 share/man/man1/wbcache.1 share/man/man8/wbcache-mount.8; do
+	[ -e "$dest$prefix/$f" ] || fail "not installed: $f"
+done
+[ "$(objdump -p "$lib/libwbcache.so" | awk '/SONAME/ {print $2}')" = libwbcache.so.0 ] || fail "soname"
+others=$(nm -D --defined-only "$lib/libwbcache.so" | awk '$2 != "A" && $3 !~ /^wbc_/ {print $3}')
+[ -z "$others" ] || fail "the shared library exports: $others"
+others=$(nm -g --defined-only "$lib/libwbcache.a" | awk 'NF == 3 && $3 !~ /^wbc_/ {print $3}')
+[ -z "$others" ] || fail "the archive exports: $(echo $others | head -c 300)"
+
+export PKG_CONFIG_SYSROOT_DIR=$dest PKG_CONFIG_PATH=$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+cflags=$(pkg-config --cflags wbcache) libs=$(pkg-config --libs wbcache) static=$(pkg-config --static --libs wbcache)
+cp examples/wbcopy.c "$top/"
+(cd "$top" && cc -Wall -Wextra -Werror $cflags wbcopy.c $libs -o wbcopy-shared) || fail "build against the shared library"
+(cd "$top" && cc -Wall -Wextra -Werror -static-libgcc $cflags wbcopy.c -Wl,-Bstatic -lwbcache -Wl,-Bdynamic \
+	$(echo "$static" | sed 's/-lwbcache//') -o wbcopy-static) || fail "build against the archive"
+mkdir "$top/out"
+head -c 3000000 /dev/urandom >"$top/in"
+LD_LIBRARY_PATH=$lib "$top/wbcopy-shared" "$top/out" a <"$top/in" >"$top/a.log" || fail "wbcopy (shared): $(cat "$top/a.log")"
+"$top/wbcopy-static" "$top/out" b <"$top/in" >"$top/b.log" || fail "wbcopy (static): $(cat "$top/b.log")"
+cmp "$top/in" "$top/out/a" && cmp "$top/in" "$top/out/b" || fail "copies differ"
+grep -q "^wbcache $(sed -n 's/^#define WBCACHE_VERSION "\(.*\)"/\1/p' include/wbcache.h): 3000000 bytes copied" "$top/a.log" ||
+	fail "wbc_version / report: $(cat "$top/a.log")"
+ldd "$top/wbcopy-static" | grep -q libwbcache && fail "the static build links the shared library"
+echo "install tests passed"
