@@ -70,7 +70,8 @@ all: deps $(ALL)
 # Lists missing Debian packages and fails; never installs.
 deps:
 	@scripts/install-deps --check
-# Installs missing Debian packages when root, else lists them and fails.
+# Installs missing Debian packages when root, else lists them and fails
+# (run, check and bench: before anything is built, even with -j).
 deps-install:
 	@scripts/install-deps --check-or-install
 
@@ -114,13 +115,16 @@ $(BUILD)/bench/%: bench/%.c $(LIB_INT) | deps
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/bench/$*.d -MT $@ -Isrc $< $(LIB_INT) $(LDLIBS) -o $@
 
 # The main job: stream 1 GiB through the engine on the file backend.
-run: deps-install all
+run: deps-install
+	@$(MAKE) --no-print-directory all
 	$(CLI) run
 
-check: deps-install all
+check: deps-install
+	@$(MAKE) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) tests/run
 
-bench: deps-install all
+bench: deps-install
+	@$(MAKE) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	$(BUILD)/bench/isolation

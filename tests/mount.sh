@@ -170,6 +170,19 @@ cp "$top/model" "$mt/term"
 do_umount TERM || fail "SIGTERM unmount exit status"
 cmp "$top/model" "$bk/term" || fail "not written back at SIGTERM"
 
+# ---- a read-only mount: writes refused, wbcache umount works
+do_mount "ro"
+echo x 2>/dev/null >"$mt/rofile" && fail "a write on a read-only mount"
+cmp "$top/model" "$mt/a" || fail "read on a read-only mount"
+do_umount || fail "wbcache umount of a read-only mount: $(cat "$top/umount.log")"
+
+# ---- with auto_unmount (a helper that lives as long as the mount), a
+# caller that captures the output still gets it back at once
+out=$(timeout 20 "$W" mount "$bk" "$mt" -o auto_unmount 2>&1); rc=$?
+[ $rc = 0 ] || fail "mount -o auto_unmount with captured output: exit $rc: $out"
+pid=$(daemon_pid)
+do_umount || fail "wbcache umount (auto_unmount)"
+
 # ---- a write error at unmount is reported with exit status 1
 mkdir "$top/tiny"
 if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then

@@ -72,7 +72,9 @@
 #include "run.h"
 
 #define STATS_XATTR "user.wbcache.stats"
-/* Setting it on the root writes everything back (`wbcache umount`). */
+/* Reading it on the root writes everything back (`wbcache umount`): a
+ * getxattr needs only read permission, works on a read-only mount and
+ * holds no lock of the root's inode while it waits. */
 #define SYNC_XATTR "user.wbcache.sync"
 /* Locks here are error-checking mutexes, so a *_locked function can assert
  * that its caller holds the lock (a relock by the owner fails at once).
@@ -571,10 +573,12 @@ static void drop_if_unlinked_locked(struct node *n)
 	if (!n->is_reg || !n->wrote)
 		return;
 	int fd = nfd(n);
-	/* a handle that no longer opens: the inode is gone */
-	bool linked = fd >= 0 && (fstatat(fd, "", &st, AT_EMPTY_PATH) || st.st_nlink);
+	/* gone: a handle that no longer opens (ESTALE), or no link left; any
+	 * other failure (EMFILE, ENOMEM) keeps the data */
+	bool gone = fd < 0 ? errno == ESTALE || errno == ENOENT :
+		    !fstatat(fd, "", &st, AT_EMPTY_PATH) && !st.st_nlink;
 	nfd_put(n, fd);
-	if (linked)
+	if (!gone)
 		return;
 	wbc_file *h;
 	if (engine_open(n, &h) == 0) {
@@ -991,7 +995,6 @@ struct deferred {
 	bool interrupted;
 	wbc_file *h;                 /* the rest: where it goes */
 	uint64_t off;
-	struct node *n;              /* kernel's pages to invalidate (direct) */
 	size_t rest_len;
 	char *rest;                  /* into buf */
 	struct deferred *next;
@@ -1042,8 +1045,6 @@ static bool deferred_continue(struct deferred *d, bool stopping)
 		}
 		return false;
 	}
-	if (r && d->n && atomic_load_explicit(&d->n->kcache_opens, memory_order_relaxed))
-		fuse_lowlevel_notify_inval_inode(M.se, id_of(d->n), (off_t)d->off, (off_t)r);
 	d->count += (size_t)r;
 	d->rest += r;
 	d->rest_len -= (size_t)r;
@@ -1067,6 +1068,11 @@ static void *replier_main(void *unused)
 			pthread_mutex_unlock(&D.lock);
 			bool again = deferred_continue(d, stopping);
 			pthread_mutex_lock(&D.lock);
+			/* an interrupt while it was off the queue found nothing */
+			if (again && d->req && fuse_req_interrupted(d->req)) {
+				d->interrupted = true;
+				d->due = 0;
+			}
 			if (again) {
 				deferred_queue_locked(d);
 				continue;
@@ -1147,7 +1153,7 @@ static void replier_stop(void)
  * @rest (to go at @off) are not, after the throttle's pause @pause_ns:
  * answered now if nothing is owed, else queued for the replier.
  */
-static void write_after(fuse_req_t req, wbc_file *h, struct node *inval, size_t count,
+static void write_after(fuse_req_t req, wbc_file *h, size_t count,
 			const char *rest, size_t rest_len, uint64_t off, uint64_t pause_ns)
 {
 	struct deferred *d = pause_ns && D.started ? malloc(sizeof(*d) + rest_len) : NULL;
@@ -1172,7 +1178,6 @@ static void write_after(fuse_req_t req, wbc_file *h, struct node *inval, size_t 
 	d->due = mono_ns() + pause_ns;
 	d->interrupted = false;
 	d->h = h;
-	d->n = inval;
 	d->off = off;
 	d->rest = d->buf;
 	d->rest_len = rest_len;
@@ -1278,13 +1283,13 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int err = do_lookup(p, name, &e);
 	if (!err && !node_of(e.ino)->is_reg)
 		err = -EISDIR;
-	if (!err)
-		err = open_common(req, node_of(e.ino), fi);
-	if (err) {
-		fuse_reply_err(req, -err);
+	if (!err && !(err = open_common(req, node_of(e.ino), fi))) {
+		fuse_reply_create(req, &e, fi);
 		return;
 	}
-	fuse_reply_create(req, &e, fi);
+	if (e.ino)
+		forget_one(e.ino, 1);   /* the kernel is told of no entry */
+	fuse_reply_err(req, -err);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -1317,8 +1322,15 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	 * for their own writeback anyway: their worker waits in the throttle
 	 * too. */
 	bool dsync = fi->flags & O_DSYNC;
-	ssize_t r = dsync ? wbc_pwrite(h, buf, size, (uint64_t)off) :
-			    wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
+	/* A direct write to a file that also has opens through the kernel's
+	 * page cache invalidates the kernel's pages it covers once all of it
+	 * is in: it is written here, not by the replier, which must never
+	 * wait for the kernel (invalidating a dirty page sends a write that
+	 * may itself be paused, for the replier to finish). */
+	bool direct = !fi->writepage && open_direct(fi);
+	bool inval = direct && atomic_load_explicit(&n->kcache_opens, memory_order_relaxed);
+	ssize_t r = dsync || inval ? wbc_pwrite(h, buf, size, (uint64_t)off) :
+				     wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
 	if (r > 0 && dsync) {
 		int err = wbc_fsync_range(h, (uint64_t)off, (uint64_t)r,
 					  (fi->flags & O_SYNC) != O_SYNC);
@@ -1332,10 +1344,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	pthread_mutex_lock(&n->lock);
 	node_written_locked(n);
 	pthread_mutex_unlock(&n->lock);
-	bool direct = !fi->writepage && open_direct(fi);
-	if (direct && r && atomic_load_explicit(&n->kcache_opens, memory_order_relaxed))
+	if (inval && r)
 		fuse_lowlevel_notify_inval_inode(M.se, ino, off, (off_t)r);
-	write_after(req, h, direct ? n : NULL, (size_t)r, buf + r, pause ? size - (size_t)r : 0,
+	write_after(req, h, (size_t)r, buf + r, pause ? size - (size_t)r : 0,
 		    (uint64_t)off + (uint64_t)r, pause);
 }
 
@@ -1593,6 +1604,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		reply_xattr_value(req, size, text, (ssize_t)len);
 		return;
 	}
+	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
+		int err = mount_sync();
+		if (err)
+			fuse_reply_err(req, -err);
+		else
+			reply_xattr_value(req, size, "0", 1);
+		return;
+	}
 	/* the kernel asks for the file capability before every write through
 	 * its page cache (to know whether the write must remove it): known
 	 * absent, answered without a look */
@@ -1650,12 +1669,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	char path[64];
 	struct node *n = node_of(ino);
-	if (n == &M.root && !strcmp(name, STATS_XATTR)) {
+	if (n == &M.root && (!strcmp(name, STATS_XATTR) || !strcmp(name, SYNC_XATTR))) {
 		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
-		fuse_reply_err(req, -mount_sync());
 		return;
 	}
 	int fd = xattr_path(n, path, sizeof(path));
@@ -1854,7 +1869,8 @@ int cmd_umount(int argc, char **argv)
 	const char *p = strstr(buf, "DaemonPid:");
 	long pid = p ? strtol(p + strlen("DaemonPid:"), NULL, 10) : 0;
 	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
-	if (setxattr(mnt, SYNC_XATTR, "1", 1, 0)) {
+	char ok[8];
+	if (getxattr(mnt, SYNC_XATTR, ok, sizeof(ok)) < 0) {
 		fprintf(stderr, "wbcache umount: %s: writeback failed: %s; the data stays in the "
 			"cache and the file system stays mounted (`fusermount3 -u %s` unmounts "
 			"anyway: what is not written is then lost)\n", mnt, strerror(errno), mnt);
@@ -2110,6 +2126,42 @@ static bool detach_begin(int *status)
 	return true;
 }
 
+/*
+ * Before mounting: standard input, output and error go to /dev/null, and
+ * stderr (the FILE) to a close-on-exec copy of the caller's, so reasons
+ * still reach the caller until the mount is up.  A helper the mount
+ * starts (fusermount3's auto_unmount watcher lives as long as the mount)
+ * then holds no descriptor of the caller's: `out=$(wbcache mount ...)`
+ * returns.
+ */
+static int detach_err = -1;
+
+static void detach_stdio(void)
+{
+	if (detach_fd < 0)
+		return;
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	detach_err = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+	FILE *err = detach_err >= 0 ? fdopen(detach_err, "w") : NULL;
+	if (nul < 0 || !err) {
+		if (err)
+			fclose(err);
+		else if (detach_err >= 0)
+			close(detach_err);
+		detach_err = -1;
+		if (nul >= 0)
+			close(nul);
+		return;
+	}
+	setvbuf(err, NULL, _IONBF, 0);
+	fflush(stderr);
+	stderr = err;
+	dup2(nul, STDIN_FILENO);
+	dup2(nul, STDOUT_FILENO);
+	dup2(nul, STDERR_FILENO);
+	close(nul);
+}
+
 /* The mount is up: let the parent go and leave its terminal. */
 static void detach_done(void)
 {
@@ -2120,6 +2172,8 @@ static void detach_done(void)
 		dup2(nul, STDIN_FILENO);
 		dup2(nul, STDOUT_FILENO);
 		dup2(nul, STDERR_FILENO);
+		if (detach_err >= 0)
+			dup2(nul, detach_err);   /* stderr (the FILE) too */
 		if (nul > STDERR_FILENO)
 			close(nul);
 	}
@@ -2265,6 +2319,7 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "wbcache mount: cannot start a FUSE session\n");
 		goto out;
 	}
+	detach_stdio();
 	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mountpoint)) {
 		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
 		goto out;
