@@ -141,6 +141,7 @@ struct mnt {
 	struct node root;
 	pthread_mutex_t lock;        /* the table */
 	struct node **hash;
+	struct node *stale;          /* out of the table, not yet forgotten (hnext) */
 	size_t hsize, n;
 	wbc_cache *cache;
 	wbc_dev *dev;
@@ -496,6 +497,16 @@ static bool node_stale(struct node *n, const struct file_handle *fh)
 
 static void forget_one(fuse_ino_t ino, uint64_t nlookup);
 
+/* A node out of the table and every list. */
+static void node_free(struct node *n)
+{
+	if (n->fd >= 0)
+		close(n->fd);
+	free(n->fh);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
 /* Look @name up in @parent: a node with one more lookup, and its attrs. */
 static int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 {
@@ -522,6 +533,8 @@ static int do_lookup(struct node *parent, const char *name, struct fuse_entry_pa
 		 * out of the table */
 		remove_locked(n);
 		n->hashed = false;
+		n->hnext = M.stale;
+		M.stale = n;
 		n = NULL;
 	}
 	if (n) {
@@ -642,16 +655,17 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 	pthread_mutex_unlock(&n->lock);
 	pthread_mutex_lock(&M.lock);
 	bool unused = !--n->forgetting && !n->nlookup;
-	if (unused && n->hashed)
+	if (unused && n->hashed) {
 		remove_locked(n);
+	} else if (unused) {
+		struct node **pp = &M.stale;   /* rare: a reused inode number */
+		while (*pp != n)
+			pp = &(*pp)->hnext;
+		*pp = n->hnext;
+	}
 	pthread_mutex_unlock(&M.lock);
-	if (!unused)
-		return;
-	if (n->fd >= 0)
-		close(n->fd);
-	free(n->fh);
-	pthread_mutex_destroy(&n->lock);
-	free(n);
+	if (unused)
+		node_free(n);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2373,13 +2387,13 @@ out:
 				if (n->wrote)
 					restore_mtime_locked(n);
 				pthread_mutex_unlock(&n->lock);
-				if (n->fd >= 0)
-					close(n->fd);
-				free(n->fh);
-				pthread_mutex_destroy(&n->lock);
-				free(n);
+				node_free(n);
 			}
 		}
+	for (struct node *n = M.stale, *next; n; n = next) {
+		next = n->hnext;
+		node_free(n);
+	}
 	free(M.hash);
 	if (M.root_fd >= 0)
 		close(M.root_fd);
