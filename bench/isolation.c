@@ -7,6 +7,7 @@
  */
 #include "../tests/testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 #include <time.h>
 
@@ -91,7 +92,7 @@ int main(void)
 	qsort(stalled_r, ROUNDS, sizeof(double), cmp_d);
 	printf("\nmedians: alone %.0f MB/s, A stalled %.0f MB/s: ratio %.2f\n",
 	       alone_r[ROUNDS / 2], stalled_r[ROUNDS / 2], stalled_r[ROUNDS / 2] / alone_r[ROUNDS / 2]);
-	model_release_stall(a->be);
+	model_release_stall(a);
 	pthread_join(t, NULL);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	return 0;

@@ -36,6 +36,7 @@
  */
 #include "../tests/testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -33,61 +33,6 @@
 #define MIN_PAGE_SIZE 512u          /* smallest O_DIRECT logical block */
 #define MAX_PAGE_SIZE (1u << 20)
 
-#if !defined(NDEBUG) && defined(__GLIBC__)
-pid_t wbc_gettid(void)
-{
-	static __thread pid_t tid;
-	if (!tid)
-		tid = gettid();
-	return tid;
-}
-#endif
-
-void wbc_mutex_init(pthread_mutex_t *m)
-{
-	pthread_mutexattr_t a;
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
-	pthread_mutex_init(m, &a);
-	pthread_mutexattr_destroy(&a);
-}
-
-void *wbc_zalloc(size_t bytes)
-{
-	size_t n = (bytes + 63) & ~(size_t)63;
-	void *p = aligned_alloc(64, n);
-	if (p)
-		memset(p, 0, n);
-	return p;
-}
-
-void wbc_cond_init(pthread_cond_t *c)
-{
-	pthread_condattr_t a;
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(c, &a);
-	pthread_condattr_destroy(&a);
-}
-
-uint64_t wbc_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
-{
-	uint64_t now = wbc_now_ns();
-	/* a deadline past 2^64 ns (584 years) is no deadline: not one that
-	 * wrapped into the past */
-	uint64_t t = ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
-	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull),
-			       .tv_nsec = (long)(t % 1000000000ull) };
-	return pthread_cond_timedwait(c, m, &ts);
-}
-
 void wbc_config_init(struct wbc_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));

@@ -2,6 +2,7 @@
  * Devices: a backend, its flusher thread, its inodes and dirty lists.
  */
 #include "internal.h"
+#include "backend/backends.h"
 
 
 void handles_close_dev(struct wbc_dev *dev);   /* file.c */
@@ -52,50 +53,44 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
 
 /*
  * Take the per-device tunables out of a spec's comma-separated options,
- * leaving the backend's own in place.  A spec's options begin after
- * "model:" (the model's options), else after the first comma (after the
- * path of file: and dir:, after "mem", "model" and "opener"): a tunable
- * is the same option in every one of them, first or not.  Returns 0 or
- * -EINVAL with a message.
+ * leaving the backend's own in place, and return them in *@tun (a new
+ * string, "k=v,k=v", or "").  A spec's options begin after "model:" (the
+ * model's options), else after the first comma (after the path of file:
+ * and dir:, after "mem", "model" and "opener"): a tunable is the same
+ * option in every one of them, first or not.  0 or -ENOMEM.
  */
-static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msglen)
+static int split_dev_opts(char *spec, char **tun)
 {
 	char *opts = !strncmp(spec, "model:", 6) ? spec + 6 : strchr(spec, ',');
 	if (opts && *opts == ',')
 		opts++;
+	size_t cap = strlen(spec) + 1, tn = 0;
+	if (!(*tun = calloc(1, cap)))
+		return -ENOMEM;
 	/* the options kept are compacted in place, from @opts on */
 	char *out = opts, *tok = opts;
 	bool kept = false;
 	while (tok) {
 		char *next = strchr(tok, ',');
 		size_t len = next ? (size_t)(next - tok) : strlen(tok);
-		int k = T_NR;
+		bool tunable = false;
 		for (int i = 0; i < T_NR; i++) {
 			size_t kl = strlen(tunable_keys[i]);
 			if (len > kl && !strncmp(tok, tunable_keys[i], kl) && tok[kl] == '=')
-				k = i;
+				tunable = true;
 		}
-		if (k == T_NR) {
+		if (tunable) {
+			if (tn)
+				(*tun)[tn++] = ',';
+			memcpy(*tun + tn, tok, len);
+			tn += len;
+		} else {
 			/* the backend's: keep it */
 			if (kept)
 				*out++ = ',';
 			memmove(out, tok, len);
 			out += len;
 			kept = true;
-		} else {
-			char val[64];
-			size_t kl = strlen(tunable_keys[k]) + 1, vlen = len - kl;
-			bool ok = vlen < sizeof(val);
-			if (ok) {
-				memcpy(val, tok + kl, vlen);
-				val[vlen] = '\0';
-				ok = set_tunable(dev, k, val);
-			}
-			if (!ok) {
-				snprintf(msg, msglen, "bad device tunable '%.*s' (" TUNABLES_HELP ")",
-					 (int)len, tok);
-				return -EINVAL;
-			}
 		}
 		tok = next ? next + 1 : NULL;
 	}
@@ -105,6 +100,37 @@ static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msgl
 			out--;
 		*out = '\0';
 	}
+	return 0;
+}
+
+/* Set @dev's tunables from @tun ("k=v,k=v"; NULL or "": none): 0, or
+ * -EINVAL with a message for an unknown key or a bad value. */
+static int parse_tunables(struct wbc_dev *dev, const char *tun, char *msg, size_t msglen)
+{
+	for (const char *tok = tun; tok && *tok;) {
+		const char *next = strchr(tok, ',');
+		size_t len = next ? (size_t)(next - tok) : strlen(tok);
+		int k = T_NR;
+		for (int i = 0; i < T_NR; i++) {
+			size_t kl = strlen(tunable_keys[i]);
+			if (len > kl && !strncmp(tok, tunable_keys[i], kl) && tok[kl] == '=')
+				k = i;
+		}
+		char val[64];
+		size_t kl = k < T_NR ? strlen(tunable_keys[k]) + 1 : 0, vlen = len - kl;
+		bool ok = k < T_NR && vlen < sizeof(val);
+		if (ok) {
+			memcpy(val, tok + kl, vlen);
+			val[vlen] = '\0';
+			ok = set_tunable(dev, k, val);
+		}
+		if (!ok) {
+			snprintf(msg, msglen, "bad device tunable '%.*s' (" TUNABLES_HELP ")",
+				 (int)len, tok);
+			return -EINVAL;
+		}
+		tok = next ? next + 1 : NULL;
+	}
 	if (dev->min_ratio > dev->max_ratio) {
 		snprintf(msg, msglen, "min_ratio above max_ratio");
 		return -EINVAL;
@@ -112,49 +138,39 @@ static int take_dev_opts(struct wbc_dev *dev, char *spec, char *msg, size_t msgl
 	return 0;
 }
 
-static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *opener,
-		   wbc_dev **out, char *msg, size_t msglen)
+/*
+ * Make a device of backend @ops/@ctx with the tunables in @tun.  On
+ * failure the backend is not destroyed: the caller keeps it.
+ */
+static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx,
+		      const char *tun, const char *what, wbc_dev **out, char *msg, size_t msglen)
 {
-	char dummy[8];
-	if (!msg || !msglen) {
-		msg = dummy;
-		msglen = sizeof(dummy);
-	}
-	msg[0] = '\0';
-	if (!c || !spec || !out) {
-		snprintf(msg, msglen, "missing argument");
-		return -EINVAL;
-	}
 	struct wbc_dev *dev = wbc_zalloc(sizeof(*dev));
-	char *bspec = strdup(spec);
-	if (!dev || !bspec || names_init(dev)) {
+	struct backend *be = calloc(1, sizeof(*be));
+	if (!dev || !be || names_init(dev)) {
 		free(dev);
-		free(bspec);
+		free(be);
 		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
 	}
 	dev->max_ratio = 100;
 	dev->retry_timeout_ns = WBC_RETRY_TIMEOUT_NS;
-	struct backend *be;
-	int err = take_dev_opts(dev, bspec, msg, msglen);
+	int err = parse_tunables(dev, tun, msg, msglen);
 	if (!err)
-		err = backend_create(bspec, opener, &be, msg, msglen);
-	free(bspec);
-	if (err) {
-		names_destroy(dev);
-		free(dev);
-		return err;
-	}
-	if (be->dio_align > c->page_size) {
+		err = backend_init(be, ops, ctx, msg, msglen);
+	if (!err && be->dio_align > c->page_size) {
 		/* every write of such a page fails with EINVAL: refuse now,
 		 * not retry it forever */
 		snprintf(msg, msglen, "page size %zu is below the %zu-byte block size that "
 			 "O_DIRECT needs on %s: use pages of at least %zu bytes, or direct=0",
-			 c->page_size, be->dio_align, spec, be->dio_align);
-		be->ops->destroy(be);
+			 c->page_size, be->dio_align, what, be->dio_align);
+		err = -EINVAL;
+	}
+	if (err) {
 		names_destroy(dev);
 		free(dev);
-		return -EINVAL;
+		free(be);
+		return err;
 	}
 	if (be->max_io < c->page_size)
 		be->max_io = c->page_size;
@@ -174,9 +190,9 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 	if ((err = dirty_init(dev)) || (err = dev_io_init(dev)) || (err = flusher_start(dev))) {
 		dev_io_destroy(dev);
 		dirty_destroy(dev);
-		be->ops->destroy(be);
 		names_destroy(dev);
 		free(dev);
+		free(be);
 		snprintf(msg, msglen, "cannot start the flusher: %s", strerror(-err));
 		return err;
 	}
@@ -187,6 +203,71 @@ static int dev_add(wbc_cache *c, const char *spec, const struct backend_opener *
 	pthread_mutex_unlock(&c->dev_lock);
 	*out = dev;
 	return 0;
+}
+
+static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *opener,
+		   wbc_dev **out, char *msg, size_t msglen)
+{
+	char dummy[8];
+	if (!msg || !msglen) {
+		msg = dummy;
+		msglen = sizeof(dummy);
+	}
+	msg[0] = '\0';
+	if (!c || !spec || !out) {
+		snprintf(msg, msglen, "missing argument");
+		return -EINVAL;
+	}
+	char *bspec = strdup(spec);
+	if (!bspec) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	/* the tunables are checked before the backend is made (a bad one
+	 * opens nothing), then given to the device */
+	struct wbc_dev probe = { .max_ratio = 100 };
+	char *tun = NULL;
+	int err = split_dev_opts(bspec, &tun);
+	if (err)
+		snprintf(msg, msglen, "out of memory");
+	else
+		err = parse_tunables(&probe, tun, msg, msglen);
+	const struct wbc_backend_ops *ops = NULL;
+	void *ctx = NULL;
+	if (!err)
+		err = backend_create(bspec, opener, &ops, &ctx, msg, msglen);
+	free(bspec);
+	if (!err) {
+		err = dev_add_be(c, ops, ctx, tun, spec, out, msg, msglen);
+		if (err)
+			ops->destroy(ctx);
+	}
+	free(tun);
+	return err;
+}
+
+int wbc_dev_add_backend_msg(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx,
+			    const char *opts, wbc_dev **out, char *msg, size_t msglen)
+{
+	char dummy[8];
+	if (!msg || !msglen) {
+		msg = dummy;
+		msglen = sizeof(dummy);
+	}
+	msg[0] = '\0';
+	if (!c || !ops || !out) {
+		snprintf(msg, msglen, "missing argument");
+		return -EINVAL;
+	}
+	char what[64];
+	snprintf(what, sizeof(what), "backend '%s'", ops->name ? ops->name : "?");
+	return dev_add_be(c, ops, ctx, opts, what, out, msg, msglen);
+}
+
+int wbc_dev_add_backend(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx,
+			const char *opts, wbc_dev **out)
+{
+	return wbc_dev_add_backend_msg(c, ops, ctx, opts, out, NULL, 0);
 }
 
 int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, size_t msglen)
@@ -203,8 +284,7 @@ int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn op
 			snprintf(msg, msglen, "missing argument");
 		return -EINVAL;
 	}
-	struct backend_opener op = { .fn = open, .ctx = ctx, .fs_fd = fs_fd,
-				     .flags = open_flags };
+	struct file_opener op = { .fn = open, .ctx = ctx, .fs_fd = fs_fd, .flags = open_flags };
 	char *spec;
 	if (asprintf(&spec, "opener%s%s", *opts ? "," : "", opts) < 0)
 		return -ENOMEM;
@@ -256,7 +336,8 @@ void dev_destroy(struct wbc_dev *dev)
 	handles_close_dev(dev);
 	flusher_stop(dev);
 	release_listed_inodes(dev);
-	dev->be->ops->destroy(dev->be);
+	backend_destroy(dev->be);
+	free(dev->be);
 	dev_io_destroy(dev);
 	dirty_destroy(dev);
 	size_t left = names_destroy(dev);
@@ -271,48 +352,6 @@ void dev_destroy(struct wbc_dev *dev)
 	pthread_cond_destroy(&dev->done_cond);
 	pthread_cond_destroy(&dev->io_cond);
 	free(dev);
-}
-
-/* ------------------------------------------------------------------ */
-/* synchronous read through the asynchronous interface                  */
-
-struct sync_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-};
-
-static void sync_end_io(struct wbc_bio *bio)
-{
-	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
-	struct sync_wait *w = bio->priv;
-	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off)
-{
-	struct sync_wait w = { .done = false };
-	pthread_mutex_init(&w.lock, NULL);
-	pthread_cond_init(&w.cond, NULL);
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct wbc_bio bio = {
-		.op = BIO_READ, .obj = obj, .off = off, .len = len,
-		.iov = &iov, .iovcnt = 1, .end_io = sync_end_io, .priv = &w,
-	};
-	atomic_store_explicit(&bio.handoff, 1, memory_order_release);
-	int err = be->ops->submit(be, &bio);
-	if (!err) {
-		pthread_mutex_lock(&w.lock);
-		while (!w.done)
-			pthread_cond_wait(&w.cond, &w.lock);
-		pthread_mutex_unlock(&w.lock);
-	}
-	pthread_mutex_destroy(&w.lock);
-	pthread_cond_destroy(&w.cond);
-	return err ? err : bio.res;
 }
 
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)

@@ -390,14 +390,14 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 
 	void *obj;
 	uint64_t size;
-	*err = dev->be->ops->open(dev->be, name, create, &obj, &size);
+	*err = backend_open(dev->be, name, create, &obj, &size);
 	if (*err) {
 		if (ino)
 			inode_keep(s, ino);
 		return NULL;
 	}
 	if (!ino && !(ino = inode_new(nlen))) {
-		dev->be->ops->close(dev->be, obj);
+		backend_close(dev->be, obj);
 		*err = -ENOMEM;
 		return NULL;
 	}
@@ -416,7 +416,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	if (other) {   /* lost a race with another opener */
 		atomic_fetch_add_explicit(&other->refs, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&s->lock);
-		dev->be->ops->close(dev->be, obj);
+		backend_close(dev->be, obj);
 		inode_free(s, ino);
 		return other;
 	}
@@ -506,12 +506,12 @@ void iput(struct inode *ino)
 	/* No handle, no list, no bio: nothing can reach it but reclaim. */
 	assert(!(ino->state & (I_DIRTY | I_SYNC)) && !ino->nr_writeback);
 	if (ino->backend_size != ino->i_size) {
-		int err = dev->be->ops->setsize(dev->be, ino->obj, ino->i_size);
+		int err = backend_resize(dev->be, ino->obj, ino->i_size);
 		if (err)
 			dev_record_error(dev, err);
 	}
 	inode_drop_all_pages(ino);
-	dev->be->ops->close(dev->be, ino->obj);
+	backend_close(dev->be, ino->obj);
 	if (!end_batch_defer_inode(ino))
 		inode_free(s, ino);
 }
@@ -541,7 +541,7 @@ int inode_sync_size(struct inode *ino)
 		inode_wait_locked(ino);
 	uint64_t size = ino->i_size;
 	pthread_mutex_unlock(&ino->lock);
-	int err = be->ops->setsize(be, ino->obj, size);
+	int err = backend_resize(be, ino->obj, size);
 	pthread_mutex_lock(&ino->lock);
 	if (!err)
 		ino->backend_size = size;
@@ -967,7 +967,7 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	}
 	ino->i_size = size;
 	pthread_mutex_unlock(&ino->lock);
-	int err = be->ops->setsize(be, ino->obj, size);
+	int err = backend_resize(be, ino->obj, size);
 	pthread_mutex_lock(&ino->lock);
 	if (!err)
 		ino->backend_size = size;
@@ -1002,7 +1002,7 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	write_inode_pages(ino, &ctl);
 	wait_on_writeback_range(ino, start, end);
 	int err = inode_sync_size(ino);
-	int ferr = dev->be->ops->flush(dev->be, ino->obj, datasync);
+	int ferr = backend_flush(dev->be, ino->obj, datasync);
 	pthread_mutex_lock(&ino->lock);
 	int werr = errseq_check_advance(&ino->wb_err, &f->err_since);
 	pthread_mutex_unlock(&ino->lock);

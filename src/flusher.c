@@ -248,6 +248,8 @@ int cache_dead_error(struct wbc_cache *c, uint64_t now)
  */
 struct end_batch {
 	bool open;
+	unsigned depth;                /* nested begins (a batch's short write resubmitted
+					* to a backend that completes inline) */
 	struct wbc_dev *dev;
 	struct wbc_group *group;
 	uint64_t bytes, ios;
@@ -326,13 +328,15 @@ static void end_batch_flush(void)
 
 void bio_end_batch_begin(void)
 {
-	assert(!eb.open);
-	eb.open = true;
+	if (!eb.depth++)
+		eb.open = true;
 }
 
 void bio_end_batch_end(void)
 {
-	assert(eb.open);
+	assert(eb.open && eb.depth);
+	if (--eb.depth)
+		return;     /* the outermost batch settles */
 	end_batch_flush();
 	eb.open = false;
 }
@@ -471,7 +475,7 @@ void bio_prefetch(const struct wbc_bio *b, int stage)
 		for (size_t off = 0; off < sizeof(struct inode); off += 64)
 			__builtin_prefetch(ino + off, 1);
 		__builtin_prefetch(b->pages, 0);
-		__builtin_prefetch(b->obj, 1);
+		__builtin_prefetch(b->io.file, 1);
 	} else {
 		for (unsigned i = 0; i < WBC_MIN(b->nr_pages, 4u); i++)
 			__builtin_prefetch(b->pages[i], 1);
@@ -560,12 +564,7 @@ static void plug_flush(struct wbc_dev *dev, struct bio_plug *p)
 	plug_account(dev, p);
 	if (!p->n)
 		return;
-	unsigned queued = 0;
-	int err = dev->be->ops->submit_many(dev->be, p->bios, p->n, &queued);
-	for (unsigned i = queued; i < p->n; i++) {
-		p->bios[i]->res = err;
-		wb_end_io(p->bios[i]);
-	}
+	bio_submit(dev->be, p->bios, p->n);
 	p->n = 0;
 	p->bytes = 0;
 }
@@ -573,14 +572,12 @@ static void plug_flush(struct wbc_dev *dev, struct bio_plug *p)
 static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_bio *b,
 			     uint64_t first_index, struct bio_plug *plug)
 {
-	b->op = BIO_WRITE;
-	b->obj = ino->obj;
+	b->io.op = WBC_IO_WRITE;
+	b->io.file = ino->obj;
 	b->off = first_index << dev->cache->page_shift;
 	b->end_io = wb_end_io;
 	b->inode = ino;
-	b->res = 0;
 	igrab(ino);
-	atomic_store_explicit(&b->handoff, 1, memory_order_release);
 	if (plug) {
 		plug->bios[plug->n++] = b;
 		plug->bytes += b->len;
@@ -588,11 +585,7 @@ static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_
 			plug_flush(dev, plug);
 		return;
 	}
-	int err = dev->be->ops->submit(dev->be, b);
-	if (err) {
-		b->res = err;
-		wb_end_io(b);
-	}
+	bio_submit(dev->be, &b, 1);
 }
 
 /* Under ino->lock: the next page tagged @tag in [*idx, *end], wrapping
@@ -830,7 +823,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			continue;
 		}
 		struct wbc_ctl ctl = {
-			.plug = dev->be->ops->submit_many ? &plug : NULL,
+			.plug = &plug,
 			.sync_mode = WB_SYNC_NONE,
 			.nr_to_write = WBC_MIN(slice, nr_pages),
 			.range_start = 0,
@@ -978,7 +971,7 @@ static int wb_sync(struct wbc_dev *dev)
 	}
 	free(touched);
 	walk_listed(dev, prune_visit, NULL);
-	int e = dev->be->ops->flush(dev->be, NULL, false);
+	int e = backend_flush(dev->be, NULL, false);
 	if (e && !err)
 		err = e;
 	pthread_mutex_lock(&dev->err_lock);

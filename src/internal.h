@@ -64,86 +64,8 @@
 #include <sys/uio.h>
 
 #include "wbcache.h"
-
-/* ------------------------------------------------------------------ */
-/* small helpers                                                        */
-
-#define WBC_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define WBC_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
-
-/* Largest file offset accepted: keeps page indices and sums far from
- * overflow (the same bound as the kernel's MAX_LFS_FILESIZE on 64-bit). */
-#define WBC_MAX_OFFSET (1ULL << 62)
-
-/* Assert that the calling thread holds a mutex.  glibc records the
- * owner's thread id in every mutex it locks (all types, also when a
- * condition wait takes it back), so the check costs a load and a compare;
- * release builds with NDEBUG, and other C libraries, compile it away. */
-#if !defined(NDEBUG) && defined(__GLIBC__)
-pid_t wbc_gettid(void);                     /* cached per thread */
-#define assert_held(m) assert((m)->__data.__owner == wbc_gettid())
-#else
-#define assert_held(m) ((void)(m))
-#endif
-/* Our mutexes spin briefly before they sleep (PTHREAD_MUTEX_ADAPTIVE_NP):
- * critical sections are short, and a futex sleep and wakeup cost more
- * than the wait. */
-void wbc_mutex_init(pthread_mutex_t *m);
-/* Zeroed memory aligned to a cache line (structures laid out by line:
- * the cache, devices, groups); free() releases it.  NULL without memory. */
-void *wbc_zalloc(size_t bytes);
-
-uint64_t wbc_now_ns(void);                  /* CLOCK_MONOTONIC */
-void wbc_cond_init(pthread_cond_t *c);      /* condvar on CLOCK_MONOTONIC */
-/* Wait on @c for at most @ns; returns 0 or ETIMEDOUT. */
-int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns);
-
-/* intrusive doubly linked list */
-struct list_head {
-	struct list_head *next, *prev;
-};
-static inline void list_init(struct list_head *h) { h->next = h->prev = h; }
-static inline bool list_empty(const struct list_head *h) { return h->next == h; }
-static inline void __list_add(struct list_head *n, struct list_head *prev,
-			      struct list_head *next)
-{
-	next->prev = n;
-	n->next = next;
-	n->prev = prev;
-	prev->next = n;
-}
-static inline void list_add(struct list_head *n, struct list_head *h)
-{
-	__list_add(n, h, h->next);
-}
-static inline void list_add_tail(struct list_head *n, struct list_head *h)
-{
-	__list_add(n, h->prev, h);
-}
-static inline void list_del_init(struct list_head *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	list_init(n);
-}
-static inline void list_move_tail(struct list_head *n, struct list_head *h)
-{
-	list_del_init(n);
-	list_add_tail(n, h);
-}
-/* Append all of @from to the tail of @to; @from becomes empty. */
-static inline void list_splice_tail_init(struct list_head *from, struct list_head *to)
-{
-	if (list_empty(from))
-		return;
-	from->next->prev = to->prev;
-	to->prev->next = from->next;
-	from->prev->next = to;
-	to->prev = from->prev;
-	list_init(from);
-}
+#include "wbcache_backend.h"
+#include "base/base.h"
 
 /* ------------------------------------------------------------------ */
 /* page index (pagemap.c): a radix tree with per-node tag bitmaps        */
@@ -202,23 +124,29 @@ struct page {
 };
 
 /* ------------------------------------------------------------------ */
-/* backends                                                             */
+/* the engine's side of the backend interface (bio.c)                   */
 
-enum bio_op { BIO_READ, BIO_WRITE };
+enum bio_op { BIO_READ = WBC_IO_READ, BIO_WRITE = WBC_IO_WRITE };
 enum { WBC_ON_ERROR_RETRY, WBC_ON_ERROR_DROP };
 
 struct wbc_bio;
 typedef void (*bio_end_io_t)(struct wbc_bio *bio);
 
+/*
+ * One I/O of the engine.  io is what the backend sees (wbcache_backend.h);
+ * the rest is the engine's.  off, len, iov and iovcnt describe the whole
+ * I/O; after a short write io describes the part still to do (io.iov
+ * points into iov, advanced past what was written).
+ */
 struct wbc_bio {
-	enum bio_op op;
-	void *obj;              /* backend object */
+	struct wbc_io io;
+	struct backend *be;
 	uint64_t off;           /* byte offset */
 	size_t len;             /* bytes */
 	struct iovec *iov;
 	int iovcnt;
 	int res;                /* bytes done or -errno, set before end_io */
-	size_t done;            /* backend-private: bytes done before a resubmit */
+	size_t done;            /* bytes written before a short write's rest */
 	bio_end_io_t end_io;
 	void *priv;
 	/* writeback bookkeeping */
@@ -228,82 +156,38 @@ struct wbc_bio {
 	struct wbc_bio *next_free;
 	/* Release on submit, acquire on completion: orders the submitter's
 	 * stores for completion threads (visible to ThreadSanitizer, which
-	 * cannot see the kernel's ordering through io_uring). */
+	 * cannot see a backend's ordering through the kernel). */
 	atomic_int handoff;
 };
 
-struct backend;
-struct backend_ops {
-	const char *kind;
-	/* Open object @name (flat name).  create: make it if missing.
-	 * Sets *obj and *size.  0 or -errno. */
-	int (*open)(struct backend *be, const char *name, bool create,
-		    void **obj, uint64_t *size);
-	void (*close)(struct backend *be, void *obj);
-	/* Queue @bio.  Returns 0 when queued: bio->end_io will run exactly
-	 * once, in any thread, possibly before submit returns; the caller must
-	 * hold no lock.  -errno when not queued (end_io is not called). */
-	int (*submit)(struct backend *be, struct wbc_bio *bio);
-	/* Optional: queue @n bios at once (one doorbell).  0 when all are
-	 * queued; else -errno, and bios[*queued..n-1] were not queued. */
-	int (*submit_many)(struct backend *be, struct wbc_bio **bios, unsigned n,
-			   unsigned *queued);
-	/* Make completed writes to @obj durable (obj NULL: the whole backend). */
-	int (*flush)(struct backend *be, void *obj, bool datasync);
-	int (*setsize)(struct backend *be, void *obj, uint64_t size);
-	void (*destroy)(struct backend *be);
-};
-
+/* A device's backend: its operations, its context and its capabilities
+ * (with the defaults filled in). */
 struct backend {
-	const struct backend_ops *ops;
-	unsigned qd;            /* queue depth: bios in flight at most */
-	size_t max_io;          /* largest single I/O in bytes */
-	/* O_DIRECT: every I/O's offset, length and buffer must be a multiple
-	 * of this (the logical block size); 0 when nothing is required or
-	 * known.  A cache page smaller than this can never be written. */
-	size_t dio_align;
-	bool single;            /* one object, named "" */
-	void *priv;
-};
-
-/* spec.c */
-int wbc_parse_size(const char *s, uint64_t *out);   /* "4K", "1M", "2G", "512" */
-/* A duration, in seconds: "2", "0.5s", "250ms", "100us" (not negative,
- * finite).  0 or -EINVAL. */
-int wbc_parse_time(const char *s, double *out);
-#define NS_PER_SEC 1e9
-/* "Never" in nanoseconds from now: about 146 years, far below UINT64_MAX,
- * so that adding it to a clock reading cannot wrap. */
-#define WBC_NEVER_NS (UINT64_MAX / 4)
-/* Seconds (from a spec: any size) to nanoseconds, saturating at
- * WBC_NEVER_NS, never by a cast that overflows; negative or NaN: 0. */
-uint64_t wbc_secs_to_ns(double s);
-struct backend_opener;
-/* @opener: used by spec "opener[,opts]" only (NULL otherwise) */
-int backend_create(const char *spec, const struct backend_opener *opener,
-		   struct backend **out, char *err, size_t errlen);
-/* @discard: keep each object's size but not its data (reads return zeros):
- * a device that costs no memory, for benchmarks (model's discard=1). */
-int mem_backend_create(struct backend **out, bool discard);
-int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen);
-void model_release_stall(struct backend *be);
-uint64_t model_waits(struct backend *be);                          /* tests */
-void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp);
-void file_fail_submits(struct backend *be, unsigned n, int err);   /* dir:, file: only */
-/* A caller's opener (wbc_dev_add_opener), or none. */
-struct backend_opener {
-	wbc_open_fn fn;
+	const struct wbc_backend_ops *ops;
 	void *ctx;
-	int fs_fd;
-	unsigned flags;     /* WBC_OPENER_* */
+	unsigned qd;            /* I/Os in flight at most */
+	size_t max_io;          /* largest single I/O in bytes */
+	size_t dio_align;       /* caps.align */
+	bool single;            /* WBC_BACKEND_ONE_FILE */
 };
-int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
-			size_t max_io, const struct backend_opener *opener,
-			struct backend **out, char *err, size_t errlen);
 
+/* bio.c */
+/* Check @ops and fill @be from its caps: 0, or -EINVAL with a message. */
+int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ctx,
+		 char *msg, size_t msglen);
+/* Submit @n bios of @op (each with obj, off, len, iov, iovcnt, end_io
+ * set): those the backend refuses are ended with its error. */
+void bio_submit(struct backend *be, struct wbc_bio **bios, unsigned n);
+int backend_open(struct backend *be, const char *name, bool create, void **obj,
+		 uint64_t *size);
+void backend_close(struct backend *be, void *obj);
+int backend_resize(struct backend *be, void *obj, uint64_t size);
+int backend_flush(struct backend *be, void *obj, bool datasync);
+void backend_destroy(struct backend *be);
 /* Read @len bytes at @off of @obj synchronously through submit; returns
  * bytes read (short at end of object) or -errno. */
 ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off);
+
 
 /* ------------------------------------------------------------------ */
 /* errseq (errseq.c): per-file writeback error sequence                 */
@@ -481,21 +365,6 @@ struct wb_work {
 
 /* ------------------------------------------------------------------ */
 /* dirty accounting (throttle.c)                                        */
-
-/* A name's hash for the sharded tables (name hash, mem backend): FNV-1a,
- * then mixed by murmur3's finalizer, because FNV-1a's top bits hardly
- * depend on the last characters, and names that differ only there (file1,
- * file2, ...) would all pick the same shard, which takes the top bits. */
-static inline uint64_t wbc_name_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
-}
 
 /*
  * Per-CPU counters.  Hot-path counts (pages dirtied, bytes written) are

@@ -9,11 +9,11 @@ static inline int t_backend_read(wbc_dev *dev, const char *name, void *buf, size
 				 uint64_t *size)
 {
 	void *obj;
-	int err = dev->be->ops->open(dev->be, name, false, &obj, size);
+	int err = backend_open(dev->be, name, false, &obj, size);
 	if (err)
 		return err;
 	ssize_t n = *size ? backend_read_sync(dev->be, obj, buf, (size_t)WBC_MIN(len, *size), 0) : 0;
-	dev->be->ops->close(dev->be, obj);
+	backend_close(dev->be, obj);
 	return n < 0 ? (int)n : 0;
 }
 #endif

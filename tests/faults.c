@@ -14,6 +14,8 @@
  *      waits them out and returns 0; the data is right.
  */
 #include "testutil.h"
+#include "internal.h"
+#include "backend/backends.h"
 #include "backend_util.h"
 
 #define SZ (1u << 20)
@@ -58,7 +60,7 @@ int main(void)
 	CHECK(st.dirty_bytes + st.writeback_bytes >= (64u << 10));   /* not clean */
 	CHECK_EQ(wbc_pread(f, back, SZ, 0), SZ);      /* the cache still has it */
 	CHECK(!memcmp(back, data, SZ));
-	model_set_faults(dev->be, 0, 0, 0);           /* the fault ends */
+	model_set_faults(dev, 0, 0, 0);           /* the fault ends */
 	CHECK_EQ(wbc_fsync(f), 0);
 	wbc_stats(c, &st);
 	CHECK_EQ(st.at_risk_bytes, 0);

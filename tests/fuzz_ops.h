@@ -115,13 +115,13 @@ static void fuzz_run(const uint8_t *data, size_t size)
 	for (int i = 0; i < FZ_FILES; i++) {
 		void *obj;
 		uint64_t bsize;
-		fz_check(!dev->be->ops->open(dev->be, names[i], false, &obj, &bsize), "backend open");
+		fz_check(!backend_open(dev->be, names[i], false, &obj, &bsize), "backend open");
 		fz_check(bsize == msize[i], "backend size");
 		if (bsize)
 			fz_check(backend_read_sync(dev->be, obj, back, bsize, 0) == (ssize_t)bsize,
 				 "backend read");
 		fz_check(!memcmp(back, model[i], bsize), "backend bytes");
-		dev->be->ops->close(dev->be, obj);
+		backend_close(dev->be, obj);
 		wbc_file_close(f[i]);
 	}
 	fz_check(!wbc_cache_close(c), "close cache");

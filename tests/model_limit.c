@@ -6,6 +6,7 @@
  */
 #include "testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 #define WRITERS 3
 #define PER_WRITER (32u << 20)

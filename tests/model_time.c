@@ -12,6 +12,8 @@
  *      never completes, so the test ends without closing the cache.
  */
 #include "testutil.h"
+#include "internal.h"
+#include "backend/backends.h"
 #include "backend_util.h"
 
 #define SZ (64u << 10)
@@ -62,16 +64,16 @@ int main(void)
 	CHECK_EQ(wbc_file_open(dev, "s", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
 	pthread_t t = fsync_start(dev, f);
-	uint64_t w0 = model_waits(dev->be);
+	uint64_t w0 = model_waits(dev);
 	struct timespec idle = { 0, IDLE_NS };
 	nanosleep(&idle, NULL);
-	uint64_t w1 = model_waits(dev->be);
+	uint64_t w1 = model_waits(dev);
 	wbc_dev_stats(dev, &ds);
 	printf("stall=0+1e11: %llu waits of the model in %d ms\n", (unsigned long long)(w1 - w0),
 	       IDLE_NS / 1000000);
 	CHECK_EQ(ds.written_back_bytes, 0);        /* still stalled */
 	CHECK(w1 - w0 <= MAX_IDLE_WAITS);
-	model_release_stall(dev->be);
+	model_release_stall(dev);
 	void *ret;
 	pthread_join(t, &ret);
 	CHECK_EQ((intptr_t)ret, 0);
@@ -93,7 +95,7 @@ int main(void)
 	CHECK_EQ(st.written_back_bytes, MiB);
 	CHECK_EQ(t_backend_read(dev, "e", back, MiB, &size), 0);
 	CHECK(!memcmp(back, data, MiB));
-	model_set_faults(dev->be, 0, 0, 0);
+	model_set_faults(dev, 0, 0, 0);
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_cache_close(c), -EIO);        /* the device's error, once */

@@ -8,6 +8,8 @@
  * are written too, and every byte of both files is on its backend.
  */
 #include "testutil.h"
+#include "internal.h"
+#include "backend/backends.h"
 #include "backend_util.h"
 
 #define PS 4096
@@ -53,7 +55,7 @@ int main(void)
 	wbc_dev_stats(a, &ds);
 	CHECK_EQ(ds.written_back_bytes, 0);
 
-	model_release_stall(a->be);
+	model_release_stall(a);
 	pthread_join(t, NULL);
 	CHECK_EQ(wbc_fsync(fa), 0);
 	static char back[60 * PS];

@@ -26,6 +26,7 @@
  */
 #include "testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 #include <signal.h>
 
@@ -136,7 +137,7 @@ int main(void)
 	CHECK_EQ(wbc_fsync(f), -EIO);
 	/* the store recovers: fsync writes the pages (its first success
 	 * reports the error it had not seen yet) and writers are let in */
-	model_set_faults(dev->be, 0, 0, 0);
+	model_set_faults(dev, 0, 0, 0);
 	int e, tries = 0;
 	while ((e = wbc_fsync(f)) && tries++ < 3)
 		;

@@ -7,6 +7,7 @@
  */
 #include "testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 static wbc_cache *c;
 static wbc_dev *a, *b;
@@ -47,7 +48,7 @@ int main(void)
 	CHECK(bs.written_back_bytes >= (48u << 20));
 	CHECK(!atomic_load(&a_done));                 /* A's writer is still held */
 
-	model_release_stall(a->be);
+	model_release_stall(a);
 	pthread_join(ta, NULL);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	printf("stall: ok\n");

@@ -16,6 +16,7 @@
  */
 #include "testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -58,7 +59,7 @@ int main(void)
 	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &a), 0);
 	CHECK_EQ(wbc_pwrite(a, pa, SZ, 0), SZ);
-	file_fail_submits(dev->be, 1, -ENOMEM);
+	file_fail_submits(dev, 1, -ENOMEM);
 	CHECK_EQ(wbc_fsync(a), -ENOMEM);
 	CHECK_EQ(wbc_fsync(a), 0);                /* reported once; dropped */
 
@@ -86,7 +87,7 @@ int main(void)
 	CHECK_EQ(wbc_file_open(dev, "s", WBC_O_CREAT, &a), 0);
 	for (unsigned i = 0; i < 4; i++)
 		CHECK_EQ(wbc_pwrite(a, i % 2 ? pb : pa, SZ, (uint64_t)i * SZ), SZ);
-	file_fail_submits(dev->be, 3, -EBADR);
+	file_fail_submits(dev, 3, -EBADR);
 	CHECK_EQ(wbc_fsync(a), -EBADR);           /* pages kept dirty, at risk */
 	CHECK_EQ(wbc_fsync(a), 0);                /* written this time */
 	read_back("s", sizeof(back), &size);

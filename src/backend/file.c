@@ -6,9 +6,12 @@
  * refuses O_DIRECT (tmpfs), files are opened buffered with a one-line
  * warning.
  *
- * Threads: any thread submits (sq_lock serializes the submission ring); one
- * reaper thread per backend waits for completions and runs end_io.  A short
- * write is resubmitted for its remainder; -EAGAIN and -EINTR are retried.
+ * Threads: any thread submits (sq_lock serializes the submission ring): a
+ * batch of I/Os becomes one io_uring_submit.  One reaper thread per
+ * backend waits for completions, takes every one that is ready and
+ * completes them as one batch (wbc_io_complete_batch).  -EAGAIN and
+ * -EINTR are retried here; a short write is completed as such, and the
+ * engine submits its rest.
  *
  * Descriptors.  An object normally keeps its descriptor while it is open.
  * Objects of an opener device that may reopen (WBC_OPENER_REOPEN) share a
@@ -17,7 +20,12 @@
  * recently used first, once more than fd_cap are open.  A million cached
  * files then need no million descriptors.
  */
-#include "../internal.h"
+#include "backends.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <fcntl.h>
 #include <liburing.h>
@@ -32,6 +40,8 @@
 #define FALLBACK_MAX_IO (4u << 20)
 /* Ring entries beyond qd, for reads from any number of reader threads. */
 #define RING_SLACK 64
+/* Completions the reaper takes at once: one batch for the engine. */
+#define REAP_BATCH 64
 
 struct fobj {
 	int fd;                 /* -1: closed for now (reopenable objects) */
@@ -47,7 +57,7 @@ struct fobj {
 
 struct fbe {
 	char *path;
-	struct backend_opener opener;   /* fn NULL: open by name in dirfd */
+	struct file_opener opener;      /* fn NULL: open by name in dirfd */
 	bool dir;
 	bool direct;
 	int dirfd;
@@ -58,6 +68,8 @@ struct fbe {
 	pthread_mutex_t sq_lock;
 	unsigned fail_submits;  /* sq_lock: tests, file_fail_submits() */
 	int fail_err;
+	size_t max_io, dio_align;   /* caps */
+	unsigned qd;
 	pthread_t reaper;
 	bool reopen;            /* descriptors are cached, see above */
 	pthread_mutex_t fd_lock;
@@ -204,10 +216,10 @@ static void obj_put_fd(struct fbe *f, struct fobj *o)
 	pthread_mutex_unlock(&f->fd_lock);
 }
 
-static int file_open(struct backend *be, const char *name, bool create, void **obj,
-		     uint64_t *size)
+static int file_open(void *ctx, const char *name, unsigned flags, void **obj, uint64_t *size)
 {
-	struct fbe *f = be->priv;
+	struct fbe *f = ctx;
+	bool create = flags & WBC_OPEN_CREATE;
 	struct fobj *o;
 	if (!f->dir) {
 		pthread_mutex_lock(&f->lock);
@@ -236,9 +248,9 @@ static int file_open(struct backend *be, const char *name, bool create, void **o
 	return 0;
 }
 
-static void file_close(struct backend *be, void *obj)
+static void file_close(void *ctx, void *obj)
 {
-	struct fbe *f = be->priv;
+	struct fbe *f = ctx;
 	struct fobj *o = obj;
 	if (!f->dir) {
 		pthread_mutex_lock(&f->lock);
@@ -261,29 +273,32 @@ static void file_close(struct backend *be, void *obj)
 	free(o);
 }
 
-/* Queue @bio's remaining part on the ring.  sq_lock must not be held. */
-static int queue_bio(struct fbe *f, struct wbc_bio *bio)
+/* Put @io on the ring (sq_lock held): false when the ring is full.  The
+ * ring holds no unsubmitted entry while sq_lock is free (every holder
+ * submits before it lets go, and without SQPOLL the kernel consumes a
+ * submission in the call), so only a batch larger than the ring fills it. */
+static bool prep_io_locked(struct fbe *f, struct wbc_io *io, int fd)
 {
-	struct fobj *o = bio->obj;
-	pthread_mutex_lock(&f->sq_lock);
+	assert_held(&f->sq_lock);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
-	if (!sqe) {
-		io_uring_submit(&f->ring);
-		sqe = io_uring_get_sqe(&f->ring);
-	}
-	if (!sqe) {
-		pthread_mutex_unlock(&f->sq_lock);
-		return -EBUSY;
-	}
-	uint64_t off = bio->off + bio->done;
-	if (bio->op == BIO_WRITE)
-		io_uring_prep_writev(sqe, o->fd, bio->iov, (unsigned)bio->iovcnt, off);
+	if (!sqe)
+		return false;
+	if (io->op == WBC_IO_WRITE)
+		io_uring_prep_writev(sqe, fd, io->iov, (unsigned)io->iovcnt, io->off);
 	else
-		io_uring_prep_readv(sqe, o->fd, bio->iov, (unsigned)bio->iovcnt, off);
-	io_uring_sqe_set_data(sqe, bio);
-	/* publish the bio to the reaper: every read and write of it by this
-	 * thread is done (ThreadSanitizer cannot see the kernel's ordering) */
-	atomic_store_explicit(&bio->handoff, 1, memory_order_release);
+		io_uring_prep_readv(sqe, fd, io->iov, (unsigned)io->iovcnt, io->off);
+	io_uring_sqe_set_data(sqe, io);
+	return true;
+}
+
+/* Submit what the ring holds (sq_lock held).  On failure its entries are
+ * still published in the ring, and the next submit would start them; a
+ * failed io_uring_enter consumed none, and no kernel thread reads the
+ * ring between submits (no SQPOLL): they are still ours to turn into
+ * no-ops, whose completions the reaper ignores (ring_void_locked). */
+static int ring_submit_locked(struct fbe *f)
+{
+	assert_held(&f->sq_lock);
 	int r;
 	if (f->fail_submits) {
 		f->fail_submits--;
@@ -293,56 +308,83 @@ static int queue_bio(struct fbe *f, struct wbc_bio *bio)
 			r = io_uring_submit(&f->ring);
 		while (r == -EINTR || r == -EAGAIN || r == -EBUSY);
 	}
-	if (r < 0) {
-		/* The caller fails the bio and reuses it, but its entry is
-		 * published in the ring, and the next submit would start it.
-		 * A failed io_uring_enter consumed no entry, and no kernel
-		 * thread reads the ring between submits (no SQPOLL): it is
-		 * still ours to turn into a no-op, whose completion the
-		 * reaper ignores. */
-		io_uring_prep_nop(sqe);
-		io_uring_sqe_set_data(sqe, &void_marker);
-	}
-	pthread_mutex_unlock(&f->sq_lock);
 	return r < 0 ? r : 0;
 }
 
-/* Tests: the next @n submissions fail with @err as io_uring_submit()
- * would, their entries left in the ring. */
-void file_fail_submits(struct backend *be, unsigned n, int err)
+/* Void the entries still unsubmitted in the ring (after a failed submit). */
+static void ring_void_locked(struct fbe *f)
 {
-	struct fbe *f = be->priv;
+	assert_held(&f->sq_lock);
+	struct io_uring_sq *sq = &f->ring.sq;
+	for (unsigned h = io_uring_smp_load_acquire(sq->khead); h != sq->sqe_tail; h++) {
+		struct io_uring_sqe *sqe = &sq->sqes[h & sq->ring_mask];
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, &void_marker);
+	}
+}
+
+/* Queue @n I/Os, as one submission where the ring has room for them.
+ * Their descriptors are taken first (fd_lock, never under sq_lock); those
+ * of I/Os not queued are put back. */
+#define SUBMIT_CHUNK 64
+static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	struct fbe *f = ctx;
+	int err = 0;
+	*queued = 0;
+	while (*queued < n && !err) {
+		struct wbc_io *const *chunk = ios + *queued;
+		int fds[SUBMIT_CHUNK];
+		unsigned k = 0, m = WBC_MIN(n - *queued, (unsigned)SUBMIT_CHUNK), prepped = 0;
+		for (; k < m; k++)
+			if ((fds[k] = obj_get_fd(f, chunk[k]->file)) < 0) {
+				err = fds[k];
+				break;
+			}
+		pthread_mutex_lock(&f->sq_lock);
+		while (prepped < k && prep_io_locked(f, chunk[prepped], fds[prepped]))
+			prepped++;
+		int r = prepped ? ring_submit_locked(f) : 0;
+		if (r < 0)
+			ring_void_locked(f);
+		pthread_mutex_unlock(&f->sq_lock);
+		if (r < 0) {
+			err = r;
+			prepped = 0;
+		} else if (!prepped && !err) {
+			err = -EBUSY;   /* a ring without one free entry */
+		}
+		for (unsigned i = prepped; i < k; i++)
+			obj_put_fd(f, chunk[i]->file);
+		*queued += prepped;
+	}
+	return err;
+}
+
+void file_fail_submits(wbc_dev *dev, unsigned n, int err)
+{
+	const struct wbc_backend_ops *ops;
+	struct fbe *f = wbc_dev_backend(dev, &ops);
+	if (!f || strcmp(ops->name, "file"))
+		return;
 	pthread_mutex_lock(&f->sq_lock);
 	f->fail_submits = n;
 	f->fail_err = err;
 	pthread_mutex_unlock(&f->sq_lock);
 }
 
-static int file_submit(struct backend *be, struct wbc_bio *bio)
+/* Queue one I/O again (-EAGAIN, -EINTR): false when it cannot be. */
+static bool requeue(struct fbe *f, struct wbc_io *io)
 {
-	struct fbe *f = be->priv;
-	bio->done = 0;
-	int fd = obj_get_fd(f, bio->obj);
-	if (fd < 0)
-		return fd;
-	int err = queue_bio(f, bio);
-	if (err)
-		obj_put_fd(f, bio->obj);
-	return err;
-}
-
-/* Drop the first @n bytes of bio's iovec array (after a short write). */
-static void iov_advance(struct wbc_bio *bio, size_t n)
-{
-	int i = 0;
-	while (i < bio->iovcnt && n >= bio->iov[i].iov_len)
-		n -= bio->iov[i++].iov_len;
-	memmove(bio->iov, bio->iov + i, (size_t)(bio->iovcnt - i) * sizeof(*bio->iov));
-	bio->iovcnt -= i;
-	if (n) {
-		bio->iov[0].iov_base = (char *)bio->iov[0].iov_base + n;
-		bio->iov[0].iov_len -= n;
+	struct fobj *o = io->file;
+	pthread_mutex_lock(&f->sq_lock);
+	bool ok = prep_io_locked(f, io, o->fd);
+	if (ok && ring_submit_locked(f) < 0) {
+		ring_void_locked(f);
+		ok = false;
 	}
+	pthread_mutex_unlock(&f->sq_lock);
+	return ok;
 }
 
 static void *reaper_main(void *arg)
@@ -358,32 +400,39 @@ static void *reaper_main(void *arg)
 			fprintf(stderr, "wbcache: io_uring wait failed: %s\n", strerror(-r));
 			abort();
 		}
-		void *data = io_uring_cqe_get_data(cqe);
-		int res = cqe->res;
-		io_uring_cqe_seen(&f->ring, cqe);
-		if (data == &stop_marker)
-			return NULL;
-		if (data == &void_marker)
-			continue;
-		struct wbc_bio *bio = data;
-		(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
-		bool retry = res == -EAGAIN || res == -EINTR;
-		if (bio->op == BIO_WRITE && res > 0 && bio->done + (size_t)res < bio->len) {
-			iov_advance(bio, (size_t)res);
-			bio->done += (size_t)res;
-			retry = true;
+		/* every completion ready now, as one batch */
+		struct io_uring_cqe *cqes[REAP_BATCH];
+		struct wbc_io *done[REAP_BATCH];
+		unsigned got = io_uring_peek_batch_cqe(&f->ring, cqes, REAP_BATCH), n = 0;
+		bool stop = false;
+		for (unsigned i = 0; i < got; i++) {
+			void *data = io_uring_cqe_get_data(cqes[i]);
+			int res = cqes[i]->res;
+			if (data == &stop_marker) {
+				stop = true;
+				continue;
+			}
+			if (data == &void_marker)
+				continue;
+			struct wbc_io *io = data;
+			if ((res == -EAGAIN || res == -EINTR) && requeue(f, io))
+				continue;
+			io->res = res;
+			obj_put_fd(f, io->file);
+			done[n++] = io;
 		}
-		if (retry && !queue_bio(f, bio))
-			continue;
-		bio->res = res < 0 ? res : (int)(bio->done + (size_t)res);
-		obj_put_fd(f, bio->obj);
-		bio->end_io(bio);
+		io_uring_cq_advance(&f->ring, got);
+		if (n)
+			wbc_io_complete_batch(done, n);
+		if (stop)
+			return NULL;
 	}
 }
 
-static int file_flush(struct backend *be, void *obj, bool datasync)
+static int file_flush(void *ctx, void *obj, unsigned flags)
 {
-	struct fbe *f = be->priv;
+	struct fbe *f = ctx;
+	bool datasync = flags & WBC_FLUSH_DATASYNC;
 	struct fobj *o = obj ? obj : f->single;
 	int r;
 	if (o) {
@@ -400,9 +449,9 @@ static int file_flush(struct backend *be, void *obj, bool datasync)
 	return r ? -errno : 0;
 }
 
-static int file_setsize(struct backend *be, void *obj, uint64_t size)
+static int file_resize(void *ctx, void *obj, uint64_t size)
 {
-	struct fbe *f = be->priv;
+	struct fbe *f = ctx;
 	struct fobj *o = obj;
 	if (o->blk)
 		return size <= o->blk_size ? 0 : -EFBIG;
@@ -414,9 +463,9 @@ static int file_setsize(struct backend *be, void *obj, uint64_t size)
 	return r;
 }
 
-static void file_destroy(struct backend *be)
+static void file_destroy(void *ctx)
 {
-	struct fbe *f = be->priv;
+	struct fbe *f = ctx;
 	pthread_mutex_lock(&f->sq_lock);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
 	if (!sqe) {
@@ -440,16 +489,26 @@ static void file_destroy(struct backend *be)
 	pthread_mutex_destroy(&f->fd_lock);
 	free(f->path);
 	free(f);
-	free(be);
 }
 
-static const struct backend_ops file_ops = {
-	.kind = "file",
+static void file_caps(void *ctx, struct wbc_backend_caps *caps)
+{
+	struct fbe *f = ctx;
+	caps->queue_depth = f->qd;
+	caps->max_io = f->max_io;
+	caps->align = f->dio_align;
+	caps->flags = f->dir ? 0 : WBC_BACKEND_ONE_FILE;
+}
+
+static const struct wbc_backend_ops file_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "file",
+	.caps = file_caps,
 	.open = file_open,
 	.close = file_close,
 	.submit = file_submit,
 	.flush = file_flush,
-	.setsize = file_setsize,
+	.resize = file_resize,
 	.destroy = file_destroy,
 };
 
@@ -528,14 +587,12 @@ static size_t dio_align_dir(int dirfd)
 	return a;
 }
 
-int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
-			size_t max_io, const struct backend_opener *opener,
-			struct backend **out, char *err, size_t errlen)
+int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_t max_io,
+		     const struct file_opener *opener, const struct wbc_backend_ops **ops,
+		     void **ctx, char *err, size_t errlen)
 {
-	struct backend *be = calloc(1, sizeof(*be));
 	struct fbe *f = calloc(1, sizeof(*f));
-	if (!be || !f || !(f->path = strdup(path))) {
-		free(be);
+	if (!f || !(f->path = strdup(path))) {
 		free(f);
 		return -ENOMEM;
 	}
@@ -593,22 +650,19 @@ int file_backend_create(const char *path, bool dir, bool direct, unsigned qd,
 			close(f->dirfd);
 		free(f->path);
 		free(f);
-		free(be);
 		return rc;
 	}
 	if (!max_io)
 		max_io = blk_max_io(probe_fd);
 	if (direct && f->single)
 		/* opened buffered where O_DIRECT was refused */
-		be->dio_align = fcntl(f->single->fd, F_GETFL) & O_DIRECT ?
-				dio_align_of(f->single->fd) : 0;
+		f->dio_align = fcntl(f->single->fd, F_GETFL) & O_DIRECT ?
+			       dio_align_of(f->single->fd) : 0;
 	else if (direct)
-		be->dio_align = dio_align_dir(probe_fd);
-	be->ops = &file_ops;
-	be->qd = qd;
-	be->max_io = max_io ? max_io : FALLBACK_MAX_IO;
-	be->single = !dir;
-	be->priv = f;
-	*out = be;
+		f->dio_align = dio_align_dir(probe_fd);
+	f->qd = qd;
+	f->max_io = max_io ? max_io : FALLBACK_MAX_IO;
+	*ops = &file_ops;
+	*ctx = f;
 	return 0;
 }

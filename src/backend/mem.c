@@ -1,10 +1,14 @@
 /*
  * RAM backend: named byte arrays in a hash table.  I/O is done in submit
- * and completed before submit returns.  Objects live until the backend is
+ * and completed (as one batch) before submit returns.  Objects live until the backend is
  * destroyed.  A discarding backend keeps sizes only: writes succeed and
  * are dropped, reads return zeros.
  */
-#include "../internal.h"
+#include "backends.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MEM_QD 32
 #define MEM_MAX_IO (4u << 20)
@@ -81,10 +85,10 @@ static void mobj_free(struct mobj *o)
 	free(o);
 }
 
-static int mem_open(struct backend *be, const char *name, bool create, void **obj,
-		    uint64_t *size)
+static int mem_open(void *ctx, const char *name, unsigned flags, void **obj, uint64_t *size)
 {
-	struct mem *m = be->priv;
+	struct mem *m = ctx;
+	bool create = flags & WBC_OPEN_CREATE;
 	uint64_t h = wbc_name_hash(name);
 	struct mem_shard *s = shard_of(m, h);
 	pthread_mutex_lock(&s->lock);
@@ -121,9 +125,9 @@ static int mem_open(struct backend *be, const char *name, bool create, void **ob
 	return 0;
 }
 
-static void mem_close(struct backend *be, void *obj)
+static void mem_close(void *ctx, void *obj)
 {
-	(void)be;
+	(void)ctx;
 	(void)obj;
 }
 
@@ -164,67 +168,64 @@ static int discard_write(struct mobj *o, uint64_t end)
 	return 0;
 }
 
-static int mem_submit(struct backend *be, struct wbc_bio *bio)
+ssize_t mem_backend_rw(void *ctx, const struct wbc_io *io)
 {
-	struct mem *m = be->priv;
-	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
-	struct mobj *o = bio->obj;
-	uint64_t off = bio->off;
+	struct mem *m = ctx;
+	struct mobj *o = io->file;
+	uint64_t off = io->off;
 	int res = 0;
-	if (bio->op == BIO_WRITE && m->discard) {
-		res = discard_write(o, off + bio->len);
+	if (io->op == WBC_IO_WRITE && m->discard) {
+		res = discard_write(o, off + io->len);
 		if (!res)
-			off += bio->len;
-	} else if (bio->op == BIO_WRITE) {
+			off += io->len;
+	} else if (io->op == WBC_IO_WRITE) {
 		pthread_rwlock_wrlock(&o->lock);
-		if (off + bio->len > atomic_load_explicit(&o->size, memory_order_relaxed))
-			res = resize_locked(m, o, off + bio->len);
-		for (int i = 0; i < bio->iovcnt && !res; i++) {
-			memcpy(o->data + off, bio->iov[i].iov_base, bio->iov[i].iov_len);
-			off += bio->iov[i].iov_len;
+		if (off + io->len > atomic_load_explicit(&o->size, memory_order_relaxed))
+			res = resize_locked(m, o, off + io->len);
+		for (int i = 0; i < io->iovcnt && !res; i++) {
+			memcpy(o->data + off, io->iov[i].iov_base, io->iov[i].iov_len);
+			off += io->iov[i].iov_len;
 		}
 		pthread_rwlock_unlock(&o->lock);
 	} else {
 		pthread_rwlock_rdlock(&o->lock);
 		uint64_t size = atomic_load_explicit(&o->size, memory_order_relaxed);
-		for (int i = 0; i < bio->iovcnt; i++) {
-			size_t n = off >= size ? 0 : (size_t)WBC_MIN(bio->iov[i].iov_len, size - off);
+		for (int i = 0; i < io->iovcnt; i++) {
+			size_t n = off >= size ? 0 : (size_t)WBC_MIN(io->iov[i].iov_len, size - off);
 			if (n && m->discard)
-				memset(bio->iov[i].iov_base, 0, n);
+				memset(io->iov[i].iov_base, 0, n);
 			else if (n)
-				memcpy(bio->iov[i].iov_base, o->data + off, n);
+				memcpy(io->iov[i].iov_base, o->data + off, n);
 			off += n;
-			if (n < bio->iov[i].iov_len)
+			if (n < io->iov[i].iov_len)
 				break;
 		}
 		pthread_rwlock_unlock(&o->lock);
 	}
-	bio->res = res ? res : (int)(off - bio->off);
-	atomic_store_explicit(&bio->handoff, 2, memory_order_release);
-	bio->end_io(bio);
-	return 0;
+	return res ? res : (ssize_t)(off - io->off);
 }
 
-static int mem_flush(struct backend *be, void *obj, bool datasync)
+static int mem_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
 {
-	(void)be;
-	(void)obj;
-	(void)datasync;
+	for (unsigned i = 0; i < n; i++)
+		ios[i]->res = mem_backend_rw(ctx, ios[i]);
+	*queued = n;
+	wbc_io_complete_batch(ios, n);
 	return 0;
 }
 
-static int mem_setsize(struct backend *be, void *obj, uint64_t size)
+static int mem_resize(void *ctx, void *obj, uint64_t size)
 {
 	struct mobj *o = obj;
 	pthread_rwlock_wrlock(&o->lock);
-	int err = resize_locked(be->priv, o, size);
+	int err = resize_locked(ctx, o, size);
 	pthread_rwlock_unlock(&o->lock);
 	return err;
 }
 
-static void mem_destroy(struct backend *be)
+static void mem_destroy(void *ctx)
 {
-	struct mem *m = be->priv;
+	struct mem *m = ctx;
 	for (int i = 0; i < MEM_SHARDS; i++) {
 		struct mem_shard *s = &m->shards[i];
 		for (size_t k = 0; k < s->hash_size; k++)
@@ -236,28 +237,32 @@ static void mem_destroy(struct backend *be)
 		pthread_mutex_destroy(&s->lock);
 	}
 	free(m);
-	free(be);
 }
 
-static const struct backend_ops mem_ops = {
-	.kind = "mem",
+static void mem_caps(void *ctx, struct wbc_backend_caps *caps)
+{
+	(void)ctx;
+	caps->queue_depth = MEM_QD;
+	caps->max_io = MEM_MAX_IO;
+}
+
+/* No flush: what a completed write stored is as durable as RAM gets. */
+static const struct wbc_backend_ops mem_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "mem",
+	.caps = mem_caps,
 	.open = mem_open,
 	.close = mem_close,
 	.submit = mem_submit,
-	.flush = mem_flush,
-	.setsize = mem_setsize,
+	.resize = mem_resize,
 	.destroy = mem_destroy,
 };
 
-int mem_backend_create(struct backend **out, bool discard)
+int mem_backend_new(bool discard, const struct wbc_backend_ops **ops, void **ctx)
 {
-	struct backend *be = calloc(1, sizeof(*be));
 	struct mem *m = aligned_alloc(64, sizeof(*m));
-	if (!be || !m) {
-		free(be);
-		free(m);
+	if (!m)
 		return -ENOMEM;
-	}
 	memset(m, 0, sizeof(*m));
 	for (int i = 0; i < MEM_SHARDS; i++) {
 		struct mem_shard *s = &m->shards[i];
@@ -267,17 +272,13 @@ int mem_backend_create(struct backend **out, bool discard)
 				pthread_mutex_destroy(&m->shards[i].lock);
 			}
 			free(m);
-			free(be);
 			return -ENOMEM;
 		}
 		s->hash_size = MEM_HASH_INIT;
 		wbc_mutex_init(&s->lock);
 	}
 	m->discard = discard;
-	be->ops = &mem_ops;
-	be->qd = MEM_QD;
-	be->max_io = MEM_MAX_IO;
-	be->priv = m;
-	*out = be;
+	*ops = &mem_ops;
+	*ctx = m;
 	return 0;
 }

@@ -14,11 +14,15 @@
  * ends by itself); a failed write stores nothing.
  *
  * One service thread per device completes I/Os in due order: it copies the
- * data at completion time and runs end_io.  Storage is the mem backend.
+ * data at completion time and completes what is due as one batch
+ * (wbc_io_complete_batch).  Storage is the mem backend.
  */
-#include "../internal.h"
+#include "backends.h"
 
 #include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <math.h>
 
@@ -55,13 +59,14 @@ struct model_cfg {
 struct pending {
 	uint64_t due_ns;
 	uint64_t seq;
-	struct wbc_bio *bio;
+	struct wbc_io *io;
 	int res;                    /* injected error, else 0 */
 };
 
 struct model {
 	struct model_cfg cfg;
-	struct backend *mem;
+	const struct wbc_backend_ops *mem_ops;
+	void *mem;                  /* the mem backend's context: the storage */
 	uint64_t t0;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -310,39 +315,22 @@ static void *model_main(void *arg)
 			due_now[n++] = q_pop(m);
 		while (n < MODEL_COMPLETE_BATCH && m->n && q_at(m, 0)->due_ns <= horizon);
 		pthread_mutex_unlock(&m->lock);
-		/* the batch's cache misses in flight together (bio_prefetch) */
+		/* the data is stored (or not) now, at completion time */
+		struct wbc_io *ios[MODEL_COMPLETE_BATCH];
 		for (unsigned i = 0; i < n; i++) {
-			__builtin_prefetch(due_now[i].bio, 1);
-			__builtin_prefetch((char *)due_now[i].bio + 64, 1);
+			ios[i] = due_now[i].io;
+			ios[i]->res = due_now[i].res ? due_now[i].res : mem_backend_rw(m->mem, ios[i]);
 		}
-		for (int stage = 0; stage < 2; stage++)
-			for (unsigned i = 0; i < n; i++)
-				bio_prefetch(due_now[i].bio, stage);
-		bio_end_batch_begin();
-		for (unsigned i = 0; i < n; i++) {
-			struct wbc_bio *bio = due_now[i].bio;
-			if (due_now[i].res) {
-				bio->res = due_now[i].res;
-				bio->end_io(bio);
-			} else {
-				/* the mem backend copies and calls end_io inline */
-				int err = m->mem->ops->submit(m->mem, bio);
-				if (err) {
-					bio->res = err;
-					bio->end_io(bio);
-				}
-			}
-		}
-		bio_end_batch_end();
+		wbc_io_complete_batch(ios, n);
 		pthread_mutex_lock(&m->lock);
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
 }
 
-/* Queue one bio submitted at @now_ns (m->lock held); false without
+/* Queue one I/O submitted at @now_ns (m->lock held); false without
  * memory. */
-static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
+static bool queue_locked(struct model *m, struct wbc_io *io, uint64_t now_ns)
 {
 	assert_held(&m->lock);
 	const struct model_cfg *cfg = &m->cfg;
@@ -363,18 +351,18 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 	double start = WBC_MAX(now, m->busy_until_s);
 	double xfer = 0;
 	if (cfg->bw > 0)
-		xfer = (double)bio->len / (cfg->bw * bw_factor_at(cfg, start));
+		xfer = (double)io->len / (cfg->bw * bw_factor_at(cfg, start));
 	if (cfg->iops > 0)
 		xfer = WBC_MAX(xfer, 1.0 / cfg->iops);
 	m->busy_until_s = start + xfer;
 	double done = m->busy_until_s + cfg->lat_s;
 	int res = 0;
-	if (bio->op == BIO_WRITE) {
+	if (io->op == WBC_IO_WRITE) {
 		/* [off, off + len) meets [err_off, err_off + err_len), by
 		 * differences: the sums may exceed 2^64 (err=1M+<2^64 - 1>) */
-		if (cfg->err_len && (bio->off >= cfg->err_off ?
-				     bio->off - cfg->err_off < cfg->err_len :
-				     cfg->err_off - bio->off < bio->len))
+		if (cfg->err_len && (io->off >= cfg->err_off ?
+				     io->off - cfg->err_off < cfg->err_len :
+				     cfg->err_off - io->off < io->len))
 			res = -EIO;
 		if (cfg->errp > 0 && (double)(rng_next(&m->rng) >> 11) / 9007199254740992.0 < cfg->errp)
 			res = -EIO;
@@ -384,22 +372,21 @@ static bool queue_locked(struct model *m, struct wbc_bio *bio, uint64_t now_ns)
 		}
 	}
 	struct pending p = { .due_ns = ns_add(m->t0, wbc_secs_to_ns(done)), .seq = m->seq++,
-			     .bio = bio, .res = res };
+			     .io = io, .res = res };
 	q_push(m, p);
 	return true;
 }
 
-static int model_submit_many(struct backend *be, struct wbc_bio **bios, unsigned n,
-			     unsigned *queued)
+static int model_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
 {
-	struct model *m = be->priv;
+	struct model *m = ctx;
 	pthread_mutex_lock(&m->lock);
 	uint64_t first = m->n ? q_at(m, 0)->seq : UINT64_MAX, now = wbc_now_ns();
 	unsigned i = 0;
-	while (i < n && queue_locked(m, bios[i], now))
+	while (i < n && queue_locked(m, ios[i], now))
 		i++;
 	/* wake the model thread only when its next deadline moved earlier:
-	 * a bio queued behind others is found when they complete */
+	 * an I/O queued behind others is found when they complete */
 	if (i && q_at(m, 0)->seq != first)
 		pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
@@ -407,70 +394,73 @@ static int model_submit_many(struct backend *be, struct wbc_bio **bios, unsigned
 	return i == n ? 0 : -ENOMEM;
 }
 
-static int model_submit(struct backend *be, struct wbc_bio *bio)
+static void model_caps(void *ctx, struct wbc_backend_caps *caps)
 {
-	unsigned queued;
-	return model_submit_many(be, &bio, 1, &queued);
+	struct model *m = ctx;
+	caps->queue_depth = m->cfg.qd;
+	caps->max_io = m->cfg.max_io;
 }
 
-static int model_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
+static int model_open(void *ctx, const char *name, unsigned flags, void **obj, uint64_t *size)
 {
-	struct model *m = be->priv;
-	return m->mem->ops->open(m->mem, name, create, obj, size);
+	struct model *m = ctx;
+	return m->mem_ops->open(m->mem, name, flags, obj, size);
 }
 
-static void model_close(struct backend *be, void *obj)
+static void model_close(void *ctx, void *obj)
 {
-	struct model *m = be->priv;
-	m->mem->ops->close(m->mem, obj);
+	struct model *m = ctx;
+	m->mem_ops->close(m->mem, obj);
 }
 
-static int model_flush(struct backend *be, void *obj, bool datasync)
+static int model_resize(void *ctx, void *obj, uint64_t size)
 {
-	struct model *m = be->priv;
-	return m->mem->ops->flush(m->mem, obj, datasync);
+	struct model *m = ctx;
+	return m->mem_ops->resize(m->mem, obj, size);
 }
 
-static int model_setsize(struct backend *be, void *obj, uint64_t size)
+static void model_destroy(void *ctx)
 {
-	struct model *m = be->priv;
-	return m->mem->ops->setsize(m->mem, obj, size);
-}
-
-static void model_destroy(struct backend *be)
-{
-	struct model *m = be->priv;
+	struct model *m = ctx;
 	pthread_mutex_lock(&m->lock);
 	m->stop = true;
 	m->stall_released = true;
 	pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	pthread_join(m->thread, NULL);
-	m->mem->ops->destroy(m->mem);
+	m->mem_ops->destroy(m->mem);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->cond);
 	free(m->q);
 	free(m);
-	free(be);
 }
 
-static const struct backend_ops model_ops = {
-	.kind = "model",
+/* No flush: a completed write is stored (in RAM). */
+static const struct wbc_backend_ops model_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "model",
+	.caps = model_caps,
 	.open = model_open,
 	.close = model_close,
 	.submit = model_submit,
-	.submit_many = model_submit_many,
-	.flush = model_flush,
-	.setsize = model_setsize,
+	.resize = model_resize,
 	.destroy = model_destroy,
 };
 
-/* Change the injected errors now (tests: a fault that ends). */
-void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, double errp)
+/* The model behind @dev, or NULL. */
+static struct model *model_of(wbc_dev *dev)
 {
-	if (be->ops != &model_ops)
+	const struct wbc_backend_ops *ops;
+	void *ctx = wbc_dev_backend(dev, &ops);
+	return ops == &model_ops ? ctx : NULL;
+}
+
+/* Change the injected errors now (tests: a fault that ends). */
+void model_set_faults(wbc_dev *dev, uint64_t err_off, uint64_t err_len, double errp)
+{
+	struct model *m = model_of(dev);
+	if (!m)
 		return;
-	struct model *m = be->priv;
 	pthread_mutex_lock(&m->lock);
 	m->cfg.err_off = err_off;
 	m->cfg.err_len = err_len;
@@ -480,11 +470,11 @@ void model_set_faults(struct backend *be, uint64_t err_off, uint64_t err_len, do
 
 /* Timed waits the model's thread began so far (tests: a wait that
  * overflowed to nothing made it spin). */
-uint64_t model_waits(struct backend *be)
+uint64_t model_waits(wbc_dev *dev)
 {
-	if (be->ops != &model_ops)
+	struct model *m = model_of(dev);
+	if (!m)
 		return 0;
-	struct model *m = be->priv;
 	pthread_mutex_lock(&m->lock);
 	uint64_t n = m->waits;
 	pthread_mutex_unlock(&m->lock);
@@ -492,27 +482,26 @@ uint64_t model_waits(struct backend *be)
 }
 
 /* End a configured stall now (tests). */
-void model_release_stall(struct backend *be)
+void model_release_stall(wbc_dev *dev)
 {
-	if (be->ops != &model_ops)
+	struct model *m = model_of(dev);
+	if (!m)
 		return;
-	struct model *m = be->priv;
 	pthread_mutex_lock(&m->lock);
 	m->stall_released = true;
 	pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 }
 
-int model_backend_create(const char *opts, struct backend **out, char *err, size_t errlen)
+int model_backend_new(const char *opts, const struct wbc_backend_ops **ops, void **ctx,
+		      char *err, size_t errlen)
 {
 	struct model_cfg cfg;
 	int rc = model_parse(opts, &cfg, err, errlen);
 	if (rc)
 		return rc;
-	struct backend *be = calloc(1, sizeof(*be));
 	struct model *m = calloc(1, sizeof(*m));
-	if (!be || !m || (rc = mem_backend_create(&m->mem, cfg.discard))) {
-		free(be);
+	if (!m || (rc = mem_backend_new(cfg.discard, &m->mem_ops, &m->mem))) {
 		free(m);
 		return rc ? rc : -ENOMEM;
 	}
@@ -523,16 +512,12 @@ int model_backend_create(const char *opts, struct backend **out, char *err, size
 	wbc_cond_init(&m->cond);
 	rc = -pthread_create(&m->thread, NULL, model_main, m);
 	if (rc) {
-		m->mem->ops->destroy(m->mem);
+		m->mem_ops->destroy(m->mem);
 		free(m);
-		free(be);
 		snprintf(err, errlen, "cannot start the model thread");
 		return rc;
 	}
-	be->ops = &model_ops;
-	be->qd = cfg.qd;
-	be->max_io = cfg.max_io;
-	be->priv = m;
-	*out = be;
+	*ops = &model_ops;
+	*ctx = m;
 	return 0;
 }

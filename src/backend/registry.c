@@ -1,76 +1,26 @@
 /*
- * Device specs ("mem", "file:PATH[,opts]", "dir:PATH[,opts]") and sizes.
+ * Device specs: the built-in backend a spec names ("mem", "model[:opts]",
+ * "file:PATH[,opts]", "dir:PATH[,opts]", and "opener[,opts]" for
+ * wbc_dev_add_opener), made with its options.  The per-device tunables
+ * were taken out of the spec before (device.c).
  */
-#include "internal.h"
+#include "backends.h"
 
-#include <ctype.h>
-#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define DEFAULT_QD 32
 
-int wbc_parse_size(const char *s, uint64_t *out)
-{
-	if (!s || !isdigit((unsigned char)*s))
-		return -EINVAL;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno)
-		return -EINVAL;
-	unsigned shift = 0;
-	switch (toupper((unsigned char)*end)) {
-	case '\0': break;
-	case 'K': shift = 10; end++; break;
-	case 'M': shift = 20; end++; break;
-	case 'G': shift = 30; end++; break;
-	case 'T': shift = 40; end++; break;
-	default: return -EINVAL;
-	}
-	if (shift && (*end == 'i' || *end == 'I'))
-		end++;
-	if (shift && (*end == 'b' || *end == 'B'))
-		end++;
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-int wbc_parse_time(const char *s, double *out)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || !(v >= 0) || !isfinite(v))
-		return -EINVAL;
-	if (!strcmp(end, "s") || !*end)
-		*out = v;
-	else if (!strcmp(end, "ms"))
-		*out = v / 1e3;
-	else if (!strcmp(end, "us"))
-		*out = v / 1e6;
-	else
-		return -EINVAL;
-	return 0;
-}
-
-uint64_t wbc_secs_to_ns(double s)
-{
-	if (!(s > 0))
-		return 0;
-	if (s >= (double)WBC_NEVER_NS / NS_PER_SEC)
-		return WBC_NEVER_NS;
-	return (uint64_t)(s * NS_PER_SEC);
-}
-
-int backend_create(const char *spec, const struct backend_opener *opener,
-		   struct backend **out, char *err, size_t errlen)
+int backend_create(const char *spec, const struct file_opener *opener,
+		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
 {
 	if (!strcmp(spec, "mem"))
-		return mem_backend_create(out, false);
+		return mem_backend_new(false, ops, ctx);
 	if (!strcmp(spec, "model"))
-		return model_backend_create("", out, err, errlen);
+		return model_backend_new("", ops, ctx, err, errlen);
 	if (!strncmp(spec, "model:", 6))
-		return model_backend_create(spec + 6, out, err, errlen);
+		return model_backend_new(spec + 6, ops, ctx, err, errlen);
 	bool dir;
 	size_t skip;
 	if (opener && (!strcmp(spec, "opener") || !strncmp(spec, "opener,", 7))) {
@@ -127,8 +77,8 @@ int backend_create(const char *spec, const struct backend_opener *opener,
 		rc = -EINVAL;
 	}
 	if (!rc)
-		rc = file_backend_create(copy, dir, direct, qd, (size_t)max_io, opener, out, err,
-					 errlen);
+		rc = file_backend_new(copy, dir, direct, qd, (size_t)max_io, opener, ops, ctx, err,
+				      errlen);
 	free(copy);
 	return rc;
 }

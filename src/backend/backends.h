@@ -1,0 +1,53 @@
+/*
+ * The built-in backends.  Each is written on the public backend interface
+ * (wbcache_backend.h) and the base layer, and on nothing of the engine:
+ * a constructor returns an operations table and a context, which
+ * registry.c turns into a device spec and the engine into a device.
+ *
+ * Locks: each backend's locks are its own and leaves of the engine's
+ * order; no backend holds one while it calls wbc_io_complete*().
+ */
+#ifndef WBC_BACKENDS_H
+#define WBC_BACKENDS_H
+
+#include "wbcache_backend.h"
+#include "../base/base.h"
+
+/* mem: RAM.  @discard: keep each file's size but not its data (reads
+ * return zeros): a device that costs no memory, for benchmarks. */
+int mem_backend_new(bool discard, const struct wbc_backend_ops **ops, void **ctx);
+/* The mem backend's copy of @io (no completion): bytes done or -errno. */
+ssize_t mem_backend_rw(void *ctx, const struct wbc_io *io);
+
+/* model: the mem backend behind a device model (bandwidth, latency,
+ * queue depth, faults, stalls); @opts as in wbc_dev_add(). */
+int model_backend_new(const char *opts, const struct wbc_backend_ops **ops, void **ctx,
+		      char *err, size_t errlen);
+
+/* file:, dir: and the opener device: io_uring over O_DIRECT files.
+ * @fn NULL: files by name in @path (dir) or @path itself (!dir). */
+struct file_opener {
+	wbc_open_fn fn;
+	void *ctx;
+	int fs_fd;
+	unsigned flags;     /* WBC_OPENER_* */
+};
+int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_t max_io,
+		     const struct file_opener *opener, const struct wbc_backend_ops **ops,
+		     void **ctx, char *err, size_t errlen);
+
+/* registry.c: the built-in backend a device spec names ("mem",
+ * "model[:opts]", "file:PATH[,opts]", "dir:PATH[,opts]", "opener[,opts]"
+ * with @opener).  Sets *ops and *ctx, or returns -errno with a message. */
+int backend_create(const char *spec, const struct file_opener *opener,
+		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
+
+/* Controls for tests and benchmarks; each does nothing on a device of
+ * another backend. */
+void model_release_stall(wbc_dev *dev);   /* end a stall= now */
+uint64_t model_waits(wbc_dev *dev);       /* timed waits the model made */
+void model_set_faults(wbc_dev *dev, uint64_t err_off, uint64_t err_len, double errp);
+/* The next @n submissions fail with @err as io_uring_submit() would. */
+void file_fail_submits(wbc_dev *dev, unsigned n, int err);
+
+#endif

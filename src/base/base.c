@@ -1,0 +1,120 @@
+/*
+ * The base layer: locks, time and option values (base.h).
+ */
+#include "base.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if !defined(NDEBUG) && defined(__GLIBC__)
+pid_t wbc_gettid(void)
+{
+	static __thread pid_t tid;
+	if (!tid)
+		tid = gettid();
+	return tid;
+}
+#endif
+
+void wbc_mutex_init(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
+
+void *wbc_zalloc(size_t bytes)
+{
+	size_t n = (bytes + 63) & ~(size_t)63;
+	void *p = aligned_alloc(64, n);
+	if (p)
+		memset(p, 0, n);
+	return p;
+}
+
+void wbc_cond_init(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+uint64_t wbc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int wbc_cond_timedwait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
+{
+	uint64_t now = wbc_now_ns();
+	/* a deadline past 2^64 ns (584 years) is no deadline: not one that
+	 * wrapped into the past */
+	uint64_t t = ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
+	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull),
+			       .tv_nsec = (long)(t % 1000000000ull) };
+	return pthread_cond_timedwait(c, m, &ts);
+}
+
+int wbc_parse_size(const char *s, uint64_t *out)
+{
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	unsigned shift = 0;
+	switch (toupper((unsigned char)*end)) {
+	case '\0': break;
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (shift && (*end == 'i' || *end == 'I'))
+		end++;
+	if (shift && (*end == 'b' || *end == 'B'))
+		end++;
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+int wbc_parse_time(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || !(v >= 0) || !isfinite(v))
+		return -EINVAL;
+	if (!strcmp(end, "s") || !*end)
+		*out = v;
+	else if (!strcmp(end, "ms"))
+		*out = v / 1e3;
+	else if (!strcmp(end, "us"))
+		*out = v / 1e6;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+uint64_t wbc_secs_to_ns(double s)
+{
+	if (!(s > 0))
+		return 0;
+	if (s >= (double)WBC_NEVER_NS / NS_PER_SEC)
+		return WBC_NEVER_NS;
+	return (uint64_t)(s * NS_PER_SEC);
+}

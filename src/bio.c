@@ -1,0 +1,231 @@
+/*
+ * The engine's side of the backend interface (wbcache_backend.h): checking
+ * a backend's operations and capabilities, submitting bios as batches of
+ * struct wbc_io, completing them (one or a batch, from any thread), the
+ * rest of a short write, and a synchronous read for cache misses.
+ *
+ * A bio's io is filled here, just before the backend sees it, from the
+ * engine's description (off, len, iov); after a short write io describes
+ * the rest, the engine's fields still the whole I/O.
+ */
+#include "internal.h"
+
+#define DEFAULT_MAX_IO (1u << 20)
+#define DEFAULT_QD 32u
+/* The most I/Os one submit() is given (a flusher's plug holds fewer). */
+#define SUBMIT_MAX 64u
+
+int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ctx,
+		 char *msg, size_t msglen)
+{
+	/* a table built against an older header is shorter: no operation
+	 * this version requires may lie beyond its size */
+	if (!ops || ops->size < offsetof(struct wbc_backend_ops, destroy) + sizeof(ops->destroy) ||
+	    !ops->caps || !ops->open || !ops->close || !ops->submit || !ops->resize ||
+	    !ops->destroy) {
+		snprintf(msg, msglen, "backend '%s' lacks a required operation (caps, open, close, "
+			 "submit, resize, destroy) or its table's size is wrong",
+			 ops && ops->name ? ops->name : "?");
+		return -EINVAL;
+	}
+	struct wbc_backend_caps caps;
+	memset(&caps, 0, sizeof(caps));
+	ops->caps(ctx, &caps);
+	if (caps.align & (caps.align - 1)) {
+		snprintf(msg, msglen, "backend '%s': alignment %zu is not a power of two",
+			 ops->name ? ops->name : "?", caps.align);
+		return -EINVAL;
+	}
+	be->ops = ops;
+	be->ctx = ctx;
+	be->qd = caps.queue_depth ? caps.queue_depth : DEFAULT_QD;
+	be->max_io = caps.max_io ? caps.max_io : DEFAULT_MAX_IO;
+	be->dio_align = caps.align;
+	be->single = caps.flags & WBC_BACKEND_ONE_FILE;
+	return 0;
+}
+
+int backend_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
+{
+	*size = 0;
+	return be->ops->open(be->ctx, name, create ? WBC_OPEN_CREATE : 0, obj, size);
+}
+
+void backend_close(struct backend *be, void *obj)
+{
+	be->ops->close(be->ctx, obj);
+}
+
+int backend_resize(struct backend *be, void *obj, uint64_t size)
+{
+	return be->ops->resize(be->ctx, obj, size);
+}
+
+int backend_flush(struct backend *be, void *obj, bool datasync)
+{
+	if (!be->ops->flush)
+		return 0;
+	return be->ops->flush(be->ctx, obj, datasync ? WBC_FLUSH_DATASYNC : 0);
+}
+
+void backend_destroy(struct backend *be)
+{
+	be->ops->destroy(be->ctx);
+}
+
+/* Fill @b's io for its submission, from the engine's description. */
+static void bio_fill_io(struct wbc_bio *b)
+{
+	struct wbc_io *io = &b->io;
+	io->iov = b->iov;
+	io->iovcnt = b->iovcnt;
+	io->off = b->off;
+	io->len = b->len;
+	io->res = 0;
+	io->backend_data[0] = io->backend_data[1] = NULL;
+	/* publish the bio to whichever thread completes it */
+	atomic_store_explicit(&b->handoff, 1, memory_order_release);
+}
+
+/* After a short write of @n bytes: @b's io becomes the rest.  Its iovec
+ * is the engine's (b->iov): the first entry left is shortened in place
+ * (the bio's pages are its page list, not its iovec). */
+static void bio_advance_io(struct wbc_bio *b, size_t n)
+{
+	struct wbc_io *io = &b->io;
+	struct iovec *v = b->iov + (io->iov - b->iov);
+	int cnt = io->iovcnt;
+	b->done += n;
+	io->off += n;
+	io->len -= n;
+	while (cnt && n >= v->iov_len) {
+		n -= v->iov_len;
+		v++;
+		cnt--;
+	}
+	if (n) {
+		v->iov_base = (char *)v->iov_base + n;
+		v->iov_len -= n;
+	}
+	io->iov = v;
+	io->iovcnt = cnt;
+	io->res = 0;
+	io->backend_data[0] = io->backend_data[1] = NULL;
+	atomic_store_explicit(&b->handoff, 1, memory_order_release);
+}
+
+/* Submit what bio_fill_io prepared; the refused are ended with the error. */
+static void submit_filled(struct backend *be, struct wbc_bio **bios, unsigned n)
+{
+	while (n) {
+		struct wbc_io *ios[SUBMIT_MAX];
+		unsigned k = WBC_MIN(n, SUBMIT_MAX), queued = 0;
+		for (unsigned i = 0; i < k; i++)
+			ios[i] = &bios[i]->io;
+		int err = be->ops->submit(be->ctx, ios, k, &queued);
+		if (!err)
+			queued = k;
+		else if (queued > k || err > 0)
+			err = -EIO, queued = WBC_MIN(queued, k);
+		for (unsigned i = queued; i < k; i++) {
+			bios[i]->res = err;
+			bios[i]->end_io(bios[i]);
+		}
+		bios += k;
+		n -= k;
+	}
+}
+
+void bio_submit(struct backend *be, struct wbc_bio **bios, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_bio *b = bios[i];
+		b->be = be;
+		b->done = 0;
+		b->res = 0;
+		bio_fill_io(b);
+	}
+	submit_filled(be, bios, n);
+}
+
+void wbc_io_complete(struct wbc_io *io, ssize_t res)
+{
+	struct wbc_bio *b = container_of(io, struct wbc_bio, io);
+	(void)atomic_load_explicit(&b->handoff, memory_order_acquire);
+	if (res > (ssize_t)io->len)
+		res = -EIO;     /* more than asked: a broken backend */
+	if (io->op == WBC_IO_WRITE && res >= 0 && (size_t)res < io->len) {
+		if (res == 0) {
+			res = -EIO;     /* no progress: never loop */
+		} else {
+			/* a short write: submit the rest */
+			bio_advance_io(b, (size_t)res);
+			submit_filled(b->be, &b, 1);
+			return;
+		}
+	}
+	b->res = res < 0 ? (int)res : (int)(b->done + (size_t)res);
+	b->end_io(b);
+}
+
+void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n)
+{
+	/* the cache misses of the whole batch in flight at once */
+	for (int stage = 0; stage < 2; stage++)
+		for (unsigned i = 0; i < n; i++)
+			bio_prefetch(container_of(ios[i], struct wbc_bio, io), stage);
+	bio_end_batch_begin();
+	for (unsigned i = 0; i < n; i++)
+		wbc_io_complete(ios[i], ios[i]->res);
+	bio_end_batch_end();
+}
+
+void *wbc_dev_backend(wbc_dev *dev, const struct wbc_backend_ops **ops)
+{
+	if (!dev)
+		return NULL;
+	if (ops)
+		*ops = dev->be->ops;
+	return dev->be->ctx;
+}
+
+/* ------------------------------------------------------------------ */
+/* synchronous read through the asynchronous interface                  */
+
+struct sync_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+};
+
+static void sync_end_io(struct wbc_bio *bio)
+{
+	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
+	struct sync_wait *w = bio->priv;
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off)
+{
+	struct sync_wait w = { .done = false };
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cond, NULL);
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct wbc_bio bio = {
+		.io = { .op = WBC_IO_READ, .file = obj },
+		.off = off, .len = len, .iov = &iov, .iovcnt = 1,
+		.end_io = sync_end_io, .priv = &w,
+	};
+	struct wbc_bio *b = &bio;
+	bio_submit(be, &b, 1);
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+	pthread_mutex_destroy(&w.lock);
+	pthread_cond_destroy(&w.cond);
+	return bio.res;
+}
