@@ -164,9 +164,11 @@ install: all
 	ln -sfn $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' wbcache.pc.in \
 		>$(DESTDIR)$(PREFIX)/lib/pkgconfig/wbcache.pc
-	install -m 644 include/wbcache.h $(DESTDIR)$(PREFIX)/include/wbcache.h
-	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 644 include/wbcache.h include/wbcache_backend.h $(DESTDIR)$(PREFIX)/include/
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
+		$(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(wildcard man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:

@@ -296,24 +296,26 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	long rss1 = rss_kb();
 	struct wbc_dev_stats ds;
 	CHECK_EQ(wbc_dev_stats(cdev, &ds), 0);
+	struct wbc_dev_debug dd;
+	CHECK_EQ(wbc_dev_debug(cdev, &dd), 0);
 	uint64_t made = per_thread * (uint64_t)nthreads;
 	double creators_cpu = 0;
 	for (int i = 0; i < nthreads; i++)
 		creators_cpu += creator_cpu[i];
 	struct create_result r = { .rate = (double)made / secs };
 	r.cpu_rate = (double)made / creators_cpu;
-	r.p99_us = (double)wbc_lock_hold_percentile(&ds, 99) / 1e3;
-	r.p9999_us = (double)wbc_lock_hold_percentile(&ds, 99.99) / 1e3;
+	r.p99_us = (double)wbc_lock_hold_percentile(&dd, 99) / 1e3;
+	r.p9999_us = (double)wbc_lock_hold_percentile(&dd, 99.99) / 1e3;
 	uint64_t over = 0;
 	for (int b = 18; b < 32; b++)       /* entries from 2^17 ns = 131 us up */
-		over += ds.list_lock_hold_hist[b];
+		over += dd.list_lock_hold_hist[b];
 	r.over = over;
-	r.holds = ds.list_lock_holds;
-	r.max_us = (double)ds.list_lock_max_hold_ns / 1e3;
-	r.max_cpu_us = (double)ds.list_lock_max_cpu_ns / 1e3;
-	r.waits = ds.list_lock_waits;
-	r.retries = ds.inbox_push_retries;
-	r.p99_cpu_us = (double)wbc_lock_cpu_percentile(&ds, 99) / 1e3;
+	r.holds = dd.list_lock_holds;
+	r.max_us = (double)dd.list_lock_max_hold_ns / 1e3;
+	r.max_cpu_us = (double)dd.list_lock_max_cpu_ns / 1e3;
+	r.waits = dd.list_lock_waits;
+	r.retries = dd.inbox_push_retries;
+	r.p99_cpu_us = (double)wbc_lock_cpu_percentile(&dd, 99) / 1e3;
 	r.bytes_per_file = (double)(rss1 - rss0) * 1024 / (double)made;
 	r.written_back_mb = (double)ds.written_back_bytes / 1e6;
 	r.nivcsw = ru1.ru_nivcsw - ru0.ru_nivcsw;
@@ -336,13 +338,13 @@ static struct create_result create_run(uint64_t files, bool writeback)
 	       (unsigned long long)r.over, r.nivcsw);
 	printf("    holds by time:");
 	for (int b = 0; b < 32; b++)
-		if (ds.list_lock_hold_hist[b])
-			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)ds.list_lock_hold_hist[b]);
+		if (dd.list_lock_hold_hist[b])
+			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)dd.list_lock_hold_hist[b]);
 	printf("\n    the same holds on CPU (the holder's CPU time): p99 <= %.1f us, max %.1f us:",
 	       r.p99_cpu_us, r.max_cpu_us);
 	for (int b = 0; b < 32; b++)
-		if (ds.list_lock_cpu_hist[b])
-			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)ds.list_lock_cpu_hist[b]);
+		if (dd.list_lock_cpu_hist[b])
+			printf(" <%lluns:%llu", 1ull << b, (unsigned long long)dd.list_lock_cpu_hist[b]);
 	printf("\n");
 	printf("    waits: %llu takes of the list lock found it held; writers take no lock "
 	       "(%llu lock-free inbox pushes lost a race and tried again)\n",

@@ -24,9 +24,9 @@ extern "C" {
 #endif
 
 #define WBCACHE_VERSION_MAJOR 0
-#define WBCACHE_VERSION_MINOR 2
+#define WBCACHE_VERSION_MINOR 3
 #define WBCACHE_VERSION_PATCH 0
-#define WBCACHE_VERSION "0.2.0"
+#define WBCACHE_VERSION "0.3.0"
 
 /* The version of the library linked, as "MAJOR.MINOR.PATCH" (the header's
  * is WBCACHE_VERSION).  The shared library's soname carries MAJOR. */
@@ -51,6 +51,7 @@ struct wbc_config {
 	uint64_t dirty_background_bytes;   /* 0 = use dirty_background_ratio */
 	uint32_t dirty_expire_centisecs;   /* age at which dirty data is written; default 3000 */
 	uint32_t dirty_writeback_centisecs;/* periodic flusher wakeup; 0 = off; default 500 */
+	uint64_t reserved[8];              /* zero (wbc_config_init): tunables to come */
 };
 
 /* Fill @cfg with defaults (64 MiB, 4 KiB pages, kernel sysctl defaults). */
@@ -268,6 +269,8 @@ struct wbc_stats {
 	uint64_t page_waits;         /* times a writer waited for a free page */
 	uint64_t write_bw;           /* summed device write bandwidth estimate, bytes/s */
 	uint32_t nr_devices;
+	uint32_t reserved_u;
+	uint64_t reserved[16];       /* zero: room for counters to come */
 };
 
 /* Fill @st.  Returns 0 or -EINVAL for NULL arguments. */
@@ -282,6 +285,27 @@ struct wbc_dev_stats {
 	uint64_t dirty_ratelimit;    /* bytes/s a writer may dirty at the setpoint */
 	uint64_t written_back_bytes;
 	uint64_t dirtied_bytes;
+	/* files in writeback's lists (the kernel's b_dirty, b_io, b_more_io)
+	 * and the time buckets b_dirty is kept in */
+	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
+	/* failing writes (on_error=retry): its pages dirty again after a
+	 * failed write; how long its writes have failed with none succeeding
+	 * (0: not failing); and the error callers get instead of waiting
+	 * once that is past its retry_timeout (0: they wait) */
+	uint64_t at_risk_bytes;
+	uint64_t failing_ns;
+	int dead_error;
+	uint32_t reserved_u;
+	uint64_t reserved[16];       /* zero: room for counters to come */
+};
+int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
+
+/*
+ * A device's debugging counters: how its internals behave (lock hold
+ * times, lock-free retries), for benchmarks and for finding out why.
+ * Not part of the stable interface: fields may change between versions.
+ */
+struct wbc_dev_debug {
 	/* hold times of the device's dirty-file list lock: entry i counts
 	 * holds of [2^(i-1), 2^i) ns (entry 0: under 1 ns) */
 	uint64_t list_lock_hold_hist[32];
@@ -298,29 +322,20 @@ struct wbc_dev_stats {
 	/* writers take no lock to dirty a file: they push it on a per-CPU
 	 * inbox with a compare-and-swap; the tries that lost a race */
 	uint64_t inbox_push_retries;
-	/* files in writeback's lists (the kernel's b_dirty, b_io, b_more_io)
-	 * and the time buckets b_dirty is kept in */
-	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
-	/* failing writes (on_error=retry): its pages dirty again after a
-	 * failed write; how long its writes have failed with none succeeding
-	 * (0: not failing); and the error callers get instead of waiting
-	 * once that is past its retry_timeout (0: they wait) */
-	uint64_t at_risk_bytes;
-	uint64_t failing_ns;
-	int dead_error;
 };
-int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
+int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st);
 /* The hold time (ns) under which @pct percent (0..100) of the list-lock
  * holds in @st fall: the upper bound of the histogram entry that reaches
  * it, or the longest hold if that is shorter.  0 when there were none. */
-uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct);
+uint64_t wbc_lock_hold_percentile(const struct wbc_dev_debug *st, double pct);
 /* The same for the holds' CPU time (list_lock_cpu_hist). */
-uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_stats *st, double pct);
+uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_debug *st, double pct);
 
 /* The calling thread's throttling record (thread-local, all caches). */
 struct wbc_thread_stats {
 	uint64_t pages_dirtied;
 	uint64_t pauses, paused_ns, last_pause_ns, max_pause_ns;
+	uint64_t reserved[8];
 };
 void wbc_thread_stats(struct wbc_thread_stats *st);
 
@@ -338,6 +353,7 @@ int wbc_group_create(wbc_cache *cache, uint64_t limit_bytes, unsigned limit_rati
 struct wbc_group_stats {
 	uint64_t dirty_bytes, writeback_bytes, thresh_bytes, bg_thresh_bytes,
 		 setpoint_bytes, limit_bytes;
+	uint64_t reserved[8];
 };
 int wbc_group_stats(wbc_group *g, struct wbc_group_stats *st);
 /* wbc_file_open() charging the file's dirty pages to @group (NULL: none).

@@ -371,18 +371,6 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->dirty_ratelimit = atomic_load(&dev->dirty_ratelimit) * ps;
 	st->written_back_bytes = atomic_load(&dev->completed_bytes);
 	st->dirtied_bytes = (uint64_t)pcount_sum(&dev->dirtied_pages) * ps;
-	for (int i = 0; i < LOCK_HIST_BUCKETS; i++) {
-		st->list_lock_hold_hist[i] = atomic_load(&dev->list_lock_stat.hist[i]);
-		st->list_lock_holds += st->list_lock_hold_hist[i];
-	}
-	st->list_lock_max_hold_ns = atomic_load(&dev->list_lock_stat.max_ns);
-	for (int i = 0; i < LOCK_HIST_BUCKETS; i++)
-		st->list_lock_cpu_hist[i] = atomic_load(&dev->list_lock_cpu_stat.hist[i]);
-	st->list_lock_max_cpu_ns = atomic_load(&dev->list_lock_cpu_stat.max_ns);
-	st->list_lock_waits = atomic_load(&dev->list_lock_waits);
-	for (int j = 0; j < PCPU_SLOTS; j++)
-		st->inbox_push_retries += atomic_load_explicit(&dev->inbox[j].retries,
-							       memory_order_relaxed);
 	/* without the list lock (only the flusher takes it): the inbox first,
 	 * so a file the flusher moves from it to a bucket meanwhile is
 	 * counted once or twice, never not at all */
@@ -395,6 +383,26 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->at_risk_bytes = (uint64_t)WBC_MAX(atomic_load(&dev->at_risk_pages), 0) * ps;
 	st->failing_ns = since && now > since ? now - since : 0;
 	st->dead_error = dev_dead_error(dev, now);
+	return 0;
+}
+
+int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st)
+{
+	if (!dev || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	for (int i = 0; i < LOCK_HIST_BUCKETS; i++) {
+		st->list_lock_hold_hist[i] = atomic_load(&dev->list_lock_stat.hist[i]);
+		st->list_lock_holds += st->list_lock_hold_hist[i];
+	}
+	st->list_lock_max_hold_ns = atomic_load(&dev->list_lock_stat.max_ns);
+	for (int i = 0; i < LOCK_HIST_BUCKETS; i++)
+		st->list_lock_cpu_hist[i] = atomic_load(&dev->list_lock_cpu_stat.hist[i]);
+	st->list_lock_max_cpu_ns = atomic_load(&dev->list_lock_cpu_stat.max_ns);
+	st->list_lock_waits = atomic_load(&dev->list_lock_waits);
+	for (int j = 0; j < PCPU_SLOTS; j++)
+		st->inbox_push_retries += atomic_load_explicit(&dev->inbox[j].retries,
+							       memory_order_relaxed);
 	return 0;
 }
 
@@ -413,12 +421,12 @@ static uint64_t hist_percentile(const uint64_t *hist, uint64_t max_ns, double pc
 	return WBC_MIN(1ull << 31, max_ns);
 }
 
-uint64_t wbc_lock_hold_percentile(const struct wbc_dev_stats *st, double pct)
+uint64_t wbc_lock_hold_percentile(const struct wbc_dev_debug *st, double pct)
 {
 	return st ? hist_percentile(st->list_lock_hold_hist, st->list_lock_max_hold_ns, pct) : 0;
 }
 
-uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_stats *st, double pct)
+uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_debug *st, double pct)
 {
 	return st ? hist_percentile(st->list_lock_cpu_hist, st->list_lock_max_cpu_ns, pct) : 0;
 }

@@ -222,12 +222,12 @@ static void *lock_taker(void *arg)
 /* 5: list_lock_waits counts exactly the takes that found the lock held. */
 static void list_lock_waits(struct wbc_dev *dev)
 {
-	struct wbc_dev_stats st;
-	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	struct wbc_dev_debug st;
+	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
 	uint64_t w0 = st.list_lock_waits;
 	dev_list_lock(dev);                        /* free: not a wait */
 	dev_list_unlock(dev);
-	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
 	CHECK_EQ(st.list_lock_waits, w0);
 	dev_list_lock(dev);
 	pthread_t th;
@@ -237,12 +237,12 @@ static void list_lock_waits(struct wbc_dev *dev)
 	uint64_t give_up = wbc_now_ns() + 30ull * 1000 * 1000 * 1000;
 	do {
 		sched_yield();
-		CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+		CHECK_EQ(wbc_dev_debug(dev, &st), 0);
 	} while (st.list_lock_waits == w0 && wbc_now_ns() < give_up);
 	CHECK_EQ(st.list_lock_waits, w0 + 1);
 	dev_list_unlock(dev);
 	pthread_join(th, NULL);
-	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
 	CHECK_EQ(st.list_lock_waits, w0 + 1);
 }
 
@@ -274,7 +274,9 @@ int main(void)
 		retries += atomic_load(&dev->inbox[i].retries);
 	}
 	CHECK_EQ(chained, total);
-	CHECK_EQ(st.inbox_push_retries, retries);
+	struct wbc_dev_debug dbg;
+	CHECK_EQ(wbc_dev_debug(dev, &dbg), 0);
+	CHECK_EQ(dbg.inbox_push_retries, retries);
 	dirty_drain(dev);
 	CHECK_EQ(dirty_inbox_count(dev), 0);
 	for (int i = 0; i < PCPU_SLOTS; i++)

@@ -129,18 +129,18 @@ int main(void)
 	CHECK(s.reclaimed_pages > 0);
 	/* the dirty-list lock's hold-time histogram is consistent */
 	for (int d = 0; d < 2; d++) {
-		struct wbc_dev_stats ds;
-		CHECK_EQ(wbc_dev_stats(devs[d], &ds), 0);
+		struct wbc_dev_debug dd;
+		CHECK_EQ(wbc_dev_debug(devs[d], &dd), 0);
 		uint64_t sum = 0;
 		int top = -1;
 		for (int k = 0; k < 32; k++) {
-			sum += ds.list_lock_hold_hist[k];
-			if (ds.list_lock_hold_hist[k])
+			sum += dd.list_lock_hold_hist[k];
+			if (dd.list_lock_hold_hist[k])
 				top = k;
 		}
-		CHECK(ds.list_lock_holds > 0 && sum == ds.list_lock_holds && top >= 0);
-		CHECK(top == 31 || ds.list_lock_max_hold_ns < (1ull << top));
-		CHECK(top == 0 || ds.list_lock_max_hold_ns >= (1ull << (top - 1)));
+		CHECK(dd.list_lock_holds > 0 && sum == dd.list_lock_holds && top >= 0);
+		CHECK(top == 31 || dd.list_lock_max_hold_ns < (1ull << top));
+		CHECK(top == 0 || dd.list_lock_max_hold_ns >= (1ull << (top - 1)));
 		/* the same holds in CPU time: as many, none longer than its
 		 * wall time (a hold that ends while the counters are read
 		 * is in one histogram and not yet in the other: read until
@@ -149,15 +149,15 @@ int main(void)
 		for (int tries = 0; tries < 1000 && !same; tries++) {
 			if (tries)
 				usleep(1000);
-			CHECK_EQ(wbc_dev_stats(devs[d], &ds), 0);
+			CHECK_EQ(wbc_dev_debug(devs[d], &dd), 0);
 			uint64_t csum = 0;
 			for (int k = 0; k < 32; k++)
-				csum += ds.list_lock_cpu_hist[k];
-			same = csum == ds.list_lock_holds &&
-			       ds.list_lock_max_cpu_ns <= ds.list_lock_max_hold_ns;
+				csum += dd.list_lock_cpu_hist[k];
+			same = csum == dd.list_lock_holds &&
+			       dd.list_lock_max_cpu_ns <= dd.list_lock_max_hold_ns;
 		}
 		CHECK(same);
-		CHECK(wbc_lock_cpu_percentile(&ds, 99) <= ds.list_lock_max_cpu_ns);
+		CHECK(wbc_lock_cpu_percentile(&dd, 99) <= dd.list_lock_max_cpu_ns);
 	}
 	CHECK_EQ(wbc_file_close(shared), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);

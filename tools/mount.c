@@ -1763,6 +1763,8 @@ static size_t stats_text(char *buf, size_t len)
 	struct wbc_dev_stats d;
 	wbc_stats(M.cache, &s);
 	wbc_dev_stats(M.dev, &d);
+	struct wbc_dev_debug dd;
+	wbc_dev_debug(M.dev, &dd);
 	pthread_mutex_lock(&D.lock);
 	uint64_t deferred_queued = D.queued, deferred_interrupted = D.interrupted;
 	pthread_mutex_unlock(&D.lock);
@@ -1802,8 +1804,8 @@ static size_t stats_text(char *buf, size_t len)
 		d.dirty_ratelimit >> 10, d.files_dirty, d.files_io, d.files_more_io,
 		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
 		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
-		s.paused_ns / 1000000, d.list_lock_max_hold_ns / 1000,
-		d.list_lock_max_cpu_ns / 1000, d.list_lock_waits, d.inbox_push_retries, deferred_queued, deferred_interrupted,
+		s.paused_ns / 1000000, dd.list_lock_max_hold_ns / 1000,
+		dd.list_lock_max_cpu_ns / 1000, dd.list_lock_waits, dd.inbox_push_retries, deferred_queued, deferred_interrupted,
 		(long)getpid());
 	return n < 0 ? 0 : MINU((size_t)n, len - 1);
 }

@@ -222,6 +222,8 @@ static void take_sample(double dt, struct wbc_stats *prev)
 	for (unsigned d = 0; d < R.o.ndev; d++) {
 		struct wbc_dev_stats ds;
 		wbc_dev_stats(R.dev[d], &ds);
+		struct wbc_dev_debug dd;
+		wbc_dev_debug(R.dev[d], &dd);
 		s->dev[d].dirty = (double)ds.dirty_bytes / MiB;
 		s->dev[d].writeback = (double)ds.writeback_bytes / MiB;
 		s->dev[d].write_bw = (double)ds.write_bw / 1e6;
@@ -340,32 +342,38 @@ static void report(double secs)
 	for (unsigned d = 0; d < o->ndev; d++) {
 		struct wbc_dev_stats ds;
 		wbc_dev_stats(R.dev[d], &ds);
+		struct wbc_dev_debug dd;
+		wbc_dev_debug(R.dev[d], &dd);
 		size_t busy = 0;
 		for (size_t i = 0; i < R.ns; i++)
 			busy += R.s[i].dev[d].writeback > 0;
-		uint64_t p99 = wbc_lock_hold_percentile(&ds, 99);
+		uint64_t p99 = wbc_lock_hold_percentile(&dd, 99);
 		printf("%6u  %11.1f  %5.0f  %5.1f  %15llu  %6.1f  %6.1f  %13.1f  %s\n", d,
 		       (double)ds.written_back_bytes / MiB, (double)ds.written_back_bytes / secs / 1e6,
 		       R.ns ? 100.0 * (double)busy / (double)R.ns : 0,
-		       (unsigned long long)ds.list_lock_holds, (double)p99 / 1e3,
-		       (double)ds.list_lock_max_hold_ns / 1e3,
-		       (double)ds.list_lock_max_cpu_ns / 1e3, o->devs[d]);
+		       (unsigned long long)dd.list_lock_holds, (double)p99 / 1e3,
+		       (double)dd.list_lock_max_hold_ns / 1e3,
+		       (double)dd.list_lock_max_cpu_ns / 1e3, o->devs[d]);
 	}
 	/* the dirty-list lock's hold-time histograms: upper bound, count */
 	for (unsigned d = 0; d < o->ndev; d++) {
 		struct wbc_dev_stats ds;
 		wbc_dev_stats(R.dev[d], &ds);
-		print_hist(d, "by time", ds.list_lock_hold_hist);
-		print_hist(d, "on CPU", ds.list_lock_cpu_hist);
+		struct wbc_dev_debug dd;
+		wbc_dev_debug(R.dev[d], &dd);
+		print_hist(d, "by time", dd.list_lock_hold_hist);
+		print_hist(d, "on CPU", dd.list_lock_cpu_hist);
 	}
 	/* who waited: the list lock's takes that found it held; writers'
 	 * lock-free inbox pushes that lost a race and tried again */
 	for (unsigned d = 0; d < o->ndev; d++) {
 		struct wbc_dev_stats ds;
 		wbc_dev_stats(R.dev[d], &ds);
+		struct wbc_dev_debug dd;
+		wbc_dev_debug(R.dev[d], &dd);
 		printf("device %u list-lock waits: %llu; writers' inbox pushes retried: %llu\n", d,
-		       (unsigned long long)ds.list_lock_waits,
-		       (unsigned long long)ds.inbox_push_retries);
+		       (unsigned long long)dd.list_lock_waits,
+		       (unsigned long long)dd.inbox_push_retries);
 	}
 	double dmin = 1e18, dmax = 0, dsum = 0, setp = 0, lim = 0;
 	for (size_t i = 0; i < R.ns; i++) {
