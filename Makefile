@@ -50,7 +50,8 @@ LIB_INT := $(BUILD)/libwbcache-internal.a
 VERSION := $(shell sed -n 's/^\#define WBCACHE_VERSION "\(.*\)"/\1/p' include/wbcache.h)
 SOVER   := $(firstword $(subst ., ,$(VERSION)))
 SHLIB   := $(BUILD)/libwbcache.so.$(VERSION)
-TOOL_SRC := $(wildcard tools/*.c)
+# the CLI; tools/mount/ is `wbcache mount`, one file per part (mount.h)
+TOOL_SRC := $(wildcard tools/*.c tools/mount/*.c)
 TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TOOL_SRC))
 CLI     := $(BUILD)/wbcache
 TEST_SRC := $(wildcard tests/*.c)

@@ -28,8 +28,8 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 int trace_csv(const char *path, const struct sample *s, size_t n);
 
 int cmd_run(int argc, char **argv);
-int cmd_mount(int argc, char **argv);   /* mount.c */
-int cmd_stat(int argc, char **argv);    /* mount.c */
-int cmd_umount(int argc, char **argv);  /* mount.c */
+int cmd_mount(int argc, char **argv);   /* mount/main.c */
+int cmd_stat(int argc, char **argv);    /* mount/stats.c */
+int cmd_umount(int argc, char **argv);  /* mount/main.c */
 int wbc_parse_size(const char *s, uint64_t *out);   /* src/spec.c */
 #endif

@@ -1,0 +1,437 @@
+/*
+ * `wbcache mount`: the mount's state, its start (in the background: see
+ * detach_begin) and its end, which writes everything back; and `wbcache
+ * umount`.
+ */
+#include "mount.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <syslog.h>
+#include <unistd.h>
+
+struct mnt M;
+
+void logmsg(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (M.foreground) {
+		fprintf(stderr, "wbcache mount: ");
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	} else {
+		vsyslog(LOG_ERR, fmt, ap);
+	}
+	va_end(ap);
+}
+
+/* Every node holds a descriptor, and the engine one per cached file:
+ * raise the limit to fs.nr_open where allowed (root), else to the hard
+ * limit. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+	unsigned long long nr = 0;
+	if (f) {
+		if (fscanf(f, "%llu", &nr) != 1)
+			nr = 0;
+		fclose(f);
+	}
+	if (nr > rl.rlim_max) {
+		struct rlimit want = { nr, nr };
+		if (!setrlimit(RLIMIT_NOFILE, &want))
+			return;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/*
+ * Background mode.  The engine's threads (flushers, completions) must run in
+ * the process that serves the mount, and a fork keeps only the calling
+ * thread: so the process forks before the cache opens, the child opens
+ * everything and mounts, and only then detaches.  The parent waits on a
+ * pipe: one byte means the mount is up (exit 0); end of file means the
+ * child failed, its reason already printed on the shared stderr, and the
+ * parent exits with the child's status.  Returns true in the parent, with
+ * its exit status in *status.
+ */
+static int detach_fd = -1;
+
+static bool detach_begin(int *status)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC)) {
+		fprintf(stderr, "wbcache mount: pipe: %s\n", strerror(errno));
+		*status = 2;
+		return true;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "wbcache mount: fork: %s\n", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		*status = 2;
+		return true;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		detach_fd = p[1];
+		setsid();
+		return false;
+	}
+	close(p[1]);
+	char c;
+	ssize_t r;
+	while ((r = read(p[0], &c, 1)) < 0 && errno == EINTR)
+		;
+	close(p[0]);
+	if (r == 1) {
+		*status = 0;
+		return true;
+	}
+	int ws;
+	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+		;
+	*status = WIFEXITED(ws) && WEXITSTATUS(ws) ? WEXITSTATUS(ws) : 2;
+	return true;
+}
+
+/*
+ * Before mounting: standard input, output and error go to /dev/null, and
+ * stderr (the FILE) to a close-on-exec copy of the caller's, so reasons
+ * still reach the caller until the mount is up.  A helper the mount
+ * starts (fusermount3's auto_unmount watcher lives as long as the mount)
+ * then holds no descriptor of the caller's: `out=$(wbcache mount ...)`
+ * returns.
+ */
+static int detach_err = -1;
+
+static void detach_stdio(void)
+{
+	if (detach_fd < 0)
+		return;
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	detach_err = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+	FILE *err = detach_err >= 0 ? fdopen(detach_err, "w") : NULL;
+	if (nul < 0 || !err) {
+		if (err)
+			fclose(err);
+		else if (detach_err >= 0)
+			close(detach_err);
+		detach_err = -1;
+		if (nul >= 0)
+			close(nul);
+		return;
+	}
+	setvbuf(err, NULL, _IONBF, 0);
+	fflush(stderr);
+	stderr = err;
+	dup2(nul, STDIN_FILENO);
+	dup2(nul, STDOUT_FILENO);
+	dup2(nul, STDERR_FILENO);
+	close(nul);
+}
+
+/* The mount is up: let the parent go and leave its terminal. */
+static void detach_done(void)
+{
+	if (detach_fd < 0)
+		return;
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul >= 0) {
+		dup2(nul, STDIN_FILENO);
+		dup2(nul, STDOUT_FILENO);
+		dup2(nul, STDERR_FILENO);
+		if (detach_err >= 0)
+			dup2(nul, detach_err);   /* stderr (the FILE) too */
+		if (nul > STDERR_FILENO)
+			close(nul);
+	}
+	if (chdir("/")) { /* the mount needs no working directory */ }
+	while (write(detach_fd, "", 1) < 0 && errno == EINTR)
+		;
+	close(detach_fd);
+	detach_fd = -1;
+}
+
+int cmd_mount(int argc, char **argv)
+{
+	const char *pos[2] = { NULL, NULL };
+	int npos = 0;
+	bool foreground = false;
+	char *opts = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			mount_usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "-f")) {
+			foreground = true;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+			opts = argv[++i];
+		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
+			opts = argv[i] + 2;
+		} else if (argv[i][0] == '-' || npos == 2) {
+			fprintf(stderr, "wbcache mount: unexpected argument '%s'\n", argv[i]);
+			mount_usage(stderr);
+			return 2;
+		} else {
+			pos[npos++] = argv[i];
+		}
+	}
+	if (npos != 2) {
+		mount_usage(stderr);
+		return 2;
+	}
+	struct wbc_config cfg;
+	wbc_config_init(&cfg);
+	cfg.mem_bytes = 256u << 20;
+	char devopts[512] = "", fuseopts[256] = "";
+	char *optcopy = opts ? strdup(opts) : NULL;
+	enum dio_mode dio = DIO_AUTO;
+	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
+					   sizeof(fuseopts), &dio))) {
+		free(optcopy);
+		return 2;
+	}
+	free(optcopy);
+
+	memset(&M, 0, sizeof(M));
+	M.foreground = foreground;
+	M.dio = dio;
+	/* the kernel applied the caller's umask to every mode it sends */
+	umask(0);
+	M.root_fd = M.mount_fd = -1;
+	int status = 2, rc;
+	char *mountpoint = NULL;
+	struct fuse_session *se = NULL;
+	struct stat st;
+	M.backing = realpath(pos[0], NULL);
+	if (!M.backing || stat(M.backing, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wbcache mount: %s: %s\n", pos[0],
+			!M.backing || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
+		goto out;
+	}
+	mountpoint = realpath(pos[1], NULL);
+	if (!mountpoint || stat(mountpoint, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wbcache mount: mount point %s: %s\n", pos[1],
+			!mountpoint || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
+		goto out;
+	}
+	M.root_fd = open(M.backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (M.root_fd < 0 || fstat(M.root_fd, &st)) {
+		fprintf(stderr, "wbcache mount: %s: %s\n", M.backing, strerror(errno));
+		goto out;
+	}
+	if (!foreground) {
+		int parent_status;
+		if (detach_begin(&parent_status)) {
+			close(M.root_fd);
+			free(M.backing);
+			free(mountpoint);
+			return parent_status;
+		}
+	}
+	M.root.fd = M.root_fd;
+	M.root.nlookup = 1;
+	M.root.dev = st.st_dev;
+	M.root.ino = st.st_ino;
+	mutex_init_checked(&M.root.lock);
+	mutex_init_checked(&M.lock);
+	M.hsize = 1024;
+	M.hash = calloc(M.hsize, sizeof(*M.hash));
+	atomic_init(&M.next_gen, 1);
+	M.as_root = geteuid() == 0;
+	if (!M.hash)
+		goto out;
+	pthread_mutex_lock(&M.lock);
+	node_insert_locked(&M.root);
+	pthread_mutex_unlock(&M.lock);
+
+	rc = wbc_cache_open(&cfg, &M.cache);
+	if (rc) {
+		fprintf(stderr, "wbcache mount: bad cache configuration: %s\n", wbc_strerror(rc));
+		goto out;
+	}
+	char msg[256];
+	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	M.mount_fd = fsfd;
+	/* file handles: the daemon needs no descriptor per file */
+	struct file_handle *rfh = handle_of(M.root_fd);
+	if (rfh) {
+		int t = open_by_handle_at(M.mount_fd, rfh, O_PATH | O_CLOEXEC);
+		M.handles = t >= 0;
+		if (t >= 0)
+			close(t);
+		free(rfh);
+	}
+	rc = fsfd < 0 ? -errno : wbc_dev_add_opener(M.cache, fsfd, devopts, open_backing, NULL,
+						    M.handles ? WBC_OPENER_REOPEN : 0,
+						    &M.dev, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
+		goto out;
+	}
+	raise_fd_limit();
+
+	char fsname[PATH_MAX + 512], shown[PATH_MAX];
+	snprintf(shown, sizeof(shown), "%s", M.backing);
+	for (char *p = shown; *p; p++)    /* a comma would split the options */
+		if (*p == ',' || *p == '\\')
+			*p = '_';
+	snprintf(fsname, sizeof(fsname), "default_permissions,fsname=wbcache:%s,subtype=wbcache%s",
+		 shown, fuseopts);
+	char *fargv[] = { argv[0], "-o", fsname, NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
+	M.se = se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), NULL);
+	fuse_opt_free_args(&args);
+	status = 1;
+	if (!se) {
+		fprintf(stderr, "wbcache mount: cannot start a FUSE session\n");
+		goto out;
+	}
+	detach_stdio();
+	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mountpoint)) {
+		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
+		goto out;
+	}
+	if (!foreground)
+		openlog("wbcache", LOG_PID, LOG_DAEMON);
+	if (replier_start())
+		logmsg("no replier thread: throttled writes hold their worker");
+	detach_done();
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, 16);
+	fuse_loop_cfg_set_idle_threads(lc, 4);
+	int lrc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	replier_stop();
+	fuse_session_unmount(se);
+	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
+		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
+	status = 0;
+out:
+	if (se) {
+		fuse_remove_signal_handlers(se);
+		fuse_session_destroy(se);
+	}
+	if (M.cache) {
+		/* everything is written back here.  An error met on the way
+		 * (a full file system, since freed) that left nothing at risk
+		 * and lost nothing is logged; data not written makes it 1. */
+		int err = wbc_cache_sync(M.cache);
+		struct wbc_stats s;
+		if (err)
+			logmsg("a writeback error was met: %s", wbc_strerror(err));
+		/* a store that keeps failing is retried for its retry_timeout;
+		 * what is still unwritten then is counted lost */
+		err = wbc_cache_close_stats(M.cache, &s);
+		if (s.lost_bytes) {
+			logmsg("writeback at unmount failed: %" PRIu64 " bytes lost", s.lost_bytes);
+			status = 1;
+		} else if (err) {
+			logmsg("writeback at unmount failed: %s", wbc_strerror(err));
+			status = 1;
+		}
+	}
+	/* nodes the kernel never forgot: their data is written, their
+	 * mtimes go back on the backing files */
+	for (size_t i = 0; M.hash && i < M.hsize; i++)
+		for (struct node *n = M.hash[i], *next; n; n = next) {
+			next = n->hnext;
+			if (n != &M.root) {
+				pthread_mutex_lock(&n->lock);
+				if (n->wrote)
+					restore_mtime_locked(n);
+				pthread_mutex_unlock(&n->lock);
+				node_free(n);
+			}
+		}
+	for (struct node *n = M.stale, *next; n; n = next) {
+		next = n->hnext;
+		node_free(n);
+	}
+	free(M.hash);
+	if (M.root_fd >= 0)
+		close(M.root_fd);
+	if (M.mount_fd >= 0)
+		close(M.mount_fd);
+	free(M.backing);
+	free(mountpoint);
+	return status;
+}
+
+/*
+ * `wbcache umount MOUNTPOINT`: returns once every byte is on the backing
+ * store and the daemon has ended.  A plain FUSE unmount (fusermount3 -u,
+ * umount) returns at once while the daemon still writes back; this writes
+ * back first (a write error is reported and nothing is unmounted: the data
+ * stays in the cache), then unmounts and waits for the daemon to end.
+ */
+int cmd_umount(int argc, char **argv)
+{
+	if (argc != 2 || argv[1][0] == '-') {
+		bool help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr,
+			"usage: wbcache umount MOUNTPOINT\n"
+			"writes everything back, unmounts and waits for the daemon to end\n");
+		return help ? 0 : 2;
+	}
+	const char *mnt = argv[1];
+	char buf[4096];
+	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
+	if (n < 0) {
+		fprintf(stderr, "wbcache umount: %s: %s\n", mnt,
+			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
+		return 1;
+	}
+	buf[n] = '\0';
+	const char *p = strstr(buf, "DaemonPid:");
+	long pid = p ? strtol(p + strlen("DaemonPid:"), NULL, 10) : 0;
+	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+	char ok[8];
+	if (getxattr(mnt, SYNC_XATTR, ok, sizeof(ok)) < 0) {
+		fprintf(stderr, "wbcache umount: %s: writeback failed: %s; the data stays in the "
+			"cache and the file system stays mounted (`fusermount3 -u %s` unmounts "
+			"anyway: what is not written is then lost)\n", mnt, strerror(errno), mnt);
+		if (pidfd >= 0)
+			close(pidfd);
+		return 1;
+	}
+	pid_t child;
+	char *fargv[] = { "fusermount3", "-u", (char *)mnt, NULL };
+	int rc = posix_spawnp(&child, "fusermount3", NULL, NULL, fargv, environ);
+	int ws = 0;
+	if (!rc)
+		while (waitpid(child, &ws, 0) < 0 && errno == EINTR)
+			;
+	if (rc || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+		fprintf(stderr, "wbcache umount: %s: fusermount3 -u failed%s%s\n", mnt,
+			rc ? ": " : "", rc ? strerror(rc) : "");
+		if (pidfd >= 0)
+			close(pidfd);
+		return 1;
+	}
+	if (pidfd >= 0) {
+		struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+			;
+		close(pidfd);
+	}
+	return 0;
+}

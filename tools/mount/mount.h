@@ -1,0 +1,220 @@
+/*
+ * `wbcache mount BACKING_DIR MOUNTPOINT [-o opts] [-f]`: a FUSE file system
+ * (libfuse3 low-level API, multi-threaded) whose file data goes through the
+ * wbcache engine and whose metadata passes through to BACKING_DIR.
+ *
+ * Nodes.  Every file the kernel knows (a FUSE node id) is a struct node
+ * holding an O_PATH descriptor of the backing inode, found by (st_dev,
+ * st_ino) in a hash table, so hard links share a node.  Every operation is
+ * relative to such a descriptor (the *at() calls with O_NOFOLLOW and
+ * AT_SYMLINK_NOFOLLOW, or the descriptor itself): no path is ever resolved
+ * from a string, so nothing can step outside BACKING_DIR through "..",
+ * symlinks or a concurrent rename.  The kernel checks permissions
+ * (default_permissions).
+ *
+ * Data.  Regular files are opened direct_io (the kernel's page cache is
+ * bypassed, data is cached once, in the engine).  The engine's device is an
+ * opener device: its file for a node is named by a number unique to that
+ * node (never reused in the process), and the engine opens the backing file
+ * by reopening the node's O_PATH descriptor, so writeback reaches the very
+ * inode that was written, never a file that later took its name.  A file
+ * whose last link goes (unlink, or rename over it) has its cached data
+ * dropped once no handle is open; a node the kernel forgets after data went
+ * through it is written back first, so a new node for the same inode never
+ * sees stale data.
+ *
+ * Sizes.  A node remembers the size of its data in the engine (while open,
+ * the engine's; after, the last one), and getattr reports it: data still in
+ * the cache counts.
+ *
+ * Stats.  `wbcache stat MOUNTPOINT` reads the extended attribute
+ * "user.wbcache.stats" of the mount's root, which the mount answers with
+ * live engine statistics (it is not listed and cannot be set).
+ *
+ * Unmount (fusermount3 -u, SIGINT, SIGTERM) ends the session loop; the
+ * cache is then closed, which writes everything back, and any error is
+ * reported and makes the exit status 1.
+ *
+ * Files.  node.c the node table, the nodes' descriptors and their engine
+ * files; ops.c the FUSE operations; reply.c the deferred writes and their
+ * replier thread; stats.c the statistics (the daemon's and `wbcache
+ * stat`) and the writeback of everything on request; options.c the -o
+ * options; main.c `wbcache mount` (background mode) and `wbcache umount`.
+ * This header holds what they share.
+ */
+#ifndef WBC_TOOLS_MOUNT_H
+#define WBC_TOOLS_MOUNT_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "wbcache.h"
+
+#include "../run.h"
+
+#define STATS_XATTR "user.wbcache.stats"
+/* Reading it on the root writes everything back (`wbcache umount`): a
+ * getxattr needs only read permission, works on a read-only mount and
+ * holds no lock of the root's inode while it waits. */
+#define SYNC_XATTR "user.wbcache.sync"
+/*
+ * The mount's locks are error-checking mutexes, so a *_locked function can
+ * assert that its caller holds the lock (a relock by the owner fails at
+ * once).
+ *
+ * Lock order: none nests.  M.lock (the node table), a node's lock (its
+ * engine handles, size and times) and D.lock (the deferred writes) are
+ * each taken with no other of them held; the engine's calls made under a
+ * node's lock take only the engine's own locks.  libfuse's locks: libfuse
+ * may call the interrupt callback (deferred_interrupt, which takes D.lock)
+ * with its request's own lock held; under D.lock the mount calls libfuse
+ * only to ask whether a request was interrupted (fuse_req_interrupted,
+ * which takes the session's lock, one libfuse never holds while it calls
+ * the mount), and the replier calls the engine and answers requests with
+ * D.lock released.
+ */
+#ifdef NDEBUG
+#define assert_held(m) ((void)(m))
+#else
+#define assert_held(m) assert(pthread_mutex_lock(m) == EDEADLK)
+#endif
+static inline void mutex_init_checked(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
+#define MAXU(a, b) ((a) > (b) ? (a) : (b))
+#define MINU(a, b) ((a) < (b) ? (a) : (b))
+
+struct node {
+	struct node *hnext;          /* mnt.lock */
+	uint64_t nlookup;            /* mnt.lock */
+	unsigned forgetting;         /* mnt.lock: forgets writing it back now */
+	dev_t dev;
+	ino_t ino;
+	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
+	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
+	uint64_t gen;                /* unique per node (fallback engine name) */
+	bool is_reg;
+	bool hashed;                 /* mnt.lock: in the table (not replaced as stale) */
+	atomic_uint mode;            /* the last st_mode seen: kill_priv's quick test */
+	atomic_int caps;             /* security.capability: -1 not looked, 0 none, 1 set */
+	pthread_mutex_t lock;        /* the fields below */
+	unsigned opens;
+	atomic_uint kcache_opens;    /* of them, through the kernel's page cache */
+	wbc_file *wf;                /* the node's engine handle while opens > 0 */
+	bool wrote;                  /* data went through the engine */
+	bool size_known;
+	uint64_t size;               /* the engine's size of the data */
+	uint64_t unwritten;          /* bytes not yet written back, at the last release */
+	/* Times.  Writeback moves the backing file's mtime to when it ran;
+	 * the file's own is the last write through the mount or the one set
+	 * explicitly, reported while the node lives and put back on the
+	 * backing file once its data is written (fsync, forget, unmount). */
+	bool mtime_set;
+	struct timespec mtime;
+	struct timespec ctime;       /* last write through the mount */
+};
+
+enum dio_mode { DIO_AUTO, DIO_ALWAYS, DIO_NEVER };
+
+struct mnt {
+	char *backing;
+	int root_fd;
+	int mount_fd;                /* O_RDONLY on the backing root: open_by_handle_at */
+	struct node root;
+	pthread_mutex_t lock;        /* the table */
+	struct node **hash;
+	struct node *stale;          /* out of the table, not yet forgotten (hnext) */
+	size_t hsize, n;
+	wbc_cache *cache;
+	wbc_dev *dev;
+	atomic_ullong next_gen;
+	bool as_root;                /* the daemon may chown */
+	bool handles;                /* nodes keep file handles, not descriptors */
+	bool foreground;
+	struct fuse_session *se;
+	enum dio_mode dio;           /* -o direct_io= */
+};
+
+extern struct mnt M;            /* main.c */
+
+/* The deferred writes (reply.c): the queue of writes the throttle paused,
+ * answered by the replier thread, and its counts (stats.c). */
+struct deferred;
+struct replier {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;         /* CLOCK_MONOTONIC */
+	struct deferred *head;       /* by due time */
+	bool stop;
+	bool started;
+	pthread_t thread;
+	uint64_t queued, interrupted;
+};
+extern struct replier D;
+
+/* main.c: to stderr in the foreground, else to syslog. */
+void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* node.c */
+static inline struct node *node_of(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? &M.root : (struct node *)(uintptr_t)ino;
+}
+
+static inline fuse_ino_t id_of(struct node *n)
+{
+	return n == &M.root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+}
+
+void node_insert_locked(struct node *n);
+int nfd(struct node *n);
+void nfd_put(struct node *n, int fd);
+struct file_handle *handle_of(int fd);
+int open_backing(void *ctx, const char *name, int flags);
+int engine_open(struct node *n, wbc_file **out);
+int stat_node(struct node *n, struct stat *st);
+void node_written_locked(struct node *n);
+void node_changed(struct node *n);
+void restore_mtime_locked(struct node *n);
+void node_free(struct node *n);
+int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
+void drop_if_unlinked_locked(struct node *n);
+void after_unlink(dev_t dev, ino_t ino);
+void forget_one(fuse_ino_t ino, uint64_t nlookup);
+
+/* ops.c */
+extern const struct fuse_lowlevel_ops mount_ops;
+
+/* reply.c */
+int replier_start(void);
+void replier_stop(void);
+void write_after(fuse_req_t req, wbc_file *h, size_t count,
+		 const char *rest, size_t rest_len, uint64_t off, uint64_t pause_ns);
+
+/* stats.c */
+size_t stats_text(char *buf, size_t len);
+int mount_sync(void);
+
+/* options.c */
+void mount_usage(FILE *out);
+int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio);
+#endif

@@ -1,0 +1,497 @@
+/*
+ * The mount's nodes: the table that finds them by (st_dev, st_ino), their
+ * descriptors (kept, or reopened from file handles through a per-thread
+ * ring), the engine's files of their data, their attributes, and their
+ * lives from lookup to forget (see mount.h).
+ */
+#include "mount.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The node whose engine file the calling thread is opening (the opener
+ * callback runs inside wbc_file_open, in the same thread). */
+static __thread struct node *opening;
+
+static size_t hkey(dev_t dev, ino_t ino, size_t size)
+{
+	uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)ino * 0xc2b2ae3d27d4eb4full);
+	return (size_t)(h ^ (h >> 29)) & (size - 1);
+}
+
+static struct node *find_locked(dev_t dev, ino_t ino)
+{
+	assert_held(&M.lock);
+	struct node *n = M.hash[hkey(dev, ino, M.hsize)];
+	while (n && (n->dev != dev || n->ino != ino))
+		n = n->hnext;
+	return n;
+}
+
+void node_insert_locked(struct node *n)
+{
+	assert_held(&M.lock);
+	if (M.n >= M.hsize) {
+		size_t ns = M.hsize * 2;
+		struct node **h = calloc(ns, sizeof(*h));
+		if (h) {
+			for (size_t i = 0; i < M.hsize; i++)
+				for (struct node *x = M.hash[i], *next; x; x = next) {
+					next = x->hnext;
+					size_t k = hkey(x->dev, x->ino, ns);
+					x->hnext = h[k];
+					h[k] = x;
+				}
+			free(M.hash);
+			M.hash = h;
+			M.hsize = ns;
+		}
+	}
+	size_t k = hkey(n->dev, n->ino, M.hsize);
+	n->hnext = M.hash[k];
+	M.hash[k] = n;
+	n->hashed = true;
+	M.n++;
+}
+
+static void remove_locked(struct node *n)
+{
+	assert_held(&M.lock);
+	struct node **pp = &M.hash[hkey(n->dev, n->ino, M.hsize)];
+	while (*pp != n)
+		pp = &(*pp)->hnext;
+	*pp = n->hnext;
+	M.n--;
+}
+
+/*
+ * Descriptors.  With file handles (root, and a backing file system that
+ * has them) a node keeps its handle, not a descriptor: nfd() opens an
+ * O_PATH descriptor from it.  A directory's (or other non-file's) is
+ * cached in a small per-thread ring keyed by the node's unique gen, so a
+ * request that uses up to three nodes keeps them valid; a regular file's
+ * is closed by nfd_put() when the request is done with it, so no
+ * descriptor keeps a removed file's space (a thread's ring lives as long
+ * as the thread, which may sleep for long).  The engine's descriptors
+ * are bounded too (WBC_OPENER_REOPEN).  Then the mount needs no
+ * descriptor per file.
+ * Without handles every node keeps its descriptor (RLIMIT_NOFILE bounds
+ * the files the kernel may hold at once).
+ */
+#define NFD_RING 8
+/* least recently used first out: a request's own nodes (at most four)
+ * are the most recent, so a miss never closes one it holds */
+static __thread struct { uint64_t gen; int fd; uint64_t used; } nfd_ring[NFD_RING];
+static __thread uint64_t nfd_clock;
+
+static pthread_key_t nfd_key;   /* closes a thread's ring when it exits */
+static pthread_once_t nfd_once = PTHREAD_ONCE_INIT;
+
+static void nfd_ring_close(void *unused)
+{
+	(void)unused;
+	for (unsigned i = 0; i < NFD_RING; i++)
+		if (nfd_ring[i].fd > 0) {
+			close(nfd_ring[i].fd);
+			nfd_ring[i].fd = 0;
+		}
+}
+
+static void nfd_key_create(void)
+{
+	pthread_key_create(&nfd_key, nfd_ring_close);
+}
+
+int nfd(struct node *n)
+{
+	if (n->fd >= 0)
+		return n->fd;
+	if (n->is_reg)
+		return open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+	pthread_once(&nfd_once, nfd_key_create);
+	if (!pthread_getspecific(nfd_key))
+		pthread_setspecific(nfd_key, &nfd_ring);
+	unsigned k = 0;
+	for (unsigned i = 0; i < NFD_RING; i++) {
+		if (nfd_ring[i].gen == n->gen && nfd_ring[i].fd > 0) {
+			nfd_ring[i].used = ++nfd_clock;
+			return nfd_ring[i].fd;
+		}
+		if (nfd_ring[i].used < nfd_ring[k].used)
+			k = i;
+	}
+	int fd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	nfd_ring[k].used = ++nfd_clock;
+	if (nfd_ring[k].fd > 0)
+		close(nfd_ring[k].fd);
+	nfd_ring[k].gen = n->gen;
+	nfd_ring[k].fd = fd;
+	return fd;
+}
+
+/* Done with a descriptor nfd() gave. */
+void nfd_put(struct node *n, int fd)
+{
+	if (fd >= 0 && n->fd < 0 && n->is_reg)
+		close(fd);
+}
+
+/* The engine's name for a node's data: in handle mode the handle itself in
+ * hex (unique for the inode's lifetime: handles carry its generation), so
+ * any node for the inode finds the same cached data and the engine can
+ * reopen it from any thread; otherwise the node's gen. */
+static void gen_name(const struct node *n, char *buf, size_t len)
+{
+	if (!n->fh) {
+		snprintf(buf, len, "%" PRIu64, n->gen);
+		return;
+	}
+	int k = snprintf(buf, len, "h%x-", (unsigned)n->fh->handle_type);
+	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++)
+		k += snprintf(buf + k, len - (size_t)k, "%02x", n->fh->f_handle[i]);
+}
+
+struct file_handle *handle_of(int fd)
+{
+	struct file_handle *fh = malloc(sizeof(*fh) + MAX_HANDLE_SZ);
+	int mount_id;
+	if (!fh)
+		return NULL;
+	fh->handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH) || fh->handle_bytes > 120) {
+		free(fh);
+		return NULL;
+	}
+	return fh;
+}
+
+static struct file_handle *handle_parse(const char *name)
+{
+	unsigned type;
+	int pos;
+	if (sscanf(name, "h%x-%n", &type, &pos) != 1)
+		return NULL;
+	size_t hex = strlen(name + pos);
+	if (hex % 2 || hex / 2 > MAX_HANDLE_SZ)
+		return NULL;
+	struct file_handle *fh = malloc(sizeof(*fh) + hex / 2);
+	if (!fh)
+		return NULL;
+	fh->handle_type = (int)type;
+	fh->handle_bytes = (unsigned)(hex / 2);
+	for (size_t i = 0; i < hex / 2; i++) {
+		unsigned b;
+		if (sscanf(name + pos + 2 * i, "%2x", &b) != 1) {
+			free(fh);
+			return NULL;
+		}
+		fh->f_handle[i] = (unsigned char)b;
+	}
+	return fh;
+}
+
+/* The opener of the engine's device: reopen the node's O_PATH descriptor
+ * with @flags.  A file the daemon may only read is opened read-only (its
+ * writes are refused by the kernel's permission check first). */
+int open_backing(void *ctx, const char *name, int flags)
+{
+	(void)ctx;
+	int fd;
+	if (M.handles) {
+		/* any thread, any time: the name is the handle */
+		struct file_handle *fh = handle_parse(name);
+		if (!fh)
+			return -ENOENT;
+		fd = open_by_handle_at(M.mount_fd, fh, flags);
+		if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS))
+			fd = open_by_handle_at(M.mount_fd, fh, (flags & ~O_ACCMODE) | O_RDONLY);
+		int e = errno;
+		free(fh);
+		return fd < 0 ? -e : fd;
+	}
+	struct node *n = opening;
+	char want[32], path[64];
+	if (!n)
+		return -ENOENT;
+	gen_name(n, want, sizeof(want));
+	if (strcmp(want, name))
+		return -ENOENT;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", n->fd);
+	fd = open(path, flags);
+	if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS))
+		fd = open(path, (flags & ~O_ACCMODE) | O_RDONLY);
+	return fd < 0 ? -errno : fd;
+}
+
+/* A new engine handle on the node's data. */
+int engine_open(struct node *n, wbc_file **out)
+{
+	char name[256];
+	gen_name(n, name, sizeof(name));
+	opening = n;
+	int err = wbc_file_open(M.dev, name, WBC_O_CREAT, out);
+	opening = NULL;
+	return err;
+}
+
+/* The attributes of a node: the backing inode's, with the size, times and
+ * blocks of data still in the cache.  Blocks: the backing file's plus what
+ * is not yet written back (a sparse file stays sparse). */
+int stat_node(struct node *n, struct stat *st)
+{
+	int fd = nfd(n);
+	if (fd < 0 || fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = -errno;
+		nfd_put(n, fd);
+		return err;
+	}
+	nfd_put(n, fd);
+	atomic_store_explicit(&n->mode, st->st_mode, memory_order_relaxed);
+	if (!S_ISREG(st->st_mode))
+		return 0;
+	uint64_t unwritten = 0;
+	pthread_mutex_lock(&n->lock);
+	struct wbc_file_info fi;
+	if (n->wf && !wbc_file_info(n->wf, &fi)) {
+		st->st_size = (off_t)fi.size;
+		unwritten = fi.unwritten_bytes;
+	} else if (n->size_known) {
+		st->st_size = (off_t)n->size;
+		unwritten = n->unwritten;
+	}
+	if (n->mtime_set)
+		st->st_mtim = n->mtime;
+	/* writeback moves the backing ctime too: while data went through
+	 * the engine, the file's is the last change made through the mount
+	 * (tar and rsync compare it) */
+	if (n->wrote && (n->ctime.tv_sec || n->ctime.tv_nsec))
+		st->st_ctim = n->ctime;
+	pthread_mutex_unlock(&n->lock);
+	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);
+	return 0;
+}
+
+/* Data of the node changed through the engine now (write, truncate,
+ * fallocate): its mtime and ctime are now. */
+void node_written_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	n->wrote = true;
+	clock_gettime(CLOCK_REALTIME, &n->mtime);
+	n->ctime = n->mtime;
+	n->mtime_set = true;
+}
+
+/* A change of the node's inode through the mount (its ctime). */
+void node_changed(struct node *n)
+{
+	if (!n->is_reg)
+		return;
+	pthread_mutex_lock(&n->lock);
+	clock_gettime(CLOCK_REALTIME, &n->ctime);
+	pthread_mutex_unlock(&n->lock);
+}
+
+/* Put the file's own mtime back on the backing file once its data is
+ * written: caller holds n->lock. */
+void restore_mtime_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	if (!n->mtime_set)
+		return;
+	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
+	int fd = nfd(n);
+	if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		logmsg("setting the mtime of a written-back file failed: %s", strerror(errno));
+	nfd_put(n, fd);
+}
+
+/* Is @n, found by the inode number of the inode a lookup just found
+ * (handle @fh in handle mode), another inode, gone, whose number was
+ * reused?  Handles carry the inode's generation; without them, a node
+ * whose inode has no link left is not the one a name led to. */
+static bool node_stale(struct node *n, const struct file_handle *fh)
+{
+	if (n->fh)
+		return fh && (fh->handle_type != n->fh->handle_type ||
+			      fh->handle_bytes != n->fh->handle_bytes ||
+			      memcmp(fh->f_handle, n->fh->f_handle, fh->handle_bytes));
+	struct stat st;
+	return n->fd >= 0 && !fstat(n->fd, &st) && !st.st_nlink;
+}
+
+
+/* A node out of the table and every list. */
+void node_free(struct node *n)
+{
+	if (n->fd >= 0)
+		close(n->fd);
+	free(n->fh);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+/* Look @name up in @parent: a node with one more lookup, and its attrs. */
+int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	if (parent == &M.root && !strcmp(name, "..")) {
+		name = ".";   /* the root's parent is the root: nothing above it */
+	}
+	int pfd = nfd(parent);
+	int fd = pfd < 0 ? -1 : openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	struct file_handle *fh = M.handles ? handle_of(fd) : NULL;
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(st.st_dev, st.st_ino);
+	if (n && n != &M.root && node_stale(n, fh)) {
+		/* the inode number was reused by a new inode (the old one is
+		 * gone): the old node lives on until the kernel forgets it,
+		 * out of the table */
+		remove_locked(n);
+		n->hashed = false;
+		n->hnext = M.stale;
+		M.stale = n;
+		n = NULL;
+	}
+	if (n) {
+		n->nlookup++;
+		pthread_mutex_unlock(&M.lock);
+		close(fd);
+		free(fh);
+	} else {
+		n = calloc(1, sizeof(*n));
+		if (!n) {
+			pthread_mutex_unlock(&M.lock);
+			close(fd);
+			free(fh);
+			return -ENOMEM;
+		}
+		n->dev = st.st_dev;
+		n->ino = st.st_ino;
+		n->fd = fd;
+		if ((n->fh = fh)) {
+			close(fd);         /* reopened from the handle when used */
+			n->fd = -1;
+		}
+		n->nlookup = 1;
+		n->is_reg = S_ISREG(st.st_mode);
+		atomic_init(&n->mode, st.st_mode);
+		atomic_init(&n->caps, -1);
+		n->gen = atomic_fetch_add(&M.next_gen, 1);
+		mutex_init_checked(&n->lock);
+		node_insert_locked(n);
+		pthread_mutex_unlock(&M.lock);
+	}
+	int err = stat_node(n, &e->attr);
+	if (err) {
+		forget_one(id_of(n), 1);   /* the kernel is told nothing */
+		return err;
+	}
+	e->ino = id_of(n);
+	e->attr_timeout = 1.0;
+	e->entry_timeout = 1.0;
+	return 0;
+}
+
+/* Drop the cached data of a node whose inode has no link left (it can
+ * never be read again once closed): caller holds n->lock, opens == 0. */
+void drop_if_unlinked_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	struct stat st;
+	if (!n->is_reg || !n->wrote)
+		return;
+	int fd = nfd(n);
+	/* gone: a handle that no longer opens (ESTALE), or no link left; any
+	 * other failure (EMFILE, ENOMEM) keeps the data */
+	bool gone = fd < 0 ? errno == ESTALE || errno == ENOENT :
+		    !fstatat(fd, "", &st, AT_EMPTY_PATH) && !st.st_nlink;
+	nfd_put(n, fd);
+	if (!gone)
+		return;
+	wbc_file *h;
+	if (engine_open(n, &h) == 0) {
+		wbc_truncate(h, 0);          /* drops dirty pages: never written */
+		wbc_file_close(h);
+	}
+	n->wrote = false;
+	n->size_known = false;
+	n->mtime_set = false;
+}
+
+/* After an unlink or a rename that may have removed the last link of the
+ * inode (dev, ino). */
+void after_unlink(dev_t dev, ino_t ino)
+{
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(dev, ino);
+	pthread_mutex_unlock(&M.lock);
+	/* n stays valid: the kernel holds a lookup on a name it just removed
+	 * until this request is answered */
+	if (!n)
+		return;
+	pthread_mutex_lock(&n->lock);
+	if (!n->opens)
+		drop_if_unlinked_locked(n);
+	pthread_mutex_unlock(&n->lock);
+}
+
+/*
+ * The kernel dropped its last lookup of a node.  The node stays in the
+ * table while its data is dropped (unlinked) or written back, so a lookup
+ * meanwhile revives it instead of making a second node that would read the
+ * backing file's stale size; it is freed by the last forget that finds it
+ * unused.
+ */
+void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	struct node *n = node_of(ino);
+	pthread_mutex_lock(&M.lock);
+	if (n == &M.root || (n->nlookup -= nlookup) > 0) {
+		pthread_mutex_unlock(&M.lock);
+		return;
+	}
+	n->forgetting++;
+	pthread_mutex_unlock(&M.lock);
+	pthread_mutex_lock(&n->lock);
+	drop_if_unlinked_locked(n);
+	if (n->wrote) {
+		wbc_file *h;
+		if (engine_open(n, &h) == 0) {
+			int err = wbc_fsync(h);
+			if (err)
+				logmsg("writeback of a forgotten file failed: %s", wbc_strerror(err));
+			else {
+				n->unwritten = 0;
+				restore_mtime_locked(n);
+			}
+			wbc_file_close(h);
+		}
+	}
+	pthread_mutex_unlock(&n->lock);
+	pthread_mutex_lock(&M.lock);
+	bool unused = !--n->forgetting && !n->nlookup;
+	if (unused && n->hashed) {
+		remove_locked(n);
+	} else if (unused) {
+		struct node **pp = &M.stale;   /* rare: a reused inode number */
+		while (*pp != n)
+			pp = &(*pp)->hnext;
+		*pp = n->hnext;
+	}
+	pthread_mutex_unlock(&M.lock);
+	if (unused)
+		node_free(n);
+}

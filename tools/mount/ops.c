@@ -1,0 +1,855 @@
+/*
+ * The FUSE low-level operations: metadata passes through to the backing
+ * inode of a node (see node.c), file data goes through the engine.
+ */
+#include "mount.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->max_write = 1u << 20;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;   /* data is cached once, here */
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int err = do_lookup(node_of(parent), name, &e);
+	if (err == -ENOENT) {
+		/* a negative entry the kernel may cache: every change of the
+		 * namespace comes through this mount */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = 1.0;
+		fuse_reply_entry(req, &e);
+	} else if (err) {
+		fuse_reply_err(req, -err);
+	} else {
+		fuse_reply_entry(req, &e);
+	}
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(f[i].ino, f[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct stat st;
+	int err = stat_node(node_of(ino), &st);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_attr(req, &st, 1.0);
+}
+
+
+/*
+ * The kernel's rule for set-user-ID and set-group-ID files (it leaves the
+ * work to the file system, FUSE_CAP_HANDLE_KILLPRIV): a write or truncate
+ * by a caller without CAP_FSETID clears S_ISUID, and S_ISGID where group
+ * execute is set (without it, S_ISGID marks mandatory locking and stays).
+ * A file capability (the security.capability attribute) goes too, as
+ * the kernel's file_remove_privs removes it.  The caller's uid 0 stands
+ * for the capability.  The node's last seen mode, and whether it has a
+ * file capability (looked up once), make the common case two loads.
+ */
+#define CAPS_XATTR "security.capability"
+static void kill_priv(fuse_req_t req, struct node *n)
+{
+	int caps = atomic_load_explicit(&n->caps, memory_order_relaxed);
+	if (!(atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)) &&
+	    !caps)
+		return;
+	if (fuse_req_ctx(req)->uid == 0)
+		return;
+	struct stat st;
+	char path[64];
+	int fd = nfd(n);
+	if (fd >= 0 && caps) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (getxattr(path, CAPS_XATTR, NULL, 0) >= 0 && removexattr(path, CAPS_XATTR))
+			logmsg("removing a file capability failed: %s", strerror(errno));
+		atomic_store_explicit(&n->caps, 0, memory_order_relaxed);
+	}
+	if (fd >= 0 && (atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)) &&
+	    !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		mode_t kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
+		if (st.st_mode & kill) {
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			if (chmod(path, st.st_mode & 07777 & ~kill))
+				logmsg("clearing set-id bits failed: %s", strerror(errno));
+			else {
+				atomic_store_explicit(&n->mode, st.st_mode & ~kill,
+						      memory_order_relaxed);
+				/* the kernel's cached attributes still show them */
+				fuse_lowlevel_notify_inval_inode(M.se, id_of(n), -1, 0);
+			}
+		}
+	}
+	nfd_put(n, fd);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	char path[64];
+	int err = 0;
+	struct stat st;
+	int fd = nfd(n);
+	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		fuse_reply_err(req, errno);
+		nfd_put(n, fd);
+		return;
+	}
+	bool lnk = S_ISLNK(st.st_mode);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
+		if (lnk)
+			err = -EOPNOTSUPP;
+		else if (chmod(path, attr->st_mode & 07777))
+			err = -errno;
+	}
+	if (!err && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+		uid_t u = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
+		gid_t g = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
+		if (fchownat(fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+			err = -errno;
+	}
+	if (!err && (to_set & FUSE_SET_ATTR_SIZE)) {
+		if (!S_ISREG(st.st_mode)) {
+			err = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		} else {
+			wbc_file *h = fi ? (wbc_file *)(uintptr_t)fi->fh : NULL;
+			bool tmp = false;
+			pthread_mutex_lock(&n->lock);
+			if (!h && !(err = engine_open(n, &h)))
+				tmp = true;
+			if (!err)
+				err = wbc_truncate(h, (uint64_t)attr->st_size);
+			if (!err)
+				kill_priv(req, n);
+			if (!err) {
+				n->size_known = true;
+				n->size = (uint64_t)attr->st_size;
+				node_written_locked(n);
+			}
+			if (tmp)
+				wbc_file_close(h);
+			pthread_mutex_unlock(&n->lock);
+		}
+	}
+	if (!err && (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+		struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			tv[0].tv_nsec = UTIME_NOW;
+		else if (to_set & FUSE_SET_ATTR_ATIME)
+			tv[0] = attr->st_atim;
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			tv[1].tv_nsec = UTIME_NOW;
+		else if (to_set & FUSE_SET_ATTR_MTIME)
+			tv[1] = attr->st_mtim;
+		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+			err = -errno;
+		} else if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
+			/* the file's mtime from now on, also after writeback */
+			struct stat now;
+			pthread_mutex_lock(&n->lock);
+			if (n->wrote && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+				n->mtime = now.st_mtim;
+				n->mtime_set = true;
+			}
+			pthread_mutex_unlock(&n->lock);
+		}
+	}
+	nfd_put(n, fd);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	node_changed(n);
+	if ((err = stat_node(n, &st)))
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_attr(req, &st, 1.0);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	int fd = nfd(node_of(ino));
+	ssize_t r = fd < 0 ? -1 : readlinkat(fd, "", buf, sizeof(buf) - 1);
+	if (r < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	buf[r] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+/* Answer with the entry @name of @parent (one more lookup). */
+static void reply_entry_of(fuse_req_t req, struct node *parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int err = do_lookup(parent, name, &e);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+/* Give a new entry the requesting user's ownership (the daemon runs as
+ * root; otherwise the backing file system made it the daemon's).  In a
+ * set-group-ID directory the group is the directory's, as the backing
+ * file system already made it (and a new directory kept the bit). */
+static void own_new(fuse_req_t req, struct node *parent, const char *name)
+{
+	if (!M.as_root)
+		return;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat pst;
+	int fd = nfd(parent);
+	gid_t gid = ctx->gid;
+	if (fd >= 0 && !fstatat(fd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
+		gid = (gid_t)-1;
+	if (fd < 0 || fchownat(fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
+		logmsg("chown of a new entry failed: %s", strerror(errno));
+}
+
+static void reply_new(fuse_req_t req, struct node *parent, const char *name, int rc)
+{
+	if (rc) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	own_new(req, parent, name);
+	reply_entry_of(req, parent, name);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct node *p = node_of(parent);
+	int fd = nfd(p);
+	reply_new(req, p, name, fd < 0 ? -1 : mknodat(fd, name, mode, rdev));
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct node *p = node_of(parent);
+	int fd = nfd(p);
+	reply_new(req, p, name, fd < 0 ? -1 : mkdirat(fd, name, mode));
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct node *p = node_of(parent);
+	int fd = nfd(p);
+	reply_new(req, p, name, fd < 0 ? -1 : symlinkat(link, fd, name));
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct node *n = node_of(ino), *p = node_of(newparent);
+	int nf = nfd(n), pf = nf < 0 ? -1 : nfd(p);
+	int err = nf < 0 || pf < 0 || linkat(nf, "", pf, newname, AT_EMPTY_PATH) ? errno : 0;
+	nfd_put(n, nf);
+	if (err) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	node_changed(n);
+	reply_entry_of(req, p, newname);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct node *p = node_of(parent);
+	struct stat st;
+	int fd = nfd(p);
+	if (fd < 0 || fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (unlinkat(fd, name, 0)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (S_ISREG(st.st_mode))
+		after_unlink(st.st_dev, st.st_ino);
+	fuse_reply_err(req, 0);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	int fd = nfd(node_of(parent));
+	fuse_reply_err(req, fd < 0 || unlinkat(fd, name, AT_REMOVEDIR) ? errno : 0);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct node *p = node_of(parent), *np = node_of(newparent);
+	struct stat victim;
+	int pf = nfd(p), npf = nfd(np);
+	if (pf < 0 || npf < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	bool had = !(flags & RENAME_EXCHANGE) &&
+		   !fstatat(npf, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
+	if (renameat2(pf, name, npf, newname, flags)) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	if (had)
+		after_unlink(victim.st_dev, victim.st_ino);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- files ---- */
+
+/*
+ * Which opens bypass the kernel's page cache (direct_io).  Data is then
+ * cached once, in the engine; but the kernel refuses a shared mapping
+ * (mmap MAP_SHARED: databases, fio's mmap engine) of such a file, and
+ * libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP.  By default
+ * (direct_io=auto) a write-only open, which cannot be mapped, is direct —
+ * streaming writers, cp, tar, fs_mark — and an open that can read goes
+ * through the kernel's page cache, written through to the engine at each
+ * write (no FUSE writeback cache: the engine's throttle stays the only
+ * one), so mappings work.  The two stay coherent: a direct write to a
+ * file that also has cached opens invalidates the kernel's pages it
+ * covers, and an open never keeps the kernel's pages of a previous one.
+ */
+static bool open_direct(const struct fuse_file_info *fi)
+{
+	return M.dio == DIO_ALWAYS || (M.dio == DIO_AUTO && (fi->flags & O_ACCMODE) == O_WRONLY);
+}
+
+static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+{
+	wbc_file *h;
+	pthread_mutex_lock(&n->lock);
+	int err = engine_open(n, &h);
+	if (!err && !n->opens) {
+		err = engine_open(n, &n->wf);
+		if (err)
+			wbc_file_close(h);
+	}
+	if (!err && (fi->flags & O_TRUNC)) {
+		/* atomic O_TRUNC: the kernel sends no setattr before */
+		err = wbc_truncate(h, 0);
+		if (err) {
+			wbc_file_close(h);
+			if (!n->opens) {
+				wbc_file_close(n->wf);
+				n->wf = NULL;
+			}
+		} else {
+			node_written_locked(n);
+		}
+	}
+	bool direct = open_direct(fi);
+	if (!err) {
+		n->opens++;
+		if (!direct)
+			atomic_fetch_add(&n->kcache_opens, 1);
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (err)
+		return err;
+	if (fi->flags & O_TRUNC)
+		kill_priv(req, n);
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->direct_io = direct;
+	fi->keep_cache = 0;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	if (!n->is_reg) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	int err = open_common(req, n, fi);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct node *p = node_of(parent);
+	int pf = nfd(p);
+	int fd = pf < 0 ? -1 : openat(pf, name, (fi->flags & (O_EXCL | O_TRUNC)) | O_CREAT |
+				      O_RDONLY | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	close(fd);
+	own_new(req, p, name);
+	struct fuse_entry_param e;
+	int err = do_lookup(p, name, &e);
+	if (!err && !node_of(e.ino)->is_reg)
+		err = -EISDIR;
+	if (!err && !(err = open_common(req, node_of(e.ino), fi))) {
+		fuse_reply_create(req, &e, fi);
+		return;
+	}
+	if (e.ino)
+		forget_one(e.ino, 1);   /* the kernel is told of no entry */
+	fuse_reply_err(req, -err);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	(void)ino;
+	char *buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ssize_t r = wbc_pread((wbc_file *)(uintptr_t)fi->fh, buf, size, (uint64_t)off);
+	if (r < 0)
+		fuse_reply_err(req, (int)-r);
+	else
+		fuse_reply_buf(req, buf, (size_t)r);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
+	kill_priv(req, n);
+	uint64_t pause = 0;
+	/* O_DSYNC / O_SYNC opens and RWF_DSYNC / RWF_SYNC writes: the kernel
+	 * passes them in the write's flags; the data is on the backend (and
+	 * the backend flushed) before the write is acknowledged.  They wait
+	 * for their own writeback anyway: their worker waits in the throttle
+	 * too. */
+	bool dsync = fi->flags & O_DSYNC;
+	/* A direct write to a file that also has opens through the kernel's
+	 * page cache invalidates the kernel's pages it covers once all of it
+	 * is in: it is written here, not by the replier, which must never
+	 * wait for the kernel (invalidating a dirty page sends a write that
+	 * may itself be paused, for the replier to finish). */
+	bool direct = !fi->writepage && open_direct(fi);
+	bool inval = direct && atomic_load_explicit(&n->kcache_opens, memory_order_relaxed);
+	ssize_t r = dsync || inval ? wbc_pwrite(h, buf, size, (uint64_t)off) :
+				     wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
+	if (r > 0 && dsync) {
+		int err = wbc_fsync_range(h, (uint64_t)off, (uint64_t)r,
+					  (fi->flags & O_SYNC) != O_SYNC);
+		if (err)
+			r = err;
+	}
+	if (r < 0) {
+		fuse_reply_err(req, (int)-r);
+		return;
+	}
+	pthread_mutex_lock(&n->lock);
+	node_written_locked(n);
+	pthread_mutex_unlock(&n->lock);
+	if (inval && r)
+		fuse_lowlevel_notify_inval_inode(M.se, ino, off, (off_t)r);
+	write_after(req, h, (size_t)r, buf + r, pause ? size - (size_t)r : 0,
+		    (uint64_t)off + (uint64_t)r, pause);
+}
+
+/*
+ * fallocate: space is reserved in the backing file (KEEP_SIZE there: the
+ * size is the engine's), and the engine's size grows where the mode asks;
+ * a punched or zeroed range is written as zeros through the engine, so
+ * the cache, the size and the backing file agree however the data is
+ * cached.  Other modes: EOPNOTSUPP, as a file system without them.
+ */
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
+	const int known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+	if ((mode & ~known) || off < 0 || len <= 0 || off > INT64_MAX - len) {
+		fuse_reply_err(req, (mode & ~known) ? EOPNOTSUPP : EINVAL);
+		return;
+	}
+	struct wbc_file_info info;
+	int err = wbc_file_info(h, &info);
+	uint64_t end = (uint64_t)off + (uint64_t)len;
+	if (!err && !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))) {
+		char path[64];
+		int fd = nfd(n), wfd = -1;
+		if (fd >= 0) {
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+			wfd = open(path, O_WRONLY | O_CLOEXEC);
+		}
+		if (wfd < 0 || fallocate(wfd, FALLOC_FL_KEEP_SIZE, off, len))
+			err = -errno;
+		if (wfd >= 0)
+			close(wfd);
+		nfd_put(n, fd);
+	} else if (!err) {
+		/* zeros over the range, within the size for a punch or KEEP_SIZE */
+		static const char zeros[1 << 16];
+		uint64_t stop = (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) ?
+				MINU(end, info.size) : end;
+		for (uint64_t pos = (uint64_t)off; !err && pos < stop;) {
+			size_t chunk = (size_t)MINU(stop - pos, sizeof(zeros));
+			ssize_t r = wbc_pwrite(h, zeros, chunk, pos);
+			err = r < 0 ? (int)r : 0;
+			pos += chunk;
+		}
+	}
+	if (!err && !(mode & FALLOC_FL_KEEP_SIZE) && end > info.size)
+		err = wbc_truncate(h, end);
+	if (!err) {
+		pthread_mutex_lock(&n->lock);
+		node_written_locked(n);
+		pthread_mutex_unlock(&n->lock);
+		kill_priv(req, n);
+	}
+	fuse_reply_err(req, -err);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	int err = wbc_file_check_error((wbc_file *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, -err);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
+	int err = datasync ? wbc_fdatasync(h) : wbc_fsync(h);
+	if (!err && !datasync) {
+		struct node *n = node_of(ino);
+		pthread_mutex_lock(&n->lock);
+		restore_mtime_locked(n);
+		pthread_mutex_unlock(&n->lock);
+	}
+	fuse_reply_err(req, -err);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	wbc_file_close((wbc_file *)(uintptr_t)fi->fh);
+	pthread_mutex_lock(&n->lock);
+	if (!open_direct(fi))
+		atomic_fetch_sub(&n->kcache_opens, 1);
+	if (!--n->opens) {
+		struct wbc_file_info info;
+		if (n->wrote && !wbc_file_info(n->wf, &info)) {
+			n->size_known = true;
+			n->size = info.size;
+			n->unwritten = info.unwritten_bytes;
+		}
+		wbc_file_close(n->wf);
+		n->wf = NULL;
+		drop_if_unlinked_locked(n);
+	}
+	pthread_mutex_unlock(&n->lock);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- directories ---- */
+
+struct dirh {
+	DIR *dp;
+	struct dirent *entry;
+	off_t offset;
+};
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dirh *d = calloc(1, sizeof(*d));
+	int nf = nfd(node_of(ino));
+	int fd = nf < 0 ? -1 : openat(nf, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!d || fd < 0 || !(d->dp = fdopendir(fd))) {
+		int e = d ? errno : ENOMEM;
+		if (fd >= 0)
+			close(fd);
+		free(d);
+		fuse_reply_err(req, e);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+	char *buf = calloc(1, size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (off != d->offset) {
+		seekdir(d->dp, off);
+		d->entry = NULL;
+		d->offset = off;
+	}
+	size_t used = 0;
+	int err = 0;
+	for (;;) {
+		if (!d->entry) {
+			errno = 0;
+			d->entry = readdir(d->dp);
+			if (!d->entry) {
+				err = errno;
+				break;
+			}
+		}
+		struct stat st = { .st_ino = d->entry->d_ino,
+				   .st_mode = (mode_t)d->entry->d_type << 12 };
+		size_t n = fuse_add_direntry(req, buf + used, size - used, d->entry->d_name, &st,
+					     d->entry->d_off);
+		if (n > size - used)
+			break;
+		used += n;
+		d->offset = d->entry->d_off;
+		d->entry = NULL;
+	}
+	if (err && !used)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+	closedir(d->dp);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+	int fd = dirfd(d->dp);
+	fuse_reply_err(req, (datasync ? fdatasync(fd) : fsync(fd)) ? errno : 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	struct statvfs sv;
+	if (fstatvfs(M.root_fd, &sv))
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+/* ---- extended attributes (not on symlinks: the path would follow) ---- */
+
+/* A path naming the node's inode for the *xattr() calls: returns its
+ * descriptor (give it back with nfd_put()) or -errno. */
+static int xattr_path(struct node *n, char *path, size_t len)
+{
+	struct stat st;
+	int fd = nfd(n);
+	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = -errno;
+		nfd_put(n, fd);
+		return err;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		nfd_put(n, fd);
+		return -EPERM;
+	}
+	snprintf(path, len, "/proc/self/fd/%d", fd);
+	return fd;
+}
+
+static void reply_xattr_value(fuse_req_t req, size_t size, const char *val, ssize_t n)
+{
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (!size)
+		fuse_reply_xattr(req, (size_t)n);
+	else if ((size_t)n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, (size_t)n);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct node *n = node_of(ino);
+	char path[64];
+	if (n == &M.root && !strcmp(name, STATS_XATTR)) {
+		char text[4096];
+		size_t len = stats_text(text, sizeof(text));
+		reply_xattr_value(req, size, text, (ssize_t)len);
+		return;
+	}
+	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
+		int err = mount_sync();
+		if (err)
+			fuse_reply_err(req, -err);
+		else
+			reply_xattr_value(req, size, "0", 1);
+		return;
+	}
+	/* the kernel asks for the file capability before every write through
+	 * its page cache (to know whether the write must remove it): known
+	 * absent, answered without a look */
+	bool caps = n->is_reg && !strcmp(name, CAPS_XATTR);
+	if (caps && atomic_load_explicit(&n->caps, memory_order_relaxed) == 0) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	char *val = size ? malloc(size) : NULL;
+	if (size && !val) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, fd == -EPERM ? ENODATA : -fd);
+	} else {
+		ssize_t r = getxattr(path, name, val, size);
+		int e = errno;
+		nfd_put(n, fd);
+		if (caps && (r >= 0 || e == ENODATA))
+			atomic_store_explicit(&n->caps, r >= 0, memory_order_relaxed);
+		errno = e;
+		reply_xattr_value(req, size, val, r);
+	}
+	free(val);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct node *n = node_of(ino);
+	char path[64];
+	char *val = size ? malloc(size) : NULL;
+	if (size && !val) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd == -EPERM) {
+		fuse_reply_xattr(req, 0);
+	} else if (fd < 0) {
+		fuse_reply_err(req, -fd);
+	} else {
+		ssize_t r = listxattr(path, val, size);
+		int e = errno;
+		nfd_put(n, fd);
+		errno = e;
+		reply_xattr_value(req, size, val, r);
+	}
+	free(val);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	char path[64];
+	struct node *n = node_of(ino);
+	if (n == &M.root && (!strcmp(name, STATS_XATTR) || !strcmp(name, SYNC_XATTR))) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	int err = setxattr(path, name, value, size, flags) ? errno : 0;
+	nfd_put(n, fd);
+	if (!err && !strcmp(name, CAPS_XATTR))
+		atomic_store_explicit(&n->caps, 1, memory_order_relaxed);
+	if (!err)
+		node_changed(n);
+	fuse_reply_err(req, err);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	char path[64];
+	struct node *n = node_of(ino);
+	int fd = xattr_path(n, path, sizeof(path));
+	if (fd < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
+	int err = removexattr(path, name) ? errno : 0;
+	nfd_put(n, fd);
+	if (!err && !strcmp(name, CAPS_XATTR))
+		atomic_store_explicit(&n->caps, 0, memory_order_relaxed);
+	if (!err)
+		node_changed(n);
+	fuse_reply_err(req, err);
+}
+
+const struct fuse_lowlevel_ops mount_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.symlink = op_symlink,
+	.link = op_link,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.rename = op_rename,
+	.open = op_open,
+	.create = op_create,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.fallocate = op_fallocate,
+	.fsync = op_fsync,
+	.release = op_release,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+};

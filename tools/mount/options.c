@@ -1,0 +1,155 @@
+/*
+ * The -o options of `wbcache mount`: the engine's configuration, the
+ * device's options and the FUSE and mount options, with the kernel's
+ * names.
+ */
+#include "mount.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mount_usage(FILE *out)
+{
+	fprintf(out,
+"usage: wbcache mount BACKING_DIR MOUNTPOINT [-o OPT[,OPT...]] [-f]\n"
+"\n"
+"Mounts a FUSE file system at MOUNTPOINT whose files are those of BACKING_DIR,\n"
+"with their data cached and written back by wbcache, and returns once it is\n"
+"mounted (a bad option or directory: a reason, exit 2, nothing mounted).\n"
+"`wbcache umount MOUNTPOINT` writes everything back, unmounts and returns when\n"
+"the daemon has ended; `fusermount3 -u`, `umount` or SIGTERM return at once\n"
+"and the daemon writes back before it ends.  Also: `mount -t fuse.wbcache`\n"
+"and fstab lines (type fuse.wbcache).  See wbcache-mount(8).\n"
+"\n"
+"  -f             stay in the foreground, log to stderr, exit when unmounted:\n"
+"                 0, or 1 if data could not be written (default: detach and\n"
+"                 log to syslog)\n"
+"  -o OPTS        comma-separated, with the kernel's names:\n"
+"     mem=SIZE                        cache size (default 256M)\n"
+"     page_size=SIZE                  cache page size (default 4K)\n"
+"     dirty_ratio=N, dirty_bytes=SIZE\n"
+"     dirty_background_ratio=N, dirty_background_bytes=SIZE\n"
+"     dirty_expire_centisecs=N, dirty_writeback_centisecs=N\n"
+"     min_ratio=N, max_ratio=N, max_bytes=SIZE, strict_limit=0|1,\n"
+"     on_error=retry|drop             the device's tunables\n"
+"     retry_timeout=SECONDS           retry failing writes that long (default\n"
+"                                     30), then writers and fsync get the error\n"
+"     qd=N, max_io=SIZE, direct=0|1   the backing I/O (io_uring, O_DIRECT)\n"
+"     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
+"     noatime, ...                    FUSE and mount options\n"
+"\n"
+"`wbcache stat [--json] MOUNTPOINT` prints the mount's live statistics.\n");
+}
+
+static int parse_u64(const char *key, const char *val, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(val, &end, 10);
+	if (errno || end == val || *end || v > max || val[0] == '-') {
+		fprintf(stderr, "wbcache mount: bad value for %s: '%s'\n", key, val);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_size_opt(const char *key, const char *val, uint64_t *out)
+{
+	if (wbc_parse_size(val, out)) {
+		fprintf(stderr, "wbcache mount: bad size for %s: '%s'\n", key, val);
+		return -1;
+	}
+	return 0;
+}
+
+/* -o options: engine config, device options, FUSE options. */
+int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio)
+{
+	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *val = strchr(kv, '=');
+		if (val)
+			*val++ = '\0';
+		uint64_t v;
+		const char *devkeys[] = { "min_ratio", "max_ratio", "max_bytes", "strict_limit",
+					  "on_error", "retry_timeout", "qd", "max_io", "direct" };
+		bool devkey = false;
+		for (size_t i = 0; i < sizeof(devkeys) / sizeof(devkeys[0]); i++)
+			devkey |= !strcmp(kv, devkeys[i]);
+		/* what mount(8) and mount.fuse3 pass for an fstab line, and
+		 * the FUSE mount's own: to the kernel's mount */
+		static const char *const mntkeys[] = {
+			"allow_other", "allow_root", "auto_unmount", "ro", "rw", "dev", "nodev",
+			"suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
+			"norelatime", "strictatime", "diratime", "nodiratime", "sync", "async",
+			"dirsync", "lazytime", "nolazytime",
+		};
+		bool mntkey = false;
+		for (size_t i = 0; !val && i < sizeof(mntkeys) / sizeof(mntkeys[0]); i++)
+			mntkey |= !strcmp(kv, mntkeys[i]);
+		if (mntkey) {
+			size_t used = strlen(fuseopts);
+			if ((size_t)snprintf(fuseopts + used, fuselen - used, ",%s", kv) >= fuselen - used) {
+				fprintf(stderr, "wbcache mount: too many mount options\n");
+				return -1;
+			}
+			continue;
+		}
+		/* mount(8)'s own, not for the file system */
+		if (!strcmp(kv, "defaults") || !strcmp(kv, "_netdev") || !strcmp(kv, "nofail") ||
+		    !strcmp(kv, "auto") || !strcmp(kv, "noauto") || !strcmp(kv, "user") ||
+		    !strcmp(kv, "nouser") || !strcmp(kv, "users") || !strncmp(kv, "x-", 2) ||
+		    !strcmp(kv, "comment"))
+			continue;
+		if (!val || !*val) {
+			fprintf(stderr, "wbcache mount: unknown or incomplete option '%s' "
+				"(see wbcache mount --help)\n", kv);
+			return -1;
+		}
+		if (devkey) {
+			size_t used = strlen(devopts);
+			if ((size_t)snprintf(devopts + used, devlen - used, "%s%s=%s", used ? "," : "",
+					     kv, val) >= devlen - used) {
+				fprintf(stderr, "wbcache mount: too many device options\n");
+				return -1;
+			}
+			continue;
+		}
+		int rc = -1;
+		if (!strcmp(kv, "direct_io")) {
+			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {
+				*dio = !strcmp(val, "auto") ? DIO_AUTO : val[0] == '1' ? DIO_ALWAYS : DIO_NEVER;
+				continue;
+			}
+			fprintf(stderr, "wbcache mount: bad value for direct_io: '%s' (auto, 1 or 0)\n", val);
+			return -1;
+		}
+		if (!strcmp(kv, "mem"))
+			rc = parse_size_opt(kv, val, &cfg->mem_bytes);
+		else if (!strcmp(kv, "page_size") && !(rc = parse_size_opt(kv, val, &v)))
+			cfg->page_size = v > UINT32_MAX ? 0 : (uint32_t)v;
+		else if (!strcmp(kv, "dirty_ratio") && !(rc = parse_u64(kv, val, 100, &v)))
+			cfg->dirty_ratio = (uint32_t)v;
+		else if (!strcmp(kv, "dirty_bytes"))
+			rc = parse_size_opt(kv, val, &cfg->dirty_bytes);
+		else if (!strcmp(kv, "dirty_background_ratio") && !(rc = parse_u64(kv, val, 100, &v)))
+			cfg->dirty_background_ratio = (uint32_t)v;
+		else if (!strcmp(kv, "dirty_background_bytes"))
+			rc = parse_size_opt(kv, val, &cfg->dirty_background_bytes);
+		else if (!strcmp(kv, "dirty_expire_centisecs") && !(rc = parse_u64(kv, val, UINT32_MAX, &v)))
+			cfg->dirty_expire_centisecs = (uint32_t)v;
+		else if (!strcmp(kv, "dirty_writeback_centisecs") &&
+			 !(rc = parse_u64(kv, val, UINT32_MAX, &v)))
+			cfg->dirty_writeback_centisecs = (uint32_t)v;
+		else if (rc && strcmp(kv, "page_size") && strcmp(kv, "dirty_ratio") &&
+			 strcmp(kv, "dirty_background_ratio") && strcmp(kv, "dirty_expire_centisecs") &&
+			 strcmp(kv, "dirty_writeback_centisecs")) {
+			fprintf(stderr, "wbcache mount: unknown option '%s' (see wbcache mount --help)\n", kv);
+			return -1;
+		}
+		if (rc)
+			return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,130 @@
+/*
+ * What the mount's root answers besides its own extended attributes:
+ * "user.wbcache.stats", the live statistics, and "user.wbcache.sync",
+ * everything written back (`wbcache umount`); and `wbcache stat`, which
+ * prints the statistics.
+ */
+#include "mount.h"
+
+#include <inttypes.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+/* The fields of the kernel's /sys/kernel/debug/bdi/<dev>/stats, and more. */
+size_t stats_text(char *buf, size_t len)
+{
+	struct wbc_stats s;
+	struct wbc_dev_stats d;
+	wbc_stats(M.cache, &s);
+	wbc_dev_stats(M.dev, &d);
+	struct wbc_dev_debug dd;
+	wbc_dev_debug(M.dev, &dd);
+	pthread_mutex_lock(&D.lock);
+	uint64_t deferred_queued = D.queued, deferred_interrupted = D.interrupted;
+	pthread_mutex_unlock(&D.lock);
+	int n = snprintf(buf, len,
+		"BdiWriteback:       %10" PRIu64 " kB\n"
+		"BdiReclaimable:     %10" PRIu64 " kB\n"
+		"BdiDirtyThresh:     %10" PRIu64 " kB\n"
+		"DirtyThresh:        %10" PRIu64 " kB\n"
+		"BackgroundThresh:   %10" PRIu64 " kB\n"
+		"BdiDirtied:         %10" PRIu64 " kB\n"
+		"BdiWritten:         %10" PRIu64 " kB\n"
+		"BdiWriteBandwidth:  %10" PRIu64 " kBps\n"
+		"BdiAvgWriteBandwidth: %8" PRIu64 " kBps\n"
+		"DirtyRatelimit:     %10" PRIu64 " kBps\n"
+		"b_dirty:            %10" PRIu64 "\n"
+		"b_io:               %10" PRIu64 "\n"
+		"b_more_io:          %10" PRIu64 "\n"
+		"dirty_buckets:      %10" PRIu64 "\n"
+		"Cached:             %10" PRIu64 " kB\n"
+		"CacheSize:          %10" PRIu64 " kB\n"
+		"WrittenByApps:      %10" PRIu64 " kB\n"
+		"WriteErrors:        %10" PRIu64 "\n"
+		"AtRisk:             %10" PRIu64 " kB\n"
+		"Lost:               %10" PRIu64 " kB\n"
+		"Pauses:             %10" PRIu64 "\n"
+		"PausedMs:           %10" PRIu64 "\n"
+		"ListLockMaxHoldUs:  %10" PRIu64 "\n"
+		"ListLockMaxCpuUs:   %10" PRIu64 "\n"
+		"ListLockWaits:      %10" PRIu64 "\n"
+		"InboxPushRetries:   %10" PRIu64 "\n"
+		"DeferredReplies:    %10" PRIu64 "\n"
+		"InterruptedPauses:  %10" PRIu64 "\n"
+		"DaemonPid:          %10ld\n",
+		d.writeback_bytes >> 10, d.dirty_bytes >> 10, d.wb_thresh_bytes >> 10,
+		s.thresh_bytes >> 10, s.bg_thresh_bytes >> 10, d.dirtied_bytes >> 10,
+		d.written_back_bytes >> 10, d.write_bw >> 10, d.avg_write_bw >> 10,
+		d.dirty_ratelimit >> 10, d.files_dirty, d.files_io, d.files_more_io,
+		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
+		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
+		s.paused_ns / 1000000, dd.list_lock_max_hold_ns / 1000,
+		dd.list_lock_max_cpu_ns / 1000, dd.list_lock_waits, dd.inbox_push_retries, deferred_queued, deferred_interrupted,
+		(long)getpid());
+	return n < 0 ? 0 : MINU((size_t)n, len - 1);
+}
+
+/* Write back and flush everything (`wbcache umount`): 0 once every byte
+ * is on the backing store; the error while data stays at risk, or when
+ * data was dropped (on_error=drop) since the previous such sync.  An error
+ * that a later write made good is not one: each open file's fsync has
+ * reported it already. */
+int mount_sync(void)
+{
+	static _Atomic uint64_t lost_seen;
+	int err = wbc_cache_sync(M.cache);
+	struct wbc_stats s;
+	wbc_stats(M.cache, &s);
+	uint64_t seen = atomic_exchange(&lost_seen, s.lost_bytes);
+	if (!s.at_risk_bytes && s.lost_bytes == seen)
+		return 0;
+	return err ? err : -EIO;
+}
+
+/* `wbcache stat --json`: the same lines as one JSON object; a value with
+ * a unit gets it in its name (BdiWriteback_kB). */
+static void print_json(char *text)
+{
+	printf("{");
+	bool first = true;
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char key[64], unit[16] = "";
+		long long v;
+		if (sscanf(line, " %63[^:]: %lld %15s", key, &v, unit) < 2)
+			continue;
+		printf("%s\n  \"%s%s%s\": %lld", first ? "" : ",", key, unit[0] ? "_" : "", unit, v);
+		first = false;
+	}
+	printf("\n}\n");
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	bool json = argc == 3 && !strcmp(argv[1], "--json");
+	if (json) {
+		argv++;
+		argc--;
+	}
+	if (argc != 2 || argv[1][0] == '-') {
+		bool help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr,
+			"usage: wbcache stat [--json] MOUNTPOINT\n"
+			"prints the live statistics of a wbcache mount (--json: as one JSON object)\n");
+		return help ? 0 : 2;
+	}
+	char buf[4096];
+	ssize_t n = getxattr(argv[1], STATS_XATTR, buf, sizeof(buf) - 1);
+	if (n < 0) {
+		fprintf(stderr, "wbcache stat: %s: %s\n", argv[1],
+			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
+		return 1;
+	}
+	buf[n] = '\0';
+	if (json)
+		print_json(buf);
+	else
+		fputs(buf, stdout);
+	return 0;
+}
