@@ -36,8 +36,8 @@ void logmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Every node holds a descriptor, and the engine one per cached file:
- * raise the limit to fs.nr_open where allowed (root), else to the hard
+/* Directory nodes and (without file handles) every node hold a
+ * descriptor, and the engine one per open cached file: raise the limit to fs.nr_open where allowed (root), else to the hard
  * limit. */
 static void raise_fd_limit(void)
 {

@@ -12,8 +12,10 @@
  * symlinks or a concurrent rename.  The kernel checks permissions
  * (default_permissions).
  *
- * Data.  Regular files are opened direct_io (the kernel's page cache is
- * bypassed, data is cached once, in the engine).  The engine's device is an
+ * Data.  Under -o direct_io=auto (the default) write-only opens are
+ * direct_io (the kernel's page cache is bypassed, data is cached once, in
+ * the engine); other opens go through the kernel's page cache, write
+ * through (so mmap works), and their writes reach the engine as well.  The engine's device is an
  * opener device: its file for a node is named by a number unique to that
  * node (never reused in the process), and the engine opens the backing file
  * by reopening the node's O_PATH descriptor, so writeback reaches the very
@@ -100,20 +102,19 @@ static inline void mutex_init_checked(pthread_mutex_t *m)
 	pthread_mutex_init(m, &a);
 	pthread_mutexattr_destroy(&a);
 }
-#define MAXU(a, b) ((a) > (b) ? (a) : (b))
 #define MINU(a, b) ((a) < (b) ? (a) : (b))
 
 struct node {
-	struct node *hnext;          /* mnt.lock */
-	uint64_t nlookup;            /* mnt.lock */
-	unsigned forgetting;         /* mnt.lock: forgets writing it back now */
+	struct node *hnext;          /* M.lock */
+	uint64_t nlookup;            /* M.lock */
+	unsigned forgetting;         /* M.lock: forgets writing it back now */
 	dev_t dev;
 	ino_t ino;
 	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
 	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
 	uint64_t gen;                /* unique per node (fallback engine name) */
 	bool is_reg;
-	bool hashed;                 /* mnt.lock: in the table (not replaced as stale) */
+	bool hashed;                 /* M.lock: in the table (not replaced as stale) */
 	atomic_uint mode;            /* the last st_mode seen: kill_priv's quick test */
 	atomic_int caps;             /* security.capability: -1 not looked, 0 none, 1 set */
 	pthread_mutex_t lock;        /* the fields below */
