@@ -107,9 +107,12 @@ $(SHLIB): $(LIB_OBJ) src/libwbcache.map
 $(CLI): $(TOOL_OBJ) $(LIB)
 	$(Q)$(CC) $(CFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) $(FUSE_LIBS) -o $@
 
+# the conformance suite runs the example backend too
+$(BUILD)/tests/conformance.t: TEST_EXTRA := -Iexamples examples/dirstore.c
+$(BUILD)/tests/conformance.t: examples/dirstore.c
 $(BUILD)/tests/%.t: tests/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/tests/$*.d -MT $@ -Isrc $< $(LIB_INT) $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/tests/$*.d -MT $@ -Isrc $< $(TEST_EXTRA) $(LIB_INT) $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: bench/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
