@@ -97,7 +97,8 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *                              errn=N (the first N writes fail),
  *                              stall=T+D, seed=N,
  *                              discard=1 (sizes only, reads zeros)
- * file/dir opts (comma separated): qd=N (queue depth, default 32),
+ * file/dir opts (comma separated): qd=N (queue depth; default the block
+ * device's nr_requests, within 32..256),
  * max_io=SIZE (largest single I/O, default from the block device),
  * direct=0 (buffered instead of O_DIRECT).
  * Any spec also takes the kernel's per-device tunables, among its options

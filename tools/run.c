@@ -302,6 +302,50 @@ static void print_hist(unsigned d, const char *what, const uint64_t *hist)
 	}
 	printf("\n");
 }
+/* CPU time (s) the process's threads named @prefix* have used so far:
+ * schedstat's time on CPU (ns), else stat's utime + stime (ticks). */
+static double threads_cpu(const char *prefix)
+{
+	DIR *d = opendir("/proc/self/task");
+	double total = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], comm[64] = "";
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = '\0';
+		fclose(f);
+		if (strncmp(comm, prefix, strlen(prefix)))
+			continue;
+		unsigned long long ns = 0, ut = 0, st = 0;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%llu", &ns) == 1)
+				total += (double)ns / 1e9;
+			fclose(f);
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			/* after "(comm)": state is field 3, utime 14, stime 15 */
+			char buf[1024];
+			char *p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+			if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+					&ut, &st) == 2)
+				total += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+			fclose(f);
+		}
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
 static void report(double secs)
 {
 	const struct opts *o = &R.o;
@@ -389,6 +433,16 @@ static void report(double secs)
 		       dmin, dsum / (double)R.ns, dmax, setp, lim);
 	printf("pauses: %zu, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n", np,
 	       pct(all, np, 50), pct(all, np, 90), pct(all, np, 99), pct(all, np, 100));
+	/* what writeback cost: the flushers' and the completion threads' CPU
+	 * time per page written back */
+	struct wbc_stats ws;
+	wbc_stats(R.cache, &ws);
+	double fl = threads_cpu("wbc-flush"), rp = threads_cpu("wbc-reap") + threads_cpu("wbc-model");
+	uint64_t pages = ws.page_size ? ws.written_back_bytes / ws.page_size : 0;
+	if (pages)
+		printf("writeback CPU: flushers %.2f s, completions %.2f s: %.2f us per page "
+		       "written back (%llu pages of %llu bytes)\n", fl, rp, (fl + rp) * 1e6 / (double)pages,
+		       (unsigned long long)pages, (unsigned long long)ws.page_size);
 	printf("fairness (Jain's index over thread throughputs): %.3f\n",
 	       sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0);
 	free(all);

@@ -544,6 +544,17 @@ static size_t blk_max_io(int fd)
 	return (size_t)blk_queue_attr(fd, "max_sectors_kb") << 10;
 }
 
+/* The queue depth for I/O to the device holding @fd: the block layer's
+ * request queue size (nr_requests: what the kernel itself keeps in
+ * flight to the device), within [QD_MIN, QD_MAX]; QD_MIN when unknown. */
+#define QD_MIN 32u
+#define QD_MAX 256u
+static unsigned blk_queue_depth(int fd)
+{
+	unsigned long n = fd >= 0 ? blk_queue_attr(fd, "nr_requests") : 0;
+	return n < QD_MIN ? QD_MIN : n > QD_MAX ? QD_MAX : (unsigned)n;
+}
+
 /*
  * The alignment O_DIRECT I/O on @fd needs (offsets, lengths, buffers), in
  * bytes; 0 when the file system does no direct I/O on it or it is unknown.
@@ -629,6 +640,8 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 			snprintf(err, errlen, "cannot open %s: %s", path, strerror(-rc));
 		probe_fd = rc ? -1 : f->single->fd;
 	}
+	if (!rc && !qd)
+		qd = blk_queue_depth(probe_fd);
 	if (!rc) {
 		rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
 		if (rc)

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_QD 32
 
 int backend_create(const char *spec, const struct file_opener *opener,
 		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
@@ -41,7 +40,7 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		sprintf(copy, "(opener)%s", spec + 6);
 	if (!copy)
 		return -ENOMEM;
-	unsigned qd = DEFAULT_QD;
+	unsigned qd = 0;        /* from the block device (file_backend_new) */
 	uint64_t max_io = 0;
 	bool direct = true;
 	char *opts = strchr(copy, ',');
