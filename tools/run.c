@@ -45,6 +45,7 @@ struct opts {
 	uint64_t files;            /* fsmark: per thread */
 	bool fsync_end;
 	bool keep, quiet;
+	bool no_layout;            /* randwrite, jbod: write into an empty file */
 	const char *trace, *plot;
 	struct wbc_config cfg;
 };
@@ -123,6 +124,37 @@ static void fname(char *buf, size_t len, const char *kind, unsigned a, uint64_t 
 	snprintf(buf, len, "%s.%d.%u.%llu", kind, (int)getpid(), a, (unsigned long long)b);
 }
 
+/* Write every random writer's file in full and sync (fio's layout), so
+ * that the timed writes overwrite allocated blocks, not holes. */
+static int layout(void)
+{
+	const struct opts *o = &R.o;
+	static const char zero[1 << 20];
+	double t0 = now_s();
+	int err = 0;
+	for (unsigned i = 0; i < R.nw && !err; i++) {
+		char name[96];
+		wbc_file *f;
+		fname(name, sizeof(name), "rand", R.w[i].id, 0);
+		if ((err = wbc_file_open(R.w[i].dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
+			break;
+		for (uint64_t off = 0; off < o->file_size && !err; off += sizeof(zero)) {
+			size_t n = (size_t)(o->file_size - off < sizeof(zero) ? o->file_size - off : sizeof(zero));
+			ssize_t r = wbc_pwrite(f, zero, n, off);
+			if (r != (ssize_t)n)
+				err = r < 0 ? (int)r : -EIO;
+		}
+		int cerr = wbc_file_close(f);
+		err = err ? err : cerr;
+	}
+	if (!err)
+		err = wbc_cache_sync(R.cache);
+	if (!err && !o->quiet)
+		fprintf(stderr, "laid out %u file(s) of %.0f MiB in %.1f s\n", R.nw,
+			(double)o->file_size / MiB, now_s() - t0);
+	return err;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -146,7 +178,9 @@ static void *worker_main(void *arg)
 	case WL_JBOD: {
 		bool seq = o->wl == WL_DD;
 		fname(name, sizeof(name), seq ? "dd" : "rand", w->id, 0);
-		if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
+		/* randwrite and jbod write into their laid-out files */
+		int oflags = seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
+		if ((w->err = wbc_file_open(w->dev, name, oflags, &f)))
 			break;
 		uint64_t share = o->size / R.nw, blocks = o->file_size / o->bs;
 		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
@@ -346,6 +380,16 @@ static double threads_cpu(const char *prefix)
 	return total;
 }
 
+/* writeback's CPU time and pages written back before the timed run
+ * (the layout), left out of its cost per page */
+static double wb_cpu0;
+static uint64_t wb_bytes0;
+
+static double wb_threads_cpu(void)
+{
+	return threads_cpu("wbc-flush") + threads_cpu("wbc-reap") + threads_cpu("wbc-model");
+}
+
 static void report(double secs)
 {
 	const struct opts *o = &R.o;
@@ -437,11 +481,11 @@ static void report(double secs)
 	 * time per page written back */
 	struct wbc_stats ws;
 	wbc_stats(R.cache, &ws);
-	double fl = threads_cpu("wbc-flush"), rp = threads_cpu("wbc-reap") + threads_cpu("wbc-model");
-	uint64_t pages = ws.page_size ? ws.written_back_bytes / ws.page_size : 0;
+	double cpu = wb_threads_cpu() - wb_cpu0;
+	uint64_t pages = ws.page_size ? (ws.written_back_bytes - wb_bytes0) / ws.page_size : 0;
 	if (pages)
-		printf("writeback CPU: flushers %.2f s, completions %.2f s: %.2f us per page "
-		       "written back (%llu pages of %llu bytes)\n", fl, rp, (fl + rp) * 1e6 / (double)pages,
+		printf("writeback CPU (flushers + completion threads): %.2f s: %.2f us per page "
+		       "written back (%llu pages of %llu bytes)\n", cpu, cpu * 1e6 / (double)pages,
 		       (unsigned long long)pages, (unsigned long long)ws.page_size);
 	printf("fairness (Jain's index over thread throughputs): %.3f\n",
 	       sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0);
@@ -513,6 +557,8 @@ static void run_usage(FILE *out)
 "  --file-size SIZE   randwrite/jbod file (default 1G), fsmark file (default 4K)\n"
 "  --files N          fsmark: files per thread (default 10000)\n"
 "  --no-fsync         dd: skip the final fsync\n"
+"  --no-layout        randwrite/jbod: write into empty files (by default each\n"
+"                     file is written in full and synced first, as fio does)\n"
 "  --mem SIZE         cache memory budget (default 256M)\n"
 "  --page-size SIZE   cache page size (default 4K)\n"
 "  --dirty-ratio N, --dirty-background-ratio N, --dirty-bytes SIZE,\n"
@@ -588,12 +634,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
 	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_QUIET,
-	       O_KEEP, O_HELP };
+	       O_KEEP, O_NOLAYOUT, O_HELP };
 	static const struct option lo[] = {
 		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
 		{ "size", 1, 0, O_SIZE }, { "time", 1, 0, O_TIME }, { "bs", 1, 0, O_BS },
 		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES },
-		{ "no-fsync", 0, 0, O_NOFSYNC }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
+		{ "no-fsync", 0, 0, O_NOFSYNC }, { "no-layout", 0, 0, O_NOLAYOUT }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
 		{ "dirty-ratio", 1, 0, O_DR }, { "dirty-background-ratio", 1, 0, O_DBR },
 		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
 		{ "dirty-expire-centisecs", 1, 0, O_EXP },
@@ -662,6 +708,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_TRACE: o->trace = optarg; break;
 		case O_PLOT: o->plot = optarg; break;
 		case O_QUIET: o->quiet = true; break;
+		case O_NOLAYOUT: o->no_layout = true; break;
 		case O_KEEP: o->keep = true; break;
 		case O_HELP: run_usage(stdout); return 1;
 		default: return bad_option(c, argv, lo);
@@ -755,14 +802,23 @@ int cmd_run(int argc, char **argv)
 	       (double)st.bg_thresh_bytes / MiB, (double)st.setpoint_bytes / MiB,
 	       (double)st.limit_bytes / MiB);
 	fflush(stdout);
-	R.t0 = now_s();
-	pthread_t sampler;
 	for (unsigned i = 0; i < R.nw; i++) {
 		R.w[i].id = i;
 		R.w[i].dev_idx = o->wl == WL_JBOD ? i / o->threads : i % o->ndev;
 		R.w[i].dev = R.dev[R.w[i].dev_idx];
-		pthread_create(&R.w[i].th, NULL, worker_main, &R.w[i]);
 	}
+	if ((o->wl == WL_RANDWRITE || o->wl == WL_JBOD) && !o->no_layout && (err = layout())) {
+		fprintf(stderr, "wbcache: laying out the files: %s\n", wbc_strerror(err));
+		wbc_cache_close(R.cache);
+		return 1;
+	}
+	wbc_stats(R.cache, &st);
+	wb_bytes0 = st.written_back_bytes;
+	wb_cpu0 = wb_threads_cpu();
+	R.t0 = now_s();
+	pthread_t sampler;
+	for (unsigned i = 0; i < R.nw; i++)
+		pthread_create(&R.w[i].th, NULL, worker_main, &R.w[i]);
 	pthread_create(&sampler, NULL, sampler_main, NULL);
 	for (unsigned i = 0; i < R.nw; i++)
 		pthread_join(R.w[i].th, NULL);
