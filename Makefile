@@ -61,7 +61,10 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .PHONY: all deps deps-install check run bench install clean fuzz
 
-ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES)
+# the examples, built in the tree against the public archive (the tests
+# build them again from outside, against an installed copy)
+EXAMPLES := $(BUILD)/examples/dirstore-demo $(BUILD)/examples/wbcopy
+ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES)
 ifeq ($(SAN),)
   ALL += $(SHLIB)
 endif
@@ -118,6 +121,14 @@ $(BUILD)/bench/%: bench/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/bench/$*.d -MT $@ -Isrc $< $(LIB_INT) $(LDLIBS) -o $@
 
+$(BUILD)/examples/dirstore-demo: examples/dirstore_main.c examples/dirstore.c examples/dirstore.h $(LIB) | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -Iexamples examples/dirstore_main.c examples/dirstore.c $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/examples/wbcopy: examples/wbcopy.c $(LIB) | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
 # The main job: stream 1 GiB through the engine on the file backend.
 run: deps-install
 	@$(MAKE) --no-print-directory all
@@ -130,6 +141,8 @@ check: deps-install
 bench: deps-install
 	@$(MAKE) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
+	WBCACHE_BUILD=$(BUILD) bench/randwrite.sh
+	WBCACHE_BUILD=$(BUILD) bench/example.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
@@ -172,7 +185,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
 		$(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
-	install -m 644 $(wildcard man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
+	$(if $(wildcard man/*.3),install -m 644 $(wildcard man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/)
 	install -m 644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:

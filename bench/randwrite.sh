@@ -27,7 +27,9 @@ run_wbcache() {
 	"$BUILD"/wbcache run randwrite --dir "$DIR/rw" --file-size 1G --mem 256M --time "$TIME" \
 		--quiet >"$DIR/w.log" 2>&1
 	sed -n 's/^randwrite: .* = \([0-9]*\) MB\/s$/\1/p' "$DIR/w.log"
-	sed -n 's/^writeback CPU.*: \([0-9.]*\) us per page.*/\1/p' "$DIR/w.log" >"$DIR/cpu.$1"
+	# "... N us per page written back (...); in user space ...: M us per page"
+	sed -n 's/^writeback CPU.*: \([0-9.]*\) us per page written back.*: \([0-9.]*\) us per page$/\1 \2/p' \
+		"$DIR/w.log" >"$DIR/cpu.$1"
 }
 run_fio() {
 	fio --name=fio --directory="$DIR/rw" --ioengine=io_uring --direct=1 --bs=4k \
@@ -37,21 +39,23 @@ run_fio() {
 }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-w=() f=() q=() c=()
+w=() f=() q=() c=() u=()
 for r in $(seq "$ROUNDS"); do
-	w+=("$(run_wbcache "$r")"); c+=("$(cat "$DIR/cpu.$r")")
+	w+=("$(run_wbcache "$r")"); c+=("$(cut -d' ' -f1 "$DIR/cpu.$r")"); u+=("$(cut -d' ' -f2 "$DIR/cpu.$r")")
 	f+=("$(run_fio 32)")
 	q+=("$(run_fio "$QD")")
-	echo "round $r: wbcache ${w[-1]} MB/s (${c[-1]} us CPU/page), fio QD32 ${f[-1]} MB/s, fio QD$QD ${q[-1]} MB/s"
+	echo "round $r: wbcache ${w[-1]} MB/s (${c[-1]} us CPU/page, ${u[-1]} in user space), fio QD32 ${f[-1]} MB/s, fio QD$QD ${q[-1]} MB/s"
 done
 W=$(printf '%s\n' "${w[@]}" | median)
 F=$(printf '%s\n' "${f[@]}" | median)
 Q=$(printf '%s\n' "${q[@]}" | median)
 C=$(printf '%s\n' "${c[@]}" | median)
+U=$(printf '%s\n' "${u[@]}" | median)
 echo
 echo "random 4 KiB writes, 1 GiB file, ${TIME} s, $DIR, median of $ROUNDS rounds"
 printf '%-48s %8s %s\n' "peer" "MB/s" "wbcache / peer"
 printf '%-48s %8s %s\n' "wbcache run randwrite (256 MiB cache, QD$QD)" "$W" "-"
 printf '%-48s %8s %.2fx\n' "fio io_uring O_DIRECT iodepth=32" "$F" "$(awk -v a="$W" -v b="$F" 'BEGIN{print a/b}')"
 printf '%-48s %8s %.2fx\n' "fio io_uring O_DIRECT iodepth=$QD" "$Q" "$(awk -v a="$W" -v b="$Q" 'BEGIN{print a/b}')"
-echo "writeback CPU (flusher + completion threads) per 4 KiB page written back: $C us"
+echo "writeback CPU (flusher + completion threads) per 4 KiB page written back: $C us," \
+     "of which in user space (the engine; the rest is the kernel's I/O path): $U us"

@@ -338,7 +338,8 @@ static void print_hist(unsigned d, const char *what, const uint64_t *hist)
 }
 /* CPU time (s) the process's threads named @prefix* have used so far:
  * schedstat's time on CPU (ns), else stat's utime + stime (ticks). */
-static double threads_cpu(const char *prefix)
+/* With @user_only, the user-space part (stat's utime) alone. */
+static double threads_cpu_mode(const char *prefix, bool user_only)
 {
 	DIR *d = opendir("/proc/self/task");
 	double total = 0;
@@ -358,7 +359,7 @@ static double threads_cpu(const char *prefix)
 			continue;
 		unsigned long long ns = 0, ut = 0, st = 0;
 		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
-		if ((f = fopen(path, "r"))) {
+		if (!user_only && (f = fopen(path, "r"))) {
 			if (fscanf(f, "%llu", &ns) == 1)
 				total += (double)ns / 1e9;
 			fclose(f);
@@ -371,7 +372,8 @@ static double threads_cpu(const char *prefix)
 			char *p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
 			if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
 					&ut, &st) == 2)
-				total += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+				total += (double)(ut + (user_only ? 0 : st)) /
+					 (double)sysconf(_SC_CLK_TCK);
 			fclose(f);
 		}
 	}
@@ -382,12 +384,13 @@ static double threads_cpu(const char *prefix)
 
 /* writeback's CPU time and pages written back before the timed run
  * (the layout), left out of its cost per page */
-static double wb_cpu0;
+static double wb_cpu0, wb_user0;
 static uint64_t wb_bytes0;
 
-static double wb_threads_cpu(void)
+static double wb_threads_cpu(bool user_only)
 {
-	return threads_cpu("wbc-flush") + threads_cpu("wbc-reap") + threads_cpu("wbc-model");
+	return threads_cpu_mode("wbc-flush", user_only) + threads_cpu_mode("wbc-reap", user_only) +
+	       threads_cpu_mode("wbc-model", user_only);
 }
 
 static void report(double secs)
@@ -481,12 +484,14 @@ static void report(double secs)
 	 * time per page written back */
 	struct wbc_stats ws;
 	wbc_stats(R.cache, &ws);
-	double cpu = wb_threads_cpu() - wb_cpu0;
+	double cpu = wb_threads_cpu(false) - wb_cpu0, user = wb_threads_cpu(true) - wb_user0;
 	uint64_t pages = ws.page_size ? (ws.written_back_bytes - wb_bytes0) / ws.page_size : 0;
 	if (pages)
 		printf("writeback CPU (flushers + completion threads): %.2f s: %.2f us per page "
-		       "written back (%llu pages of %llu bytes)\n", cpu, cpu * 1e6 / (double)pages,
-		       (unsigned long long)pages, (unsigned long long)ws.page_size);
+		       "written back (%llu pages of %llu bytes); in user space (the engine, the "
+		       "rest is the kernel's I/O path): %.2f us per page\n", cpu,
+		       cpu * 1e6 / (double)pages, (unsigned long long)pages,
+		       (unsigned long long)ws.page_size, user * 1e6 / (double)pages);
 	printf("fairness (Jain's index over thread throughputs): %.3f\n",
 	       sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0);
 	free(all);
@@ -814,7 +819,8 @@ int cmd_run(int argc, char **argv)
 	}
 	wbc_stats(R.cache, &st);
 	wb_bytes0 = st.written_back_bytes;
-	wb_cpu0 = wb_threads_cpu();
+	wb_cpu0 = wb_threads_cpu(false);
+	wb_user0 = wb_threads_cpu(true);
 	R.t0 = now_s();
 	pthread_t sampler;
 	for (unsigned i = 0; i < R.nw; i++)
