@@ -2,7 +2,9 @@
 # `make install` into a scratch DESTDIR, then the example program built
 # from outside the tree with `pkg-config --cflags --libs wbcache` only,
 # against the shared library and (--static) the archive: it runs and copies
-# a file; it defines its own iput() without a clash; neither library
+# a file; it defines its own iput() without a clash; the example backend
+# (examples/dirstore.c, on the installed wbcache_backend.h) builds, writes
+# its files and checks them; neither library
 # exports anything but wbc_*; the soname carries the major version; the
 # man pages are installed.  (The release build makes the shared library:
 # other builds skip.)
@@ -17,7 +19,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 dest=$top/root prefix=/opt/wbcache
 make -s install PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "make install: $(tail -5 "$top/make.log")"
 lib=$dest$prefix/lib
-for f in bin/wbcache include/wbcache.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc \
+for f in bin/wbcache include/wbcache.h include/wbcache_backend.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc \
 	 share/man/man1/wbcache.1 share/man/man8/wbcache-mount.8; do
 	[ -e "$dest$prefix/$f" ] || fail "not installed: $f"
 done
@@ -41,4 +43,16 @@ cmp "$top/in" "$top/out/a" && cmp "$top/in" "$top/out/b" || fail "copies differ"
 grep -q "^wbcache $(sed -n 's/^#define WBCACHE_VERSION "\(.*\)"/\1/p' include/wbcache.h): 3000000 bytes copied" "$top/a.log" ||
 	fail "wbc_version / report: $(cat "$top/a.log")"
 ldd "$top/wbcopy-static" | grep -q libwbcache && fail "the static build links the shared library"
+
+# a backend of the user's own, written against the installed
+# wbcache_backend.h only (examples/dirstore.c), as a user builds it
+cp examples/dirstore.c examples/dirstore.h examples/dirstore_main.c "$top/"
+(cd "$top" && cc -Wall -Wextra -Werror $cflags dirstore_main.c dirstore.c $libs -o dirstore-demo) ||
+	fail "build the example backend against the installed library"
+mkdir "$top/store"
+LD_LIBRARY_PATH=$lib "$top/dirstore-demo" "$top/store" 16 100 >"$top/d.log" 2>&1 ||
+	fail "dirstore-demo: $(cat "$top/d.log")"
+grep -q "^dirstore-demo: 16 MiB in .* MB/s (.* batches, .* I/Os, [1-9][0-9]* flushes)" "$top/d.log" ||
+	fail "dirstore-demo report: $(cat "$top/d.log")"
+[ "$(stat -c %s "$top/store/file3")" = $((4 << 20)) ] || fail "dirstore-demo's files"
 echo "install tests passed"
