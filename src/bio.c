@@ -170,7 +170,11 @@ void wbc_io_complete(struct wbc_io *io, ssize_t res)
 
 void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n)
 {
-	/* the cache misses of the whole batch in flight at once */
+	/* the cache misses of the whole batch in flight at once (each bio
+	 * taken over from its submitter first) */
+	for (unsigned i = 0; i < n; i++)
+		(void)atomic_load_explicit(&container_of(ios[i], struct wbc_bio, io)->handoff,
+					   memory_order_acquire);
 	for (int stage = 0; stage < 2; stage++)
 		for (unsigned i = 0; i < n; i++)
 			bio_prefetch(container_of(ios[i], struct wbc_bio, io), stage);

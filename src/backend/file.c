@@ -288,6 +288,10 @@ static bool prep_io_locked(struct fbe *f, struct wbc_io *io, int fd)
 	else
 		io_uring_prep_readv(sqe, fd, io->iov, (unsigned)io->iovcnt, io->off);
 	io_uring_sqe_set_data(sqe, io);
+	/* publish the I/O to the reaper: everything this thread (and the
+	 * engine before it) wrote is visible to it (ThreadSanitizer cannot
+	 * see the kernel's ordering through the ring) */
+	__atomic_store_n(&io->backend_data[0], (void *)f, __ATOMIC_RELEASE);
 	return true;
 }
 
@@ -415,6 +419,7 @@ static void *reaper_main(void *arg)
 			if (data == &void_marker)
 				continue;
 			struct wbc_io *io = data;
+			(void)__atomic_load_n(&io->backend_data[0], __ATOMIC_ACQUIRE);
 			if ((res == -EAGAIN || res == -EINTR) && requeue(f, io))
 				continue;
 			io->res = res;
