@@ -20,7 +20,8 @@ dest=$top/root prefix=/opt/wbcache
 make -s install PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "make install: $(tail -5 "$top/make.log")"
 lib=$dest$prefix/lib
 for f in bin/wbcache include/wbcache.h include/wbcache_backend.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc \
-	 share/man/man1/wbcache.1 share/man/man8/wbcache-mount.8; do
+	 share/man/man1/wbcache.1 share/man/man8/wbcache-mount.8 \
+	 share/man/man3/libwbcache.3 share/man/man3/wbcache_backend.3 share/man/man3/wbc_pwrite.3; do
 	[ -e "$dest$prefix/$f" ] || fail "not installed: $f"
 done
 [ "$(objdump -p "$lib/libwbcache.so" | awk '/SONAME/ {print $2}')" = libwbcache.so.0 ] || fail "soname"
