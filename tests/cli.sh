@@ -54,6 +54,12 @@ echo "$out" | grep -q "files/s" || fail "fsmark printed no file rate"
 out=$($W run jbod --dev model:bw=50M --dev model:bw=100M --time 1 --file-size 16M --mem 16M --quiet) ||
 	fail "jbod: $out"
 [ "$(echo "$out" | grep -c 'model:bw=')" = 2 ] || fail "jbod report lacks the devices"
+out=$($W run randrw --dev model:bw=100M --bs 8K --threads 2 --rwmix 30 --time 1 --file-size 16M \
+	--mem 16M --quiet) || fail "randrw: $out"
+echo "$out" | grep -Eq "[0-9]+ write IOPS, [0-9]+ read IOPS .*30% writes" || fail "randrw report: $out"
+rw=$(echo "$out" | sed -n 's/.* \([0-9]*\) write IOPS, \([0-9]*\) read IOPS.*/\1 \2/p')
+[ "${rw% *}" -gt 0 ] && [ "${rw#* }" -gt 0 ] || fail "randrw did not both read and write: $rw"
+expect_err "bad rwmix" run randrw --rwmix 101
 expect_err "bad workload" run frobnicate
 expect_err "bad model spec" run dd --dev model:bw=fast
 expect_err "bad threads" run dd --threads 0

@@ -28,8 +28,11 @@
 #define SAMPLE_NS (100ull * 1000 * 1000)
 #define MiB (1024.0 * 1024.0)
 
-enum workload { WL_DD, WL_RANDWRITE, WL_FSMARK, WL_JBOD };
-static const char *wl_names[] = { "dd", "randwrite", "fsmark", "jbod" };
+enum workload { WL_DD, WL_RANDWRITE, WL_FSMARK, WL_JBOD, WL_RANDRW };
+#define WL_NR 5
+static const char *wl_names[] = { "dd", "randwrite", "fsmark", "jbod", "randrw" };
+/* randwrite, jbod and randrw write into laid-out files at random offsets */
+#define WL_RANDOM(wl) ((wl) == WL_RANDWRITE || (wl) == WL_JBOD || (wl) == WL_RANDRW)
 
 struct opts {
 	enum workload wl;
@@ -45,7 +48,8 @@ struct opts {
 	uint64_t files;            /* fsmark: per thread */
 	bool fsync_end;
 	bool keep, quiet;
-	bool no_layout;            /* randwrite, jbod: write into an empty file */
+	bool no_layout;            /* randwrite, jbod, randrw: write into an empty file */
+	unsigned rwmix;            /* randrw: percent of operations that write */
 	const char *trace, *plot;
 	struct wbc_config cfg;
 };
@@ -57,6 +61,7 @@ struct worker {
 	unsigned dev_idx;
 	uint64_t bytes;
 	uint64_t ops;
+	uint64_t reads, read_bytes;  /* randrw */
 	double secs;
 	int err;
 	uint64_t *pauses;          /* ns */
@@ -162,7 +167,10 @@ static void *worker_main(void *arg)
 	struct wbc_thread_stats prev;
 	wbc_thread_stats(&prev);
 	char *buf = aligned_alloc(4096, (o->bs + 4095) / 4096 * 4096);
-	if (!buf) {
+	char *rbuf = o->wl == WL_RANDRW ? malloc(o->bs) : NULL;
+	if (!buf || (o->wl == WL_RANDRW && !rbuf)) {
+		free(buf);
+		free(rbuf);
 		w->err = -ENOMEM;
 		return NULL;
 	}
@@ -175,7 +183,8 @@ static void *worker_main(void *arg)
 	switch (o->wl) {
 	case WL_DD:
 	case WL_RANDWRITE:
-	case WL_JBOD: {
+	case WL_JBOD:
+	case WL_RANDRW: {
 		bool seq = o->wl == WL_DD;
 		fname(name, sizeof(name), seq ? "dd" : "rand", w->id, 0);
 		/* randwrite and jbod write into their laid-out files */
@@ -185,6 +194,16 @@ static void *worker_main(void *arg)
 		uint64_t share = o->size / R.nw, blocks = o->file_size / o->bs;
 		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
 			uint64_t off = seq ? w->bytes : (xrand(&seed) % blocks) * o->bs;
+			if (o->wl == WL_RANDRW && xrand(&seed) % 100 >= o->rwmix) {
+				ssize_t r = wbc_pread(f, rbuf, o->bs, off);
+				if (r < 0) {
+					w->err = (int)r;
+					break;
+				}
+				w->reads++;
+				w->read_bytes += (uint64_t)r;
+				continue;
+			}
 			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
 			if (r < 0) {
 				w->err = (int)r;
@@ -221,6 +240,7 @@ static void *worker_main(void *arg)
 	w->secs = now_s() - t0;
 	wbc_file_close(f);
 	free(buf);
+	free(rbuf);
 	atomic_fetch_add(&R.workers_done, 1);
 	return NULL;
 }
@@ -411,6 +431,15 @@ static void report(double secs)
 	       wl_names[o->wl], R.nw, o->ndev, (double)total / MiB, secs, (double)total / secs / 1e6);
 	if (o->wl == WL_FSMARK)
 		printf(", %.0f files/s", (double)ops / secs);
+	if (o->wl == WL_RANDRW) {
+		uint64_t reads = 0, rbytes = 0;
+		for (unsigned i = 0; i < R.nw; i++) {
+			reads += R.w[i].reads;
+			rbytes += R.w[i].read_bytes;
+		}
+		printf("; %.0f write IOPS, %.0f read IOPS (%.0f MB/s read), %u%% writes",
+		       (double)ops / secs, (double)reads / secs, (double)rbytes / secs / 1e6, o->rwmix);
+	}
 	printf("\n\nthread  device       MB/s   pauses  p50 ms  p99 ms  max ms\n");
 	uint64_t *all = malloc((np ? np : 1) * sizeof(*all));
 	size_t k = 0;
@@ -543,6 +572,8 @@ static void run_usage(FILE *out)
 "  dd          sequential streams, one file per thread (default)\n"
 "  randwrite   random --bs writes over a --file-size file per thread\n"
 "  fsmark      many small files per thread: create, write --file-size, close\n"
+"  randrw      random --bs reads and writes (--rwmix percent writes) over a\n"
+"              --file-size file per thread (NFS's 70/30 job: --bs 8K --threads 4)\n"
 "  jbod        --threads random writers on each of several devices\n"
 "  (none)      the demonstration: dd, 1 GiB, on dir:DIR, with a trace and a plot\n"
 "\n"
@@ -557,12 +588,13 @@ static void run_usage(FILE *out)
 "  --dir DIR          data directory (default $WBCACHE_DIR or " DEFAULT_DIR ")\n"
 "  --threads N        writers (jbod: per device; default 1, jbod 2)\n"
 "  --size SIZE        dd: total bytes (default 1G)\n"
-"  --time SECONDS     run this long (randwrite, jbod default 10)\n"
+"  --time SECONDS     run this long (randwrite, jbod, randrw default 10)\n"
 "  --bs SIZE          bytes per write (dd 1M, others 4K)\n"
-"  --file-size SIZE   randwrite/jbod file (default 1G), fsmark file (default 4K)\n"
+"  --file-size SIZE   randwrite/jbod/randrw file (default 1G), fsmark file (default 4K)\n"
 "  --files N          fsmark: files per thread (default 10000)\n"
+"  --rwmix N          randrw: percent of operations that write (default 30)\n"
 "  --no-fsync         dd: skip the final fsync\n"
-"  --no-layout        randwrite/jbod: write into empty files (by default each\n"
+"  --no-layout        random workloads: write into empty files (by default each\n"
 "                     file is written in full and synced first, as fio does)\n"
 "  --mem SIZE         cache memory budget (default 256M)\n"
 "  --page-size SIZE   cache page size (default 4K)\n"
@@ -639,11 +671,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
 	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_QUIET,
-	       O_KEEP, O_NOLAYOUT, O_HELP };
+	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_HELP };
 	static const struct option lo[] = {
 		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
 		{ "size", 1, 0, O_SIZE }, { "time", 1, 0, O_TIME }, { "bs", 1, 0, O_BS },
-		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES },
+		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES }, { "rwmix", 1, 0, O_RWMIX },
 		{ "no-fsync", 0, 0, O_NOFSYNC }, { "no-layout", 0, 0, O_NOLAYOUT }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
 		{ "dirty-ratio", 1, 0, O_DR }, { "dirty-background-ratio", 1, 0, O_DBR },
 		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
@@ -663,17 +695,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	int first = 1;
 	if (argc > 1 && argv[1][0] != '-') {
 		unsigned i;
-		for (i = 0; i < 4 && strcmp(argv[1], wl_names[i]); i++)
+		for (i = 0; i < WL_NR && strcmp(argv[1], wl_names[i]); i++)
 			;
-		if (i == 4) {
-			fprintf(stderr, "wbcache: unknown workload '%s' (dd, randwrite, fsmark, jbod)\n", argv[1]);
+		if (i == WL_NR) {
+			fprintf(stderr, "wbcache: unknown workload '%s' (dd, randwrite, fsmark, jbod, randrw)\n",
+				argv[1]);
 			return 2;
 		}
 		o->wl = i;
 		o->demo = false;
 		first = 2;
 	}
-	uint64_t v, threads = 0, files = 0, bs = 0, fsz = 0;
+	uint64_t v, threads = 0, files = 0, bs = 0, fsz = 0, rwmix = 30;
 	double t = 0;
 	int c, rc = 0;
 	optind = first;
@@ -702,6 +735,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_FSZ: rc = parse_sz("--file-size", optarg, &fsz); if (!rc && !fsz) rc = bad("--file-size", optarg); break;
 		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files); if (!rc && !files) rc = bad("--files", optarg); break;
 		case O_NOFSYNC: o->fsync_end = false; break;
+		case O_RWMIX: rc = parse_u("--rwmix", optarg, 100, &rwmix); break;
 		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes); break;
 		case O_PS: rc = parse_sz("--page-size", optarg, &v); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg); o->cfg.page_size = (uint32_t)v; break;
 		case O_DR: rc = parse_u("--dirty-ratio", optarg, 100, &v); o->cfg.dirty_ratio = (uint32_t)v; break;
@@ -726,15 +760,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		return 2;
 	}
 	o->time_s = t;
+	o->rwmix = (unsigned)rwmix;
 	o->threads = threads ? (unsigned)threads : (o->wl == WL_JBOD ? 2 : 1);
 	o->bs = bs ? bs : (o->wl == WL_DD ? 1u << 20 : 4096);
 	o->file_size = fsz ? fsz : (o->wl == WL_FSMARK ? 4096 : 1ull << 30);
 	o->files = files ? files : 10000;
 	if (!o->size)
 		o->size = 1ull << 30;
-	if (!t && (o->wl == WL_RANDWRITE || o->wl == WL_JBOD))
+	if (!t && WL_RANDOM(o->wl))
 		o->time_s = 10;
-	if ((o->wl == WL_RANDWRITE || o->wl == WL_JBOD) && o->file_size < o->bs) {
+	if (WL_RANDOM(o->wl) && o->file_size < o->bs) {
 		fprintf(stderr, "wbcache: --file-size must be at least --bs\n");
 		return 2;
 	}
@@ -812,7 +847,7 @@ int cmd_run(int argc, char **argv)
 		R.w[i].dev_idx = o->wl == WL_JBOD ? i / o->threads : i % o->ndev;
 		R.w[i].dev = R.dev[R.w[i].dev_idx];
 	}
-	if ((o->wl == WL_RANDWRITE || o->wl == WL_JBOD) && !o->no_layout && (err = layout())) {
+	if (WL_RANDOM(o->wl) && !o->no_layout && (err = layout())) {
 		fprintf(stderr, "wbcache: laying out the files: %s\n", wbc_strerror(err));
 		wbc_cache_close(R.cache);
 		return 1;
