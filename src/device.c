@@ -298,6 +298,15 @@ int wbc_dev_add(wbc_cache *c, const char *spec, wbc_dev **out)
 	return wbc_dev_add_msg(c, spec, out, NULL, 0);
 }
 
+void *wbc_dev_backend(wbc_dev *dev, const struct wbc_backend_ops **ops)
+{
+	if (!dev)
+		return NULL;
+	if (ops)
+		*ops = dev->be->ops;
+	return dev->be->ctx;
+}
+
 int wbc_dev_sync(wbc_dev *dev)
 {
 	if (!dev)

@@ -326,13 +326,17 @@ static void end_batch_flush(void)
 	eb.group = NULL;
 }
 
-void bio_end_batch_begin(void)
+/* A backend completing several bios in one thread brackets their end_io
+ * calls with these (wbc_io_complete_batch): the counters, the bios'
+ * return to the pool and the page waiters' wakeup are done once for the
+ * batch. */
+static void bio_end_batch_begin(void)
 {
 	if (!eb.depth++)
 		eb.open = true;
 }
 
-void bio_end_batch_end(void)
+static void bio_end_batch_end(void)
 {
 	assert(eb.open && eb.depth);
 	if (--eb.depth)
@@ -466,7 +470,7 @@ static void wb_end_io(struct wbc_bio *bio)
  * page descriptors.  The flusher wrote these lines on another CPU, and
  * the writer before it: each is a miss.  A hint; harmless for any bio.
  */
-void bio_prefetch(const struct wbc_bio *b, int stage)
+static void bio_prefetch(const struct wbc_bio *b, int stage)
 {
 	if (b->end_io != wb_end_io)
 		return;
@@ -482,6 +486,18 @@ void bio_prefetch(const struct wbc_bio *b, int stage)
 		/* the completion may drop the file's last reference */
 		inode_prefetch_unhash(b->inode);
 	}
+}
+
+void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n)
+{
+	/* the cache misses of the whole batch in flight at once */
+	for (int stage = 0; stage < 2; stage++)
+		for (unsigned i = 0; i < n; i++)
+			bio_prefetch(container_of(ios[i], struct wbc_bio, io), stage);
+	bio_end_batch_begin();
+	for (unsigned i = 0; i < n; i++)
+		wbc_io_complete(ios[i], ios[i]->res);
+	bio_end_batch_end();
 }
 
 /* ------------------------------------------------------------------ */

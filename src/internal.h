@@ -89,9 +89,6 @@
 #include "core/core.h"
 
 /* TRANSITIONAL */
-void bio_prefetch(const struct wbc_bio *b, int stage);
-void bio_end_batch_begin(void);
-void bio_end_batch_end(void);
 bool end_batch_defer_page(struct page *p);
 bool end_batch_defer_inode(struct inode *ino);
 void inode_dispose(struct inode *ino);
