@@ -1,34 +1,13 @@
 /*
- * Cache lifetime, tunables and the page arena.
- *
- * Invariants (DESIGN.md 1):
- *   1. All page memory is one mmap()ed arena made at open; nothing else ever
- *      holds file data.  Page descriptors are one array made at open.
- *   2. A page is in exactly one state: on the free list (inode == NULL,
- *      on_free), in transit (inode == NULL, !on_free: owned by the thread
- *      that took it from page_alloc), or bound to an inode's page index.
- *   3. Only clean, unlocked pages not under writeback are reclaimed; dirty
- *      pages stay until written.
- *
- * Reclaim is CLOCK: a hand sweeps the arena; a page touched since the last
- * sweep (referenced) gets a second chance.  The sweep holds lru_lock and
- * only trylocks the owner's inode->lock (the lock order is inode -> lru), so
- * a busy inode is simply passed over.  A writer that finds no reclaimable
- * page kicks every flusher and waits for a completion to free one.
+ * Cache lifetime, tunables and statistics (the top): the arena is mm's
+ * (mm/arena.c), the thresholds throttle's; open sets the calls the lower
+ * layers make up.
  */
 #include "internal.h"
 
 #include <limits.h>
-#include <stdarg.h>
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
-/* Pages examined per lru_lock hold before the lock is dropped, so that one
- * allocation never holds the lock for a walk proportional to the arena. */
-#define RECLAIM_BATCH 1024
-/* A waiter for a free page re-kicks the flushers this often. */
-#define PAGE_WAIT_NS (50ull * 1000 * 1000)
 #define MIN_PAGES 16
 #define MIN_PAGE_SIZE 512u          /* smallest O_DIRECT logical block */
 #define MAX_PAGE_SIZE (1u << 20)
@@ -61,110 +40,17 @@ static int config_check(const struct wbc_config *cfg)
 	return 0;
 }
 
-/* The arena's alignment: one transparent huge page (x86-64's PMD size). */
-#define ARENA_HUGE (2ul << 20)
-
-/* The unit of mmap and munmap lengths (4 KiB on x86-64).  munmap refuses
- * an unaligned address, and a length it must round: every length passed
- * to them is rounded up to this first. */
-static size_t sys_page_size(void)
-{
-	long ps = sysconf(_SC_PAGESIZE);
-	return ps > 0 ? (size_t)ps : 4096;
-}
-
-/* @len rounded up to whole system pages; 0 when that overflows. */
-static size_t map_round(size_t len)
-{
-	size_t sp = sys_page_size();
-	return len > SIZE_MAX - (sp - 1) ? 0 : (len + sp - 1) & ~(sp - 1);
-}
-
-/* Unmap what arena_map(@len) returned.  0 or -errno (a bad address or
- * length: a bug, never a condition to live with). */
-static int arena_unmap(void *p, size_t len)
-{
-	if (munmap(p, map_round(len))) {
-		int err = -errno;
-		assert(!"munmap of an arena failed");
-		return err;
-	}
-	return 0;
-}
-
-/*
- * Address space for the page arena or the page descriptors, aligned to
- * 2 MiB, so that transparent huge pages can back it where the kernel
- * allows them (the kernel's own page cache lives in the direct map's large
- * pages): a cache that touches gigabytes of pages takes a TLB miss per
- * 2 MiB, not per 4 KiB.  O_DIRECT buffers need 4 KiB alignment, which this
- * exceeds.  Maps 2 MiB more than asked and trims both ends; the trims
- * work in whole system pages (an unaligned tail would make munmap fail
- * and leak the 2 MiB slack at every open).  Nothing is committed here:
- * arena_populate does that once every mapping of the cache exists.
- * Returns the address, or NULL (and -errno in *err).
- */
-static char *arena_map(size_t len, int *err)
-{
-	size_t rlen = map_round(len);
-	if (!rlen || rlen > SIZE_MAX - ARENA_HUGE) {
-		*err = -ENOMEM;
-		return NULL;
-	}
-	size_t maplen = rlen + ARENA_HUGE;
-	char *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		*err = -errno;
-		return NULL;
-	}
-	char *a = (char *)(((uintptr_t)p + ARENA_HUGE - 1) & ~(uintptr_t)(ARENA_HUGE - 1));
-	size_t head = (size_t)(a - p), tail = maplen - head - rlen;
-	if ((head && munmap(p, head)) || (tail && munmap(a + rlen, tail))) {
-		*err = -errno;
-		assert(!"trimming the arena mapping failed");
-		/* whatever is still mapped of it: munmap ignores holes */
-		munmap(p, maplen);
-		return NULL;
-	}
-	return a;
-}
-
-/* Back [a, a + len) with memory now where the kernel can, so that no
- * write pays for a first-touch fault later; zeroed, as anonymous memory
- * is.  A hint both: the pages fault in on use if refused. */
-static void arena_populate(char *a, size_t len)
-{
-#ifdef MADV_HUGEPAGE
-	(void)madvise(a, map_round(len), MADV_HUGEPAGE);
-#endif
-#ifdef MADV_POPULATE_WRITE
-	/* an old kernel, or no memory for it now */
-	(void)madvise(a, map_round(len), MADV_POPULATE_WRITE);
-#endif
-}
-
-/*
- * Sizes of the arena (*arena_len) and of the descriptors (*pages_len) for
- * @nr_pages of 2^@shift bytes, checked before anything is mapped: 0, or
- * -ENOMEM when they do not fit in size_t, or when the two together exceed
- * the machine's memory (the arena is committed at open and never swapped
- * by design: a cache larger than RAM could only be refused by the
- * out-of-memory killer).
- */
-static int arena_sizes(uint64_t nr_pages, uint32_t shift, size_t *arena_len, size_t *pages_len)
-{
-	if (nr_pages > (SIZE_MAX >> shift) || nr_pages > SIZE_MAX / sizeof(struct page))
-		return -ENOMEM;
-	*arena_len = (size_t)(nr_pages << shift);
-	*pages_len = (size_t)nr_pages * sizeof(struct page);
-	if (*arena_len > SIZE_MAX - *pages_len)
-		return -ENOMEM;
-	long phys = sysconf(_SC_PHYS_PAGES);
-	uint64_t ram = UINT64_MAX;       /* unknown: mmap is the judge */
-	if (phys > 0 && (uint64_t)phys <= UINT64_MAX / sys_page_size())
-		ram = (uint64_t)phys * sys_page_size();
-	return (uint64_t)*arena_len + *pages_len > ram ? -ENOMEM : 0;
-}
+/* The calls the lower layers make up: page_alloc's, when no page can be
+ * had (mm/mm.h), and the flusher's (writeback/writeback.h). */
+static const struct page_alloc_ops alloc_ops = {
+	.dead_error = cache_dead_error,
+	.wakeup_writeback = wakeup_flusher_threads,
+};
+static const struct wb_throttle_ops wb_ops = {
+	.over_bg_pages = over_bg_pages,
+	.slice_pages = writeback_slice_pages,
+	.bandwidth_update = bandwidth_update,
+};
 
 int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 {
@@ -187,33 +73,15 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 	c->nr_pages = nr_pages;
 	c->arena_len = arena_len;
 	c->pages_len = pages_len;
-	/* the arena first: when it cannot be had, nothing else was mapped;
-	 * the page descriptors too (writeback and reclaim walk them); both
-	 * committed only once both exist */
-	c->arena = arena_map(c->arena_len, &err);
-	if (c->arena)
-		c->pages = (struct page *)arena_map(c->pages_len, &err);
-	if (!c->pages) {
-		if (c->arena)
-			arena_unmap(c->arena, c->arena_len);
+	c->alloc_ops = &alloc_ops;
+	c->wb_ops = &wb_ops;
+	if ((err = arena_init(c))) {
 		free(c);
 		return err;
 	}
-	arena_populate(c->arena, c->arena_len);
-	arena_populate((char *)c->pages, c->pages_len);
-	wbc_mutex_init(&c->lru_lock);
-	wbc_cond_init(&c->free_cond);
 	wbc_mutex_init(&c->prop_lock);
 	c->prop_stamp_ns = wbc_now_ns();
 	wbc_mutex_init(&c->dev_lock);
-	/* Free list in arena order, so a streaming writer gets neighbouring
-	 * pages and writeback can merge them into fewer iovecs. */
-	for (uint64_t i = c->nr_pages; i-- > 0;) {
-		c->pages[i].on_free = true;
-		c->pages[i].next_free = c->free_list;
-		c->free_list = &c->pages[i];
-	}
-	c->nr_free = c->nr_pages;
 	thresholds_compute(c);
 	*out = c;
 	return 0;
@@ -305,13 +173,9 @@ int wbc_cache_close_stats(wbc_cache *c, struct wbc_stats *st)
 	assert(ctr_dirty(&c->ctr) == 0 || err);
 	if (st)
 		wbc_stats(c, st);   /* lost_bytes: what could not be written */
-	int uerr = arena_unmap(c->arena, c->arena_len);
-	if (!uerr)
-		uerr = arena_unmap(c->pages, c->pages_len);
+	int uerr = arena_destroy(c);
 	if (uerr && !err)
 		err = uerr;
-	pthread_mutex_destroy(&c->lru_lock);
-	pthread_cond_destroy(&c->free_cond);
 	pthread_mutex_destroy(&c->prop_lock);
 	for (struct wbc_group *g = atomic_load(&c->groups), *next; g; g = next) {
 		next = g->next;
@@ -325,167 +189,6 @@ int wbc_cache_close_stats(wbc_cache *c, struct wbc_stats *st)
 int wbc_cache_close(wbc_cache *c)
 {
 	return wbc_cache_close_stats(c, NULL);
-}
-
-bool cache_page_in_arena(const struct wbc_cache *c, const void *addr)
-{
-	const char *p = addr;
-	return p >= c->arena && p < c->arena + c->arena_len;
-}
-
-/* ------------------------------------------------------------------ */
-/* page allocation and reclaim                                          */
-
-void page_free_locked(struct wbc_cache *c, struct page *p)
-{
-	assert_held(&c->lru_lock);
-	assert(!p->inode && !p->on_free);
-	atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
-	p->on_free = true;
-	p->next_free = c->free_list;
-	c->free_list = p;
-	c->nr_free++;
-	if (c->free_waiters)
-		pthread_cond_signal(&c->free_cond);
-}
-
-void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index)
-{
-	assert_held(&ino->lock);
-	pthread_mutex_lock(&c->lru_lock);
-	p->inode = ino;
-	p->index = index;
-	/* counted under lru_lock with the binding: never above nr_pages */
-	atomic_fetch_add(&c->nr_cached, 1);
-	pthread_mutex_unlock(&c->lru_lock);
-	atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
-}
-
-/* Unbind a page from its inode (whose lock is held, page already removed
- * from the index) and return it to the free list. */
-void page_release(struct wbc_cache *c, struct page *p)
-{
-	assert_held(&p->inode->lock);
-	pthread_mutex_lock(&c->lru_lock);
-	p->inode = NULL;
-	atomic_fetch_sub(&c->nr_cached, 1);
-	page_free_locked(c, p);
-	pthread_mutex_unlock(&c->lru_lock);
-}
-
-void page_release_chain(struct wbc_cache *c, struct page *p, unsigned n)
-{
-	pthread_mutex_lock(&c->lru_lock);
-	for (unsigned i = 0; i < n; i++) {
-		struct page *next = p->next_free;
-		assert(pg_flags(p) == PG_LOCKED && !p->on_free);
-		p->inode = NULL;
-		p->next_free = NULL;
-		page_free_locked(c, p);
-		p = next;
-	}
-	atomic_fetch_sub(&c->nr_cached, n);
-	pthread_mutex_unlock(&c->lru_lock);
-}
-
-/* Try to evict the page under the CLOCK hand.  lru_lock held. */
-static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
-{
-	assert_held(&c->lru_lock);
-	struct inode *ino = p->inode;
-	if (!ino)
-		return false;           /* free or in transit */
-	if (atomic_exchange_explicit(&p->referenced, false, memory_order_relaxed))
-		return false;           /* second chance */
-	if (pthread_mutex_trylock(&ino->lock))
-		return false;           /* lock order is inode -> lru: never wait */
-	bool ok = !(pg_flags(p) & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED));
-	if (ok) {
-		void *e = pm_delete(&ino->map, p->index);
-		assert(e == p);
-		(void)e;
-		ino->nr_pages--;
-		p->inode = NULL;
-		atomic_fetch_sub(&c->nr_cached, 1);
-		atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
-	}
-	pthread_mutex_unlock(&ino->lock);
-	return ok;
-}
-
-void cache_wake_page_waiters(struct wbc_cache *c)
-{
-	if (!atomic_load_explicit(&c->page_waiters, memory_order_relaxed))
-		return;
-	pthread_mutex_lock(&c->lru_lock);
-	pthread_cond_broadcast(&c->free_cond);
-	pthread_mutex_unlock(&c->lru_lock);
-}
-
-/*
- * Take a page for new data: from the free list, else by reclaiming a clean
- * one, else wait until writeback cleans one.  Returns a page in transit
- * (unbound, flags 0).  A full arena of dirty pages is being written back
- * by the flushers kicked here, and the wait ends when one is cleaned;
- * except when every device that holds them is dead (its writes failing
- * for its retry_timeout): then, after a second look, NULL and that error.
- */
-struct page *page_alloc(struct wbc_cache *c, int *err)
-{
-	uint64_t swept = 0;
-	bool waited = false, dead_seen = false;
-	pthread_mutex_lock(&c->lru_lock);
-	for (;;) {
-		struct page *p = c->free_list;
-		if (p) {
-			c->free_list = p->next_free;
-			c->nr_free--;
-			p->on_free = false;
-			p->next_free = NULL;
-			pthread_mutex_unlock(&c->lru_lock);
-			return p;
-		}
-		for (unsigned i = 0; i < RECLAIM_BATCH; i++) {
-			p = &c->pages[c->clock_hand];
-			if (++c->clock_hand == c->nr_pages)
-				c->clock_hand = 0;
-			if (try_reclaim_locked(c, p)) {
-				pthread_mutex_unlock(&c->lru_lock);
-				atomic_fetch_add(&c->st_reclaimed, 1);
-				return p;
-			}
-		}
-		swept += RECLAIM_BATCH;
-		/* Two full turns clear every referenced bit and visit every page
-		 * once more: nothing is reclaimable now. */
-		if (swept < 2 * c->nr_pages) {
-			pthread_mutex_unlock(&c->lru_lock);
-			pthread_mutex_lock(&c->lru_lock);
-			continue;
-		}
-		if (!waited) {
-			waited = true;
-			atomic_fetch_add(&c->st_page_waits, 1);
-		}
-		pthread_mutex_unlock(&c->lru_lock);
-		/* Dead devices hold the pages: fail on the second time in a
-		 * row (the first may have missed a page some reader or writer
-		 * held for its copy, and freed since). */
-		int e = cache_dead_error(c, wbc_now_ns());
-		if (e && dead_seen) {
-			*err = e;
-			return NULL;
-		}
-		dead_seen = e != 0;
-		wakeup_flusher_threads(c, true);
-		pthread_mutex_lock(&c->lru_lock);
-		c->free_waiters++;
-		atomic_fetch_add(&c->page_waiters, 1);
-		wbc_cond_timedwait_ns(&c->free_cond, &c->lru_lock, PAGE_WAIT_NS);
-		atomic_fetch_sub(&c->page_waiters, 1);
-		c->free_waiters--;
-		swept = 0;
-	}
 }
 
 /* ------------------------------------------------------------------ */

@@ -43,6 +43,9 @@ struct page_alloc_ops {
 };
 
 /* arena.c */
+/* Sizes of the arena (*arena_len) and of the descriptors (*pages_len) for
+ * @nr_pages of 2^@shift bytes: 0 or -ENOMEM (see arena.c). */
+int arena_sizes(uint64_t nr_pages, uint32_t shift, size_t *arena_len, size_t *pages_len);
 /* Map the arena and the page descriptors of @c (page_shift, page_size,
  * nr_pages, arena_len and pages_len set), commit them, and put every page
  * on the free list.  0, or -errno with nothing mapped. */
