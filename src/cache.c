@@ -105,8 +105,6 @@ int wbc_cache_sync(wbc_cache *c)
 	return first;
 }
 
-void dev_destroy(struct wbc_dev *dev);   /* device.c */
-
 /* Retries at close: the first after CLOSE_RETRY_MIN_NS, doubling to
  * CLOSE_RETRY_MAX_NS (the flusher's backoff of a failed file). */
 #define CLOSE_RETRY_MIN_NS (100ull * 1000 * 1000)

@@ -4,9 +4,6 @@
 #include "internal.h"
 #include "backend/backends.h"
 
-
-void handles_close_dev(struct wbc_dev *dev);   /* file.c */
-
 /* The per-device tunables any spec takes, beside its backend's options. */
 enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT, T_NR };
 static const char *const tunable_keys[T_NR] = {

@@ -168,13 +168,6 @@ static void dev_drain(struct wbc_dev *dev)
 	pthread_mutex_unlock(&dev->io_lock);
 }
 
-void dev_record_error(struct wbc_dev *dev, int err)
-{
-	pthread_mutex_lock(&dev->err_lock);
-	errseq_record(&dev->wb_err, err);
-	pthread_mutex_unlock(&dev->err_lock);
-}
-
 /*
  * How long the device has failed (the retry policy's bound).  A failed
  * write starts the clock unless it runs; a write that succeeds stops it.
@@ -256,9 +249,6 @@ struct end_batch {
 	long cleaned;
 	struct wbc_bio *bios, *last;   /* to put back, linked by next_free */
 	unsigned nbios;
-	struct page *pages;            /* to free, linked by next_free */
-	unsigned npages;
-	struct inode *dead;            /* to dispose of, linked by hash_next */
 };
 static _Thread_local struct end_batch eb;
 
@@ -278,45 +268,15 @@ static void end_batch_settle(void)
 	}
 }
 
-bool end_batch_defer_page(struct page *p)
-{
-	if (!eb.open)
-		return false;
-	assert(eb.dev && p->inode->dev == eb.dev);
-	/* still bound: reclaim may look at it, and skips a locked page */
-	atomic_store_explicit(&p->flags, PG_LOCKED, memory_order_relaxed);
-	p->next_free = eb.pages;
-	eb.pages = p;
-	eb.npages++;
-	return true;
-}
-
-bool end_batch_defer_inode(struct inode *ino)
-{
-	if (!eb.open)
-		return false;
-	assert(ino->dev == eb.dev);
-	ino->hash_next = eb.dead;
-	eb.dead = ino;
-	return true;
-}
-
 /* Settle everything: sums, torn-down files (pages, then the inodes they
- * named), bios last (a drained device runs no completion), page waiters. */
+ * named: fs's teardown batch, open with this one), bios last (a drained
+ * device runs no completion), page waiters. */
 static void end_batch_flush(void)
 {
 	if (!eb.dev)
 		return;
 	end_batch_settle();
-	if (eb.npages)
-		page_release_chain(eb.dev->cache, eb.pages, eb.npages);
-	eb.pages = NULL;
-	eb.npages = 0;
-	while (eb.dead) {
-		struct inode *ino = eb.dead;
-		eb.dead = ino->hash_next;
-		inode_dispose(ino);
-	}
+	inode_teardown_flush();
 	if (eb.nbios)
 		bio_put_chain(eb.dev, eb.bios, eb.last, eb.nbios);
 	eb.bios = eb.last = NULL;
@@ -332,8 +292,10 @@ static void end_batch_flush(void)
  * batch. */
 static void bio_end_batch_begin(void)
 {
-	if (!eb.depth++)
+	if (!eb.depth++) {
 		eb.open = true;
+		inode_teardown_begin();
+	}
 }
 
 static void bio_end_batch_end(void)
@@ -343,6 +305,7 @@ static void bio_end_batch_end(void)
 		return;     /* the outermost batch settles */
 	end_batch_flush();
 	eb.open = false;
+	inode_teardown_end();
 }
 
 /* Start summing for @dev and @g (settling sums of another pair first). */
@@ -502,29 +465,6 @@ void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n)
 
 /* ------------------------------------------------------------------ */
 /* writing one inode                                                    */
-
-void inode_wait_locked(struct inode *ino)
-{
-	assert_held(&ino->lock);
-	ino->waiters++;
-	pthread_cond_wait(&ino->wait, &ino->lock);
-	ino->waiters--;
-}
-
-void inode_wake_locked(struct inode *ino)
-{
-	assert_held(&ino->lock);
-	if (ino->waiters)
-		pthread_cond_broadcast(&ino->wait);
-}
-
-void page_wait_unlocked(struct inode *ino, struct page *p)
-{
-	assert_held(&ino->lock);
-	uint32_t old = atomic_fetch_or_explicit(&p->flags, PG_WAITERS, memory_order_acq_rel);
-	if (old & PG_LOCKED)
-		inode_wait_locked(ino);
-}
 
 /* Tag every DIRTY page in [start, end] TOWRITE (the sync snapshot). */
 static void tag_pages_locked(struct inode *ino, uint64_t start, uint64_t end)

@@ -89,8 +89,5 @@
 #include "core/core.h"
 
 /* TRANSITIONAL */
-bool end_batch_defer_page(struct page *p);
-bool end_batch_defer_inode(struct inode *ino);
-void inode_dispose(struct inode *ino);
 
 #endif

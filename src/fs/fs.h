@@ -52,6 +52,9 @@ size_t names_destroy(struct wbc_dev *dev);
 /* Give back half of the inode memory kept for reuse. */
 void names_trim(struct wbc_dev *dev);
 void inode_drop_all_pages(struct inode *ino);
+/* Remove the pages of @ino from index @first on (ino->lock held): see
+ * inode.c. */
+void drop_pages_from_locked(struct inode *ino, uint64_t first);
 void inode_prefetch_unhash(const struct inode *ino);   /* a hint */
 void inode_prefetch_page(const struct inode *ino);     /* a hint */
 /* The teardown batch of the calling thread (see above): begin and end
@@ -72,6 +75,8 @@ struct wbc_file {
 /* Open @name on @dev (iget) into a new handle: 0 and *@out, or -errno. */
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
 		wbc_file **out);
+/* The file of handle @h; NULL when @h is not an open handle. */
+struct wbc_file *handle_get(wbc_file *h);
 /* Close handle @h (its inode's reference put): 0, or -EBADF. */
 int handle_close(wbc_file *h);
 /* Close every handle that belongs to @dev (cache close). */
