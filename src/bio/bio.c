@@ -4,7 +4,7 @@
  * struct wbc_io, completing them (from any thread), the rest of a short
  * write, and a synchronous read for cache misses.  A batch of completions
  * (wbc_io_complete_batch) opens the writeback layer's completion batch,
- * and is there (flusher.c).
+ * and is there (writeback/end_io.c).
  *
  * A bio's io is filled here, just before the backend sees it, from the
  * engine's description (off, len, iov); after a short write io describes

@@ -240,6 +240,10 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p);
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
 
 /* pool.c */
+static inline unsigned bio_max_pages(struct wbc_dev *dev)
+{
+	return (unsigned)WBC_MAX(dev->be->max_io >> dev->cache->page_shift, 1);
+}
 int dev_io_init(struct wbc_dev *dev);
 void dev_io_destroy(struct wbc_dev *dev);
 /* Time the device had I/O in flight since it was made, up to @now (ns;
@@ -271,5 +275,22 @@ void flusher_kick(struct wbc_dev *dev, bool start_all);
 /* Kick the flusher of every device that has dirty pages. */
 void wakeup_flusher_threads(struct wbc_cache *c, bool start_all);
 int flusher_queue_sync(struct wbc_dev *dev);
+
+/* ------------------------------------------------------------------ */
+/* between the files of this folder, not for the layers above           */
+
+/* pool.c */
+/* A free bio; waits for one (after submitting what @plug holds back, so
+ * that the wait can end). */
+struct wbc_bio *bio_get(struct wbc_dev *dev, struct bio_plug *plug);
+/* Return the chain @b .. @last (@n bios, linked by next_free) to the pool. */
+void bio_put_chain(struct wbc_dev *dev, struct wbc_bio *b, struct wbc_bio *last, unsigned n);
+void bio_put(struct wbc_dev *dev, struct wbc_bio *b);
+/* Wait until no bio of the device is in flight. */
+void dev_drain(struct wbc_dev *dev);
+/* end_io.c: the end_io of a writeback bio */
+void wb_end_io(struct wbc_bio *bio);
+/* write.c: submit what @p holds back, and count its pages */
+void plug_flush(struct wbc_dev *dev, struct bio_plug *p);
 
 #endif
