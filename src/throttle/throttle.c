@@ -68,7 +68,7 @@
  * passing as "nearly clean" adds at most its pass allowance (at most
  * thresh / 16, and a quarter of its share).
  */
-#include "internal.h"
+#include "throttle/throttle.h"
 
 #include <math.h>
 #include <time.h>

@@ -39,7 +39,7 @@
  * SLICE: half a second of avg_write_bw, rounded down to 4 MiB and never
  * below it (MIN_WRITEBACK): the pages one file may write per pass.
  */
-#include "internal.h"
+#include "throttle/throttle.h"
 
 #include <math.h>
 
