@@ -119,7 +119,9 @@ run: deps-install
 	@$(MAKE) --no-print-directory all
 	$(CLI) run
 
+# the layering of src/ first (scripts/check-layers; src/internal.h)
 check: deps-install
+	scripts/check-layers
 	@$(MAKE) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) tests/run
 

@@ -88,6 +88,4 @@
 #include "throttle/throttle.h"
 #include "core/core.h"
 
-/* TRANSITIONAL */
-
 #endif

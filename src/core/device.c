@@ -1,7 +1,10 @@
 /*
- * Devices: a backend, its flusher thread, its inodes and dirty lists.
+ * Devices (the top): a backend, its flusher thread, its inodes and dirty
+ * lists; their tunables and statistics; groups.  A spec's built-in backend
+ * comes from the backends' registry (backend/backends.h), the one header
+ * of src/backend the engine includes.
  */
-#include "internal.h"
+#include "core/core.h"
 #include "backend/backends.h"
 
 /* The per-device tunables any spec takes, beside its backend's options. */

@@ -3,7 +3,7 @@
  * (mm/arena.c), the thresholds throttle's; open sets the calls the lower
  * layers make up.
  */
-#include "internal.h"
+#include "core/core.h"
 
 #include <limits.h>
 #include <time.h>

@@ -12,7 +12,7 @@
  * inode->sizing (truncate, size sync); the flusher does not submit for a
  * file while it is set.
  */
-#include "internal.h"
+#include "core/core.h"
 
 #include <limits.h>
 
