@@ -9,11 +9,13 @@
  * inode, inode->lock (made with the inode; what it guards: src/objects.h
  * and mm/page.h), inode->wait and inode->rwsem (made here, taken by the
  * I/O paths); per device, the name shards' locks and err_lock; and the
- * handle table's lock.  Those three are leaves.  Call iget, iput,
- * inode_sync_size, inode_drop_all_pages, names_*, handle_* with no lock
- * held (they take inode->lock or a shard's lock, and call the backend);
- * inode_wait_locked, inode_wake_locked and page_wait_unlocked with
- * inode->lock held; igrab under any lock (it takes none).
+ * handle table's lock.  The shards' locks, err_lock and the handle
+ * table's lock are leaves.  Call iget, iput, inode_sync_size,
+ * inode_drop_all_pages, names_* and handle_* with no lock held (they take
+ * inode->lock or a shard's lock, and call the backend);
+ * inode_wait_locked, inode_wake_locked, page_wait_unlocked and
+ * drop_pages_from_locked with inode->lock held; igrab under any lock (it
+ * takes none).
  *
  * TEARDOWN.  The last iput of a file drops its pages and closes its
  * backend object.  A thread that drops many files in a row (a completion

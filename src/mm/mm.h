@@ -1,9 +1,10 @@
 /*
- * Layer mm, the engine's lowest over the bio layer: the page arena, page
- * allocation and reclaim (mm/arena.c, mm/page_alloc.c), the per-file page
- * index (mm/pagemap.h), the page state machine (mm/page.h) and the page
- * counters (mm/counters.h, mm/account.c).  It knows the inode only as the
- * owner of a page index and of the lock that guards it.
+ * Layer mm, on base alone: the page arena, page allocation and reclaim
+ * (mm/arena.c, mm/page_alloc.c), the per-file page index (mm/pagemap.h),
+ * the page state machine (mm/page.h) and the page counters
+ * (mm/counters.h, mm/account.c).  It knows the inode only as the owner of
+ * a page index and of the lock that guards it, and the device and group
+ * only as domains of the counters.
  *
  * LOCKS (the global order is at the top of src/internal.h).  mm owns
  * cache->lru_lock, with free_cond: the free list, the CLOCK hand, the
