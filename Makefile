@@ -40,7 +40,7 @@ LDLIBS  := -luring -lpthread -lm
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 
-LIB_SRC := $(wildcard src/*.c src/base/*.c src/backend/*.c)
+LIB_SRC := $(wildcard src/*.c src/*/*.c)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 # The library users link exports only wbc_* (the rest made local in the
 # archive, hidden by a version script in the shared object); the tests and
@@ -134,7 +134,9 @@ run: deps-install
 	@$(MAKE) --no-print-directory all
 	$(CLI) run
 
+# the layering of src/ first (scripts/check-layers; src/internal.h)
 check: deps-install
+	scripts/check-layers
 	@$(MAKE) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) tests/run
 

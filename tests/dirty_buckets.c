@@ -1,7 +1,7 @@
 /*
- * The time buckets of dirty-file tracking (src/dirty.c), driven through the
- * internal API with synthetic files and explicit times, so nothing depends
- * on the clock:
+ * The time buckets of dirty-file tracking (src/writeback/dirty.c), driven
+ * through the internal API with synthetic files and explicit times, so
+ * nothing depends on the clock:
  *   - expiry order: queue_io(T) takes exactly the files filed at or before
  *     T plus at most one bucket width after it, oldest first, in calls of
  *     at most QUEUE_IO_BUCKETS buckets;

@@ -1,5 +1,5 @@
 /*
- * The lock-free hand-over of newly dirtied files (src/dirty.c):
+ * The lock-free hand-over of newly dirtied files (src/writeback/dirty.c):
  *   1. writers on several threads dirty files through the API; every file
  *      is counted while in the inbox, each slot's chain holds as many
  *      files as its top says, newest first, ending at its recorded oldest;

@@ -1,5 +1,5 @@
 /*
- * Inode memory reuse (src/file.c): a closed file dropped once written back
+ * Inode memory reuse (src/fs/inode.c): a closed file dropped once written back
  * leaves its inode in its name shard, and the next file made in that
  * shard takes it.
  *   1. short names: every file written, closed and synced is dropped from

@@ -1,11 +1,11 @@
 /*
- * Devices: a backend, its flusher thread, its inodes and dirty lists.
+ * Devices (the top): a backend, its flusher thread, its inodes and dirty
+ * lists; their tunables and statistics; groups.  A spec's built-in backend
+ * comes from the backends' registry (backend/backends.h), the one header
+ * of src/backend the engine includes.
  */
-#include "internal.h"
+#include "core/core.h"
 #include "backend/backends.h"
-
-
-void handles_close_dev(struct wbc_dev *dev);   /* file.c */
 
 /* The per-device tunables any spec takes, beside its backend's options. */
 enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT, T_NR };
@@ -296,6 +296,15 @@ int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn op
 int wbc_dev_add(wbc_cache *c, const char *spec, wbc_dev **out)
 {
 	return wbc_dev_add_msg(c, spec, out, NULL, 0);
+}
+
+void *wbc_dev_backend(wbc_dev *dev, const struct wbc_backend_ops **ops)
+{
+	if (!dev)
+		return NULL;
+	if (ops)
+		*ops = dev->be->ops;
+	return dev->be->ctx;
 }
 
 int wbc_dev_sync(wbc_dev *dev)

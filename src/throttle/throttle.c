@@ -1,6 +1,6 @@
 /*
- * Dirty accounting, thresholds, and the IO-less throttle of writers
- * (the kernel's balance_dirty_pages).
+ * Thresholds, and the IO-less throttle of writers (the kernel's
+ * balance_dirty_pages), on the page counters of mm (mm/account.c).
  *
  * THRESHOLDS (pages).  For the cache (the global domain):
  *   thresh    = dirty_bytes, or dirty_ratio% of the cache's pages
@@ -68,7 +68,7 @@
  * passing as "nearly clean" adds at most its pass allowance (at most
  * thresh / 16, and a quarter of its share).
  */
-#include "internal.h"
+#include "throttle/throttle.h"
 
 #include <math.h>
 #include <time.h>
@@ -97,72 +97,6 @@ struct throttle_tls {
 	struct wbc_thread_stats st;
 };
 static _Thread_local struct throttle_tls tls = { .nr_dirtied_pause = 1 };
-
-/* ------------------------------------------------------------------ */
-/* accounting                                                           */
-
-long long pcount_sum(struct pcount *c)
-{
-	long long v = 0;
-	for (unsigned i = 0; i < PCPU_SLOTS; i++)
-		v += atomic_load_explicit(&c->s[i].v, memory_order_relaxed);
-	return v;
-}
-
-long ctr_dirty(struct dirty_ctr *c)
-{
-	long long v = 0;
-	for (unsigned i = 0; i < PCPU_SLOTS; i++)
-		v += atomic_load_explicit(&c->s[i].dirty, memory_order_relaxed);
-	return (long)WBC_MAX(v, 0);
-}
-
-long ctr_unclean(struct dirty_ctr *c)
-{
-	long long v = 0;
-	for (unsigned i = 0; i < PCPU_SLOTS; i++)
-		v += atomic_load_explicit(&c->s[i].unclean, memory_order_relaxed);
-	return (long)WBC_MAX(v, 0);
-}
-
-/* Tests: make the unclean count @v (quiescent counters only). */
-void ctr_set_unclean(struct dirty_ctr *c, long v)
-{
-	for (unsigned i = 0; i < PCPU_SLOTS; i++)
-		atomic_store(&c->s[i].unclean, i ? 0 : v);
-}
-
-static void ctr_add(struct dirty_ctr *c, unsigned slot, long dirty, long unclean)
-{
-	if (dirty)
-		atomic_fetch_add_explicit(&c->s[slot].dirty, dirty, memory_order_relaxed);
-	if (unclean)
-		atomic_fetch_add_explicit(&c->s[slot].unclean, unclean, memory_order_relaxed);
-}
-
-void account_domains(struct wbc_dev *dev, struct wbc_group *g, long dirty, long unclean)
-{
-	unsigned slot = pcpu_slot();
-	ctr_add(&dev->cache->ctr, slot, dirty, unclean);
-	ctr_add(&dev->ctr, slot, dirty, unclean);
-	if (g)
-		ctr_add(&g->ctr, slot, dirty, unclean);
-}
-
-static void account(struct inode *ino, long dirty, long unclean)
-{
-	account_domains(ino->dev, ino->group, dirty, unclean);
-}
-
-void account_dirtied(struct inode *ino, long n)
-{
-	account(ino, n, n);
-	pcount_add(&ino->dev->dirtied_pages, n);
-}
-void account_writeback(struct inode *ino, long n) { account(ino, -n, 0); }
-void account_cleaned(struct inode *ino, long n) { account(ino, 0, -n); }
-void account_dropped(struct inode *ino, long n) { account(ino, -n, -n); }
-void account_redirtied(struct inode *ino, long n) { account(ino, n, 0); }
 
 /* ------------------------------------------------------------------ */
 /* thresholds and domains                                               */

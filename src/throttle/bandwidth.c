@@ -39,7 +39,7 @@
  * SLICE: half a second of avg_write_bw, rounded down to 4 MiB and never
  * below it (MIN_WRITEBACK): the pages one file may write per pass.
  */
-#include "internal.h"
+#include "throttle/throttle.h"
 
 #include <math.h>
 
@@ -117,9 +117,7 @@ void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 	dev->bw_stamp_ns = now;
 	dev->bw_completed = done;
 	dev->bw_dirtied = dirtied;
-	pthread_mutex_lock(&dev->io_lock);
-	uint64_t busy_total = dev->busy_ns + (dev->inflight ? now - dev->busy_since : 0);
-	pthread_mutex_unlock(&dev->io_lock);
+	uint64_t busy_total = dev_busy_ns(dev, now);
 	uint64_t busy = busy_total - dev->bw_busy;
 	dev->bw_busy = busy_total;
 	if (!delta || busy < elapsed / 8) {

@@ -6,7 +6,7 @@
  * opened afterwards (which sample the current value) do not.
  * Callers hold the lock that protects the struct.
  */
-#include "internal.h"
+#include "fs/fs.h"
 
 void errseq_record(struct errseq *e, int err)
 {
@@ -21,4 +21,13 @@ int errseq_check_advance(const struct errseq *e, uint32_t *since)
 		return 0;
 	*since = e->seq;
 	return e->err;
+}
+
+/* A device keeps one sequence for the errors of all its files, under
+ * err_lock (reported by wbc_dev_sync). */
+void dev_record_error(struct wbc_dev *dev, int err)
+{
+	pthread_mutex_lock(&dev->err_lock);
+	errseq_record(&dev->wb_err, err);
+	pthread_mutex_unlock(&dev->err_lock);
 }

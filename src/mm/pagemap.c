@@ -18,7 +18,13 @@
  * pagemap itself, with no node (most small files): the first entry
  * elsewhere moves it into a tree.  Callers hold the owning inode's lock.
  */
-#include "internal.h"
+#include "mm/pagemap.h"
+#include "base/base.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct pm_node {
 	struct pm_node *parent;

@@ -1,14 +1,19 @@
 /*
  * The engine's side of the backend interface (wbcache_backend.h): checking
  * a backend's operations and capabilities, submitting bios as batches of
- * struct wbc_io, completing them (one or a batch, from any thread), the
- * rest of a short write, and a synchronous read for cache misses.
+ * struct wbc_io, completing them (from any thread), the rest of a short
+ * write, and a synchronous read for cache misses.  A batch of completions
+ * (wbc_io_complete_batch) opens the writeback layer's completion batch,
+ * and is there (writeback/end_io.c).
  *
  * A bio's io is filled here, just before the backend sees it, from the
  * engine's description (off, len, iov); after a short write io describes
  * the rest, the engine's fields still the whole I/O.
  */
-#include "internal.h"
+#include "bio/bio.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #define DEFAULT_MAX_IO (1u << 20)
 #define DEFAULT_QD 32u
@@ -166,31 +171,6 @@ void wbc_io_complete(struct wbc_io *io, ssize_t res)
 	}
 	b->res = res < 0 ? (int)res : (int)(b->done + (size_t)res);
 	b->end_io(b);
-}
-
-void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n)
-{
-	/* the cache misses of the whole batch in flight at once (each bio
-	 * taken over from its submitter first) */
-	for (unsigned i = 0; i < n; i++)
-		(void)atomic_load_explicit(&container_of(ios[i], struct wbc_bio, io)->handoff,
-					   memory_order_acquire);
-	for (int stage = 0; stage < 2; stage++)
-		for (unsigned i = 0; i < n; i++)
-			bio_prefetch(container_of(ios[i], struct wbc_bio, io), stage);
-	bio_end_batch_begin();
-	for (unsigned i = 0; i < n; i++)
-		wbc_io_complete(ios[i], ios[i]->res);
-	bio_end_batch_end();
-}
-
-void *wbc_dev_backend(wbc_dev *dev, const struct wbc_backend_ops **ops)
-{
-	if (!dev)
-		return NULL;
-	if (ops)
-		*ops = dev->be->ops;
-	return dev->be->ctx;
 }
 
 /* ------------------------------------------------------------------ */

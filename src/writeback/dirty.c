@@ -58,7 +58,7 @@
  * ino->state changes by CAS (writers only ever add I_DIRTY); the lists and
  * their counts are under dev->list_lock.
  */
-#include "internal.h"
+#include "writeback/writeback.h"
 
 
 #define BUCKET_MIN_NS (1000ull * 1000)

@@ -1,0 +1,25 @@
+/*
+ * The top of the engine (src/core): the public API of wbcache.h on the
+ * layers below.  The cache's lifetime, its tunables and statistics
+ * (core/cache.c); devices, their tunables and statistics, and groups
+ * (core/device.c); and the I/O paths of files: open and close, read,
+ * write, truncate, fsync (core/file.c).  Nothing is above it: it may call
+ * every layer, and it sets the calls the lower layers make up (the hooks
+ * in struct wbc_cache) at open.
+ *
+ * LOCKS (the global order is at the top of src/internal.h).  core owns
+ * cache->dev_lock: the device list and group creation; writeback and
+ * throttle take it to walk the devices, and kick flushers (work_lock)
+ * and count proportions (prop_lock) under it.  The I/O paths take
+ * inode->rwsem (shared by pread and pwrite, exclusive for truncate)
+ * before anything else, and call the throttle with no lock held.
+ */
+#ifndef WBC_CORE_H
+#define WBC_CORE_H
+
+#include "throttle/throttle.h"
+
+/* device.c */
+void dev_destroy(struct wbc_dev *dev);
+
+#endif

@@ -1,0 +1,450 @@
+/*
+ * The I/O paths of files (the top): open and close of handles, read,
+ * write, truncate and fsync; the inodes and handles they work on are fs's
+ * (fs/inode.c, fs/handle.c).
+ *
+ * Concurrency.  pread and pwrite hold inode->rwsem shared, so writers to
+ * different pages of one file run in parallel; each page is claimed with
+ * PG_LOCKED under the short inode->lock and its data is copied with no lock
+ * held.  A writer waits for a page under writeback (stable pages: the bytes
+ * being written to the backend never change under the I/O).  truncate holds
+ * rwsem exclusive.  The backend's size is owned by whoever sets
+ * inode->sizing (truncate, size sync); the flusher does not submit for a
+ * file while it is set.
+ */
+#include "core/core.h"
+
+#include <limits.h>
+
+/* ------------------------------------------------------------------ */
+/* handles                                                              */
+
+static bool name_ok(const struct backend *be, const char *name)
+{
+	if (be->single)
+		return name[0] == '\0';
+	size_t n = strnlen(name, 256);
+	return n > 0 && n <= 255 && !strchr(name, '/') && strcmp(name, ".") &&
+	       strcmp(name, "..");
+}
+
+int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out)
+{
+	return wbc_file_open_group(dev, name, flags, NULL, out);
+}
+
+int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *group,
+			wbc_file **out)
+{
+	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC)) ||
+	    (group && group->cache != dev->cache))
+		return -EINVAL;
+	if (!name)
+		name = "";
+	if (!name_ok(dev->be, name))
+		return -EINVAL;
+	int err = handle_open(dev, name, flags & WBC_O_CREAT, group, out);
+	if (err)
+		return err;
+	if (flags & WBC_O_TRUNC) {
+		err = wbc_truncate(*out, 0);
+		if (err) {
+			wbc_file_close(*out);
+			*out = NULL;
+			return err;
+		}
+	}
+	return 0;
+}
+
+int wbc_file_close(wbc_file *h)
+{
+	if (!h)
+		return 0;
+	return handle_close(h);
+}
+
+/* ------------------------------------------------------------------ */
+/* page claim / release                                                 */
+
+/* A page claim: what the caller asks for and what it got. */
+struct claim {
+	bool for_write;     /* wait for writeback to end (stable pages) */
+	bool full;          /* the write covers the whole page */
+	uint64_t end;       /* write: its end offset */
+	/* results */
+	bool uptodate;      /* the page held the file's data at claim */
+	bool dirtied;       /* the claim already dirtied the page and set i_size */
+	bool newly;         /* ... and the page was clean before */
+	uint64_t isize;     /* i_size at claim, before this write */
+};
+
+/*
+ * Return page @idx of @ino with PG_LOCKED set, inserting a fresh (not
+ * up-to-date) page when absent.  Caller holds rwsem.  A write whose data
+ * will be complete after its copy (the page is up to date, or the write
+ * covers it) is dirtied here, in the same critical section: the flusher
+ * never takes a locked page, so marking before the copy is safe, and the
+ * writer then needs no second trip through the inode lock (page_unlock
+ * is one atomic step).
+ */
+static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct page **out)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	struct page *spare = NULL, *p;
+	int err = 0;
+	pthread_mutex_lock(&ino->lock);
+	for (;;) {
+		p = pm_lookup(&ino->map, idx);
+		if (p) {
+			uint32_t fl = pg_flags(p);
+			if (fl & PG_LOCKED) {
+				page_wait_unlocked(ino, p);
+				continue;
+			}
+			if (cl->for_write && (fl & PG_WRITEBACK)) {
+				inode_wait_locked(ino);
+				continue;
+			}
+			pg_set(p, PG_LOCKED);
+			break;
+		}
+		if (spare) {
+			err = pm_insert(&ino->map, idx, spare);
+			if (err)
+				break;
+			atomic_store_explicit(&spare->flags, PG_LOCKED, memory_order_relaxed);
+			page_bind(c, spare, ino, idx);
+			ino->nr_pages++;
+			p = spare;
+			spare = NULL;
+			break;
+		}
+		pthread_mutex_unlock(&ino->lock);
+		spare = page_alloc(c, &err);
+		pthread_mutex_lock(&ino->lock);
+		if (!spare)
+			break;   /* only dead devices hold the pages */
+	}
+	cl->isize = ino->i_size;
+	cl->dirtied = cl->newly = false;
+	if (p) {
+		uint32_t fl = pg_flags(p);
+		cl->uptodate = fl & PG_UPTODATE;
+		if (cl->for_write && (cl->uptodate || cl->full)) {
+			cl->dirtied = true;
+			cl->newly = !(fl & PG_DIRTY);
+			pg_set(p, PG_UPTODATE | PG_DIRTY);
+			if (cl->newly) {
+				pm_tag_set(&ino->map, idx, PM_TAG_DIRTY);
+				ino->nr_dirty++;
+			}
+			if (cl->end > ino->i_size)
+				ino->i_size = cl->end;
+		}
+	}
+	pthread_mutex_unlock(&ino->lock);
+	if (spare) {
+		pthread_mutex_lock(&c->lru_lock);
+		page_free_locked(c, spare);
+		pthread_mutex_unlock(&c->lru_lock);
+	}
+	if (err)
+		return err;
+	if (!atomic_load_explicit(&p->referenced, memory_order_relaxed))
+		atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
+	*out = p;
+	return 0;
+}
+
+/* Drop PG_LOCKED (setting @set) in one atomic step, with no lock held;
+ * take the inode lock only to wake a waiter. */
+static void page_unlock(struct inode *ino, struct page *p, uint32_t set)
+{
+	uint32_t old = atomic_load_explicit(&p->flags, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&p->flags, &old,
+						      (old | set) & ~(PG_LOCKED | PG_WAITERS),
+						      memory_order_release, memory_order_relaxed))
+		;
+	assert(old & PG_LOCKED);
+	if (old & PG_WAITERS) {
+		pthread_mutex_lock(&ino->lock);
+		inode_wake_locked(ino);
+		pthread_mutex_unlock(&ino->lock);
+	}
+}
+
+/* Read page @p's data from the backend; zeros past the backend's end and
+ * past @isize. */
+static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	size_t ps = c->page_size;
+	char *data = page_data(c, p);
+	uint64_t pos = p->index << c->page_shift;
+	if (pos >= isize) {
+		memset(data, 0, ps);
+		return 0;
+	}
+	ssize_t n = backend_read_sync(ino->dev->be, ino->obj, data, ps, pos);
+	if (n < 0)
+		return (int)n;
+	atomic_fetch_add(&c->st_read_in, (uint64_t)n);
+	size_t valid = (size_t)WBC_MIN((uint64_t)n, isize - pos);
+	memset(data + valid, 0, ps - valid);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* read / write                                                         */
+
+static int range_check(uint64_t off, size_t len)
+{
+	if (off > WBC_MAX_OFFSET || len > WBC_MAX_OFFSET - off || len > SSIZE_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (!buf && len)
+		return -EINVAL;
+	int err = range_check(off, len);
+	if (err)
+		return err;
+	struct inode *ino = f->inode;
+	struct wbc_cache *c = ino->dev->cache;
+	size_t done = 0;
+	pthread_rwlock_rdlock(&ino->rwsem);
+	while (done < len) {
+		uint64_t pos = off + done;
+		struct page *p;
+		struct claim cl = { .for_write = false };
+		err = grab_page(ino, pos >> c->page_shift, &cl, &p);
+		if (err)
+			break;
+		uint64_t isize = cl.isize;
+		if (pos >= isize) {
+			page_unlock(ino, p, 0);
+			break;
+		}
+		if (!cl.uptodate && (err = fill_page(ino, p, isize))) {
+			page_unlock(ino, p, 0);
+			break;
+		}
+		size_t poff = (size_t)(pos & (c->page_size - 1));
+		size_t n = (size_t)WBC_MIN((uint64_t)WBC_MIN(c->page_size - poff, len - done),
+					   isize - pos);
+		memcpy((char *)buf + done, page_data(c, p) + poff, n);
+		page_unlock(ino, p, PG_UPTODATE);
+		done += n;
+	}
+	pthread_rwlock_unlock(&ino->rwsem);
+	return done ? (ssize_t)done : err;
+}
+
+/* Copy into one page and mark it dirty.  Returns 1 when the page was
+ * newly dirtied, 0 when it was dirty already, or -errno. */
+static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	size_t poff = (size_t)(pos & (c->page_size - 1));
+	struct page *p;
+	struct claim cl = { .for_write = true, .full = n == c->page_size, .end = pos + n };
+	int err = grab_page(ino, pos >> c->page_shift, &cl, &p);
+	if (err)
+		return err;
+	if (cl.dirtied) {
+		/* the fast path: one trip through the inode lock */
+		memcpy(page_data(c, p) + poff, src, n);
+		page_unlock(ino, p, 0);
+	} else {
+		/* a partial write to a page not in the cache: read it first */
+		if ((err = fill_page(ino, p, cl.isize))) {
+			page_unlock(ino, p, 0);
+			return err;
+		}
+		memcpy(page_data(c, p) + poff, src, n);
+		pthread_mutex_lock(&ino->lock);
+		cl.newly = !(pg_flags(p) & PG_DIRTY);
+		pg_set(p, PG_UPTODATE | PG_DIRTY);
+		if (cl.newly) {
+			pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
+			ino->nr_dirty++;
+		}
+		if (cl.end > ino->i_size)
+			ino->i_size = cl.end;
+		pthread_mutex_unlock(&ino->lock);
+		page_unlock(ino, p, 0);
+	}
+	if (cl.newly) {
+		account_dirtied(ino, 1);
+		mark_inode_dirty(ino);
+	}
+	return cl.newly;
+}
+
+ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (!buf && len)
+		return -EINVAL;
+	int err = range_check(off, len);
+	if (err)
+		return err;
+	struct inode *ino = f->inode;
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	size_t done = 0;
+	pthread_rwlock_rdlock(&ino->rwsem);
+	while (done < len) {
+		uint64_t pos = off + done;
+		size_t n = WBC_MIN(c->page_size - (size_t)(pos & (c->page_size - 1)), len - done);
+		/* a thread whose last check failed (a dead device) checks
+		 * again before it dirties more: it never adds to a dirty limit
+		 * that nothing drains */
+		if (throttle_due() && (err = balance_dirty_pages(dev, ino->group)))
+			break;
+		if (throttle_owed())
+			break;      /* wbc_pwrite_nowait: the rest after the pause */
+		int r = write_page(ino, pos, (const char *)buf + done, n);
+		if (r < 0) {
+			err = r;
+			break;
+		}
+		done += n;
+		if (r && throttle_dirtied() && (err = balance_dirty_pages(dev, ino->group)))
+			break;
+		if (throttle_owed())
+			break;
+	}
+	pthread_rwlock_unlock(&ino->rwsem);
+	pcount_add(&c->st_written, (long long)done);
+	return done ? (ssize_t)done : err;
+}
+
+ssize_t wbc_pwrite_nowait(wbc_file *h, const void *buf, size_t len, uint64_t off,
+			  uint64_t *pause_ns)
+{
+	throttle_defer_begin();
+	ssize_t r = wbc_pwrite(h, buf, len, off);
+	uint64_t p = throttle_defer_end();
+	if (pause_ns)
+		*pause_ns = p;
+	return r;
+}
+
+int64_t wbc_file_size(wbc_file *h)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	pthread_mutex_lock(&f->inode->lock);
+	int64_t s = (int64_t)f->inode->i_size;
+	pthread_mutex_unlock(&f->inode->lock);
+	return s;
+}
+
+int wbc_file_info(wbc_file *h, struct wbc_file_info *info)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f || !info)
+		return -EBADF;
+	struct inode *ino = f->inode;
+	uint64_t psize = ino->dev->cache->page_size;
+	memset(info, 0, sizeof(*info));
+	pthread_mutex_lock(&ino->lock);
+	info->size = ino->i_size;
+	info->unwritten_bytes = (ino->nr_dirty + ino->nr_writeback) * psize;
+	pthread_mutex_unlock(&ino->lock);
+	return 0;
+}
+
+int wbc_truncate(wbc_file *h, uint64_t size)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (size > WBC_MAX_OFFSET)
+		return -EINVAL;
+	struct inode *ino = f->inode;
+	struct wbc_cache *c = ino->dev->cache;
+	struct backend *be = ino->dev->be;
+	pthread_rwlock_wrlock(&ino->rwsem);
+	pthread_mutex_lock(&ino->lock);
+	while (ino->sizing)
+		inode_wait_locked(ino);
+	ino->sizing = true;
+	while (ino->nr_writeback)
+		inode_wait_locked(ino);
+	if (size < ino->i_size) {
+		drop_pages_from_locked(ino, (size + c->page_size - 1) >> c->page_shift);
+		size_t tail = (size_t)(size & (c->page_size - 1));
+		struct page *p = tail ? pm_lookup(&ino->map, size >> c->page_shift) : NULL;
+		if (p && (pg_flags(p) & PG_UPTODATE))
+			memset(page_data(c, p) + tail, 0, c->page_size - tail);
+	}
+	ino->i_size = size;
+	pthread_mutex_unlock(&ino->lock);
+	int err = backend_resize(be, ino->obj, size);
+	pthread_mutex_lock(&ino->lock);
+	if (!err)
+		ino->backend_size = size;
+	ino->sizing = false;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+	pthread_rwlock_unlock(&ino->rwsem);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* fsync                                                                */
+
+int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (off > WBC_MAX_OFFSET || len > WBC_MAX_OFFSET - off)
+		return -EINVAL;
+	struct inode *ino = f->inode;
+	struct wbc_dev *dev = ino->dev;
+	uint32_t shift = dev->cache->page_shift;
+	uint64_t start = off >> shift;
+	uint64_t end = len ? (off + len - 1) >> shift : UINT64_MAX;
+	struct wbc_ctl ctl = {
+		.sync_mode = WB_SYNC_ALL,
+		.nr_to_write = LONG_MAX,
+		.range_start = start,
+		.range_end = end,
+	};
+	write_inode_pages(ino, &ctl);
+	wait_on_writeback_range(ino, start, end);
+	int err = inode_sync_size(ino);
+	int ferr = backend_flush(dev->be, ino->obj, datasync);
+	pthread_mutex_lock(&ino->lock);
+	int werr = errseq_check_advance(&ino->wb_err, &f->err_since);
+	pthread_mutex_unlock(&ino->lock);
+	if (werr)
+		return werr;
+	return err ? err : ferr;
+}
+
+int wbc_file_check_error(wbc_file *h)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	pthread_mutex_lock(&f->inode->lock);
+	int err = errseq_check_advance(&f->inode->wb_err, &f->err_since);
+	pthread_mutex_unlock(&f->inode->lock);
+	return err;
+}
+
+int wbc_fsync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 0); }
+int wbc_fdatasync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 1); }

@@ -1,0 +1,136 @@
+/*
+ * The handle table (layer fs).  Handles are generation-checked slots in a
+ * table of fixed chunks, so a handle used after close is answered -EBADF
+ * instead of touching freed memory.
+ */
+#include "fs/fs.h"
+
+#define HCHUNK_BITS 12
+#define HCHUNK (1u << HCHUNK_BITS)
+#define HMAX_CHUNKS 4096          /* 16M handles open at once */
+
+struct hslot {
+	atomic_uint gen;              /* odd: in use */
+	struct wbc_file f;
+	uint32_t next_free;
+};
+
+static pthread_mutex_t htab_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+static struct hslot *_Atomic htab[HMAX_CHUNKS];   /* htab_lock to grow */
+static uint32_t hfree = UINT32_MAX, hnext;        /* htab_lock */
+
+static struct hslot *hslot_of(uint32_t i)
+{
+	struct hslot *chunk = atomic_load_explicit(&htab[i >> HCHUNK_BITS], memory_order_acquire);
+	return chunk ? &chunk[i & (HCHUNK - 1)] : NULL;
+}
+
+static wbc_file *handle_encode(uint32_t slot, uint32_t gen)
+{
+	return (wbc_file *)(uintptr_t)(((uint64_t)(slot + 1) << 32) | gen);
+}
+
+struct wbc_file *handle_get(wbc_file *h)
+{
+	uint64_t v = (uint64_t)(uintptr_t)h;
+	uint64_t slot1 = v >> 32;
+	if (!slot1 || slot1 > (uint64_t)HMAX_CHUNKS * HCHUNK)
+		return NULL;
+	struct hslot *s = hslot_of((uint32_t)(slot1 - 1));
+	if (!s || atomic_load_explicit(&s->gen, memory_order_acquire) != (uint32_t)v)
+		return NULL;
+	return &s->f;
+}
+
+static int handle_alloc(uint32_t *slot, uint32_t *gen, struct hslot **out)
+{
+	pthread_mutex_lock(&htab_lock);
+	uint32_t i = hfree;
+	struct hslot *s;
+	if (i != UINT32_MAX) {
+		s = hslot_of(i);
+		hfree = s->next_free;
+	} else {
+		i = hnext;
+		if (i >> HCHUNK_BITS >= HMAX_CHUNKS) {
+			pthread_mutex_unlock(&htab_lock);
+			return -EMFILE;
+		}
+		if (!htab[i >> HCHUNK_BITS]) {
+			struct hslot *chunk = calloc(HCHUNK, sizeof(*chunk));
+			if (!chunk) {
+				pthread_mutex_unlock(&htab_lock);
+				return -ENOMEM;
+			}
+			atomic_store_explicit(&htab[i >> HCHUNK_BITS], chunk, memory_order_release);
+		}
+		hnext++;
+		s = hslot_of(i);
+	}
+	pthread_mutex_unlock(&htab_lock);
+	*slot = i;
+	*gen = atomic_load(&s->gen) + 1;   /* odd while in use */
+	*out = s;
+	return 0;
+}
+
+static void handle_free(struct hslot *s, uint32_t slot)
+{
+	pthread_mutex_lock(&htab_lock);
+	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);   /* even: free */
+	s->next_free = hfree;
+	hfree = slot;
+	pthread_mutex_unlock(&htab_lock);
+}
+
+int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
+		wbc_file **out)
+{
+	uint32_t slot, gen;
+	struct hslot *s;
+	int err = handle_alloc(&slot, &gen, &s);
+	if (err)
+		return err;
+	struct inode *ino = iget(dev, name, create, group, &err);
+	if (!ino) {
+		pthread_mutex_lock(&htab_lock);
+		s->next_free = hfree;
+		hfree = slot;
+		pthread_mutex_unlock(&htab_lock);
+		return err;
+	}
+	s->f.inode = ino;
+	s->f.dev = dev;
+	pthread_mutex_lock(&ino->lock);
+	s->f.err_since = ino->wb_err.seq;
+	pthread_mutex_unlock(&ino->lock);
+	atomic_store_explicit(&s->gen, gen, memory_order_release);
+	*out = handle_encode(slot, gen);
+	return 0;
+}
+
+int handle_close(wbc_file *h)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	uint64_t v = (uint64_t)(uintptr_t)h;
+	uint32_t slot = (uint32_t)((v >> 32) - 1);
+	struct inode *ino = f->inode;
+	handle_free(hslot_of(slot), slot);
+	iput(ino);
+	return 0;
+}
+
+void handles_close_dev(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&htab_lock);
+	uint32_t n = hnext;
+	pthread_mutex_unlock(&htab_lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct hslot *s = hslot_of(i);
+		uint32_t gen = atomic_load(&s->gen);
+		if ((gen & 1) && s->f.dev == dev)
+			handle_close(handle_encode(i, gen));
+	}
+}

@@ -1,0 +1,162 @@
+/*
+ * The page arena (layer mm): one mapping for the pages, one for their
+ * descriptors, both made at open.
+ *
+ * Invariant (DESIGN.md 1):
+ *   1. All page memory is one mmap()ed arena made at open; nothing else ever
+ *      holds file data.  Page descriptors are one array made at open.
+ */
+#include "mm/mm.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* The arena's alignment: one transparent huge page (x86-64's PMD size). */
+#define ARENA_HUGE (2ul << 20)
+
+/* The unit of mmap and munmap lengths (4 KiB on x86-64).  munmap refuses
+ * an unaligned address, and a length it must round: every length passed
+ * to them is rounded up to this first. */
+static size_t sys_page_size(void)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	return ps > 0 ? (size_t)ps : 4096;
+}
+
+/* @len rounded up to whole system pages; 0 when that overflows. */
+static size_t map_round(size_t len)
+{
+	size_t sp = sys_page_size();
+	return len > SIZE_MAX - (sp - 1) ? 0 : (len + sp - 1) & ~(sp - 1);
+}
+
+/* Unmap what arena_map(@len) returned.  0 or -errno (a bad address or
+ * length: a bug, never a condition to live with). */
+static int arena_unmap(void *p, size_t len)
+{
+	if (munmap(p, map_round(len))) {
+		int err = -errno;
+		assert(!"munmap of an arena failed");
+		return err;
+	}
+	return 0;
+}
+
+/*
+ * Address space for the page arena or the page descriptors, aligned to
+ * 2 MiB, so that transparent huge pages can back it where the kernel
+ * allows them (the kernel's own page cache lives in the direct map's large
+ * pages): a cache that touches gigabytes of pages takes a TLB miss per
+ * 2 MiB, not per 4 KiB.  O_DIRECT buffers need 4 KiB alignment, which this
+ * exceeds.  Maps 2 MiB more than asked and trims both ends; the trims
+ * work in whole system pages (an unaligned tail would make munmap fail
+ * and leak the 2 MiB slack at every open).  Nothing is committed here:
+ * arena_populate does that once every mapping of the cache exists.
+ * Returns the address, or NULL (and -errno in *err).
+ */
+static char *arena_map(size_t len, int *err)
+{
+	size_t rlen = map_round(len);
+	if (!rlen || rlen > SIZE_MAX - ARENA_HUGE) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	size_t maplen = rlen + ARENA_HUGE;
+	char *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		*err = -errno;
+		return NULL;
+	}
+	char *a = (char *)(((uintptr_t)p + ARENA_HUGE - 1) & ~(uintptr_t)(ARENA_HUGE - 1));
+	size_t head = (size_t)(a - p), tail = maplen - head - rlen;
+	if ((head && munmap(p, head)) || (tail && munmap(a + rlen, tail))) {
+		*err = -errno;
+		assert(!"trimming the arena mapping failed");
+		/* whatever is still mapped of it: munmap ignores holes */
+		munmap(p, maplen);
+		return NULL;
+	}
+	return a;
+}
+
+/* Back [a, a + len) with memory now where the kernel can, so that no
+ * write pays for a first-touch fault later; zeroed, as anonymous memory
+ * is.  A hint both: the pages fault in on use if refused. */
+static void arena_populate(char *a, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+	(void)madvise(a, map_round(len), MADV_HUGEPAGE);
+#endif
+#ifdef MADV_POPULATE_WRITE
+	/* an old kernel, or no memory for it now */
+	(void)madvise(a, map_round(len), MADV_POPULATE_WRITE);
+#endif
+}
+
+/*
+ * Sizes of the arena (*arena_len) and of the descriptors (*pages_len) for
+ * @nr_pages of 2^@shift bytes, checked before anything is mapped: 0, or
+ * -ENOMEM when they do not fit in size_t, or when the two together exceed
+ * the machine's memory (the arena is committed at open and never swapped
+ * by design: a cache larger than RAM could only be refused by the
+ * out-of-memory killer).
+ */
+int arena_sizes(uint64_t nr_pages, uint32_t shift, size_t *arena_len, size_t *pages_len)
+{
+	if (nr_pages > (SIZE_MAX >> shift) || nr_pages > SIZE_MAX / sizeof(struct page))
+		return -ENOMEM;
+	*arena_len = (size_t)(nr_pages << shift);
+	*pages_len = (size_t)nr_pages * sizeof(struct page);
+	if (*arena_len > SIZE_MAX - *pages_len)
+		return -ENOMEM;
+	long phys = sysconf(_SC_PHYS_PAGES);
+	uint64_t ram = UINT64_MAX;       /* unknown: mmap is the judge */
+	if (phys > 0 && (uint64_t)phys <= UINT64_MAX / sys_page_size())
+		ram = (uint64_t)phys * sys_page_size();
+	return (uint64_t)*arena_len + *pages_len > ram ? -ENOMEM : 0;
+}
+
+int arena_init(struct wbc_cache *c)
+{
+	int err = 0;
+	/* the arena first: when it cannot be had, nothing else was mapped;
+	 * the page descriptors too (writeback and reclaim walk them); both
+	 * committed only once both exist */
+	c->arena = arena_map(c->arena_len, &err);
+	if (c->arena)
+		c->pages = (struct page *)arena_map(c->pages_len, &err);
+	if (!c->pages) {
+		if (c->arena)
+			arena_unmap(c->arena, c->arena_len);
+		return err;
+	}
+	arena_populate(c->arena, c->arena_len);
+	arena_populate((char *)c->pages, c->pages_len);
+	wbc_mutex_init(&c->lru_lock);
+	wbc_cond_init(&c->free_cond);
+	/* Free list in arena order, so a streaming writer gets neighbouring
+	 * pages and writeback can merge them into fewer iovecs. */
+	for (uint64_t i = c->nr_pages; i-- > 0;) {
+		c->pages[i].on_free = true;
+		c->pages[i].next_free = c->free_list;
+		c->free_list = &c->pages[i];
+	}
+	c->nr_free = c->nr_pages;
+	return 0;
+}
+
+int arena_destroy(struct wbc_cache *c)
+{
+	int err = arena_unmap(c->arena, c->arena_len);
+	if (!err)
+		err = arena_unmap(c->pages, c->pages_len);
+	pthread_mutex_destroy(&c->lru_lock);
+	pthread_cond_destroy(&c->free_cond);
+	return err;
+}
+
+bool cache_page_in_arena(const struct wbc_cache *c, const void *addr)
+{
+	const char *p = addr;
+	return p >= c->arena && p < c->arena + c->arena_len;
+}

@@ -1,0 +1,176 @@
+/*
+ * Page allocation and reclaim (layer mm).
+ *
+ * Invariants (DESIGN.md 1):
+ *   2. A page is in exactly one state: on the free list (inode == NULL,
+ *      on_free), in transit (inode == NULL, !on_free: owned by the thread
+ *      that took it from page_alloc), or bound to an inode's page index.
+ *   3. Only clean, unlocked pages not under writeback are reclaimed; dirty
+ *      pages stay until written.
+ *
+ * Reclaim is CLOCK: a hand sweeps the arena; a page touched since the last
+ * sweep (referenced) gets a second chance.  The sweep holds lru_lock and
+ * only trylocks the owner's inode->lock (the lock order is inode -> lru), so
+ * a busy inode is simply passed over.  A writer that finds no reclaimable
+ * page kicks every flusher and waits for a completion to free one (the
+ * writeback layer's calls, through cache->alloc_ops).
+ */
+#include "mm/mm.h"
+
+/* Pages examined per lru_lock hold before the lock is dropped, so that one
+ * allocation never holds the lock for a walk proportional to the arena. */
+#define RECLAIM_BATCH 1024
+/* A waiter for a free page re-kicks the flushers this often. */
+#define PAGE_WAIT_NS (50ull * 1000 * 1000)
+
+void page_free_locked(struct wbc_cache *c, struct page *p)
+{
+	assert_held(&c->lru_lock);
+	assert(!p->inode && !p->on_free);
+	atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
+	p->on_free = true;
+	p->next_free = c->free_list;
+	c->free_list = p;
+	c->nr_free++;
+	if (c->free_waiters)
+		pthread_cond_signal(&c->free_cond);
+}
+
+void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index)
+{
+	assert_held(&ino->lock);
+	pthread_mutex_lock(&c->lru_lock);
+	p->inode = ino;
+	p->index = index;
+	/* counted under lru_lock with the binding: never above nr_pages */
+	atomic_fetch_add(&c->nr_cached, 1);
+	pthread_mutex_unlock(&c->lru_lock);
+	atomic_store_explicit(&p->referenced, true, memory_order_relaxed);
+}
+
+/* Unbind a page from its inode (whose lock is held, page already removed
+ * from the index) and return it to the free list. */
+void page_release(struct wbc_cache *c, struct page *p)
+{
+	assert_held(&p->inode->lock);
+	pthread_mutex_lock(&c->lru_lock);
+	p->inode = NULL;
+	atomic_fetch_sub(&c->nr_cached, 1);
+	page_free_locked(c, p);
+	pthread_mutex_unlock(&c->lru_lock);
+}
+
+void page_release_chain(struct wbc_cache *c, struct page *p, unsigned n)
+{
+	pthread_mutex_lock(&c->lru_lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct page *next = p->next_free;
+		assert(pg_flags(p) == PG_LOCKED && !p->on_free);
+		p->inode = NULL;
+		p->next_free = NULL;
+		page_free_locked(c, p);
+		p = next;
+	}
+	atomic_fetch_sub(&c->nr_cached, n);
+	pthread_mutex_unlock(&c->lru_lock);
+}
+
+/* Try to evict the page under the CLOCK hand.  lru_lock held. */
+static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
+{
+	assert_held(&c->lru_lock);
+	struct inode *ino = p->inode;
+	if (!ino)
+		return false;           /* free or in transit */
+	if (atomic_exchange_explicit(&p->referenced, false, memory_order_relaxed))
+		return false;           /* second chance */
+	if (pthread_mutex_trylock(&ino->lock))
+		return false;           /* lock order is inode -> lru: never wait */
+	bool ok = !(pg_flags(p) & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED));
+	if (ok) {
+		void *e = pm_delete(&ino->map, p->index);
+		assert(e == p);
+		(void)e;
+		ino->nr_pages--;
+		p->inode = NULL;
+		atomic_fetch_sub(&c->nr_cached, 1);
+		atomic_store_explicit(&p->flags, 0, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&ino->lock);
+	return ok;
+}
+
+void cache_wake_page_waiters(struct wbc_cache *c)
+{
+	if (!atomic_load_explicit(&c->page_waiters, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&c->lru_lock);
+	pthread_cond_broadcast(&c->free_cond);
+	pthread_mutex_unlock(&c->lru_lock);
+}
+
+/*
+ * Take a page for new data: from the free list, else by reclaiming a clean
+ * one, else wait until writeback cleans one.  Returns a page in transit
+ * (unbound, flags 0).  A full arena of dirty pages is being written back
+ * by the flushers kicked here, and the wait ends when one is cleaned;
+ * except when every device that holds them is dead (its writes failing
+ * for its retry_timeout): then, after a second look, NULL and that error.
+ */
+struct page *page_alloc(struct wbc_cache *c, int *err)
+{
+	uint64_t swept = 0;
+	bool waited = false, dead_seen = false;
+	pthread_mutex_lock(&c->lru_lock);
+	for (;;) {
+		struct page *p = c->free_list;
+		if (p) {
+			c->free_list = p->next_free;
+			c->nr_free--;
+			p->on_free = false;
+			p->next_free = NULL;
+			pthread_mutex_unlock(&c->lru_lock);
+			return p;
+		}
+		for (unsigned i = 0; i < RECLAIM_BATCH; i++) {
+			p = &c->pages[c->clock_hand];
+			if (++c->clock_hand == c->nr_pages)
+				c->clock_hand = 0;
+			if (try_reclaim_locked(c, p)) {
+				pthread_mutex_unlock(&c->lru_lock);
+				atomic_fetch_add(&c->st_reclaimed, 1);
+				return p;
+			}
+		}
+		swept += RECLAIM_BATCH;
+		/* Two full turns clear every referenced bit and visit every page
+		 * once more: nothing is reclaimable now. */
+		if (swept < 2 * c->nr_pages) {
+			pthread_mutex_unlock(&c->lru_lock);
+			pthread_mutex_lock(&c->lru_lock);
+			continue;
+		}
+		if (!waited) {
+			waited = true;
+			atomic_fetch_add(&c->st_page_waits, 1);
+		}
+		pthread_mutex_unlock(&c->lru_lock);
+		/* Dead devices hold the pages: fail on the second time in a
+		 * row (the first may have missed a page some reader or writer
+		 * held for its copy, and freed since). */
+		int e = c->alloc_ops->dead_error(c, wbc_now_ns());
+		if (e && dead_seen) {
+			*err = e;
+			return NULL;
+		}
+		dead_seen = e != 0;
+		c->alloc_ops->wakeup_writeback(c, true);
+		pthread_mutex_lock(&c->lru_lock);
+		c->free_waiters++;
+		atomic_fetch_add(&c->page_waiters, 1);
+		wbc_cond_timedwait_ns(&c->free_cond, &c->lru_lock, PAGE_WAIT_NS);
+		atomic_fetch_sub(&c->page_waiters, 1);
+		c->free_waiters--;
+		swept = 0;
+	}
+}

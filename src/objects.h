@@ -1,0 +1,312 @@
+/*
+ * The engine's shared objects: the cache, its groups, its devices and
+ * their inodes.  Every layer from mm up works on these structures, so
+ * they are defined once, here, and each group of fields says which layer
+ * owns it:
+ *
+ *   [mm]   layer mm (src/mm: arena, pages, page index, page counters)
+ *   [fs]   layer fs (src/fs: inodes, names, handles, error sequences)
+ *   [wb]   layer writeback (src/writeback: dirty lists, bios, flusher)
+ *   [th]   layer throttle (src/throttle: thresholds, bandwidth, pauses)
+ *   [core] the top (src/core: cache and device lifetime, the I/O paths)
+ *
+ * The owner sets a field up, tears it down and defines what it means;
+ * other layers read it, or change it only as the comment says.  Layers
+ * call only down (src/internal.h has the order and the locks).
+ *
+ * This header includes only the types of the layers (mm/page.h,
+ * mm/pagemap.h, mm/counters.h, fs/types.h, writeback/types.h), never
+ * what a layer offers as functions: a lower layer that includes it sees
+ * the fields of the shared structures and nothing it could call up.
+ */
+#ifndef WBC_OBJECTS_H
+#define WBC_OBJECTS_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "wbcache.h"
+#include "wbcache_backend.h"
+#include "base/base.h"
+#include "mm/page.h"
+#include "mm/pagemap.h"
+#include "mm/counters.h"
+#include "fs/types.h"
+#include "writeback/types.h"
+
+struct backend;          /* bio/bio.h */
+struct wbc_bio;          /* bio/bio.h */
+struct dirty_bucket;     /* writeback/writeback.h */
+struct page_alloc_ops;   /* mm/mm.h */
+struct wb_throttle_ops;  /* writeback/writeback.h */
+
+/* ------------------------------------------------------------------ */
+/* inodes (cached files)                                                */
+
+/* [wb] inode->state */
+enum {
+	I_DIRTY = 1u << 0,   /* in the inbox or on b_dirty / b_io / b_more_io */
+	I_SYNC  = 1u << 1,   /* being written by the flusher, off the lists */
+};
+
+/*
+ * Laid out by who touches what, in 64-byte lines (inodes are allocated
+ * 64-byte aligned): line 0 is what the dirty lists and the flusher's first
+ * look at a file need; lines 1-2 are inode->lock and what writeback and
+ * its completion read and write under it; the rest is touched at creation,
+ * lookup and teardown.  The layout is by line, not by owner: each field
+ * names its owner.
+ */
+struct inode {
+	/* line 0 */
+	/* [wb] dirty tracking (dirty.c): state changes by CAS, no lock */
+	_Atomic unsigned state;     /* I_DIRTY, I_SYNC */
+	/* [fs] handles + dirty lists + bios in flight; atomic: only the drop
+	 * to zero happens under its name shard's lock (iput) */
+	atomic_uint refs;
+	/* [wb] written by the thread that dirties a clean file (before the
+	 * push), then by the flusher */
+	uint64_t dirtied_when;      /* ns: first dirtied since last clean */
+	/* [wb] next on an inbox chain (set before the push), then on b_dirty /
+	 * b_io / b_more_io (dev->list_lock) or a flusher's private queue */
+	struct inode *wb_next;
+	/* [fs] fixed at creation (iget) */
+	struct wbc_dev *dev;
+	void *obj;                  /* backend object */
+	struct wbc_group *group;    /* fixed at creation; may be NULL */
+
+	/* lines 1-2 */
+	/* [fs] the inode's lock: guards what follows, the page index and the
+	 * flags of its pages (mm/page.h) */
+	pthread_mutex_t lock __attribute__((aligned(64)));
+	/* inode->lock */
+	/* pages DIRTY and WRITEBACK: changed with the flags (mm/page.h) */
+	uint64_t nr_dirty, nr_writeback;
+	unsigned waiters;           /* [fs] threads in inode_wait_locked */
+	bool sizing;                /* [fs] truncate/size sync owns the backend size */
+	struct pagemap map;         /* [mm] the page index ([fs] made and freed) */
+	uint64_t i_size;            /* [fs] */
+	/* [fs] size the backend object has (our view); raised by writeback's
+	 * completion */
+	uint64_t backend_size;
+	uint64_t writeback_index;   /* [wb] where the next cyclic pass starts */
+	uint64_t retry_after;       /* [wb] ns: no background retry before (errors) */
+	uint64_t nr_pages;          /* [mm] pages in the index */
+	uint64_t retry_backoff_ns;  /* [wb] */
+	struct errseq wb_err;       /* [fs] recorded by writeback's completion */
+
+	/* [fs] */
+	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
+	pthread_rwlock_t rwsem;     /* the I/O paths' (core/file.c) */
+	char *name;                 /* = name_buf, allocated with the inode */
+	uint64_t hash;              /* wbc_name_hash(name), fixed */
+	/* its name_shard's lock */
+	struct inode *hash_next;
+	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
+	uint32_t name_cap;          /* bytes of name_buf: fixed */
+	char name_buf[];
+};
+
+/* Inodes are allocated 64-byte aligned below 2^48 (every Linux user
+ * address unless mmap is asked for higher ones): an inbox's top packs
+ * two of them with a count into 16 bytes (writeback/dirty.c).  fs
+ * allocates them so (inode_new). */
+#define INODE_ADDR_BITS 48
+static inline bool inode_addr_ok(const void *p)
+{
+	return !((uintptr_t)p & 63) && !((uintptr_t)p >> INODE_ADDR_BITS);
+}
+
+/* ------------------------------------------------------------------ */
+/* groups                                                               */
+
+/* [core] made by wbc_group_create, freed at close */
+struct wbc_group {
+	struct wbc_cache *cache;
+	struct wbc_group *next;     /* set before the group is published */
+	uint64_t thresh, bg_thresh; /* [th] pages */
+	struct dirty_ctr ctr;       /* [mm] accounting (mm/account.c) */
+};
+
+/* ------------------------------------------------------------------ */
+/* device                                                               */
+
+/* [core] made by dev_add_be, freed by dev_destroy (core/device.c) */
+struct wbc_dev {
+	struct wbc_cache *cache;
+	struct wbc_dev *next;       /* cache->dev_lock */
+	unsigned id;
+	struct backend *be;
+
+	/* [fs] the name hash, in shards by the name's hash, each with its
+	 * lock, so opens and the drops of last references rarely meet
+	 * (fs/inode.c) */
+	struct name_shard shards[NAME_SHARDS];
+
+	/* [wb] newly dirtied files: a stack per CPU slot that writers push
+	 * to and the flusher empties (dirty.c) */
+	struct inbox_slot inbox[PCPU_SLOTS];
+
+	/* [wb] the flusher's lines: its list lock and what it guards */
+	pthread_mutex_t list_lock __attribute__((aligned(64)));
+	atomic_ullong nr_taken;     /* in a flusher's batch (dirty_take) */
+	uint64_t list_locked_at;    /* list_lock: when it was taken (ns) */
+	uint64_t list_locked_cpu;   /* list_lock: the holder's CPU time then */
+	struct lock_stat list_lock_stat;       /* wall time held */
+	struct lock_stat list_lock_cpu_stat;   /* holder's CPU time held */
+	atomic_ullong list_lock_waits;         /* takes that found it held */
+	/* list_lock: dirty files (dirty.c).  Only the flusher (or close,
+	 * after it stopped) changes them, under the lock; it may read them
+	 * without.  The counts are stored with atomic stores (count_add), so
+	 * that stats read them without the lock. */
+	struct list_head buckets;   /* b_dirty: time buckets, oldest first */
+	struct dirty_bucket *bucket_pool;   /* free buckets (the flusher's) */
+	uint64_t bucket_ns;         /* a bucket's width in time (fixed) */
+	struct list_head io_buckets;/* b_io: queued buckets, then ... */
+	struct ino_queue b_io;      /* ... these files (from b_more_io) */
+	struct ino_queue b_more_io; /* used their slice; taken after b_io */
+	uint64_t nr_b_dirty, nr_b_io, nr_b_more_io, nr_buckets, bucket_seq;
+
+	/* [wb] the flusher's work (writeback/flusher.c) */
+	pthread_mutex_t work_lock __attribute__((aligned(64)));
+	pthread_cond_t work_cond;   /* wakes the flusher */
+	pthread_cond_t done_cond;   /* sync work finished */
+	struct list_head work_list; /* work_lock */
+	bool stop, start_all, kicked;   /* work_lock */
+	/* set under work_lock when sync work is queued or the flusher is to
+	 * stop; read without it by a pass deciding whether to yield */
+	atomic_bool work_hint;
+	pthread_t thread;
+	bool thread_started;
+
+	/* [wb] the bio pool (writeback/pool.c) */
+	pthread_mutex_t io_lock __attribute__((aligned(64)));
+	pthread_cond_t io_cond;
+	struct wbc_bio *bio_pool;   /* all bios; io_lock guards the free list */
+	struct wbc_bio *bio_free;   /* oldest first ... */
+	struct wbc_bio **bio_free_tail;   /* ... and where to append */
+	struct iovec *iov_pool;
+	struct page **page_pool;
+	unsigned inflight, io_waiters;
+	unsigned nr_bios, bio_wake_batch;   /* fixed */
+	uint64_t busy_since;        /* io_lock: when inflight went 0 -> 1 */
+	uint64_t busy_ns;           /* io_lock: time with I/O in flight, total */
+
+	struct dirty_ctr ctr;       /* [mm] this device's pages (mm/account.c) */
+	struct pcount dirtied_pages;/* [mm] ever dirtied: the dirty rate */
+	/* [wb] bytes written back (completion), read by bandwidth */
+	atomic_ullong completed_bytes __attribute__((aligned(64)));
+
+	/* [core] tunables (spec options), fixed after add */
+	int on_error;                   /* WBC_ON_ERROR_RETRY or _DROP */
+	/* retry policy: how long writes may fail without one succeeding
+	 * before callers that wait for the device get its error */
+	uint64_t retry_timeout_ns;
+	unsigned min_ratio, max_ratio;  /* percent of thresh */
+	uint64_t max_bytes;             /* 0: none */
+	bool strict_limit;
+
+	/* [wb] Failing writes (the retry policy; dev_write_failed and _ok in
+	 * completions, dev_dead_error for waiters): lock-free, read by
+	 * throttled writers.  fail_since: when the first write failed since
+	 * the last one that succeeded (ns; 0: none failing); last_err: the
+	 * latest write error; at_risk_pages: the device's pages dirty again
+	 * after a failed write (its part of the cache's st_at_risk_pages;
+	 * fs uncharges the ones it drops). */
+	atomic_ullong fail_since __attribute__((aligned(64)));
+	atomic_int last_err;
+	atomic_llong at_risk_pages;
+
+	/* [th] bandwidth.c: bw_lock (updates); readers use the atomics */
+	pthread_mutex_t bw_lock __attribute__((aligned(64)));
+	uint64_t bw_stamp_ns, bw_completed, bw_dirtied, bw_busy;
+	double balanced_ratelimit;      /* pages/s */
+	bool bw_measured;               /* write_bw is a measurement, not INIT_BW */
+	atomic_ullong write_bw;         /* bytes/s */
+	atomic_ullong avg_write_bw;     /* bytes/s */
+	atomic_ullong dirty_ratelimit;  /* pages/s */
+	/* flexible proportions: cache->prop_lock */
+	double prop_events;             /* completed pages, halved every period */
+
+	/* [fs] the device's error sequence (fs/errseq.c, dev_record_error) */
+	pthread_mutex_t err_lock __attribute__((aligned(64)));
+	struct errseq wb_err;       /* err_lock: any writeback error of the device */
+	uint32_t sync_err_since;    /* err_lock: [wb] reported through wbc_dev_sync */
+};
+
+/* ------------------------------------------------------------------ */
+/* cache                                                                */
+
+/* [core] made by wbc_cache_open, freed by wbc_cache_close (core/cache.c) */
+struct wbc_cache {
+	struct wbc_config cfg;
+	/* [mm] the arena's geometry (mm/arena.c), fixed at open */
+	uint32_t page_shift;
+	size_t page_size;
+	uint64_t nr_pages;
+	char *arena;
+	size_t arena_len;
+	size_t pages_len;           /* bytes mapped for pages[] */
+	struct page *pages;
+	/* [core] the calls the lower layers make up, set at open:
+	 * page_alloc's (mm/mm.h) and the flusher's (writeback/writeback.h) */
+	const struct page_alloc_ops *alloc_ops;
+	const struct wb_throttle_ops *wb_ops;
+
+	/* [mm] lru_lock and what it guards, on lines of their own: the
+	 * arena's geometry above is read by every copy */
+	pthread_mutex_t lru_lock __attribute__((aligned(64)));
+	pthread_cond_t free_cond;   /* lru_lock: a page was freed */
+	struct page *free_list;
+	uint64_t nr_free, clock_hand;
+	unsigned free_waiters;
+
+	atomic_llong nr_cached;     /* [mm] resident pages (changed with lru_lock) */
+
+	/* read-mostly */
+	uint64_t thresh __attribute__((aligned(64)));   /* [th] pages, fixed at open */
+	uint64_t bg_thresh;         /* [th] */
+	atomic_uint page_waiters;   /* [mm] written only by allocators that wait */
+
+	struct dirty_ctr ctr;       /* [mm] all pages of the cache */
+	/* [th] pauses */
+	atomic_ullong st_pauses __attribute__((aligned(64))), st_paused_ns, st_max_pause_ns;
+	/* [wb] dirty again after a write error (fs uncharges dropped ones) */
+	atomic_llong st_at_risk_pages;
+
+	/* [th] flexible proportions */
+	pthread_mutex_t prop_lock __attribute__((aligned(64)));
+	double prop_total;
+	uint64_t prop_stamp_ns;
+	/* [core] groups: pushed at the head under dev_lock, never removed
+	 * before close, read without a lock (over_bg_thresh runs under
+	 * work_lock) */
+	struct wbc_group *_Atomic groups;
+	struct pcount st_written;   /* [core] bytes through wbc_pwrite */
+	/* statistics: written back, write I/Os and errors, lost ([wb]);
+	 * read in ([core]); reclaimed and page waits ([mm]) */
+	atomic_ullong st_written_back __attribute__((aligned(64))), st_read_in, st_reclaimed,
+		      st_write_ios, st_write_errors, st_lost, st_page_waits;
+
+	/* [core] the device list, walked by writeback and throttle under
+	 * dev_lock (or without it from a list head read under it: devices
+	 * are only added at the head and freed at close) */
+	pthread_mutex_t dev_lock __attribute__((aligned(64)));
+	struct wbc_dev *devs;       /* dev_lock */
+	unsigned nr_devs;
+};
+
+#endif

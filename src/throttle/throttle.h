@@ -1,0 +1,66 @@
+/*
+ * Layer throttle: the dirty thresholds of the cache and its groups, the
+ * throttling domains and their control lines, the IO-less throttle of
+ * writers (throttle/throttle.c, balance_dirty_pages), and the devices'
+ * rate estimates and proportions (throttle/bandwidth.c).  The top of the
+ * engine's layers: above writeback, whose flushers it kicks and whose
+ * retry state and busy time it reads; the counters it judges are mm's
+ * (mm/counters.h, mm/account.c).
+ *
+ * LOCKS (the global order is at the top of src/internal.h).  throttle
+ * owns dev->bw_lock (the rate estimates: only ever trylocked, so no
+ * thread waits for it; dev_busy_ns takes io_lock inside it) and
+ * cache->prop_lock (the proportions: taken inside cache->dev_lock).  It
+ * takes dev_lock to walk the devices.  Call balance_dirty_pages, which
+ * sleeps, with no lock held; over_bg_pages and over_bg_thresh under any
+ * lock (they take none); the rest with no lock held.
+ */
+#ifndef WBC_THROTTLE_H
+#define WBC_THROTTLE_H
+
+#include "writeback/writeback.h"
+
+/* The numbers of one throttling domain, read once per decision (pages). */
+struct dom {
+	double dirty, thresh, bg_thresh, freerun, setpoint, limit;
+};
+
+/* throttle.c */
+void thresholds_compute(struct wbc_cache *c);
+bool over_bg_thresh(struct wbc_cache *c);
+/* Dirty pages above the background threshold of the cache or of the
+ * group furthest above its own; 0 or less when none is above. */
+long over_bg_pages(struct wbc_cache *c);
+/* Pause the calling thread as the control line says.  Returns 0, or the
+ * device's error when the thread is to be throttled and the device is
+ * dead (dev_dead_error): the thread then stays due (throttle_due) and
+ * must not dirty more before a call that returns 0. */
+int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
+/* Count one newly dirtied page; true when the caller should call
+ * balance_dirty_pages (its thread reached its check interval). */
+bool throttle_dirtied(void);
+/* Between these, balance_dirty_pages owes its pause instead of sleeping
+ * (wbc_pwrite_nowait): throttle_owed() is then true and the write stops
+ * there; end returns the pause. */
+void throttle_defer_begin(void);
+bool throttle_owed(void);
+uint64_t throttle_defer_end(void);
+/* The calling thread is due for balance_dirty_pages (its last one failed). */
+bool throttle_due(void);
+double pos_ratio_cubic(double setpoint, double dirty, double limit);
+void dom_global(struct wbc_cache *c, struct dom *d);
+void dom_group(struct wbc_group *g, struct dom *d);
+double wb_pos_ratio(struct wbc_dev *dev, const struct dom *d, double *wb_thresh);
+double dev_wb_thresh(struct wbc_dev *dev, double thresh);
+/* The most pages one thread may dirty past the limit before it checks:
+ * the documented slack of invariant 2, per writing thread. */
+uint64_t throttle_slack_pages(struct wbc_cache *c);
+
+/* bandwidth.c */
+void bandwidth_update(struct wbc_dev *dev, uint64_t now);   /* any thread */
+void prop_account(struct wbc_dev *dev, uint64_t pages);
+double prop_fraction(struct wbc_dev *dev);
+long writeback_slice_pages(struct wbc_dev *dev);
+#define WBC_INIT_BW (100ull << 20)   /* Linux INIT_BW: 100 MB/s before any sample */
+
+#endif

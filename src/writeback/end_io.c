@@ -1,0 +1,314 @@
+/*
+ * The completion of writeback bios (layer writeback): pages clean, or
+ * dirty again under the retry policy, counters, waiters woken; a batch of
+ * completions in one thread settles what they share once
+ * (wbc_io_complete_batch); and the state of the retry policy, a device's
+ * failing writes (dev_dead_error).
+ */
+#include "writeback/writeback.h"
+
+/* Background retries of a file whose writeback failed (retry policy). */
+#define RETRY_MIN_NS (100ull * 1000 * 1000)
+#define RETRY_MAX_NS (5000ull * 1000 * 1000)
+
+/* ------------------------------------------------------------------ */
+/* errors                                                               */
+
+/*
+ * How long the device has failed (the retry policy's bound).  A failed
+ * write starts the clock unless it runs; a write that succeeds stops it.
+ * Waiters compare with retry_timeout (dev_dead_error): a store that
+ * failed every write for that long makes callers that wait for it fail
+ * with its error, while its pages stay dirty, at risk and retried in the
+ * background; the first write that succeeds ends it.
+ *
+ *   write:   ok  ok  FAIL  FAIL ... FAIL  FAIL   ok
+ *   clock:   -   -   t0 ----------------------->  -
+ *   waiters: wait ......... (t0 + retry_timeout) fail ... | wait again
+ */
+static void dev_write_failed(struct wbc_dev *dev, int err, uint64_t now)
+{
+	atomic_store_explicit(&dev->last_err, err, memory_order_relaxed);
+	unsigned long long none = 0;
+	atomic_compare_exchange_strong(&dev->fail_since, &none, now ? now : 1);
+}
+
+static void dev_write_ok(struct wbc_dev *dev)
+{
+	/* a load first: a healthy device's line stays shared */
+	if (atomic_load_explicit(&dev->fail_since, memory_order_relaxed))
+		atomic_store(&dev->fail_since, 0);
+}
+
+int dev_dead_error(struct wbc_dev *dev, uint64_t now)
+{
+	if (dev->on_error != WBC_ON_ERROR_RETRY)
+		return 0;   /* drop: failed pages are cleaned, nothing waits */
+	uint64_t since = atomic_load(&dev->fail_since);
+	/* with no page at risk the clock says nothing of the writes to come
+	 * (the failed pages were truncated away): they get their try */
+	if (!since || atomic_load(&dev->at_risk_pages) <= 0 || now < since ||
+	    now - since < dev->retry_timeout_ns)
+		return 0;
+	int err = atomic_load_explicit(&dev->last_err, memory_order_relaxed);
+	return err ? err : -EIO;
+}
+
+int cache_dead_error(struct wbc_cache *c, uint64_t now)
+{
+	int err = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next) {
+		if (ctr_unclean(&d->ctr) <= 0)
+			continue;
+		int e = dev_dead_error(d, now);
+		if (!e) {
+			err = 0;   /* a live device will free pages */
+			break;
+		}
+		if (!err)
+			err = e;
+	}
+	pthread_mutex_unlock(&c->dev_lock);
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* writeback completion                                                 */
+
+/*
+ * Completions of one batch (bio_end_batch_begin .. _end), in one thread:
+ * what every completion would do to shared cache lines (the statistics,
+ * the dirty counters, the bio pool's lock, the page waiters' check) is
+ * summed here and done once.  Sums are per device and group: a bio of
+ * another settles what was summed first.  A completion that wakes a
+ * waiter on its file settles the sums before the wakeup, so whoever
+ * waited (fsync) finds the counters up to date, as without a batch.
+ */
+struct end_batch {
+	bool open;
+	unsigned depth;                /* nested begins (a batch's short write resubmitted
+					* to a backend that completes inline) */
+	struct wbc_dev *dev;
+	struct wbc_group *group;
+	uint64_t bytes, ios;
+	long cleaned;
+	struct wbc_bio *bios, *last;   /* to put back, linked by next_free */
+	unsigned nbios;
+};
+static _Thread_local struct end_batch eb;
+
+/* Settle the sums (not the bios). */
+static void end_batch_settle(void)
+{
+	if (eb.bytes) {
+		struct wbc_cache *c = eb.dev->cache;
+		atomic_fetch_add(&c->st_written_back, eb.bytes);
+		atomic_fetch_add(&c->st_write_ios, eb.ios);
+		atomic_fetch_add(&eb.dev->completed_bytes, eb.bytes);
+		eb.bytes = eb.ios = 0;
+	}
+	if (eb.cleaned) {
+		account_domains(eb.dev, eb.group, 0, -eb.cleaned);
+		eb.cleaned = 0;
+	}
+}
+
+/* Settle everything: sums, torn-down files (pages, then the inodes they
+ * named: fs's teardown batch, open with this one), bios last (a drained
+ * device runs no completion), page waiters. */
+static void end_batch_flush(void)
+{
+	if (!eb.dev)
+		return;
+	end_batch_settle();
+	inode_teardown_flush();
+	if (eb.nbios)
+		bio_put_chain(eb.dev, eb.bios, eb.last, eb.nbios);
+	eb.bios = eb.last = NULL;
+	eb.nbios = 0;
+	cache_wake_page_waiters(eb.dev->cache);
+	eb.dev = NULL;
+	eb.group = NULL;
+}
+
+/* A backend completing several bios in one thread brackets their end_io
+ * calls with these (wbc_io_complete_batch): the counters, the bios'
+ * return to the pool and the page waiters' wakeup are done once for the
+ * batch. */
+static void bio_end_batch_begin(void)
+{
+	if (!eb.depth++) {
+		eb.open = true;
+		inode_teardown_begin();
+	}
+}
+
+static void bio_end_batch_end(void)
+{
+	assert(eb.open && eb.depth);
+	if (--eb.depth)
+		return;     /* the outermost batch settles */
+	end_batch_flush();
+	eb.open = false;
+	inode_teardown_end();
+}
+
+/* Start summing for @dev and @g (settling sums of another pair first). */
+static void end_batch_for(struct wbc_dev *dev, struct wbc_group *g)
+{
+	if (eb.dev != dev) {
+		end_batch_flush();
+		eb.dev = dev;
+		eb.group = g;
+	} else if (eb.group != g) {
+		end_batch_settle();
+		eb.group = g;
+	}
+}
+
+void wb_end_io(struct wbc_bio *bio)
+{
+	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
+	struct inode *ino = bio->inode;
+	struct wbc_dev *dev = ino->dev;
+	struct wbc_cache *c = dev->cache;
+	unsigned n = bio->nr_pages;
+	size_t len = bio->len;
+	int err = bio->res < 0 ? bio->res : ((size_t)bio->res != len ? -EIO : 0);
+	bool size_dirty, retry = err && dev->on_error == WBC_ON_ERROR_RETRY;
+	long at_risk_delta = 0;
+
+	if (eb.open)
+		end_batch_for(dev, ino->group);
+	/* Counters first: whoever waits for these pages (fsync) finds them
+	 * up to date when it wakes. */
+	if (err) {
+		atomic_fetch_add(&c->st_write_errors, 1);
+		if (!retry)
+			atomic_fetch_add(&c->st_lost, len);
+		else
+			dev_write_failed(dev, err, wbc_now_ns());
+		dev_record_error(dev, err);
+	} else {
+		dev_write_ok(dev);
+		if (eb.open) {
+			eb.bytes += len;
+			eb.ios++;
+		} else {
+			atomic_fetch_add(&c->st_written_back, len);
+			atomic_fetch_add(&c->st_write_ios, 1);
+			atomic_fetch_add(&dev->completed_bytes, len);
+		}
+	}
+	pthread_mutex_lock(&ino->lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct page *p = bio->pages[i];
+		assert(p->inode == ino && (pg_flags(p) & PG_WRITEBACK));
+		pg_clear(p, PG_WRITEBACK);
+		pm_tag_clear(&ino->map, p->index, PM_TAG_WRITEBACK);
+		if (retry) {
+			/* Retry policy: dirty again, at risk until written */
+			pg_set(p, PG_DIRTY);
+			pm_tag_set(&ino->map, p->index, PM_TAG_DIRTY);
+			if (!(pg_flags(p) & PG_ERROR)) {
+				pg_set(p, PG_ERROR);
+				at_risk_delta++;
+			}
+		} else if (pg_flags(p) & PG_ERROR) {
+			/* written at last (or dropped by the drop policy) */
+			pg_clear(p, PG_ERROR);
+			at_risk_delta--;
+		}
+	}
+	ino->nr_writeback -= n;
+	if (retry) {
+		ino->nr_dirty += n;
+		/* back off: 100 ms doubling to 5 s between background retries */
+		ino->retry_backoff_ns = WBC_MIN(WBC_MAX(ino->retry_backoff_ns * 2, RETRY_MIN_NS),
+						RETRY_MAX_NS);
+		ino->retry_after = wbc_now_ns() + ino->retry_backoff_ns;
+	} else if (!err) {
+		ino->retry_backoff_ns = 0;
+		ino->retry_after = 0;
+	}
+	if (err)
+		errseq_record(&ino->wb_err, err);
+	else
+		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
+	size_dirty = !err && ino->backend_size != ino->i_size;
+	/* counters before the wakeup: an fsync that wakes sees them settled */
+	if (at_risk_delta) {
+		atomic_fetch_add(&c->st_at_risk_pages, at_risk_delta);
+		atomic_fetch_add(&dev->at_risk_pages, at_risk_delta);
+	}
+	if (retry) {
+		account_redirtied(ino, n);
+	} else if (eb.open) {
+		eb.cleaned += n;
+	} else {
+		account_cleaned(ino, n);
+	}
+	if (ino->waiters && eb.open)
+		end_batch_settle();
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+
+	if (!eb.open)
+		cache_wake_page_waiters(c);
+	if (size_dirty || retry)
+		mark_inode_dirty(ino);   /* the flusher fixes the size, or retries */
+	iput(ino);
+	/* last: a drained device (inflight 0) has no completion still running */
+	if (eb.open) {
+		bio->next_free = eb.bios;
+		eb.bios = bio;
+		if (!eb.last)
+			eb.last = bio;
+		eb.nbios++;
+	} else {
+		bio_put(dev, bio);
+	}
+}
+
+/*
+ * Start the cache misses that completing @b will take, so that a backend
+ * completing a batch has them all in flight at once instead of one after
+ * another: stage 0 (the bio itself loaded) the inode, the bio's page
+ * list and the backend object; stage 1 (stage 0 done for the batch) the
+ * page descriptors.  The flusher wrote these lines on another CPU, and
+ * the writer before it: each is a miss.  A hint; harmless for any bio.
+ */
+static void bio_prefetch(const struct wbc_bio *b, int stage)
+{
+	if (b->end_io != wb_end_io)
+		return;
+	if (stage == 0) {
+		const char *ino = (const char *)b->inode;
+		for (size_t off = 0; off < sizeof(struct inode); off += 64)
+			__builtin_prefetch(ino + off, 1);
+		__builtin_prefetch(b->pages, 0);
+		__builtin_prefetch(b->io.file, 1);
+	} else {
+		for (unsigned i = 0; i < WBC_MIN(b->nr_pages, 4u); i++)
+			__builtin_prefetch(b->pages[i], 1);
+		/* the completion may drop the file's last reference */
+		inode_prefetch_unhash(b->inode);
+	}
+}
+
+void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n)
+{
+	/* the cache misses of the whole batch in flight at once (each bio
+	 * taken over from its submitter first) */
+	for (unsigned i = 0; i < n; i++)
+		(void)atomic_load_explicit(&container_of(ios[i], struct wbc_bio, io)->handoff,
+					   memory_order_acquire);
+	for (int stage = 0; stage < 2; stage++)
+		for (unsigned i = 0; i < n; i++)
+			bio_prefetch(container_of(ios[i], struct wbc_bio, io), stage);
+	bio_end_batch_begin();
+	for (unsigned i = 0; i < n; i++)
+		wbc_io_complete(ios[i], ios[i]->res);
+	bio_end_batch_end();
+}
