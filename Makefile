@@ -94,16 +94,26 @@ $(LIB_INT): $(LIB_OBJ)
 	@rm -f $@
 	$(Q)ar rcs $@ $^
 
-# one relocatable object whose only global symbols are wbc_*
-$(LIB): $(LIB_OBJ)
+# The exported names: every wbc_* function the public headers declare
+# (the base layer's wbc_ helpers, not in them, stay hidden).
+PUBLIC_H := include/wbcache.h include/wbcache_backend.h
+$(BUILD)/exports.txt: $(PUBLIC_H)
+	@mkdir -p $(dir $@)
+	$(Q)grep -ho 'wbc_[a-z0-9_]*(' $(PUBLIC_H) | tr -d '(' | sort -u >$@
+$(BUILD)/libwbcache.map: $(BUILD)/exports.txt
+	$(Q){ echo 'WBCACHE_0 {'; echo '	global:'; sed 's/.*/		&;/' $<; \
+	     echo '	local:'; echo '		*;'; echo '};'; } >$@
+
+# one relocatable object whose only global symbols are the exported ones
+$(LIB): $(LIB_OBJ) $(BUILD)/exports.txt
 	@rm -f $@ $(BUILD)/wbcache-public.o
-	$(Q)ld -r -o $(BUILD)/wbcache-public.o $^
-	$(Q)objcopy -w --keep-global-symbol='wbc_*' $(BUILD)/wbcache-public.o
+	$(Q)ld -r -o $(BUILD)/wbcache-public.o $(LIB_OBJ)
+	$(Q)objcopy --keep-global-symbols=$(BUILD)/exports.txt $(BUILD)/wbcache-public.o
 	$(Q)ar rcs $@ $(BUILD)/wbcache-public.o
 
-$(SHLIB): $(LIB_OBJ) src/libwbcache.map
+$(SHLIB): $(LIB_OBJ) $(BUILD)/libwbcache.map
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libwbcache.so.$(SOVER) \
-		-Wl,--version-script=src/libwbcache.map $(LIB_OBJ) $(LDLIBS) -o $@
+		-Wl,--version-script=$(BUILD)/libwbcache.map $(LIB_OBJ) $(LDLIBS) -o $@
 	@ln -sfn $(notdir $@) $(BUILD)/libwbcache.so.$(SOVER)
 	@ln -sfn $(notdir $@) $(BUILD)/libwbcache.so
 

@@ -29,6 +29,15 @@ others=$(nm -D --defined-only "$lib/libwbcache.so" | awk '$2 != "A" && $3 !~ /^w
 [ -z "$others" ] || fail "the shared library exports: $others"
 others=$(nm -g --defined-only "$lib/libwbcache.a" | awk 'NF == 3 && $3 !~ /^wbc_/ {print $3}')
 [ -z "$others" ] || fail "the archive exports: $(echo $others | head -c 300)"
+# exactly the functions the installed headers declare: no internal wbc_ helper
+declared=$(grep -ho 'wbc_[a-z0-9_]*(' "$dest$prefix"/include/wbcache*.h | tr -d '(' | sort -u)
+for l in "$lib/libwbcache.so" "$lib/libwbcache.a"; do
+	case $l in *.so) got=$(nm -D --defined-only "$l" | awk '$2 != "A" {print $3}' | sort -u) ;;
+		   *) got=$(nm -g --defined-only "$l" | awk 'NF == 3 {print $3}' | sort -u) ;; esac
+	extra=$(comm -13 <(echo "$declared") <(echo "$got"))
+	[ -z "$extra" ] || fail "$(basename "$l") exports what no public header declares: $extra"
+	[ "$(echo "$got" | grep -c .)" -ge 30 ] || fail "$(basename "$l") exports too little: $got"
+done
 
 export PKG_CONFIG_SYSROOT_DIR=$dest PKG_CONFIG_PATH=$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 cflags=$(pkg-config --cflags wbcache) libs=$(pkg-config --libs wbcache) static=$(pkg-config --static --libs wbcache)
