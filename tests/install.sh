@@ -32,7 +32,7 @@ others=$(nm -g --defined-only "$lib/libwbcache.a" | awk 'NF == 3 && $3 !~ /^wbc_
 # exactly the functions the installed headers declare: no internal wbc_ helper
 declared=$(grep -ho 'wbc_[a-z0-9_]*(' "$dest$prefix"/include/wbcache*.h | tr -d '(' | sort -u)
 for l in "$lib/libwbcache.so" "$lib/libwbcache.a"; do
-	case $l in *.so) got=$(nm -D --defined-only "$l" | awk '$2 != "A" {print $3}' | sort -u) ;;
+	case $l in *.so) got=$(nm -D --defined-only "$l" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' | sort -u) ;;
 		   *) got=$(nm -g --defined-only "$l" | awk 'NF == 3 {print $3}' | sort -u) ;; esac
 	extra=$(comm -13 <(echo "$declared") <(echo "$got"))
 	[ -z "$extra" ] || fail "$(basename "$l") exports what no public header declares: $extra"
