@@ -74,7 +74,7 @@
  *   callback runs under the descriptor-cache lock and takes none of ours.
  *
  * No lock is held across backend submission, a wait for I/O, a sleep, or a
- * read-in from the backend (invariant 6 of DESIGN.md): waits use condition
+ * read-in from the backend (an invariant of the design): waits use condition
  * variables, which release the mutex.
  */
 #ifndef WBC_INTERNAL_H

@@ -31,5 +31,5 @@ int cmd_run(int argc, char **argv);
 int cmd_mount(int argc, char **argv);   /* mount/main.c */
 int cmd_stat(int argc, char **argv);    /* mount/stats.c */
 int cmd_umount(int argc, char **argv);  /* mount/main.c */
-int wbc_parse_size(const char *s, uint64_t *out);   /* src/spec.c */
+int wbc_parse_size(const char *s, uint64_t *out);   /* wbcache_backend.h */
 #endif

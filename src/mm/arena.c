@@ -2,7 +2,7 @@
  * The page arena (layer mm): one mapping for the pages, one for their
  * descriptors, both made at open.
  *
- * Invariant (DESIGN.md 1):
+ * Invariant (the memory bound):
  *   1. All page memory is one mmap()ed arena made at open; nothing else ever
  *      holds file data.  Page descriptors are one array made at open.
  */

@@ -1,7 +1,7 @@
 /*
  * Page allocation and reclaim (layer mm).
  *
- * Invariants (DESIGN.md 1):
+ * Invariants (the memory bound):
  *   2. A page is in exactly one state: on the free list (inode == NULL,
  *      on_free), in transit (inode == NULL, !on_free: owned by the thread
  *      that took it from page_alloc), or bound to an inode's page index.
