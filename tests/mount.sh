@@ -158,7 +158,7 @@ if [ "$(id -u)" = 0 ]; then
 	n=$(ls /proc/$pid/fd | wc -l)
 	[ "$n" -lt 256 ] || fail "the daemon holds $n descriptors"
 	[ "$(cat "$mt/many/777")" = 777 ] || fail "file content with few descriptors"
-	do_umount || fail "unmount after many files"
+	do_umount || fail "unmount after many files: $(cat "$top/umount.log")"
 	wait "$fgpid" || fail "foreground mount exit status $?"
 	[ "$(ls "$bk/many" | wc -l)" = 1500 ] && [ "$(cat "$bk/many/1500")" = 1500 ] ||
 		fail "many files not written back"

@@ -647,6 +647,10 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 	}
 	if (!rc && !qd)
 		qd = blk_queue_depth(probe_fd);
+	/* every I/O in flight holds its file's descriptor: with descriptors
+	 * opened on demand, no more I/Os than half the descriptors kept */
+	if (f->reopen && qd > f->fd_cap / 2)
+		qd = WBC_MAX(f->fd_cap / 2, 1u);
 	if (!rc) {
 		rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
 		if (rc)
