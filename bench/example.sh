@@ -9,6 +9,7 @@
 # shared library.)
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${WBCACHE_BUILD:-build/release}
 SIZE_MB=${SIZE_MB:-512}
 ROUNDS=${ROUNDS:-5}
@@ -25,7 +26,6 @@ cp examples/dirstore.c examples/dirstore.h examples/dirstore_main.c "$top/"
 	$(pkg-config --libs wbcache) -o dirstore-demo)
 run() { rm -f "$store"/*; LD_LIBRARY_PATH=$lib "$1" "$store" "$SIZE_MB" |
 	sed -n 's/.*: \([0-9.]*\) MB\/s.*/\1/p'; }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 i=() o=()
 for r in $(seq "$ROUNDS"); do
 	i+=("$(run "$BUILD/examples/dirstore-demo")")
@@ -39,4 +39,4 @@ echo "dirstore example, $SIZE_MB MiB into tmpfs through a 64 MiB cache, median o
 printf '%-52s %8s\n' "build" "MB/s"
 printf '%-52s %8s\n' "in the tree (archive)" "$I"
 printf '%-52s %8s  %.2fx\n' "outside, installed shared library, pkg-config" "$O" \
-	"$(awk -v a="$O" -v b="$I" 'BEGIN{print a/b}')"
+	"$(ratio "$O" "$I")"

@@ -16,6 +16,7 @@
 # mount's cache), FILES (20000: fs_mark files per thread).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${WBCACHE_BUILD:-build/release}
 W=$(realpath "$BUILD/wbcache")
 DIR=${WBCACHE_BENCH_DIR:-/var/tmp/wbm}   # short: fs_mark takes paths under 40 bytes
@@ -59,7 +60,6 @@ fsmark_fps() {   # fsmark_fps DIR -> files/s
 	echo "$v"
 	rm -rf "$1/fsm"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 declare -A R
 for r in $(seq "$ROUNDS"); do
@@ -76,7 +76,7 @@ echo "wbcache mount vs the kernel on $bk, median of $ROUNDS rounds"
 printf '%-58s %10s %10s %8s\n' "test" "mount" "kernel" "ratio"
 row() {
 	m=$(echo ${R[$1.m]} | tr ' ' '\n' | median); k=$(echo ${R[$1.k]} | tr ' ' '\n' | median)
-	printf '%-58s %10s %10s %7.2fx\n' "$2" "$m" "$k" "$(awk -v a="$m" -v b="$k" 'BEGIN{print a/b}')"
+	printf '%-58s %10s %10s %7.2fx\n' "$2" "$m" "$k" "$(ratio "$m" "$k")"
 }
 row dd "dd bs=1M count=$SIZE_MB conv=fsync, MB/s"
 row fio "fio 1 MiB sequential write, psync, end_fsync, MB/s"

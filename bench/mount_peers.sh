@@ -12,6 +12,7 @@
 # (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${WBCACHE_BUILD:-build/release}
 W=$(realpath "$BUILD/wbcache")
 PEERS=../shared/peers/libfuse-3.14
@@ -84,7 +85,6 @@ t_tar() {
 	awk -v n="$NTAR" -v s="$s" -v e="$e" 'BEGIN { printf "%d\n", n / (e - s) }'
 	rm -rf "$1/x"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 declare -A R
 SYSTEMS="kernel wbcache hp ll"
@@ -107,7 +107,7 @@ row() {
 	k=$(echo ${R[$1.kernel]} | tr ' ' '\n' | median); w=$(echo ${R[$1.wbcache]} | tr ' ' '\n' | median)
 	h=$(echo ${R[$1.hp]} | tr ' ' '\n' | median); l=$(echo ${R[$1.ll]} | tr ' ' '\n' | median)
 	printf '%-44s %9s %9s %9s %9s %7.2fx %7.2fx\n' "$2" "$k" "$w" "$h" "$l" \
-		"$(awk -v a="$w" -v b="$h" 'BEGIN{print b ? a/b : 0}')" "$(awk -v a="$w" -v b="$k" 'BEGIN{print b ? a/b : 0}')"
+		"$(ratio "$w" "$h")" "$(ratio "$w" "$k")"
 }
 row dd "dd ${SIZE_MB} MiB conv=fsync, MB/s"
 row fsmark "fs_mark 2 x $FILES x 4 KiB, -S 0, files/s"

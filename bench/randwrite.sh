@@ -9,6 +9,7 @@
 # /var/tmp/wbcache-bench), TIME (10), ROUNDS (3).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${WBCACHE_BUILD:-build/release}
 DIR=${WBCACHE_BENCH_DIR:-/var/tmp/wbcache-bench}
 TIME=${TIME:-10}
@@ -37,7 +38,6 @@ run_fio() {
 	    --output-format=terse --terse-version=3 |
 		awk -F';' '{ printf "%d\n", $47 * 1024 / ($50 / 1000) / 1e6 }'
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 w=() f=() q=() c=() u=()
 for r in $(seq "$ROUNDS"); do
@@ -55,7 +55,7 @@ echo
 echo "random 4 KiB writes, 1 GiB file, ${TIME} s, $DIR, median of $ROUNDS rounds"
 printf '%-48s %8s %s\n' "peer" "MB/s" "wbcache / peer"
 printf '%-48s %8s %s\n' "wbcache run randwrite (256 MiB cache, QD$QD)" "$W" "-"
-printf '%-48s %8s %.2fx\n' "fio io_uring O_DIRECT iodepth=32" "$F" "$(awk -v a="$W" -v b="$F" 'BEGIN{print a/b}')"
-printf '%-48s %8s %.2fx\n' "fio io_uring O_DIRECT iodepth=$QD" "$Q" "$(awk -v a="$W" -v b="$Q" 'BEGIN{print a/b}')"
+printf '%-48s %8s %.2fx\n' "fio io_uring O_DIRECT iodepth=32" "$F" "$(ratio "$W" "$F")"
+printf '%-48s %8s %.2fx\n' "fio io_uring O_DIRECT iodepth=$QD" "$Q" "$(ratio "$W" "$Q")"
 echo "writeback CPU (flusher + completion threads) per 4 KiB page written back: $C us," \
      "of which in user space (the engine; the rest is the kernel's I/O path): $U us"

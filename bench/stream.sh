@@ -9,6 +9,7 @@
 # cache budget).
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${WBCACHE_BUILD:-build/release}
 DIR=${WBCACHE_BENCH_DIR:-/var/tmp/wbcache-bench}
 SIZE_MB=${SIZE_MB:-2048}
@@ -38,7 +39,6 @@ run_dd() {
 			       printf "%d\n", $1 / t / 1e6 }'
 	rm -f "$DIR/dd.out"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 w=() f=() d=()
 for r in $(seq "$ROUNDS"); do
@@ -54,5 +54,5 @@ echo
 echo "stream ${SIZE_MB} MiB of 1 MiB writes + fsync, $DIR, median of $ROUNDS rounds"
 printf '%-44s %8s %s\n' "peer" "MB/s" "wbcache / peer"
 printf '%-44s %8s %s\n' "wbcache run (file backend, io_uring O_DIRECT)" "$W" "-"
-printf '%-44s %8s %.2fx\n' "fio io_uring O_DIRECT bs=1M iodepth=32" "$F" "$(awk -v a="$W" -v b="$F" 'BEGIN{print a/b}')"
-printf '%-44s %8s %.2fx\n' "dd bs=1M conv=fsync (kernel buffered)" "$D" "$(awk -v a="$W" -v b="$D" 'BEGIN{print a/b}')"
+printf '%-44s %8s %.2fx\n' "fio io_uring O_DIRECT bs=1M iodepth=32" "$F" "$(ratio "$W" "$F")"
+printf '%-44s %8s %.2fx\n' "dd bs=1M conv=fsync (kernel buffered)" "$D" "$(ratio "$W" "$D")"

@@ -205,15 +205,21 @@ static int range_check(uint64_t off, size_t len)
 	return 0;
 }
 
-ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
+/* The handle of a read or write of @len bytes at @off from/to @buf, or
+ * NULL and the error in *@err. */
+static struct wbc_file *io_handle(wbc_file *h, const void *buf, size_t len, uint64_t off,
+				  int *err)
 {
 	struct wbc_file *f = handle_get(h);
+	*err = !f ? -EBADF : !buf && len ? -EINVAL : range_check(off, len);
+	return *err ? NULL : f;
+}
+
+ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
+{
+	int err;
+	struct wbc_file *f = io_handle(h, buf, len, off, &err);
 	if (!f)
-		return -EBADF;
-	if (!buf && len)
-		return -EINVAL;
-	int err = range_check(off, len);
-	if (err)
 		return err;
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
@@ -289,13 +295,9 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 
 ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 {
-	struct wbc_file *f = handle_get(h);
+	int err;
+	struct wbc_file *f = io_handle(h, buf, len, off, &err);
 	if (!f)
-		return -EBADF;
-	if (!buf && len)
-		return -EINVAL;
-	int err = range_check(off, len);
-	if (err)
 		return err;
 	struct inode *ino = f->inode;
 	struct wbc_dev *dev = ino->dev;
