@@ -539,7 +539,7 @@ static int workers_start(unsigned count)
 /* ------------------------------------------------------------------ */
 /* Statistics file */
 
-static void stats_write(const struct wbc_stats *st, bool final)
+static void stats_write(const struct wbc_stats *st, const struct wbc_dev_stats *ds, bool final)
 {
 	char tmp[4096];
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", stats_path) >= (int)sizeof(tmp))
@@ -569,12 +569,15 @@ static void stats_write(const struct wbc_stats *st, bool final)
 		"paused_ns=%" PRIu64 "\n"
 		"max_pause_ns=%" PRIu64 "\n"
 		"write_bw=%" PRIu64 "\n"
+		"failing_ns=%" PRIu64 "\n"
+		"dead_error=%d\n"
 		"final=%d\n",
 		st->mem_bytes, st->cached_bytes, st->dirty_bytes, st->writeback_bytes,
 		st->bg_thresh_bytes, st->thresh_bytes, st->setpoint_bytes, st->limit_bytes,
 		st->written_bytes, st->written_back_bytes, st->read_in_bytes, st->write_ios,
 		st->write_errors, st->lost_bytes, st->at_risk_bytes, st->pauses, st->paused_ns,
-		st->max_pause_ns, st->write_bw, final);
+		st->max_pause_ns, st->write_bw, ds ? ds->failing_ns : 0, ds ? -ds->dead_error : 0,
+		final);
 	if (fclose(f) || rename(tmp, stats_path)) {
 		nbdkit_debug("wbcache: %s: %m", stats_path);
 		unlink(tmp);
@@ -591,8 +594,9 @@ static void *stats_main(void *arg)
 	while (!g.stats_stop) {
 		pthread_mutex_unlock(&g.stats_lock);
 		struct wbc_stats st;
-		if (wbc_stats(g.cache, &st) == 0)
-			stats_write(&st, false);
+		struct wbc_dev_stats ds;
+		if (wbc_stats(g.cache, &st) == 0 && wbc_dev_stats(g.dev, &ds) == 0)
+			stats_write(&st, &ds, false);
 		pthread_mutex_lock(&g.stats_lock);
 		uint64_t ns = (uint64_t)next.tv_nsec + step;
 		next.tv_sec += (time_t)(ns / 1000000000u);
@@ -749,19 +753,29 @@ static void wbcache_cleanup(nbdkit_backend *backend)
 	stats_stop();
 	wbc_file_close(g.keeper);
 	g.keeper = NULL;
+	/* write back and flush: reports the errors of the past (every
+	 * connection's FLUSH saw them), so that close's says what is new */
+	(void)wbc_dev_sync(g.dev);
 	struct wbc_stats st;
 	memset(&st, 0, sizeof(st));
 	int err = wbc_cache_close_stats(g.cache, &st);
 	g.cache = NULL;
 	g.dev = NULL;
 	if (stats_path)
-		stats_write(&st, true);
+		stats_write(&st, NULL, true);
 	if (st.lost_bytes)
-		nbdkit_error("wbcache: %" PRIu64 " bytes of acknowledged writes could not be "
-			     "written to the plugin and are lost (%" PRIu64 " failed writes)",
+		nbdkit_error("wbcache: %" PRIu64 " bytes of written data could not be written to "
+			     "the plugin and are lost (%" PRIu64 " failed writes)",
 			     st.lost_bytes, st.write_errors);
-	else if (err)
-		nbdkit_error("wbcache: writing back the cache at exit: %s", wbc_strerror(err));
+	else if (err) {
+		/* every byte was written, some after failed tries: whether
+		 * the plugin's last flush succeeded, one more says */
+		int ferr = be_flush(NULL, NULL, 0);
+		if (ferr)
+			nbdkit_error("wbcache: flushing the plugin at exit: %s", wbc_strerror(ferr));
+		else
+			nbdkit_debug("wbcache: writes that failed were retried and written back");
+	}
 	context_close();
 }
 
