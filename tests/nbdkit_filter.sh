@@ -40,14 +40,17 @@ $PY -c 'import nbd' 2>/dev/null || fail "no Python nbd module (python3-libnbd: s
 others=$(nm -D --defined-only "$FILTER" | awk '$2 != "A" && $3 != "filter_init" && $3 !~ /^wbc_/ && $3 !~ /^_(init|fini)$/ {print $3}')
 [ -z "$others" ] || fail "the filter exports: $others"
 
-# a sanitized filter needs its runtime loaded first into nbdkit
-unset LD_PRELOAD
-san=$(ldd "$FILTER" 2>/dev/null | awk '$1 ~ /^lib(a|t|ub)san\.so/ {print $3}' | sort -r | tr '\n' ':')
+# a sanitized filter needs its runtime loaded first into nbdkit (ASan's or
+# TSan's before UBSan's); the clients run without it
+san=$(ldd "$FILTER" 2>/dev/null | awk '$1 ~ /^lib(a|t)san\.so/ {print $3}'; ldd "$FILTER" 2>/dev/null | awk '$1 ~ /^libubsan\.so/ {print $3}')
+san=$(echo $san | tr ' ' ':')
+# (env execs nbdkit: a background one's $! is nbdkit's own)
+NBDKIT=(nbdkit)
+[ -z "$san" ] || NBDKIT=(env LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+			 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1 nbdkit)
 if [ -n "$san" ]; then
-	export LD_PRELOAD=${san%:} ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1
-	nbdkit --filter="$FILTER" memory 1M --run true >/dev/null 2>&1 ||
-		{ echo "skip: nbdkit cannot load the sanitized filter (LD_PRELOAD=$LD_PRELOAD)"; exit 77; }
+	"${NBDKIT[@]}" --filter="$FILTER" memory 1M --run true >/dev/null 2>&1 ||
+		{ echo "skip: nbdkit cannot load the sanitized filter (LD_PRELOAD=$san)"; exit 77; }
 fi
 
 T=$(mktemp -d /var/tmp/wbc-nbdkit-XXXXXX)
@@ -55,17 +58,19 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
-	rm -rf "$T"
+	[ -n "${WBCACHE_KEEP:-}" ] || rm -rf "$T"
 }
 trap cleanup EXIT
 uri() { echo "nbd+unix:///?socket=$T/$1.sock"; }
 
 # start NAME ARGS...: nbdkit in the foreground (in the background of this
-# script) on $T/NAME.sock, its stderr in $T/NAME.log; returns when it serves
+# script) on $T/NAME.sock, its stderr in $T/NAME.log, the filter's
+# statistics in $T/NAME.stats; returns when it serves
 start() {
 	local name=$1; shift
-	rm -f "$T/$name.sock" "$T/$name.pid"
-	nbdkit -f -U "$T/$name.sock" -P "$T/$name.pid" "$@" 2>"$T/$name.log" &
+	rm -f "$T/$name.sock" "$T/$name.pid" "$T/$name.stats"
+	"${NBDKIT[@]}" -f -U "$T/$name.sock" -P "$T/$name.pid" "$@" wbcache-stats="$T/$name.stats" \
+		2>"$T/$name.log" &
 	local pid=$!
 	disown "$pid"   # no "Killed" from the shell after a kill -9
 	pids+=("$pid")
@@ -79,10 +84,19 @@ start() {
 }
 # stop NAME [SIGNAL]: signal it (TERM) and wait for it to end (60 s at most)
 stop() {
-	local pid; pid=$(eval echo "\$pid_$1")
+	local pid final=0; pid=$(eval echo "\$pid_$1")
 	kill -"${2:-TERM}" "$pid" 2>/dev/null
 	for _ in $(seq 600); do
 		kill -0 "$pid" 2>/dev/null || return 0
+		# The ASan runtime preloaded into nbdkit (built without it) leaves
+		# glibc's locale lock broken from the start (plain nbdkit too):
+		# after an error message (strerror) nbdkit can hang in exit(),
+		# after the filter's cleanup.  Its final statistics say the
+		# filter is done.
+		if [ -n "$san" ] && [ "$(stat_of "$T/$1.stats" final 2>/dev/null)" = 1 ]; then
+			final=$((final + 1))
+			[ $final -ge 50 ] && { echo "note: nbdkit $1 hung in exit() after the filter's cleanup (sanitizer runtime)"; kill -9 "$pid"; return 0; }
+		fi
 		sleep 0.1
 	done
 	fail "nbdkit $1 did not end in 60 s"
@@ -97,7 +111,7 @@ check_logs() {
 # ---- parameters ----------------------------------------------------------
 bad() {
 	local want=$1; shift
-	if nbdkit -U "$T/bad.sock" --filter="$FILTER" memory 1M "$@" --run true >"$T/bad.out" 2>&1; then
+	if "${NBDKIT[@]}" -U "$T/bad.sock" --filter="$FILTER" memory 1M "$@" --run true >"$T/bad.out" 2>&1; then
 		fail "accepted: $*"
 	fi
 	grep -q -- "$want" "$T/bad.out" || fail "$*: no message with '$want': $(cat "$T/bad.out")"
@@ -116,19 +130,18 @@ bad "wbcache-retry-timeout" wbcache-retry-timeout=never
 bad "wbcache-threads.*out of range" wbcache-threads=0
 bad "wbcache-max-io.*multiple of the page size" wbcache-max-io=6K
 bad "unknown parameter wbcache-colour" wbcache-colour=blue
-nbdkit -U "$T/ok.sock" --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
+"${NBDKIT[@]}" -U "$T/ok.sock" --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
 	wbcache-dirty-ratio=30 wbcache-dirty-background-ratio=5 wbcache-dirty-expire-centisecs=100 \
 	wbcache-on-error=drop wbcache-retry-timeout=250ms wbcache-threads=2 wbcache-max-io=1M \
 	--run true >"$T/ok.out" 2>&1 || fail "good parameters refused: $(cat "$T/ok.out")"
-nbdkit --filter="$FILTER" memory --help 2>&1 | grep -q "wbcache-dirty-background-ratio=" ||
+"${NBDKIT[@]}" --filter="$FILTER" memory --help 2>&1 | grep -q "wbcache-dirty-background-ratio=" ||
 	fail "--help does not list the parameters"
 echo "parameters: ok"
 
 # ---- data through the cache, durability ----------------------------------
 head -c $((96 << 20)) /dev/urandom >"$T/in.bin"
 truncate -s $((96 << 20)) "$T/disk.img"
-start data --filter="$FILTER" file "$T/disk.img" wbcache-mem=16M \
-	wbcache-stats="$T/data.stats" wbcache-stats-interval=0.1
+start data --filter="$FILTER" file "$T/disk.img" wbcache-mem=16M wbcache-stats-interval=0.1
 nbdinfo "$(uri data)" >"$T/info.out" || fail "nbdinfo: $(cat "$T/info.out")"
 for want in "can_flush: true" "can_fua: true" "can_multi_conn: true" "can_zero: true" "can_trim: false" \
 	    "export-size: $((96 << 20))"; do
@@ -198,7 +211,7 @@ echo "extents: ok"
 # ---- dirty data bounded under a slow plugin --------------------------------
 # 96 MiB streamed into 16 MiB of cache over a plugin that takes 50 MB/s
 start slow --filter="$FILTER" --filter=rate memory 96M rate=400M burstiness=0.1 wbcache-mem=16M \
-	wbcache-stats="$T/slow.stats" wbcache-stats-interval=0.02
+	wbcache-stats-interval=0.02
 nbdcopy --flush "$T/in.bin" "$(uri slow)" &
 copier=$!
 maxu=0 limit=0 samples=0
@@ -229,7 +242,7 @@ truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
 touch "$T/inject"
 errs=(--filter="$FILTER" --filter=error file "$T/disk.img" error-pwrite-rate=1 error-pwrite=EIO
       error-file="$T/inject" wbcache-mem=64M)
-start fault "${errs[@]}" wbcache-retry-timeout=60 wbcache-stats="$T/fault.stats" wbcache-stats-interval=0.05
+start fault "${errs[@]}" wbcache-retry-timeout=60 wbcache-stats-interval=0.05
 cat >"$T/fault.py" <<'EOF'
 import nbd, os, sys, time
 uri, inject, disk = sys.argv[1:4]
@@ -292,7 +305,7 @@ grep -q "lost" "$T/close1.log" && fail "close1: $(cat "$T/close1.log")"
 
 # ... or, past the retry timeout, the loss is logged and counted
 touch "$T/inject"
-start close2 "${errs[@]}" wbcache-retry-timeout=1 wbcache-stats="$T/close2.stats"
+start close2 "${errs[@]}" wbcache-retry-timeout=1
 $PY "$T/write.py" "$(uri close2)" $((16 << 20)) 9 || fail "write before shutdown"
 stop close2
 grep -q "wbcache: 2097152 bytes of written data could not be written to the plugin and are lost" "$T/close2.log" ||
@@ -301,7 +314,7 @@ grep -q "wbcache: 2097152 bytes of written data could not be written to the plug
 	fail "final statistics: $(cat "$T/close2.stats")"
 
 # on_error=drop: counted lost at once, FLUSH fails
-start drop "${errs[@]}" wbcache-on-error=drop wbcache-stats="$T/drop.stats" wbcache-stats-interval=0.05
+start drop "${errs[@]}" wbcache-on-error=drop wbcache-stats-interval=0.05
 $PY - "$(uri drop)" <<'EOF' >"$T/drop.out" 2>&1 || fail "on_error=drop: $(cat "$T/drop.out")"
 import nbd, sys
 h = nbd.NBD()
