@@ -60,7 +60,7 @@ static struct wbc_config cfg;
 static bool cfg_ready;
 static char on_error[8] = "retry";
 static double retry_timeout = -1;    /* < 0: the engine's default */
-static unsigned nthreads = 8;
+static unsigned nthreads = 16;           /* nbdkit's own default per connection */
 static uint32_t max_io = DEFAULT_MAX_IO;
 static char *stats_path;
 static double stats_interval = 1.0;
@@ -248,7 +248,7 @@ static int wbcache_config_complete(nbdkit_next_config_complete *next, nbdkit_bac
 	"wbcache-dirty-writeback-centisecs=N Periodic writeback wakeup (default 500).\n" \
 	"wbcache-on-error=retry|drop      Failed writes: stay dirty and retry, or drop (lost).\n" \
 	"wbcache-retry-timeout=SECS       Writers get the error after failing this long (30).\n" \
-	"wbcache-threads=N                Worker threads writing to the plugin (default 8).\n" \
+	"wbcache-threads=N                Worker threads writing to the plugin (default 16).\n" \
 	"wbcache-max-io=SIZE              Largest request to the plugin (default 4M).\n" \
 	"wbcache-stats=FILE               Rewrite FILE with the cache's counters.\n" \
 	"wbcache-stats-interval=SECS      ... this often (default 1) and at exit."
@@ -260,7 +260,7 @@ static int thread_model = NBDKIT_THREAD_MODEL_PARALLEL;
 
 struct worker {
 	pthread_t thread;
-	char *bounce;                /* max_io bytes: a scattered I/O's data */
+	char *bounce;                /* max_io bytes: a scattered I/O's data (once needed) */
 };
 
 /* The process's one cache, device, plugin context and workers. */
@@ -388,6 +388,8 @@ static ssize_t do_io(struct worker *w, struct wbc_io *io)
 	uint32_t n = (uint32_t)(io->len < size - io->off ? io->len : size - io->off);
 	char *buf = contiguous(io);
 	int err = 0, r;
+	if (!buf && !w->bounce && !(w->bounce = malloc(max_io)))
+		return -ENOMEM;
 	if (io->op == WBC_IO_WRITE) {
 		if (!buf) {
 			buf = w->bounce;
@@ -518,15 +520,9 @@ static int workers_start(unsigned count)
 	}
 	for (g.nworkers = 0; g.nworkers < count; g.nworkers++) {
 		struct worker *w = &g.workers[g.nworkers];
-		if (!(w->bounce = malloc(max_io))) {
-			nbdkit_error("malloc: %m");
-			workers_stop();
-			return -1;
-		}
+		w->bounce = NULL;
 		int err = pthread_create(&w->thread, NULL, worker_main, w);
 		if (err) {
-			free(w->bounce);
-			w->bounce = NULL;
 			errno = err;
 			nbdkit_error("pthread_create: %m");
 			workers_stop();
