@@ -79,10 +79,14 @@ static void wbcache_load(void)
 	cfg_defaults();
 }
 
+static char *default_name;   /* the plugin's default export (wbcache_default_export) */
+
 static void wbcache_unload(void)
 {
 	free(stats_path);
 	stats_path = NULL;
+	free(default_name);
+	default_name = NULL;
 }
 
 /* A size with an optional K/M/G/T suffix, within [lo, hi]. */
@@ -782,11 +786,39 @@ struct handle {
 	wbc_file *f;
 };
 
+/* The plugin's name for its default export, as nbdkit asked it (it
+ * gives .open that name for a client's ""). */
+static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *wbcache_default_export(nbdkit_next_default_export *next,
+					  nbdkit_backend *nxdata, int readonly, int is_tls)
+{
+	(void)is_tls;
+	const char *name = next(nxdata, readonly);
+	if (name) {
+		pthread_mutex_lock(&default_lock);
+		if (!default_name)
+			default_name = strdup(name);   /* NULL: only "" is known */
+		pthread_mutex_unlock(&default_lock);
+	}
+	return name;
+}
+
+static bool is_default_export(const char *name)
+{
+	if (!name[0])
+		return true;
+	pthread_mutex_lock(&default_lock);
+	bool same = default_name && strcmp(name, default_name) == 0;
+	pthread_mutex_unlock(&default_lock);
+	return same;
+}
+
 static void *wbcache_open(nbdkit_next_open *next, nbdkit_context *nxdata, int readonly,
 			  const char *exportname, int is_tls)
 {
 	(void)is_tls;
-	if (exportname[0]) {
+	if (!is_default_export(exportname)) {
 		nbdkit_error("wbcache: only the plugin's default export is served, not \"%s\"",
 			     exportname);
 		return NULL;
@@ -996,6 +1028,7 @@ static struct nbdkit_filter filter = {
 	.get_ready = wbcache_get_ready,
 	.after_fork = wbcache_after_fork,
 	.cleanup = wbcache_cleanup,
+	.default_export = wbcache_default_export,
 	.open = wbcache_open,
 	.close = wbcache_close,
 	.get_size = wbcache_get_size,
