@@ -8,15 +8,15 @@
  * (after nbdkit's fork: the engine's flusher and the filter's workers are
  * threads).  The device's backend is written on the public backend
  * interface (wbcache_backend.h) and holds one file, "", the plugin's
- * default export: its submit() queues the engine's I/Os to a few worker
- * threads, which do them with next->pread/pwrite on a plugin context of
+ * default export: its submit() queues the engine's I/Os to worker
+ * threads (wbcache-threads), which do them with next->pread/pwrite on a plugin context of
  * the filter's own (nbdkit_next_context_open, shared: the workers serve
  * no connection) and complete them in batches; its flush() is the
  * plugin's flush on that context.
  *
  * Clients: reads are wbc_pread (the cache, the plugin on a miss), writes
  * wbc_pwrite (throttled by the engine when the plugin cannot keep up),
- * FLUSH is wbc_fsync of the connection's handle (every dirty page of the
+ * FLUSH is wbc_fdatasync of the connection's handle (every dirty page of the
  * export written to the plugin, then the plugin flushed; a write error
  * since the connection's previous FLUSH is reported once), a FUA write
  * is wbc_pwrite and wbc_fsync_range of its range.  Zeroes are written
