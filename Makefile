@@ -64,7 +64,16 @@ BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # the examples, built in the tree against the public archive (the tests
 # build them again from outside, against an installed copy)
 EXAMPLES := $(BUILD)/examples/dirstore-demo $(BUILD)/examples/wbcopy
-ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES)
+# the nbdkit filter (nbdkit/): the public archive linked into the filter's
+# shared object, so nbdkit needs no libwbcache.so; its symbols stay inside
+# (--exclude-libs), the filter exports nbdkit's entry point alone
+NBDKIT_CFLAGS = $(shell pkg-config --cflags nbdkit 2>/dev/null)
+NBDKIT_FILTER := $(BUILD)/nbdkit-wbcache-filter.so
+# `make install`: nbdkit's filter directory under PREFIX (PREFIX=/usr: the
+# system's, `pkg-config --variable=filterdir nbdkit`)
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+NBDKIT_FILTERDIR ?= $(PREFIX)/lib/$(if $(MULTIARCH),$(MULTIARCH)/)nbdkit/filters
+ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES) $(NBDKIT_FILTER)
 ifeq ($(SAN),)
   ALL += $(SHLIB)
 endif
@@ -79,7 +88,7 @@ deps:
 deps-install:
 	@scripts/install-deps --check-or-install
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:.t=.d) $(BENCHES:=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:.t=.d) $(BENCHES:=.d) $(NBDKIT_FILTER:.so=.d)
 
 # library objects are position-independent: the same ones make both libraries
 $(BUILD)/src/%.o: src/%.c Makefile | deps
@@ -138,6 +147,11 @@ $(BUILD)/examples/dirstore-demo: examples/dirstore_main.c examples/dirstore.c ex
 $(BUILD)/examples/wbcopy: examples/wbcopy.c $(LIB) | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(NBDKIT_FILTER): nbdkit/wbcache-filter.c $(LIB) | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(NBDKIT_CFLAGS) -MMD -MP -MF $(@:.so=.d) -MT $@ -fPIC -shared \
+		-fvisibility=hidden $< $(LIB) $(LDLIBS) -Wl,--exclude-libs,ALL -o $@
 
 # The main job: stream 1 GiB through the engine on the file backend.
 run: deps-install
@@ -199,6 +213,8 @@ install: all
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	$(if $(wildcard man/*.3),install -m 644 $(wildcard man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/)
 	install -m 644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -d $(DESTDIR)$(NBDKIT_FILTERDIR)
+	install -m 755 $(NBDKIT_FILTER) $(DESTDIR)$(NBDKIT_FILTERDIR)/
 
 clean:
 	rm -rf build

@@ -6,7 +6,8 @@
 # (examples/dirstore.c, on the installed wbcache_backend.h) builds, writes
 # its files and checks them; neither library
 # exports anything but wbc_*; the soname carries the major version; the
-# man pages are installed.  (The release build makes the shared library:
+# man pages and the nbdkit filter (in nbdkit's filter directory under
+# PREFIX) are installed.  (The release build makes the shared library:
 # other builds skip.)
 set -u
 cd "$(dirname "$0")/.."
@@ -21,7 +22,9 @@ make -s install PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "ma
 lib=$dest$prefix/lib
 for f in bin/wbcache include/wbcache.h include/wbcache_backend.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc \
 	 share/man/man1/wbcache.1 share/man/man8/wbcache-mount.8 \
-	 share/man/man3/libwbcache.3 share/man/man3/wbcache_backend.3 share/man/man3/wbc_pwrite.3; do
+	 share/man/man3/libwbcache.3 share/man/man3/wbcache_backend.3 share/man/man3/wbc_pwrite.3 \
+	 share/man/man1/nbdkit-wbcache-filter.1 \
+	 lib/$(cc -print-multiarch)/nbdkit/filters/nbdkit-wbcache-filter.so; do
 	[ -e "$dest$prefix/$f" ] || fail "not installed: $f"
 done
 [ "$(objdump -p "$lib/libwbcache.so" | awk '/SONAME/ {print $2}')" = libwbcache.so.0 ] || fail "soname"

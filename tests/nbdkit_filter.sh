@@ -1,0 +1,343 @@
+#!/usr/bin/env bash
+# nbdkit-wbcache-filter.so under a real nbdkit, driven by libnbd's clients
+# (nbdcopy, nbdinfo, and Python's nbd module):
+#   - the shared object exports nbdkit's entry point and nothing else;
+#   - bad parameters are refused at startup with a message naming them;
+#     good ones start; --help lists them;
+#   - the export advertises flush, FUA and multi-conn, zero (emulated) and
+#     no trim;
+#   - data copied in (nbdcopy, four connections) with a cache a sixth of
+#     its size reads back the same, and after the client's flush and a
+#     kill -9 of nbdkit it is in the plugin's file byte for byte; a FUA
+#     write is there after kill -9 without a flush, a plain one is not;
+#     zeroes reach the file; extents see data still in the cache;
+#   - dirty + writeback stay under the cache's limit while a writer
+#     streams six times the cache into a slow plugin (nbdkit's rate
+#     filter), and the writer was throttled;
+#   - over a failing plugin (nbdkit's error filter under ours): writes are
+#     taken, FLUSH fails (on every connection), a FUA write fails, the
+#     data stays at risk; once the fault ends, FLUSH succeeds and the data
+#     is in the file; at shutdown a failing plugin is retried until it
+#     recovers (the data reaches the file), or, past the retry timeout,
+#     the loss is logged and counted; on_error=drop counts it lost.
+# Skips when nbdkit is not installed.  A sanitized build's filter runs with
+# its sanitizer runtime preloaded into nbdkit (skipped when it cannot be).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${WBCACHE_BUILD:-build/release}
+command -v nbdkit >/dev/null || { echo "skip: nbdkit is not installed (scripts/install-deps)"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+FILTER=$PWD/$BUILD/nbdkit-wbcache-filter.so
+[ -e "$FILTER" ] || fail "$FILTER is not built"
+for c in nbdcopy nbdinfo; do
+	command -v $c >/dev/null || fail "no $c (libnbd-bin: scripts/install-deps)"
+done
+# Debian's python3 (python3-libnbd), not another one first in PATH
+PY=/usr/bin/python3
+$PY -c 'import nbd' 2>/dev/null || fail "no Python nbd module (python3-libnbd: scripts/install-deps)"
+
+# the exported symbols: nbdkit's filter_init, wbc_* at most
+others=$(nm -D --defined-only "$FILTER" | awk '$2 != "A" && $3 != "filter_init" && $3 !~ /^wbc_/ && $3 !~ /^_(init|fini)$/ {print $3}')
+[ -z "$others" ] || fail "the filter exports: $others"
+
+# a sanitized filter needs its runtime loaded first into nbdkit (ASan's or
+# TSan's before UBSan's); the clients run without it
+san=$(ldd "$FILTER" 2>/dev/null | awk '$1 ~ /^lib(a|t)san\.so/ {print $3}'; ldd "$FILTER" 2>/dev/null | awk '$1 ~ /^libubsan\.so/ {print $3}')
+san=$(echo $san | tr ' ' ':')
+# (env execs nbdkit: a background one's $! is nbdkit's own)
+NBDKIT=(nbdkit)
+[ -z "$san" ] || NBDKIT=(env LD_PRELOAD="$san" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+			 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1 nbdkit)
+
+T=$(mktemp -d /var/tmp/wbc-nbdkit-XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	[ -n "${WBCACHE_KEEP:-}" ] || rm -rf "$T"
+}
+trap cleanup EXIT
+if [ -n "$san" ]; then
+	# (not --run: a TSan nbdkit's child crashes before its exec)
+	"${NBDKIT[@]}" -f -U "$T/probe.sock" -P "$T/probe.pid" --filter="$FILTER" memory 1M >/dev/null 2>&1 &
+	probe=$!
+	for _ in $(seq 100); do [ -s "$T/probe.pid" ] && break; kill -0 $probe 2>/dev/null || break; sleep 0.1; done
+	kill -9 $probe 2>/dev/null; wait $probe 2>/dev/null
+	[ -s "$T/probe.pid" ] ||
+		{ echo "skip: nbdkit cannot load the sanitized filter (LD_PRELOAD=$san)"; exit 77; }
+fi
+uri() { echo "nbd+unix:///?socket=$T/$1.sock"; }
+
+# start NAME ARGS...: nbdkit in the foreground (in the background of this
+# script) on $T/NAME.sock, its stderr in $T/NAME.log, the filter's
+# statistics in $T/NAME.stats; returns when it serves
+start() {
+	local name=$1; shift
+	rm -f "$T/$name.sock" "$T/$name.pid" "$T/$name.stats"
+	"${NBDKIT[@]}" -f -U "$T/$name.sock" -P "$T/$name.pid" "$@" wbcache-stats="$T/$name.stats" \
+		2>"$T/$name.log" &
+	local pid=$!
+	disown "$pid"   # no "Killed" from the shell after a kill -9
+	pids+=("$pid")
+	eval "pid_$name=$pid"
+	for _ in $(seq 200); do
+		[ -s "$T/$name.pid" ] && return 0
+		kill -0 "$pid" 2>/dev/null || fail "nbdkit $name did not start: $(cat "$T/$name.log")"
+		sleep 0.05
+	done
+	fail "nbdkit $name did not start in 10 s: $(cat "$T/$name.log")"
+}
+# stop NAME [SIGNAL]: signal it (TERM) and wait for it to end (60 s at most)
+stop() {
+	local pid final=0; pid=$(eval echo "\$pid_$1")
+	kill -"${2:-TERM}" "$pid" 2>/dev/null
+	for _ in $(seq 600); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		# A sanitizer runtime (ASan's, TSan's) preloaded into nbdkit, built
+		# without it, leaves glibc's locale lock broken from the start
+		# (plain nbdkit too, with no filter):
+		# after an error message (strerror) nbdkit can hang in exit(),
+		# after the filter's cleanup.  Its final statistics say the
+		# filter is done.
+		if [ -n "$san" ] && [ "$(stat_of "$T/$1.stats" final 2>/dev/null)" = 1 ]; then
+			final=$((final + 1))
+			[ $final -ge 50 ] && { echo "note: nbdkit $1 hung in exit() after the filter's cleanup (sanitizer runtime)"; kill -9 "$pid"; return 0; }
+		fi
+		sleep 0.1
+	done
+	fail "nbdkit $1 did not end in 60 s"
+}
+stat_of() { sed -n "s/^$2=//p" "$1"; }
+# a sanitizer's report in any nbdkit's log fails the test
+check_logs() {
+	! grep -l -E "ERROR: (Address|Thread)Sanitizer|runtime error:|WARNING: ThreadSanitizer" "$T"/*.log ||
+		fail "sanitizer report: $(grep -h -A20 -E 'Sanitizer|runtime error' "$T"/*.log | head -40)"
+}
+
+# ---- parameters ----------------------------------------------------------
+bad() {
+	local want=$1; shift
+	if "${NBDKIT[@]}" -U "$T/bad.sock" --filter="$FILTER" memory 1M "$@" --run true >"$T/bad.out" 2>&1; then
+		fail "accepted: $*"
+	fi
+	grep -q -- "$want" "$T/bad.out" || fail "$*: no message with '$want': $(cat "$T/bad.out")"
+}
+bad "wbcache-mem" wbcache-mem=lots
+bad "fewer than 16 pages" wbcache-mem=32K
+bad "wbcache-page-size.*power of two" wbcache-page-size=3000
+bad "wbcache-page-size.*out of range" wbcache-page-size=2M
+bad "wbcache-dirty-ratio.*out of range" wbcache-dirty-ratio=101
+bad "needs wbcache-dirty-bytes" wbcache-dirty-ratio=0
+bad "wbcache-dirty-bytes.*below two pages" wbcache-dirty-bytes=4K
+bad "wbcache-dirty-background-ratio" wbcache-dirty-background-ratio=-1
+bad "wbcache-dirty-expire-centisecs" wbcache-dirty-expire-centisecs=soon
+bad "wbcache-on-error.*retry or drop" wbcache-on-error=ignore
+bad "wbcache-retry-timeout" wbcache-retry-timeout=never
+bad "wbcache-threads.*out of range" wbcache-threads=0
+bad "wbcache-max-io.*multiple of the page size" wbcache-max-io=6K
+bad "unknown parameter wbcache-colour" wbcache-colour=blue
+start ok --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
+	wbcache-dirty-ratio=30 wbcache-dirty-background-ratio=5 wbcache-dirty-expire-centisecs=100 \
+	wbcache-on-error=drop wbcache-retry-timeout=250ms wbcache-threads=2 wbcache-max-io=1M
+stop ok
+"${NBDKIT[@]}" --filter="$FILTER" memory --help 2>&1 | grep -q "wbcache-dirty-background-ratio=" ||
+	fail "--help does not list the parameters"
+echo "parameters: ok"
+
+# ---- data through the cache, durability ----------------------------------
+head -c $((96 << 20)) /dev/urandom >"$T/in.bin"
+truncate -s $((96 << 20)) "$T/disk.img"
+start data --filter="$FILTER" file "$T/disk.img" wbcache-mem=16M wbcache-stats-interval=0.1
+nbdinfo "$(uri data)" >"$T/info.out" || fail "nbdinfo: $(cat "$T/info.out")"
+for want in "can_flush: true" "can_fua: true" "can_multi_conn: true" "can_zero: true" "can_trim: false" \
+	    "export-size: $((96 << 20))"; do
+	grep -q "$want" "$T/info.out" || fail "nbdinfo: no '$want': $(cat "$T/info.out")"
+done
+nbdcopy --flush "$T/in.bin" "$(uri data)" || fail "nbdcopy in"
+cmp "$T/in.bin" "$T/disk.img" || fail "the plugin's file differs after the client's flush"
+nbdcopy "$(uri data)" "$T/out.bin" || fail "nbdcopy out"
+cmp "$T/in.bin" "$T/out.bin" || fail "reads back different data"
+sleep 0.3
+rb=$(stat_of "$T/data.stats" read_in_bytes)
+[ "${rb:-0}" -gt 0 ] || fail "no read went to the plugin (read_in_bytes ${rb:-none})"
+
+cat >"$T/fua.py" <<'EOF'
+import nbd, os, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+fua = bytes([0xa5]) * (1 << 20)
+plain = bytes([0x5a]) * (64 << 10)
+h.pwrite(fua, 8 << 20, nbd.CMD_FLAG_FUA)
+h.pwrite(plain, 16 << 20)
+h.zero(1 << 20, 24 << 20)
+h.flush()
+assert h.pread(1 << 20, 24 << 20) == bytes(1 << 20), "zeroed range reads non-zero"
+h.zero(1 << 20, 32 << 20, nbd.CMD_FLAG_FUA)
+h.pwrite(plain, 40 << 20)   # neither FUA nor flushed
+print("ok")
+EOF
+$PY "$T/fua.py" "$(uri data)" >"$T/fua.out" 2>&1 || fail "FUA/zero client: $(cat "$T/fua.out")"
+stop data KILL
+$PY - "$T/disk.img" <<'EOF' || fail "after kill -9: FUA, flushed and zeroed data not all in the file"
+import sys
+d = open(sys.argv[1], "rb").read()
+M = 1 << 20
+assert d[8*M:9*M] == bytes([0xa5]) * M, "FUA write missing"
+assert d[16*M:16*M + 65536] == bytes([0x5a]) * 65536, "flushed write missing"
+assert d[24*M:25*M] == bytes(M), "flushed zero missing"
+assert d[32*M:33*M] == bytes(M), "FUA zero missing"
+EOF
+# the last write was neither FUA nor flushed: still only in the cache
+# (30 s from expiry, far under the background threshold)
+if cmp -s -i $((40 << 20)):0 -n 65536 "$T/disk.img" <(head -c 65536 /dev/zero | tr '\0' 'Z'); then
+	fail "an unflushed write reached the plugin at once: the filter does not cache writes"
+fi
+echo "data, flush, FUA, zero, kill -9: ok"
+
+# ---- extents see data still in the cache ---------------------------------
+start ext --filter="$FILTER" memory 64M wbcache-mem=16M
+$PY - "$(uri ext)" <<'EOF' >"$T/ext.out" 2>&1 || fail "extents: $(cat "$T/ext.out")"
+import nbd, sys
+h = nbd.NBD()
+h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
+h.connect_uri(sys.argv[1])
+assert h.can_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
+h.pwrite(b"x" * 65536, 1 << 20)          # cached, not yet in the plugin
+seen = []
+def cb(meta, off, entries, err):
+    seen.extend(entries)
+    return 0
+h.block_status(65536, 1 << 20, cb)
+assert seen and seen[1] & 1 == 0 and seen[1] & 2 == 0, "written range reported as a hole: %r" % seen
+print("ok")
+EOF
+stop ext
+echo "extents: ok"
+
+# ---- dirty data bounded under a slow plugin --------------------------------
+# 96 MiB streamed into 16 MiB of cache over a plugin that takes 50 MB/s
+start slow --filter="$FILTER" --filter=rate memory 96M rate=400M burstiness=0.1 wbcache-mem=16M \
+	wbcache-stats-interval=0.02
+nbdcopy --flush "$T/in.bin" "$(uri slow)" &
+copier=$!
+maxu=0 limit=0 samples=0
+while kill -0 $copier 2>/dev/null; do
+	if [ -s "$T/slow.stats" ]; then
+		read -r d w l < <(awk -F= '$1=="dirty_bytes"{d=$2} $1=="writeback_bytes"{w=$2}
+			$1=="limit_bytes"{l=$2} END{print d+0, w+0, l+0}' "$T/slow.stats")
+		[ $((d + w)) -gt $maxu ] && maxu=$((d + w))
+		limit=$l samples=$((samples + 1))
+	fi
+	sleep 0.02
+done
+wait $copier || fail "nbdcopy into the slow plugin"
+sleep 0.1
+pauses=$(stat_of "$T/slow.stats" pauses)
+stop slow
+[ $samples -ge 10 ] || fail "only $samples samples of the statistics file"
+# slack: what writer threads (nbdkit's, 16 per connection) may have
+# copied past the limit between two looks at it
+slack=$((1 << 20))
+[ $limit -gt 0 ] && [ $maxu -le $((limit + slack)) ] ||
+	fail "dirty+writeback reached $maxu bytes, over the limit $limit + $slack"
+[ "${pauses:-0}" -gt 0 ] || fail "the writer was never throttled"
+echo "bounded: dirty+writeback max $((maxu >> 10)) KiB, limit $((limit >> 10)) KiB, $pauses pauses, $samples samples: ok"
+
+# ---- a failing plugin ------------------------------------------------------
+truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
+touch "$T/inject"
+errs=(--filter="$FILTER" --filter=error file "$T/disk.img" error-pwrite-rate=1 error-pwrite=EIO
+      error-file="$T/inject" wbcache-mem=64M)
+start fault "${errs[@]}" wbcache-retry-timeout=60 wbcache-stats-interval=0.05
+cat >"$T/fault.py" <<'EOF'
+import nbd, os, sys, time
+uri, inject, disk = sys.argv[1:4]
+a, b = nbd.NBD(), nbd.NBD()
+a.connect_uri(uri)
+b.connect_uri(uri)
+data = os.urandom(4 << 20)
+a.pwrite(data, 1 << 20)                  # taken by the cache
+def fails(what, f):
+    try:
+        f()
+    except nbd.Error as e:
+        assert e.errno == "EIO", e
+        return
+    raise AssertionError(what + " succeeded over a failing plugin")
+fails("flush", a.flush)
+fails("second flush", a.flush)           # still not written: fails again
+fails("flush on another connection", b.flush)
+fails("FUA write", lambda: b.pwrite(b"y" * 4096, 0, nbd.CMD_FLAG_FUA))
+time.sleep(0.2)
+st = dict(l.split("=") for l in open(os.path.dirname(disk) + "/fault.stats").read().split())
+assert int(st["at_risk_bytes"]) >= 4 << 20 and int(st["write_errors"]) > 0, st
+assert int(st["lost_bytes"]) == 0, st
+os.unlink(inject)
+# each connection's next FLUSH reports what failed since its previous one
+# (once); the one after must succeed
+for h in (a, b):
+    try:
+        h.flush()
+    except nbd.Error:
+        h.flush()
+assert open(disk, "rb").read()[1 << 20:5 << 20] == data, "data not in the file after a good flush"
+print("ok")
+EOF
+$PY "$T/fault.py" "$(uri fault)" "$T/inject" "$T/disk.img" >"$T/fault.out" 2>&1 ||
+	fail "failing plugin: $(cat "$T/fault.out")"
+stop fault
+grep -q "wbcache: flush: Input/output error" "$T/fault.log" || fail "no flush error logged: $(cat "$T/fault.log")"
+grep -q "lost" "$T/fault.log" && fail "data lost: $(cat "$T/fault.log")"
+echo "failing plugin, recovery: ok"
+
+# shutdown over a failing plugin: retried until it recovers
+cat >"$T/write.py" <<'EOF'
+import nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.pwrite(bytes([int(sys.argv[3])]) * (2 << 20), int(sys.argv[2]))
+EOF
+touch "$T/inject"
+start close1 "${errs[@]}" wbcache-retry-timeout=60
+$PY "$T/write.py" "$(uri close1)" $((8 << 20)) 7 || fail "write before shutdown"
+kill -TERM $pid_close1
+sleep 1
+kill -0 $pid_close1 2>/dev/null || fail "nbdkit ended with its data unwritten: $(cat "$T/close1.log")"
+rm -f "$T/inject"
+stop close1
+$PY -c "import sys; d=open(sys.argv[1],'rb').read(); assert d[8<<20:10<<20] == bytes([7])*(2<<20)" "$T/disk.img" ||
+	fail "data retried at shutdown not in the file"
+grep -q "lost" "$T/close1.log" && fail "close1: $(cat "$T/close1.log")"
+
+# ... or, past the retry timeout, the loss is logged and counted
+touch "$T/inject"
+start close2 "${errs[@]}" wbcache-retry-timeout=1
+$PY "$T/write.py" "$(uri close2)" $((16 << 20)) 9 || fail "write before shutdown"
+stop close2
+grep -q "wbcache: 2097152 bytes of written data could not be written to the plugin and are lost" "$T/close2.log" ||
+	fail "the loss is not logged: $(cat "$T/close2.log")"
+[ "$(stat_of "$T/close2.stats" final)" = 1 ] && [ "$(stat_of "$T/close2.stats" lost_bytes)" = 2097152 ] ||
+	fail "final statistics: $(cat "$T/close2.stats")"
+
+# on_error=drop: counted lost at once, FLUSH fails
+start drop "${errs[@]}" wbcache-on-error=drop wbcache-stats-interval=0.05
+$PY - "$(uri drop)" <<'EOF' >"$T/drop.out" 2>&1 || fail "on_error=drop: $(cat "$T/drop.out")"
+import nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.pwrite(b"z" * 65536, 0)
+try:
+    h.flush()
+except nbd.Error:
+    print("ok")
+else:
+    raise AssertionError("flush succeeded")
+EOF
+sleep 0.2
+[ "$(stat_of "$T/drop.stats" lost_bytes)" -ge 65536 ] || fail "drop: $(cat "$T/drop.stats")"
+stop drop
+rm -f "$T/inject"
+echo "shutdown over a failing plugin, drop: ok"
+
+check_logs
+echo "nbdkit filter tests passed"
