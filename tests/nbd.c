@@ -307,11 +307,11 @@ static void test_faults(void)
 	t_nbdkit_kill(&s);
 	pthread_join(th, NULL);
 	printf("    fsync across the kill: %d (%s)\n", job.res, wbc_strerror(job.res));
-	CHECK(job.res < 0);
+	CHECK_EQ(job.res, -EIO);
 	CHECK(T_WAIT_UNTIL(bstats(dev).connected == 0));
-	CHECK(wbc_fsync(h1) < 0);                 /* still nowhere to write */
+	CHECK_EQ(wbc_fsync(h1), -EIO);            /* still nowhere to write */
 	char miss[4096];
-	CHECK(wbc_pread(h1, miss, sizeof(miss), 48 * MiB) < 0);   /* nowhere to read */
+	CHECK_EQ(wbc_pread(h1, miss, sizeof(miss), 48 * MiB), -EIO);   /* nor to read */
 	struct wbc_stats st;
 	wbc_stats(c, &st);
 	printf("    server down: %llu KiB at risk, %llu lost\n",
@@ -366,7 +366,7 @@ static void test_drop(void)
 	write_all(f, data, len, 0);              /* below the background threshold */
 	t_nbdkit_kill(&s);
 	CHECK(T_WAIT_UNTIL(bstats(dev).connected == 0));
-	CHECK(wbc_fsync(f) < 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);
 	struct wbc_stats st;
 	wbc_stats(c, &st);
 	printf("    %llu KiB lost, %llu at risk\n", (unsigned long long)st.lost_bytes >> 10,
@@ -400,7 +400,7 @@ static void test_stall(void)
 	write_all(f, data, len, 0);
 	kill(s.pid, SIGSTOP);
 	/* no reply: after timeout= the commands fail, not hang */
-	CHECK(wbc_fsync(f) < 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);
 	t_stream(mem, NULL, "other", 32 * MiB, 5, 1);
 	struct wbc_stats st;
 	wbc_stats(c, &st);

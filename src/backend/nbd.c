@@ -360,6 +360,16 @@ static bool window_fits(struct nbe *b, size_t len)
 /* ------------------------------------------------------------------ */
 /* commands and their completions (the completion thread)               */
 
+static bool handle_alive(struct nbd_handle *h)
+{
+	return !nbd_aio_is_dead(h) && !nbd_aio_is_closed(h);
+}
+
+static bool handle_ready(struct nbd_handle *h)
+{
+	return nbd_aio_is_ready(h) || nbd_aio_is_processing(h);
+}
+
 static void push_done(struct nbe *b, struct nbd_req *r)
 {
 	r->next = b->done;
@@ -451,9 +461,11 @@ static void send_cmd(struct nbe *b, struct nbd_cmd *cmd, void *buf, uint64_t off
 	else
 		cookie = nbd_aio_pread(conn->h, buf, cmd->len, off, cb, 0);
 	if (cookie == -1) {
-		/* not queued: libnbd calls no callback */
+		/* not queued: libnbd calls no callback.  A handle that died
+		 * (in an earlier send) refuses with EINVAL: the connection's
+		 * loss, told as such */
 		int e = nbd_get_errno();
-		cmd_finish(cmd, e ? e : EIO);
+		cmd_finish(cmd, !handle_alive(conn->h) || !e ? ENOTCONN : e);
 	}
 }
 
@@ -701,21 +713,16 @@ static void conn_ready(struct nbe *b, struct nbd_conn *c, uint64_t now)
 	c->was_up = true;
 }
 
-static bool handle_alive(struct nbd_handle *h)
-{
-	return !nbd_aio_is_dead(h) && !nbd_aio_is_closed(h);
-}
 
-static bool handle_ready(struct nbd_handle *h)
-{
-	return nbd_aio_is_ready(h) || nbd_aio_is_processing(h);
-}
-
-/* Connection timers: attempts due, attempts and commands past timeout=. */
+/* Connection timers: attempts due, attempts and commands past timeout=;
+ * and connections that died in a send (the handle is dead, its socket
+ * closed: no poll would tell). */
 static void conn_timers(struct nbe *b, uint64_t now)
 {
 	for (unsigned i = 0; i < b->nconns; i++) {
 		struct nbd_conn *c = &b->conns[i];
+		if (c->state == C_UP && !handle_alive(c->h))
+			conn_down(b, c, now, nbd_get_error());
 		if (c->state == C_DOWN && now >= c->retry_at_ns)
 			start_connect(b, c, now);
 		if (c->state == C_CONNECTING) {
