@@ -36,7 +36,10 @@ ifeq ($(shell uname -m),x86_64)
   CFLAGS_BASE += -mcx16
 endif
 override CFLAGS := $(CFLAGS_BASE) $(CFLAGS_OPT) $(EXTRA_CFLAGS)
-LDLIBS  := -luring -lpthread -lm
+# libnbd: the nbd backend (src/backend/nbd.c)
+NBD_CFLAGS := $(shell pkg-config --cflags libnbd 2>/dev/null)
+NBD_LIBS := $(shell pkg-config --libs libnbd 2>/dev/null || echo -lnbd)
+LDLIBS  := -luring $(NBD_LIBS) -lpthread -lm
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 
@@ -93,7 +96,7 @@ deps-install:
 # library objects are position-independent: the same ones make both libraries
 $(BUILD)/src/%.o: src/%.c Makefile | deps
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(DEPFLAGS) -fPIC -Isrc -c $< -o $@
+	$(Q)$(CC) $(CFLAGS) $(DEPFLAGS) $(NBD_CFLAGS) -fPIC -Isrc -c $< -o $@
 
 $(BUILD)/tools/%.o: tools/%.c Makefile | deps
 	@mkdir -p $(dir $@)

@@ -91,6 +91,12 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *   "file:PATH[,opts]"         one regular file or block device: the device
  *                              holds a single file, opened with name ""
  *   "dir:PATH[,opts]"          a directory, one backing file per cached file
+ *   "nbd://HOST[:PORT]/EXPORT[,opts]", "nbd+unix:///EXPORT?socket=PATH[,opts]"
+ *                              an NBD export (libnbd's URIs; the URI ends at
+ *                              the first comma): a single file "", of the
+ *                              export's size; opts conns=N, window=adaptive
+ *                              or window=fixed:N, max_io=SIZE,
+ *                              timeout=SECONDS, fua=1 (see wbc_dev_add(3))
  *   "model[:opts]"             RAM behind a device model: bw=SIZE (per
  *                              second), lat=TIME, iops=N, qd=N, max_io=SIZE,
  *                              sched=T@P%;..., err=OFF+LEN, errp=P,

@@ -117,6 +117,25 @@ struct wbc_backend_caps {
 #define WBC_FLUSH_DATASYNC 1u       /* data (and the size) only, as fdatasync */
 
 /*
+ * What a backend reports of its transport (a network backend's window
+ * and round trips: nbd), through its stats() operation and
+ * wbc_dev_backend_stats().  Zero where a backend has no such figure.
+ */
+struct wbc_backend_stats {
+	uint64_t window_bytes;      /* bytes it lets be in flight now (its
+				     * congestion window, or a fixed limit) */
+	uint64_t inflight_bytes;    /* bytes of I/O in flight now */
+	uint64_t queued_bytes;      /* bytes of I/O waiting for room in the window */
+	uint64_t rtt_ns;            /* round-trip time of its I/Os, smoothed */
+	uint64_t min_rtt_ns;        /* the round trip the same I/Os take with no
+				     * queue (the window's base), smoothed */
+	uint64_t reconnects;        /* connections made again after a loss */
+	uint32_t connected;         /* connections up now */
+	uint32_t conns;             /* connections it keeps when all are up */
+	uint64_t reserved[8];       /* zero: room for more */
+};
+
+/*
  * The operations.  Set size to sizeof(struct wbc_backend_ops): a later
  * version appends operations, and reads only those a backend's size
  * covers.  Every operation returns 0 or a negative errno unless said.
@@ -158,6 +177,12 @@ struct wbc_backend_ops {
 	/* Required.  Free the backend: called once, by wbc_cache_close(),
 	 * after every file was closed and every I/O completed. */
 	void (*destroy)(void *ctx);
+
+	/* Optional (NULL, or beyond a shorter table's size: none).  Fill
+	 * @st (zeroed by the caller) with the figures of the backend's
+	 * transport, for wbc_dev_backend_stats().  Any thread, any time but
+	 * during destroy; it must not wait for I/O. */
+	void (*stats)(void *ctx, struct wbc_backend_stats *st);
 };
 
 /*
@@ -184,6 +209,11 @@ void wbc_io_complete_batch(struct wbc_io *const *ios, unsigned n);
 /* The backend of @dev: returns its context and sets *@ops (when @ops is
  * not NULL).  For a backend's own controls (a test hook, a knob). */
 void *wbc_dev_backend(wbc_dev *dev, const struct wbc_backend_ops **ops);
+
+/* The transport figures of @dev's backend (its stats() operation): 0,
+ * -EOPNOTSUPP when the backend reports none (@st is zeroed then), -EINVAL
+ * for NULL arguments. */
+int wbc_dev_backend_stats(wbc_dev *dev, struct wbc_backend_stats *st);
 
 /* Parse a size with an optional K, M, G or T suffix (powers of 1024; "KiB"
  * and "KB" mean the same): for backends' option strings.  0 or -EINVAL. */

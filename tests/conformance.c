@@ -1,7 +1,8 @@
 /*
  * The backend conformance suite: the same checks against every backend
  * (mem, model, dir:, file:, the opener device, the dirstore example of
- * examples/), and against a torture backend written here on the public
+ * examples/, nbd against an nbdkit server where nbdkit is installed), and
+ * against a torture backend written here on the public
  * interface that plays every freedom the contract gives a backend:
  * short writes, completions out of order, from its own thread or inline
  * in submit, one at a time or in batches, and failing writes.
@@ -12,7 +13,8 @@
  *      backend itself (its read path) and through the cache (misses);
  *   B  partial pages overwritten in place;
  *   C  truncate down (not on a page boundary) and up (zeros), with the
- *      backend's size following;
+ *      backend's size following (a device of fixed size, nbd: EFBIG
+ *      beyond its end);
  *   D  fsync and sync succeed (flush where the backend has one);
  *   E  4 threads writing at once, each its own range;
  *   F  (where faults can be injected) a write error is reported by fsync
@@ -28,6 +30,7 @@
 #include "internal.h"
 #include "backend/backends.h"
 #include "dirstore.h"
+#include "nbdkit.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -312,7 +315,12 @@ struct bcase {
 	unsigned tmode;             /* torture: its mode */
 	int kind;                   /* fault injection: see fault() */
 };
-enum { K_NONE, K_MODEL, K_FILE, K_TORTURE, K_OPENER, K_DIRSTORE };
+enum { K_NONE, K_MODEL, K_FILE, K_TORTURE, K_OPENER, K_DIRSTORE, K_NBD };
+
+/* The case under way is a device of fixed size (an NBD export): the
+ * backend's size is the device's, at least what was written, and does not
+ * follow truncation. */
+static bool fixed_size;
 
 static int opener_open(void *ctx, const char *name, int flags)
 {
@@ -331,6 +339,16 @@ static void fault(const struct bcase *b, wbc_dev *dev, bool on)
 	case K_OPENER:
 		file_fail_submits(dev, on ? 1000000 : 0, -EIO);
 		break;
+	case K_NBD: {
+		/* nbdkit's error filter fails writes while this file exists */
+		char trigger[700];
+		snprintf(trigger, sizeof(trigger), "%s/nbd-errors", dir);
+		if (on)
+			CHECK(!mknod(trigger, S_IFREG | 0644, 0));
+		else
+			CHECK(!unlink(trigger));
+		break;
+	}
 	case K_TORTURE: {
 		struct torture *t = wbc_dev_backend(dev, NULL);
 		pthread_mutex_lock(&t->lock);
@@ -357,16 +375,19 @@ static void check_backend(wbc_dev *dev, const char *name, const char *want, size
 	uint64_t size, off = 0;
 	CHECK(back);
 	CHECK_EQ(backend_open(dev->be, name, false, &obj, &size), 0);
-	CHECK_EQ(size, len);
+	if (fixed_size)
+		CHECK(size >= len);
+	else
+		CHECK_EQ(size, len);
 	for (;;) {
 		ssize_t n = backend_read_sync(dev->be, obj, back + off, 4096, off);
 		CHECK(n >= 0 && n <= 4096);
 		off += (uint64_t)n;
-		if (n < 4096)
+		if (n < 4096 || (fixed_size && off >= len))
 			break;
 	}
 	backend_close(dev->be, obj);
-	CHECK_EQ(off, len);
+	CHECK_EQ(fixed_size ? WBC_MIN(off, len) : off, len);
 	CHECK(!memcmp(back, want, len));
 	free(back);
 }
@@ -481,8 +502,15 @@ static void run_case(const struct bcase *b)
 	CHECK_EQ(wbc_fdatasync(fa), 0);
 	check_backend(dev, fname(b, "big"), big, BIG);
 
-	/* C: truncate down (mid-page), then up: zeros */
+	/* C: truncate down (mid-page), then up: zeros (a device of fixed
+	 * size keeps its bytes: beyond its end, no) */
 	size_t cut = 1234567, up = 2000000;
+	if (fixed_size) {
+		CHECK_EQ(wbc_truncate(fa, (uint64_t)1 << 50), -EFBIG);
+		/* the cache took the size all the same: set it back */
+		CHECK_EQ(wbc_truncate(fa, BIG), 0);
+		goto truncated;
+	}
 	CHECK_EQ(wbc_truncate(fa, cut), 0);
 	CHECK_EQ(wbc_fsync(fa), 0);
 	check_backend(dev, fname(b, "big"), big, cut);
@@ -491,6 +519,7 @@ static void run_case(const struct bcase *b)
 	CHECK_EQ(wbc_fsync(fa), 0);
 	check_backend(dev, fname(b, "big"), big, up);
 	check_cached(fa, big, up);
+truncated:
 	CHECK_EQ(wbc_file_close(fa), 0);
 
 	/* D: sync of everything */
@@ -573,17 +602,37 @@ int main(void)
 		{ "torture: inline", NULL, false, T_INLINE, K_TORTURE },
 		{ "torture: inline, short, batches", NULL, false, T_INLINE | T_SHORT | T_BATCH,
 		  K_TORTURE },
+		/* an nbdkit server (when installed) in the case's directory */
+		{ "nbd", "nbd+unix:///?socket=%s/nbd.sock,max_io=64K", true, 0, K_NBD },
 	};
+	size_t ran = 0;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		/* each backend in a directory of its own */
 		snprintf(sub, sizeof(sub), "%s/%zu", dir, i);
 		CHECK_EQ(mkdir(sub, 0755), 0);
 		char *top = dir;
 		dir = sub;
+		struct t_nbdkit server = { .pid = 0 };
+		fixed_size = cases[i].kind == K_NBD;
+		if (cases[i].kind == K_NBD) {
+			if (!t_nbdkit_available()) {
+				printf("  %s: skipped, nbdkit is not installed\n", cases[i].name);
+				dir = top;
+				continue;
+			}
+			char trigger[700];
+			snprintf(trigger, sizeof(trigger), "error-pwrite-file=%s/nbd-errors", dir);
+			t_nbdkit_start(&server, dir, "nbd", (const char *[]){ "--filter=error",
+				"memory", "64M", "error-pwrite=EIO", "error-pwrite-rate=1", trigger,
+				NULL });
+		}
 		run_case(&cases[i]);
+		if (cases[i].kind == K_NBD)
+			t_nbdkit_stop(&server);
 		dir = top;
+		ran++;
 	}
 	t_rmdir(dir);
-	printf("conformance: %zu backends passed\n", sizeof(cases) / sizeof(cases[0]));
+	printf("conformance: %zu backends passed\n", ran);
 	return 0;
 }

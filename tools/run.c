@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "run.h"
+#include "wbcache_backend.h"
 
 #define DEFAULT_DIR "/var/tmp/wbcache"
 #define SAMPLE_NS (100ull * 1000 * 1000)
@@ -59,6 +60,10 @@ struct worker {
 	unsigned id;
 	wbc_dev *dev;
 	unsigned dev_idx;
+	/* a device of one file (file:, nbd): its workers write the file ""
+	 * at base + their offsets, each its own region */
+	bool one_file;
+	uint64_t base;
 	uint64_t bytes;
 	uint64_t ops;
 	uint64_t reads, read_bytes;  /* randrw */
@@ -129,6 +134,26 @@ static void fname(char *buf, size_t len, const char *kind, unsigned a, uint64_t 
 	snprintf(buf, len, "%s.%d.%u.%llu", kind, (int)getpid(), a, (unsigned long long)b);
 }
 
+/* Does @dev hold a single file, named "" (file:PATH, an NBD export)? */
+static bool dev_one_file(wbc_dev *dev)
+{
+	const struct wbc_backend_ops *ops;
+	void *ctx = wbc_dev_backend(dev, &ops);
+	struct wbc_backend_caps caps;
+	memset(&caps, 0, sizeof(caps));
+	ops->caps(ctx, &caps);
+	return caps.flags & WBC_BACKEND_ONE_FILE;
+}
+
+/* The file a worker writes: its own, or the device's one file. */
+static void worker_file(const struct worker *w, char *buf, size_t len, const char *kind)
+{
+	if (w->one_file)
+		buf[0] = '\0';
+	else
+		fname(buf, len, kind, w->id, 0);
+}
+
 /* Write every random writer's file in full and sync (fio's layout), so
  * that the timed writes overwrite allocated blocks, not holes. */
 static int layout(void)
@@ -140,6 +165,8 @@ static int layout(void)
 	for (unsigned i = 0; i < R.nw && !err; i++) {
 		char name[96];
 		wbc_file *f;
+		if (R.w[i].one_file)
+			continue;   /* a block device has no holes to fill */
 		fname(name, sizeof(name), "rand", R.w[i].id, 0);
 		if ((err = wbc_file_open(R.w[i].dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
 			break;
@@ -186,14 +213,17 @@ static void *worker_main(void *arg)
 	case WL_JBOD:
 	case WL_RANDRW: {
 		bool seq = o->wl == WL_DD;
-		fname(name, sizeof(name), seq ? "dd" : "rand", w->id, 0);
-		/* randwrite and jbod write into their laid-out files */
-		int oflags = seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
+		worker_file(w, name, sizeof(name), seq ? "dd" : "rand");
+		/* randwrite and jbod write into their laid-out files; the one
+		 * file of a device is shared, never truncated */
+		int oflags = w->one_file ? 0 : seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
 		if ((w->err = wbc_file_open(w->dev, name, oflags, &f)))
 			break;
 		uint64_t share = o->size / R.nw, blocks = o->file_size / o->bs;
 		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
-			uint64_t off = seq ? w->bytes : (xrand(&seed) % blocks) * o->bs;
+			/* a region of the one file: --time wraps around in it */
+			uint64_t pos = w->one_file && share ? w->bytes % share : w->bytes;
+			uint64_t off = w->base + (seq ? pos : (xrand(&seed) % blocks) * o->bs);
 			if (o->wl == WL_RANDRW && xrand(&seed) % 100 >= o->rwmix) {
 				ssize_t r = wbc_pread(f, rbuf, o->bs, off);
 				if (r < 0) {
@@ -284,6 +314,14 @@ static void take_sample(double dt, struct wbc_stats *prev)
 		s->dev[d].ratelimit = (double)ds.dirty_ratelimit / 1e6;
 		s->dev[d].tput = dt > 0 ? (double)(ds.written_back_bytes - R.last_written[d]) / dt / 1e6 : 0;
 		R.last_written[d] = ds.written_back_bytes;
+		struct wbc_backend_stats bs;
+		if (!wbc_dev_backend_stats(R.dev[d], &bs)) {
+			s->dev[d].transport = true;
+			s->dev[d].window = (double)bs.window_bytes / MiB;
+			s->dev[d].inflight = (double)bs.inflight_bytes / MiB;
+			s->dev[d].rtt_ms = (double)bs.rtt_ns / 1e6;
+			s->dev[d].base_rtt_ms = (double)bs.min_rtt_ns / 1e6;
+		}
 	}
 }
 
@@ -293,8 +331,12 @@ static void status_line(void)
 	char line[512];
 	int n = snprintf(line, sizeof(line), "\r%5.1fs dirty+wb %6.1f MiB (setpoint %.0f, limit %.0f) wb %5.1f",
 			 s->t, s->dirty + s->writeback, s->setpoint, s->limit, s->writeback);
-	for (unsigned d = 0; d < s->ndev && n < (int)sizeof(line) - 40; d++)
+	for (unsigned d = 0; d < s->ndev && n < (int)sizeof(line) - 80; d++) {
 		n += snprintf(line + n, sizeof(line) - (size_t)n, " | dev%u %4.0f MB/s", d, s->dev[d].tput);
+		if (s->dev[d].transport)
+			n += snprintf(line + n, sizeof(line) - (size_t)n,
+				      " win %.1f MiB rtt %.2f ms", s->dev[d].window, s->dev[d].rtt_ms);
+	}
 	snprintf(line + n, sizeof(line) - (size_t)n, " | pause %3.0f ms  ", s->pause_ms);
 	fputs(line, stderr);
 	fflush(stderr);
@@ -410,7 +452,7 @@ static uint64_t wb_bytes0;
 static double wb_threads_cpu(bool user_only)
 {
 	return threads_cpu_mode("wbc-flush", user_only) + threads_cpu_mode("wbc-reap", user_only) +
-	       threads_cpu_mode("wbc-model", user_only);
+	       threads_cpu_mode("wbc-model", user_only) + threads_cpu_mode("wbc-nbd", user_only);
 }
 
 static void report(double secs)
@@ -474,6 +516,39 @@ static void report(double secs)
 		       (unsigned long long)dd.list_lock_holds, (double)p99 / 1e3,
 		       (double)dd.list_lock_max_hold_ns / 1e3,
 		       (double)dd.list_lock_max_cpu_ns / 1e3, o->devs[d]);
+	}
+	/* the transport of devices that report one (nbd): its window, the
+	 * bytes in flight and the round trips, over the run */
+	for (unsigned d = 0; d < o->ndev; d++) {
+		struct wbc_backend_stats bs;
+		if (wbc_dev_backend_stats(R.dev[d], &bs))
+			continue;
+		double wsum = 0, wmax = 0, isum = 0, imax = 0, rsum = 0, bsum = 0;
+		size_t busy = 0;
+		for (size_t i = 0; i < R.ns; i++) {
+			const typeof(R.s[i].dev[d]) *x = &R.s[i].dev[d];
+			if (!x->transport || x->writeback <= 0)
+				continue;   /* the device's busy samples */
+			wsum += x->window;
+			wmax = fmax(wmax, x->window);
+			isum += x->inflight;
+			imax = fmax(imax, x->inflight);
+			rsum += x->rtt_ms;
+			bsum += x->base_rtt_ms;
+			busy++;
+		}
+		double kk = (double)busy;
+		printf("device %u transport", d);
+		if (busy)
+			printf(" (busy samples): window MiB mean %.2f max %.2f; in flight MiB mean %.2f "
+			       "max %.2f; RTT ms mean %.3f (base %.3f);", wsum / kk, wmax, isum / kk,
+			       imax, rsum / kk, bsum / kk);
+		else
+			printf(":");
+		printf(" now: window %.2f MiB, RTT %.3f ms (base %.3f), connections %u/%u, "
+		       "reconnects %llu\n", (double)bs.window_bytes / MiB, (double)bs.rtt_ns / 1e6,
+		       (double)bs.min_rtt_ns / 1e6, bs.connected, bs.conns,
+		       (unsigned long long)bs.reconnects);
 	}
 	/* the dirty-list lock's hold-time histograms: upper bound, count */
 	for (unsigned d = 0; d < o->ndev; d++) {
@@ -579,7 +654,9 @@ static void run_usage(FILE *out)
 "\n"
 "options:\n"
 "  --dev SPEC         a device (repeat for several): mem, model:bw=200M,lat=1ms,qd=32,\n"
-"                     file:PATH, dir:PATH; default dir:DIR; jbod default: four model\n"
+"                     file:PATH, dir:PATH, an NBD export (nbd://HOST[:PORT]/EXPORT,\n"
+"                     nbd+unix:///EXPORT?socket=PATH; then ,conns=N,window=fixed:N);\n"
+"                     default dir:DIR; jbod default: four model\n"
 "                     devices at 25/50/100/200 MB/s.  Any spec takes the device\n"
 "                     tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
 "                     strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS\n"
@@ -776,6 +853,47 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/*
+ * Workers on a device of one file write regions of it, one each (dd: its
+ * share of --size; randwrite, jbod: --file-size), one after another; the
+ * device must hold them all.  fsmark needs files.  0, or -EINVAL with a
+ * message.
+ */
+static int place_one_file_workers(void)
+{
+	const struct opts *o = &R.o;
+	for (unsigned d = 0; d < o->ndev; d++) {
+		if (!dev_one_file(R.dev[d]))
+			continue;
+		if (o->wl == WL_FSMARK) {
+			fprintf(stderr, "wbcache: fsmark needs a device of files, and %s holds one\n",
+				o->devs[d]);
+			return -EINVAL;
+		}
+		uint64_t region = o->wl == WL_DD ? o->size / R.nw : o->file_size, end = 0;
+		for (unsigned i = 0, k = 0; i < R.nw; i++)
+			if (R.w[i].dev_idx == d) {
+				R.w[i].one_file = true;
+				R.w[i].base = k++ * region;
+				end = R.w[i].base + region;
+			}
+		/* a file grows to hold them; a device (an NBD export) cannot */
+		wbc_file *f;
+		int err = wbc_file_open(R.dev[d], "", 0, &f);
+		int64_t size = err ? err : wbc_file_size(f);
+		if (!err && size >= 0 && (uint64_t)size < end)
+			err = wbc_truncate(f, end);
+		wbc_file_close(f);
+		if (err || size < 0) {
+			fprintf(stderr, "wbcache: %s holds %lld bytes, the workers' regions need %llu "
+				"(--size, --file-size, --threads): %s\n", o->devs[d], (long long)size,
+				(unsigned long long)end, wbc_strerror(err ? err : (int)size));
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
 	memset(&R, 0, sizeof(R));
@@ -846,6 +964,10 @@ int cmd_run(int argc, char **argv)
 		R.w[i].id = i;
 		R.w[i].dev_idx = o->wl == WL_JBOD ? i / o->threads : i % o->ndev;
 		R.w[i].dev = R.dev[R.w[i].dev_idx];
+	}
+	if ((err = place_one_file_workers())) {
+		wbc_cache_close(R.cache);
+		return 2;
 	}
 	if (WL_RANDOM(o->wl) && !o->no_layout && (err = layout())) {
 		fprintf(stderr, "wbcache: laying out the files: %s\n", wbc_strerror(err));

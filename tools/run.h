@@ -18,6 +18,9 @@ struct sample {
 	unsigned ndev;
 	struct {
 		double dirty, writeback, write_bw, ratelimit, tput;   /* MiB, MB/s */
+		/* a backend's transport (wbc_dev_backend_stats), where it has one */
+		bool transport;
+		double window, inflight, rtt_ms, base_rtt_ms;          /* MiB, ms */
 	} dev[RUN_MAX_DEVS];
 };
 

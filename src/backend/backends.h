@@ -36,9 +36,16 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 		     const struct file_opener *opener, const struct wbc_backend_ops **ops,
 		     void **ctx, char *err, size_t errlen);
 
+/* nbd: one export of an NBD server (libnbd), @spec a URI of libnbd's
+ * ("nbd://HOST[:PORT]/EXPORT", "nbd+unix:///EXPORT?socket=PATH", ...)
+ * then ",opts" (see nbd.c). */
+bool nbd_is_uri(const char *spec);
+int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
+		    char *err, size_t errlen);
+
 /* registry.c: the built-in backend a device spec names ("mem",
- * "model[:opts]", "file:PATH[,opts]", "dir:PATH[,opts]", "opener[,opts]"
- * with @opener).  Sets *ops and *ctx, or returns -errno with a message. */
+ * "model[:opts]", "file:PATH[,opts]", "dir:PATH[,opts]", an NBD URI
+ * ("nbd://...[,opts]"), "opener[,opts]" with @opener).  Sets *ops and *ctx, or returns -errno with a message. */
 int backend_create(const char *spec, const struct file_opener *opener,
 		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
 

@@ -1,6 +1,7 @@
 /*
  * Device specs: the built-in backend a spec names ("mem", "model[:opts]",
- * "file:PATH[,opts]", "dir:PATH[,opts]", and "opener[,opts]" for
+ * "file:PATH[,opts]", "dir:PATH[,opts]", an NBD URI ("nbd://HOST/EXPORT[,opts]",
+ * "nbd+unix:///EXPORT?socket=PATH[,opts]"), and "opener[,opts]" for
  * wbc_dev_add_opener), made with its options.  The per-device tunables
  * were taken out of the spec before (device.c).
  */
@@ -20,6 +21,8 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		return model_backend_new("", ops, ctx, err, errlen);
 	if (!strncmp(spec, "model:", 6))
 		return model_backend_new(spec + 6, ops, ctx, err, errlen);
+	if (nbd_is_uri(spec))
+		return nbd_backend_new(spec, ops, ctx, err, errlen);
 	bool dir;
 	size_t skip;
 	if (opener && (!strcmp(spec, "opener") || !strncmp(spec, "opener,", 7))) {
@@ -32,7 +35,7 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		dir = true;
 		skip = 4;
 	} else {
-		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH or dir:PATH)", spec);
+		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH, dir:PATH or an NBD URI: nbd://HOST/EXPORT, nbd+unix:///EXPORT?socket=PATH)", spec);
 		return -EINVAL;
 	}
 	char *copy = skip == 6 ? malloc(strlen(spec) + 16) : strdup(spec + skip);

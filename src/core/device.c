@@ -307,6 +307,20 @@ void *wbc_dev_backend(wbc_dev *dev, const struct wbc_backend_ops **ops)
 	return dev->be->ctx;
 }
 
+int wbc_dev_backend_stats(wbc_dev *dev, struct wbc_backend_stats *st)
+{
+	if (!dev || !st)
+		return -EINVAL;
+	const struct wbc_backend_ops *ops = dev->be->ops;
+	memset(st, 0, sizeof(*st));
+	/* a table from before stats() is shorter: never read past it */
+	if (ops->size < offsetof(struct wbc_backend_ops, stats) + sizeof(ops->stats) ||
+	    !ops->stats)
+		return -EOPNOTSUPP;
+	ops->stats(dev->be->ctx, st);
+	return 0;
+}
+
 int wbc_dev_sync(wbc_dev *dev)
 {
 	if (!dev)

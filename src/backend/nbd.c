@@ -1,0 +1,1226 @@
+/*
+ * NBD backend: one export of an NBD server, the single file "" (a block
+ * device of the export's size), over libnbd's asynchronous API.
+ *
+ *   nbd://HOST[:PORT]/EXPORT[,opts]
+ *   nbd+unix:///EXPORT?socket=PATH[,opts]
+ *   (and libnbd's other URIs: nbds://, nbds+unix://, nbd+vsock://)
+ *
+ * The URI ends at the first comma: what follows are options, this
+ * backend's and the device tunables (min_ratio=, on_error=, ...; the
+ * engine takes those out first).  A URI holding a comma writes it %2C.
+ *   conns=N          connections (1..16); default 4 where the server
+ *                    allows multi-conn, else 1 (more is refused then)
+ *   window=adaptive  (default) the congestion control below;
+ *   window=fixed:N   N I/Os in flight at most (for comparisons)
+ *   max_io=SIZE      largest command (default 1 MiB, at most the server's)
+ *   timeout=SECONDS  a command without a reply, or a connection attempt,
+ *                    for that long ends its connection (default 30; 0: none)
+ *   fua=1            writes carry FUA (where the server offers it) and
+ *                    flush sends nothing; off by default, see below
+ *
+ * I/O.  Each I/O becomes one NBD command per run of its iovec that is
+ * contiguous in memory (cache pages next to each other merge); an I/O of
+ * more than MAX_RUNS runs is copied into one buffer and sent as one
+ * command instead (a command costs a request, a reply and a server-side
+ * dispatch: copying 1 MiB is cheaper than 256 of them).  The I/O completes
+ * when all its commands have, with the first error.  A read at the end
+ * of the export is cut short there (the file ends); a write beyond it
+ * fails with ENOSPC.  flush() sends NBD_CMD_FLUSH where the server has a
+ * cache to flush (nbd_can_flush), else does nothing.
+ *
+ * FUA is not used by default: the engine flushes once after a batch of
+ * writes, and FUA on each write instead makes every write durable on its
+ * own.  Measured with nbdkit's file plugin (a file on ext4 on a virtual
+ * disk; FUA there is an fdatasync after the write): `wbcache run dd`, 1
+ * GiB then fsync, was 1.3 to 1.5 times faster with fua=1 (the durability
+ * spread over the stream instead of one fdatasync of 1 GiB at the end),
+ * and `wbcache run randwrite` (4 KiB) 3 to 4 times slower (60-82 MB/s
+ * against 250: an fdatasync per write).  Most writeback is background
+ * writeback that no one waits on, so FUA stays off unless asked for.
+ *
+ * Multi-conn.  Where the server sets NBD_FLAG_CAN_MULTI_CONN, commands are
+ * spread over conns= connections (each to the one with the fewest bytes
+ * in flight).  The NBD protocol says of that flag that "the effects of
+ * NBD_CMD_FLUSH and NBD_CMD_FLAG_FUA MUST be visible across all
+ * connections when the server sends its reply", and that a client MUST
+ * NOT send a flush before it has the replies of the writes the flush
+ * is to cover: so one flush, on any connection, sent once those replies
+ * are in (the engine calls flush() after the writes completed), covers
+ * the writes completed on every connection.  One is sent; flushing every
+ * connection would add round trips and make nothing more durable.
+ * Without the flag there is one connection (the protocol: clients
+ * "SHOULD NOT multiplex their commands over more than one connection").
+ *
+ * Congestion control: a window of bytes in flight, TCP Vegas's scheme on
+ * the I/Os' round-trip times.  Vegas compares the rate the window would
+ * give without queueing (window / base RTT) with the rate measured
+ * (window / RTT); the difference times the base RTT is what the window
+ * keeps queued at the server:
+ *     queued = inflight * (1 - base_rtt / rtt)
+ * Once per round trip (a round ends when an I/O sent after it began
+ * completes), with the least-queued sample of the round (noise only ever
+ * adds delay):
+ *   - slow start: the window doubles every other round (the round after a
+ *     doubling measures it) while queued stays under GAMMA I/Os; past that
+ *     it drops to what queues nothing plus one I/O, and
+ *   - then grows by one I/O per round while queued < ALPHA I/Os, holds
+ *     between ALPHA and BETA, and shrinks above BETA: by one I/O, or by
+ *     half the excess over BETA when that is more (plain Vegas takes one
+ *     I/O per round trip to drain each I/O of excess; a server that
+ *     slows down tenfold would wait long for that), at most by half.
+ *   ALPHA = 2, BETA = 4, GAMMA = 1 I/Os of the round's mean size: Linux's
+ *   tcp_vegas defaults (in packets).  A few I/Os queued at the server keep
+ *   it busy between one reply and the next command; more only add latency
+ *   (the engine's writers, its reads on cache misses and its fsyncs wait
+ *   behind them) and hide from the throttle that the device is slower.
+ * The base RTT is the lowest RTT seen for I/Os of the same kind and size
+ * (reads and writes apart, sizes by powers of two: a 1 MiB write takes
+ * longer than a 4 KiB one with no queue at all), over the last 10 to 20
+ * s (two 10 s windows: a server that got slower is believed within 20 s),
+ * and forgotten when the server comes back after a loss.  The window grows
+ * only in rounds in which it was full (an I/O waited for room), starts at
+ * CWND_INIT (256 KiB) and stays within [CWND_MIN, CWND_MAX] (256 KiB, 1
+ * GiB); one I/O may always be in flight, however large.  The floor: on a
+ * server bound by its CPU (nbdkit on the same machine) small I/Os queue
+ * in its scheduler at any depth, and Vegas would shrink to a few I/Os;
+ * 64 of 4 KiB keep its batching (nbdkit's threads, our one poll for many
+ * replies) at work, at a millisecond of RTT, and are nothing to a slow
+ * server (4 I/Os of 64 KiB).  Why Vegas and not BBR or AIMD: an NBD server
+ * drops nothing, so AIMD's loss signal never comes (the window would grow
+ * until the engine's queue ran out and the server's queue held it all);
+ * BBR's window (gain x max rate x min RTT) keeps its own queue and needs
+ * probing phases to drain it and learn the RTT again; Vegas holds a small
+ * queue by construction and needs only RTTs, which a block device's
+ * requests give on every completion.
+ * The engine's queue depth for this backend is large (256), so that the
+ * window and not the engine's bio pool limits; I/Os beyond the window
+ * wait here, reads ahead of writes (a reader waits; the engine never has
+ * two overlapping I/Os in flight, so the order between them is free).
+ *
+ * Faults.  When a connection dies (an error, the server gone, no reply
+ * within timeout=), libnbd fails its commands in flight: their I/Os
+ * complete with EIO and the engine's policy takes over (on_error=retry:
+ * the pages stay dirty, at risk, and are retried with backoff;
+ * on_error=drop: counted lost).  The connection is made again in the
+ * background, 100 ms after the loss, then waiting twice as long after
+ * each failure up to 5 s.  While no connection is up, submit() refuses
+ * I/Os with EIO at once (those queued when the last one went are failed
+ * so too), and flush() fails with EIO.  Writes completed on
+ * a connection that died before a flush covered them may be lost with
+ * the server's cache: the next flush then fails with EIO, once.
+ *
+ * Threads.  One completion thread per backend does all of libnbd's work:
+ * it polls the connections' sockets (as nbd_aio_get_direction says) and
+ * an eventfd that submitters write when they queue work while it sleeps,
+ * moves queued I/Os into the window, issues commands, and completes
+ * I/Os as a batch (wbc_io_complete_batch) once libnbd's callbacks (which
+ * run on this thread with libnbd's handle lock held: they only note
+ * results) have seen all their commands.  submit() and flush() take
+ * lock, queue and wake it; no lock of ours is held around libnbd calls
+ * or completions.
+ */
+#include "backends.h"
+
+#include <libnbd.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define NBD_MAX_CONNS 16
+#define NBD_DEFAULT_CONNS 4
+#define NBD_QUEUE_DEPTH 256u            /* caps.queue_depth: the window limits */
+#define NBD_DEFAULT_MAX_IO (1u << 20)
+#define NBD_DEFAULT_TIMEOUT_S 30.0
+#define MS_NS 1000000ull
+#define RECONNECT_MIN_NS (100 * MS_NS)
+#define RECONNECT_MAX_NS (5000 * MS_NS)
+#define MAX_RUNS 8                      /* commands per I/O, else one copied */
+#define COMPLETE_BATCH 64
+#define TAKE_BATCH 64
+
+/* congestion control (see above) */
+#define CWND_INIT (256u << 10)
+#define CWND_MIN (256u << 10)
+#define CWND_MAX (1ull << 30)
+#define VEGAS_ALPHA 2.0
+#define VEGAS_BETA 4.0
+#define VEGAS_GAMMA 1.0
+#define BASE_WINDOW_NS (10000 * MS_NS)
+#define RTT_CLASSES 12                  /* 4 KiB .. 8 MiB and above */
+
+enum { C_DOWN, C_CONNECTING, C_UP };
+
+struct nbe;
+struct nbd_req;
+struct nbd_flushreq;
+
+struct nbd_conn {
+	struct nbe *b;
+	struct nbd_handle *h;
+	int state;                  /* C_* */
+	bool was_up;                /* up before: coming up again is a reconnect */
+	uint64_t retry_at_ns;       /* C_DOWN: next attempt */
+	uint64_t backoff_ns;        /* the wait after the next failure */
+	uint64_t connect_ns;        /* C_CONNECTING: since */
+	uint64_t inflight_bytes;
+	struct list_head cmds;      /* commands in flight, oldest first */
+	uint64_t last_write_gen;    /* generation of its last write completed */
+};
+
+/* One NBD command: part of an I/O (req), or a flush (flush). */
+struct nbd_cmd {
+	struct list_head node;      /* conn->cmds */
+	struct nbd_conn *conn;
+	struct nbd_req *req;
+	struct nbd_flushreq *flush;
+	uint64_t sent_ns;
+	uint32_t len;
+	bool write;
+};
+
+struct nbd_req {
+	struct wbc_io *io;
+	struct nbd_req *next;       /* the done list */
+	uint64_t sent_ns;
+	size_t len;                 /* bytes its commands cover */
+	void *bounce;               /* the copy sent as one command, or NULL */
+	unsigned ncmds, left;       /* commands; not yet completed */
+	int err;                    /* the first error */
+	struct nbd_cmd cmd[];
+};
+
+struct nbd_flushreq {
+	struct nbd_flushreq *next;
+	struct nbd_cmd cmd;
+	uint64_t gen;               /* writes completed before it was sent */
+	int err;
+	bool done;                  /* lock: the caller may return */
+};
+
+/* Vegas state: the completion thread's own. */
+struct cc {
+	uint64_t cwnd;
+	bool slow_start;
+	bool ss_hold;               /* slow start: the window grew last round */
+	uint64_t base_cur[2][RTT_CLASSES], base_prev[2][RTT_CLASSES];
+	uint64_t base_epoch_ns;
+	double srtt, sbase;         /* smoothed RTT, and base of the same I/Os */
+	/* the round */
+	uint64_t round_start_ns;
+	double r_max_ratio;         /* max over samples of base / rtt */
+	uint64_t r_bytes, r_ios, r_max_inflight;
+	bool limited;               /* an I/O waited for room in the window */
+};
+
+struct nbe {
+	char *uri;
+	uint64_t size;
+	bool can_flush, can_fua, multi_conn, fua;
+	size_t max_io, align;
+	unsigned nconns;
+	unsigned fixed;             /* window=fixed:N; 0: adaptive */
+	uint64_t timeout_ns;        /* 0: none */
+	struct nbd_conn conns[NBD_MAX_CONNS];
+	int efd;
+	pthread_t thread;
+
+	pthread_mutex_t lock;       /* the queues and flags below */
+	pthread_cond_t flush_cond;
+	/* I/Os waiting for the window, linked through backend_data[0] */
+	struct wbc_io *rq_head, *rq_tail, *wq_head, *wq_tail;
+	uint64_t queued_bytes;
+	struct nbd_flushreq *flushq;
+	unsigned nup;               /* connections up */
+	bool sleeping;              /* the thread waits in poll: wake it */
+	bool stop;
+
+	/* the completion thread's own */
+	struct nbd_req *done;
+	struct nbd_flushreq *flush_done;
+	struct wbc_io *failed_head; /* completed without a request (no memory) */
+	uint64_t inflight_bytes;
+	unsigned inflight_ios;
+	uint64_t write_gen, flushed_gen;
+	bool lost_unflushed;
+	struct cc cc;
+
+	/* for stats(), from any thread */
+	_Atomic uint64_t st_window, st_inflight, st_rtt, st_base, st_reconnects;
+	atomic_uint st_up;
+};
+
+static const struct wbc_backend_ops nbd_ops;
+
+/* ------------------------------------------------------------------ */
+/* congestion control                                                   */
+
+static void cc_publish(struct nbe *b)
+{
+	uint64_t w = b->fixed ? (uint64_t)b->fixed * b->max_io : b->cc.cwnd;
+	atomic_store_explicit(&b->st_window, w, memory_order_relaxed);
+	atomic_store_explicit(&b->st_rtt, (uint64_t)b->cc.srtt, memory_order_relaxed);
+	atomic_store_explicit(&b->st_base, (uint64_t)b->cc.sbase, memory_order_relaxed);
+}
+
+/* A fresh start: at creation, and when the server comes back (it may be
+ * another one, or the same on another path). */
+static void cc_reset(struct nbe *b, uint64_t now)
+{
+	struct cc *c = &b->cc;
+	memset(c, 0, sizeof(*c));
+	c->cwnd = CWND_INIT;
+	c->slow_start = true;
+	for (int op = 0; op < 2; op++)
+		for (int k = 0; k < RTT_CLASSES; k++)
+			c->base_cur[op][k] = c->base_prev[op][k] = UINT64_MAX;
+	c->base_epoch_ns = now;
+	c->r_max_ratio = 0;
+	cc_publish(b);
+}
+
+static unsigned rtt_class(size_t len)
+{
+	unsigned k = 0;
+	for (size_t units = len >> 12; units > 1 && k < RTT_CLASSES - 1; units >>= 1)
+		k++;
+	return k;
+}
+
+/* A round ended: move the window as the round's samples say. */
+static void cc_round_end(struct nbe *b, uint64_t now)
+{
+	struct cc *c = &b->cc;
+	if (c->r_ios && !b->fixed) {
+		double avg = (double)c->r_bytes / (double)c->r_ios;
+		double pipe = (double)c->r_max_inflight;   /* what was in flight */
+		double queued = pipe * (1.0 - c->r_max_ratio);
+		double w = (double)c->cwnd;
+		if (c->slow_start) {
+			if (queued > VEGAS_GAMMA * avg) {
+				c->slow_start = false;
+				w = WBC_MIN(w, pipe * c->r_max_ratio + avg);
+			} else if (c->limited && (c->ss_hold = !c->ss_hold)) {
+				w *= 2;   /* every other round: the next one sees it */
+			}
+		} else if (queued < VEGAS_ALPHA * avg) {
+			if (c->limited)
+				w += avg;
+		} else if (queued > VEGAS_BETA * avg) {
+			w -= WBC_MIN(WBC_MAX(avg, (queued - VEGAS_BETA * avg) / 2), w / 2);
+		}
+		c->cwnd = w < CWND_MIN ? CWND_MIN : w > (double)CWND_MAX ? CWND_MAX : (uint64_t)w;
+	}
+	c->round_start_ns = now;
+	c->r_max_ratio = 0;
+	c->r_bytes = c->r_ios = 0;
+	c->r_max_inflight = b->inflight_bytes;
+	c->limited = false;
+	cc_publish(b);
+}
+
+/* A completed I/O's round trip. */
+static void cc_sample(struct nbe *b, const struct nbd_req *r, uint64_t now)
+{
+	struct cc *c = &b->cc;
+	uint64_t rtt = now > r->sent_ns ? now - r->sent_ns : 1;
+	int op = r->io->op == WBC_IO_WRITE;
+	unsigned k = rtt_class(r->len);
+	if (now - c->base_epoch_ns > BASE_WINDOW_NS) {
+		memcpy(c->base_prev, c->base_cur, sizeof(c->base_prev));
+		for (int o = 0; o < 2; o++)
+			for (int i = 0; i < RTT_CLASSES; i++)
+				c->base_cur[o][i] = UINT64_MAX;
+		c->base_epoch_ns = now;
+	}
+	c->base_cur[op][k] = WBC_MIN(c->base_cur[op][k], rtt);
+	uint64_t base = WBC_MIN(c->base_cur[op][k], c->base_prev[op][k]);
+	double ratio = (double)base / (double)rtt;
+	c->srtt = c->srtt > 0 ? c->srtt + ((double)rtt - c->srtt) / 8 : (double)rtt;
+	c->sbase = c->sbase > 0 ? c->sbase + ((double)base - c->sbase) / 8 : (double)base;
+	c->r_max_ratio = WBC_MAX(c->r_max_ratio, ratio);
+	c->r_bytes += r->len;
+	c->r_ios++;
+	if (r->sent_ns >= c->round_start_ns)
+		cc_round_end(b, now);
+}
+
+/* Room in the window for @len more bytes? */
+static bool window_fits(struct nbe *b, size_t len)
+{
+	if (b->fixed)
+		return b->inflight_ios < b->fixed;
+	return !b->inflight_bytes || b->inflight_bytes + len <= b->cc.cwnd;
+}
+
+/* ------------------------------------------------------------------ */
+/* commands and their completions (the completion thread)               */
+
+static bool handle_alive(struct nbd_handle *h)
+{
+	return !nbd_aio_is_dead(h) && !nbd_aio_is_closed(h);
+}
+
+static bool handle_ready(struct nbd_handle *h)
+{
+	return nbd_aio_is_ready(h) || nbd_aio_is_processing(h);
+}
+
+static void push_done(struct nbe *b, struct nbd_req *r)
+{
+	r->next = b->done;
+	b->done = r;
+}
+
+/* libnbd's errno of a failed command as ours: a connection gone is EIO. */
+static int cmd_error(int error)
+{
+	return error == ENOTCONN || error == ECONNRESET || error == EPIPE || !error ? -EIO : -error;
+}
+
+/* A command is done: @error is its errno, 0 for success. */
+static void cmd_finish(struct nbd_cmd *cmd, int error)
+{
+	struct nbd_conn *conn = cmd->conn;
+	struct nbe *b = conn->b;
+	list_del_init(&cmd->node);
+	conn->inflight_bytes -= cmd->len;
+	if (cmd->flush) {
+		struct nbd_flushreq *f = cmd->flush;
+		if (error) {
+			f->err = cmd_error(error);
+		} else {
+			b->flushed_gen = WBC_MAX(b->flushed_gen, f->gen);
+			if (b->lost_unflushed) {
+				/* writes a dead connection had not flushed */
+				f->err = -EIO;
+				b->lost_unflushed = false;
+			}
+		}
+		f->next = b->flush_done;
+		b->flush_done = f;
+		return;
+	}
+	struct nbd_req *r = cmd->req;
+	if (error && !r->err)
+		r->err = cmd_error(error);
+	else if (!error && cmd->write)
+		conn->last_write_gen = ++b->write_gen;
+	if (--r->left == 0)
+		push_done(b, r);
+}
+
+/* libnbd's completion callback: with its handle lock held, on our thread. */
+static int cmd_cb(void *user_data, int *error)
+{
+	cmd_finish(user_data, *error);
+	return 1;   /* retire the command */
+}
+
+/* The up connection with the fewest bytes in flight, or NULL. */
+static struct nbd_conn *pick_conn(struct nbe *b)
+{
+	struct nbd_conn *best = NULL;
+	for (unsigned i = 0; i < b->nconns; i++) {
+		struct nbd_conn *c = &b->conns[i];
+		if (c->state == C_UP && (!best || c->inflight_bytes < best->inflight_bytes))
+			best = c;
+	}
+	return best;
+}
+
+/* Send one command (set up but for its connection); on failure it is
+ * finished at once. */
+static void send_cmd(struct nbe *b, struct nbd_cmd *cmd, void *buf, uint64_t off, uint64_t now)
+{
+	struct nbd_conn *conn = pick_conn(b);
+	if (!conn) {
+		/* no connection: finish it on the list of a connection that is
+		 * not up (every command belongs to one) */
+		cmd->conn = &b->conns[0];
+		list_add_tail(&cmd->node, &cmd->conn->cmds);
+		cmd->conn->inflight_bytes += cmd->len;
+		cmd_finish(cmd, ENOTCONN);
+		return;
+	}
+	cmd->conn = conn;
+	cmd->sent_ns = now;
+	list_add_tail(&cmd->node, &conn->cmds);
+	conn->inflight_bytes += cmd->len;
+	nbd_completion_callback cb = { .callback = cmd_cb, .user_data = cmd };
+	int64_t cookie;
+	if (cmd->flush)
+		cookie = nbd_aio_flush(conn->h, cb, 0);
+	else if (cmd->write)
+		cookie = nbd_aio_pwrite(conn->h, buf, cmd->len, off, cb,
+					b->fua && b->can_fua ? LIBNBD_CMD_FLAG_FUA : 0);
+	else
+		cookie = nbd_aio_pread(conn->h, buf, cmd->len, off, cb, 0);
+	if (cookie == -1) {
+		/* not queued: libnbd calls no callback.  A handle that died
+		 * (in an earlier send) refuses with EINVAL: the connection's
+		 * loss, told as such */
+		int e = nbd_get_errno();
+		cmd_finish(cmd, !handle_alive(conn->h) || !e ? ENOTCONN : e);
+	}
+}
+
+static void fail_io(struct nbe *b, struct wbc_io *io, int err)
+{
+	io->res = err;
+	io->backend_data[0] = b->failed_head;
+	b->failed_head = io;
+}
+
+/* Start @io (taken into the window: counted in flight). */
+static void issue_io(struct nbe *b, struct wbc_io *io, uint64_t now)
+{
+	bool write = io->op == WBC_IO_WRITE;
+	size_t len = io->len;
+	int err = 0;
+	if (!write)
+		len = io->off >= b->size ? 0 : (size_t)WBC_MIN((uint64_t)len, b->size - io->off);
+	else if (io->off > b->size || io->len > b->size - io->off)
+		err = -ENOSPC;
+	/* runs of the iovec contiguous in memory, over its first len bytes */
+	unsigned runs = 0;
+	const char *end = NULL;
+	size_t left = err ? 0 : len;
+	for (int i = 0; i < io->iovcnt && left; i++) {
+		size_t l = WBC_MIN(io->iov[i].iov_len, left);
+		if (!runs || io->iov[i].iov_base != end)
+			runs++;
+		end = (const char *)io->iov[i].iov_base + l;
+		left -= l;
+	}
+	bool bounce = runs > MAX_RUNS;
+	unsigned ncmds = bounce ? 1 : runs;
+	struct nbd_req *r = calloc(1, sizeof(*r) + ncmds * sizeof(struct nbd_cmd));
+	if (r && bounce && !(r->bounce = malloc(len))) {
+		free(r);
+		r = NULL;
+	}
+	if (!r) {
+		fail_io(b, io, -ENOMEM);
+		return;
+	}
+	r->io = io;
+	r->len = len;
+	r->err = err;
+	r->sent_ns = now;
+	r->ncmds = r->left = ncmds;
+	io->backend_data[1] = r;
+	if (!ncmds) {
+		push_done(b, r);
+		return;
+	}
+	if (bounce) {
+		if (write) {
+			size_t at = 0;
+			for (int i = 0; i < io->iovcnt && at < len; i++) {
+				size_t l = WBC_MIN(io->iov[i].iov_len, len - at);
+				memcpy((char *)r->bounce + at, io->iov[i].iov_base, l);
+				at += l;
+			}
+		}
+		r->cmd[0] = (struct nbd_cmd){ .req = r, .len = (uint32_t)len, .write = write };
+		list_init(&r->cmd[0].node);
+		send_cmd(b, &r->cmd[0], r->bounce, io->off, now);
+		return;
+	}
+	/* the commands are set up first, then sent: a callback may run
+	 * inside a send (a connection dying) and finish them all */
+	void *bufs[MAX_RUNS];
+	uint64_t offs[MAX_RUNS];
+	unsigned k = 0;
+	size_t at = 0;
+	end = NULL;
+	left = len;
+	for (int i = 0; i < io->iovcnt && left; i++) {
+		size_t l = WBC_MIN(io->iov[i].iov_len, left);
+		if (!k || io->iov[i].iov_base != end) {
+			r->cmd[k] = (struct nbd_cmd){ .req = r, .write = write };
+			list_init(&r->cmd[k].node);
+			bufs[k] = io->iov[i].iov_base;
+			offs[k] = io->off + at;
+			k++;
+		}
+		r->cmd[k - 1].len += (uint32_t)l;
+		end = (const char *)io->iov[i].iov_base + l;
+		at += l;
+		left -= l;
+	}
+	for (unsigned i = 0; i < ncmds; i++)
+		send_cmd(b, &r->cmd[i], bufs[i], offs[i], now);
+}
+
+/* Hand what completed to the engine (no lock held), and wake flushers. */
+static void finish(struct nbe *b)
+{
+	uint64_t now = wbc_now_ns();
+	struct wbc_io *batch[COMPLETE_BATCH];
+	unsigned n = 0;
+	struct nbd_req *r = b->done;
+	b->done = NULL;
+	struct wbc_io *failed = b->failed_head;
+	b->failed_head = NULL;
+	while (r || failed) {
+		struct wbc_io *io;
+		if (r) {
+			struct nbd_req *next = r->next;
+			io = r->io;
+			if (!r->err && r->ncmds)
+				cc_sample(b, r, now);
+			if (r->bounce && !r->err && io->op == WBC_IO_READ) {
+				size_t at = 0;
+				for (int i = 0; i < io->iovcnt && at < r->len; i++) {
+					size_t l = WBC_MIN(io->iov[i].iov_len, r->len - at);
+					memcpy(io->iov[i].iov_base, (char *)r->bounce + at, l);
+					at += l;
+				}
+			}
+			io->res = r->err ? r->err : io->op == WBC_IO_READ ? (ssize_t)r->len :
+				  (ssize_t)io->len;
+			free(r->bounce);
+			free(r);
+			r = next;
+		} else {
+			io = failed;
+			failed = io->backend_data[0];
+		}
+		io->backend_data[0] = io->backend_data[1] = NULL;
+		b->inflight_bytes -= io->len;
+		b->inflight_ios--;
+		batch[n++] = io;
+		if (n == COMPLETE_BATCH) {
+			atomic_store_explicit(&b->st_inflight, b->inflight_bytes, memory_order_relaxed);
+			wbc_io_complete_batch(batch, n);
+			n = 0;
+		}
+	}
+	atomic_store_explicit(&b->st_inflight, b->inflight_bytes, memory_order_relaxed);
+	if (n)
+		wbc_io_complete_batch(batch, n);
+	if (b->flush_done) {
+		pthread_mutex_lock(&b->lock);
+		for (struct nbd_flushreq *f = b->flush_done; f; f = f->next)
+			f->done = true;
+		b->flush_done = NULL;
+		pthread_cond_broadcast(&b->flush_cond);
+		pthread_mutex_unlock(&b->lock);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* connections (the completion thread)                                  */
+
+/* Take every queued I/O (lock held): none will be sent. */
+static struct wbc_io *take_all_locked(struct nbe *b)
+{
+	assert_held(&b->lock);
+	struct wbc_io *head = b->rq_head;
+	if (head)
+		b->rq_tail->backend_data[0] = b->wq_head;
+	else
+		head = b->wq_head;
+	b->rq_head = b->rq_tail = b->wq_head = b->wq_tail = NULL;
+	b->queued_bytes = 0;
+	return head;
+}
+
+static void conn_down(struct nbe *b, struct nbd_conn *c, uint64_t now, const char *why)
+{
+	bool was_up = c->state == C_UP;
+	if (c->h) {
+		nbd_close(c->h);   /* a dead handle's commands were failed already */
+		c->h = NULL;
+	}
+	/* anything libnbd did not call back (a handle closed while alive) */
+	while (!list_empty(&c->cmds))
+		cmd_finish(container_of(c->cmds.next, struct nbd_cmd, node), ENOTCONN);
+	if (was_up && c->last_write_gen > b->flushed_gen && b->can_flush && !b->fua)
+		b->lost_unflushed = true;
+	c->state = C_DOWN;
+	c->retry_at_ns = now + c->backoff_ns;
+	c->backoff_ns = WBC_MIN(c->backoff_ns * 2, RECONNECT_MAX_NS);
+	if (!was_up)
+		return;
+	pthread_mutex_lock(&b->lock);
+	unsigned up = --b->nup;
+	struct wbc_io *orphans = up ? NULL : take_all_locked(b);
+	pthread_mutex_unlock(&b->lock);
+	atomic_store_explicit(&b->st_up, up, memory_order_relaxed);
+	/* nothing can send what waited: the engine gets it back */
+	while (orphans) {
+		struct wbc_io *next = orphans->backend_data[0];
+		b->inflight_bytes += orphans->len;   /* counted back out in finish() */
+		b->inflight_ios++;
+		fail_io(b, orphans, -EIO);
+		orphans = next;
+	}
+	if (!up)
+		fprintf(stderr, "wbcache: nbd: lost %s (%s); reconnecting\n", b->uri,
+			why ? why : "connection closed");
+}
+
+static void connect_failed(struct nbe *b, struct nbd_conn *c, uint64_t now)
+{
+	conn_down(b, c, now, NULL);
+}
+
+static void start_connect(struct nbe *b, struct nbd_conn *c, uint64_t now)
+{
+	c->h = nbd_create();
+	if (c->h && nbd_aio_connect_uri(c->h, b->uri) != -1) {
+		c->state = C_CONNECTING;
+		c->connect_ns = now;
+		return;
+	}
+	connect_failed(b, c, now);
+}
+
+static void conn_ready(struct nbe *b, struct nbd_conn *c, uint64_t now)
+{
+	int64_t size = nbd_get_size(c->h);
+	if (size != (int64_t)b->size || (b->nconns > 1 && nbd_can_multi_conn(c->h) != 1)) {
+		/* not the export we had (or it no longer takes several
+		 * connections): keep trying, never write to it */
+		if (!c->was_up || c == &b->conns[0])
+			fprintf(stderr, "wbcache: nbd: %s: the export changed (size %lld, was %llu; "
+				"multi-conn %d); not using it\n", b->uri, (long long)size,
+				(unsigned long long)b->size, nbd_can_multi_conn(c->h));
+		c->was_up = true;
+		connect_failed(b, c, now);
+		return;
+	}
+	c->state = C_UP;
+	c->backoff_ns = RECONNECT_MIN_NS;
+	pthread_mutex_lock(&b->lock);
+	unsigned up = ++b->nup;
+	pthread_mutex_unlock(&b->lock);
+	atomic_store_explicit(&b->st_up, up, memory_order_relaxed);
+	if (c->was_up)
+		atomic_fetch_add_explicit(&b->st_reconnects, 1, memory_order_relaxed);
+	if (up == 1) {
+		cc_reset(b, now);
+		if (c->was_up)
+			fprintf(stderr, "wbcache: nbd: reconnected to %s\n", b->uri);
+	}
+	c->was_up = true;
+}
+
+
+/* Connection timers: attempts due, attempts and commands past timeout=;
+ * and connections that died in a send (the handle is dead, its socket
+ * closed: no poll would tell). */
+static void conn_timers(struct nbe *b, uint64_t now)
+{
+	for (unsigned i = 0; i < b->nconns; i++) {
+		struct nbd_conn *c = &b->conns[i];
+		if (c->state == C_UP && !handle_alive(c->h))
+			conn_down(b, c, now, nbd_get_error());
+		if (c->state == C_DOWN && now >= c->retry_at_ns)
+			start_connect(b, c, now);
+		if (c->state == C_CONNECTING) {
+			if (handle_ready(c->h))
+				conn_ready(b, c, now);
+			else if (!handle_alive(c->h) ||
+				 (b->timeout_ns && now - c->connect_ns >= b->timeout_ns))
+				connect_failed(b, c, now);
+		}
+		if (c->state == C_UP && b->timeout_ns && !list_empty(&c->cmds)) {
+			struct nbd_cmd *old = container_of(c->cmds.next, struct nbd_cmd, node);
+			if (now - old->sent_ns >= b->timeout_ns)
+				conn_down(b, c, now, "no reply within timeout=");
+		}
+	}
+}
+
+/* Milliseconds until the next connection timer (-1: none). */
+static int timer_ms(struct nbe *b, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	for (unsigned i = 0; i < b->nconns; i++) {
+		struct nbd_conn *c = &b->conns[i];
+		if (c->state == C_DOWN)
+			next = WBC_MIN(next, c->retry_at_ns);
+		else if (b->timeout_ns && c->state == C_CONNECTING)
+			next = WBC_MIN(next, c->connect_ns + b->timeout_ns);
+		else if (b->timeout_ns && !list_empty(&c->cmds))
+			next = WBC_MIN(next, container_of(c->cmds.next, struct nbd_cmd, node)->sent_ns +
+					     b->timeout_ns);
+	}
+	if (next == UINT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)WBC_MIN((next - now + MS_NS - 1) / MS_NS, 60000u);
+}
+
+/* ------------------------------------------------------------------ */
+/* the completion thread                                                */
+
+/* Move queued work into the window and send it; true when asked to stop. */
+static bool pull_work(struct nbe *b, uint64_t now)
+{
+	for (;;) {
+		struct wbc_io *take[TAKE_BATCH];
+		unsigned n = 0;
+		pthread_mutex_lock(&b->lock);
+		b->sleeping = false;
+		bool stop = b->stop;
+		struct nbd_flushreq *flushes = b->flushq;
+		b->flushq = NULL;
+		while (n < TAKE_BATCH) {
+			bool read = b->rq_head != NULL;
+			struct wbc_io *io = read ? b->rq_head : b->wq_head;
+			if (!io)
+				break;
+			if (!window_fits(b, io->len)) {
+				b->cc.limited = true;
+				break;
+			}
+			struct wbc_io **head = read ? &b->rq_head : &b->wq_head;
+			if (!(*head = io->backend_data[0]))
+				*(read ? &b->rq_tail : &b->wq_tail) = NULL;
+			io->backend_data[0] = NULL;
+			b->queued_bytes -= io->len;
+			b->inflight_bytes += io->len;
+			b->inflight_ios++;
+			take[n++] = io;
+		}
+		pthread_mutex_unlock(&b->lock);
+		b->cc.r_max_inflight = WBC_MAX(b->cc.r_max_inflight, b->inflight_bytes);
+		atomic_store_explicit(&b->st_inflight, b->inflight_bytes, memory_order_relaxed);
+		while (flushes) {
+			struct nbd_flushreq *f = flushes;
+			flushes = f->next;
+			f->gen = b->write_gen;
+			f->cmd = (struct nbd_cmd){ .flush = f };
+			list_init(&f->cmd.node);
+			send_cmd(b, &f->cmd, NULL, 0, now);
+		}
+		for (unsigned i = 0; i < n; i++)
+			issue_io(b, take[i], now);
+		if (stop)
+			return true;
+		if (n < TAKE_BATCH)
+			return false;
+	}
+}
+
+static void *nbd_main(void *arg)
+{
+	struct nbe *b = arg;
+	pthread_setname_np(pthread_self(), "wbc-nbd");
+	struct pollfd pfd[1 + NBD_MAX_CONNS];
+	struct nbd_conn *polled[1 + NBD_MAX_CONNS];
+	for (;;) {
+		uint64_t now = wbc_now_ns();
+		if (pull_work(b, now))
+			break;
+		finish(b);
+		conn_timers(b, now);
+		finish(b);
+
+		unsigned np = 1;
+		pfd[0] = (struct pollfd){ .fd = b->efd, .events = POLLIN };
+		for (unsigned i = 0; i < b->nconns; i++) {
+			struct nbd_conn *c = &b->conns[i];
+			if (c->state == C_DOWN)
+				continue;
+			int fd = nbd_aio_get_fd(c->h);
+			if (fd < 0)
+				continue;
+			unsigned dir = nbd_aio_get_direction(c->h);
+			pfd[np] = (struct pollfd){
+				.fd = fd,
+				.events = (short)(((dir & LIBNBD_AIO_DIRECTION_READ) ? POLLIN : 0) |
+						  ((dir & LIBNBD_AIO_DIRECTION_WRITE) ? POLLOUT : 0)),
+			};
+			polled[np++] = c;
+		}
+		int ms = timer_ms(b, now);
+		pthread_mutex_lock(&b->lock);
+		bool ready = b->stop || b->flushq || b->done || b->failed_head ||
+			     ((b->rq_head || b->wq_head) &&
+			      window_fits(b, (b->rq_head ? b->rq_head : b->wq_head)->len));
+		if (ready)
+			ms = 0;
+		else
+			b->sleeping = true;
+		pthread_mutex_unlock(&b->lock);
+		int r = poll(pfd, np, ms);
+		if (r < 0)
+			continue;   /* EINTR */
+		if (pfd[0].revents) {
+			uint64_t v;
+			if (read(b->efd, &v, sizeof(v)) < 0) {
+				/* EAGAIN: another read took it */
+			}
+		}
+		now = wbc_now_ns();
+		for (unsigned i = 1; i < np; i++) {
+			struct nbd_conn *c = polled[i];
+			short ev = pfd[i].revents;
+			if (!ev || c->state == C_DOWN)
+				continue;
+			int rc = 0;
+			if (ev & (POLLIN | POLLHUP | POLLERR))
+				rc = nbd_aio_notify_read(c->h);
+			if (rc != -1 && (ev & (POLLOUT | POLLHUP | POLLERR)) && handle_alive(c->h))
+				rc = nbd_aio_notify_write(c->h);
+			bool hup = (ev & (POLLHUP | POLLERR)) && !(ev & POLLIN);
+			if (c->state == C_CONNECTING) {
+				if (handle_ready(c->h))
+					conn_ready(b, c, now);
+				else if (rc == -1 || !handle_alive(c->h) || hup)
+					connect_failed(b, c, now);
+			} else if (rc == -1 || !handle_alive(c->h) || hup) {
+				conn_down(b, c, now, nbd_get_error());
+			}
+		}
+		finish(b);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* the operations                                                       */
+
+/* Wake the thread if it sleeps (lock held); write the eventfd after
+ * unlocking when this returns true. */
+static bool kick_locked(struct nbe *b)
+{
+	assert_held(&b->lock);
+	bool k = b->sleeping;
+	b->sleeping = false;
+	return k;
+}
+
+static void kick(struct nbe *b)
+{
+	uint64_t one = 1;
+	if (write(b->efd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the thread is awake anyway */
+	}
+}
+
+static int nbd_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	struct nbe *b = ctx;
+	pthread_mutex_lock(&b->lock);
+	if (!b->nup) {
+		pthread_mutex_unlock(&b->lock);
+		*queued = 0;
+		return -EIO;   /* no server: the engine retries later */
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_io *io = ios[i];
+		bool read = io->op == WBC_IO_READ;
+		struct wbc_io **tail = read ? &b->rq_tail : &b->wq_tail;
+		io->backend_data[0] = NULL;
+		if (*tail)
+			(*tail)->backend_data[0] = io;
+		else
+			*(read ? &b->rq_head : &b->wq_head) = io;
+		*tail = io;
+		b->queued_bytes += io->len;
+	}
+	bool k = kick_locked(b);
+	pthread_mutex_unlock(&b->lock);
+	if (k)
+		kick(b);
+	*queued = n;
+	return 0;
+}
+
+static int nbd_flush_op(void *ctx, void *file, unsigned flags)
+{
+	(void)file;
+	(void)flags;
+	struct nbe *b = ctx;
+	if (!b->can_flush || (b->fua && b->can_fua))
+		return 0;   /* completed writes are durable already */
+	struct nbd_flushreq f = { .done = false };
+	pthread_mutex_lock(&b->lock);
+	if (!b->nup) {
+		pthread_mutex_unlock(&b->lock);
+		return -EIO;
+	}
+	f.next = b->flushq;
+	b->flushq = &f;
+	bool k = kick_locked(b);
+	pthread_mutex_unlock(&b->lock);
+	if (k)
+		kick(b);
+	pthread_mutex_lock(&b->lock);
+	while (!f.done)
+		pthread_cond_wait(&b->flush_cond, &b->lock);
+	pthread_mutex_unlock(&b->lock);
+	return f.err;
+}
+
+static void nbd_caps(void *ctx, struct wbc_backend_caps *caps)
+{
+	struct nbe *b = ctx;
+	caps->max_io = b->max_io;
+	caps->queue_depth = WBC_MAX(NBD_QUEUE_DEPTH, b->fixed);
+	caps->align = b->align;
+	caps->flags = WBC_BACKEND_ONE_FILE;
+}
+
+static int nbd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	(void)flags;
+	struct nbe *b = ctx;
+	if (*name)
+		return -ENOENT;
+	*file = b;
+	*size = b->size;
+	return 0;
+}
+
+static void nbd_close_file(void *ctx, void *file)
+{
+	(void)ctx;
+	(void)file;
+}
+
+static int nbd_resize(void *ctx, void *file, uint64_t size)
+{
+	(void)file;
+	struct nbe *b = ctx;
+	return size <= b->size ? 0 : -EFBIG;
+}
+
+static void nbd_stats(void *ctx, struct wbc_backend_stats *st)
+{
+	struct nbe *b = ctx;
+	st->window_bytes = atomic_load_explicit(&b->st_window, memory_order_relaxed);
+	st->inflight_bytes = atomic_load_explicit(&b->st_inflight, memory_order_relaxed);
+	st->rtt_ns = atomic_load_explicit(&b->st_rtt, memory_order_relaxed);
+	st->min_rtt_ns = atomic_load_explicit(&b->st_base, memory_order_relaxed);
+	st->reconnects = atomic_load_explicit(&b->st_reconnects, memory_order_relaxed);
+	st->connected = atomic_load_explicit(&b->st_up, memory_order_relaxed);
+	st->conns = b->nconns;
+	pthread_mutex_lock(&b->lock);
+	st->queued_bytes = b->queued_bytes;
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void free_nbe(struct nbe *b)
+{
+	for (unsigned i = 0; i < NBD_MAX_CONNS; i++)
+		if (b->conns[i].h) {
+			if (b->conns[i].state == C_UP)
+				nbd_aio_disconnect(b->conns[i].h, 0);   /* tell the server */
+			nbd_close(b->conns[i].h);
+		}
+	if (b->efd >= 0)
+		close(b->efd);
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->flush_cond);
+	free(b->uri);
+	free(b);
+}
+
+static void nbd_destroy(void *ctx)
+{
+	struct nbe *b = ctx;
+	pthread_mutex_lock(&b->lock);
+	b->stop = true;
+	kick_locked(b);
+	pthread_mutex_unlock(&b->lock);
+	kick(b);
+	pthread_join(b->thread, NULL);
+	free_nbe(b);
+}
+
+static const struct wbc_backend_ops nbd_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "nbd",
+	.caps = nbd_caps,
+	.open = nbd_open,
+	.close = nbd_close_file,
+	.submit = nbd_submit,
+	.flush = nbd_flush_op,
+	.resize = nbd_resize,
+	.destroy = nbd_destroy,
+	.stats = nbd_stats,
+};
+
+/* ------------------------------------------------------------------ */
+/* making one                                                           */
+
+bool nbd_is_uri(const char *spec)
+{
+	/* a scheme of libnbd's: nbd, nbds, then +unix or +vsock, then "://" */
+	if (strncmp(spec, "nbd", 3))
+		return false;
+	const char *p = spec + 3;
+	if (*p == 's')
+		p++;
+	if (!strncmp(p, "+unix", 5))
+		p += 5;
+	else if (!strncmp(p, "+vsock", 6))
+		p += 6;
+	return !strncmp(p, "://", 3);
+}
+
+static int parse_opts(char *opts, struct nbe *b, unsigned *conns, char *err, size_t errlen)
+{
+	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv;
+	     kv = strtok_r(NULL, ",", &save)) {
+		char *v = strchr(kv, '=');
+		uint64_t n = 0;
+		double secs;
+		bool ok = v != NULL;
+		if (ok)
+			*v++ = '\0';
+		if (!ok) {
+			v = NULL;
+		} else if (!strcmp(kv, "conns")) {
+			ok = !wbc_parse_size(v, &n) && n >= 1 && n <= NBD_MAX_CONNS;
+			*conns = (unsigned)n;
+		} else if (!strcmp(kv, "window")) {
+			if (!strcmp(v, "adaptive")) {
+				b->fixed = 0;
+			} else {
+				ok = !strncmp(v, "fixed:", 6) && !wbc_parse_size(v + 6, &n) &&
+				     n >= 1 && n <= 4096;
+				b->fixed = (unsigned)n;
+			}
+		} else if (!strcmp(kv, "max_io")) {
+			ok = !wbc_parse_size(v, &n) && n >= 4096 && n <= (32u << 20);
+			b->max_io = (size_t)n;
+		} else if (!strcmp(kv, "timeout")) {
+			ok = !wbc_parse_time(v, &secs);
+			b->timeout_ns = wbc_secs_to_ns(secs);
+		} else if (!strcmp(kv, "fua")) {
+			ok = !wbc_parse_size(v, &n) && n <= 1;
+			b->fua = n;
+		} else {
+			ok = false;
+		}
+		if (!ok) {
+			snprintf(err, errlen, "bad nbd option '%s%s%s' (conns=1..%d, "
+				 "window=adaptive|fixed:1..4096, max_io=4K..32M, timeout=SECONDS, "
+				 "fua=0|1)", kv, v ? "=" : "", v ? v : "", NBD_MAX_CONNS);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Connect @h to @uri, synchronously: 0, or -errno with a message. */
+static int connect_sync(struct nbd_handle *h, const char *uri, char *err, size_t errlen)
+{
+	if (nbd_connect_uri(h, uri) == -1) {
+		int e = nbd_get_errno();
+		snprintf(err, errlen, "cannot connect to %s: %s", uri, nbd_get_error());
+		return e > 0 ? -e : -EIO;
+	}
+	return 0;
+}
+
+int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
+		    char *err, size_t errlen)
+{
+	struct nbe *b = calloc(1, sizeof(*b));
+	char *copy = strdup(spec);
+	if (!b || !copy) {
+		free(b);
+		free(copy);
+		return -ENOMEM;
+	}
+	b->efd = -1;
+	wbc_mutex_init(&b->lock);
+	pthread_cond_init(&b->flush_cond, NULL);
+	b->max_io = NBD_DEFAULT_MAX_IO;
+	b->timeout_ns = wbc_secs_to_ns(NBD_DEFAULT_TIMEOUT_S);
+	for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
+		b->conns[i].b = b;
+		b->conns[i].backoff_ns = RECONNECT_MIN_NS;
+		list_init(&b->conns[i].cmds);
+	}
+	unsigned conns = 0;
+	char *opts = strchr(copy, ',');
+	if (opts)
+		*opts++ = '\0';
+	int rc = opts ? parse_opts(opts, b, &conns, err, errlen) : 0;
+	if (!rc && !(b->uri = strdup(copy)))
+		rc = -ENOMEM;
+	free(copy);
+	struct nbd_handle *h = NULL;
+	if (!rc && !(h = nbd_create())) {
+		snprintf(err, errlen, "nbd: %s", nbd_get_error());
+		rc = -ENOMEM;
+	}
+	if (!rc) {
+		b->conns[0].h = h;
+		rc = connect_sync(h, b->uri, err, errlen);
+	}
+	if (!rc) {
+		int64_t size = nbd_get_size(h);
+		int64_t bmin = nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
+		int64_t bmax = nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
+		b->can_flush = nbd_can_flush(h) == 1;
+		b->can_fua = nbd_can_fua(h) == 1;
+		b->multi_conn = nbd_can_multi_conn(h) == 1;
+		if (size < 0) {
+			snprintf(err, errlen, "%s: no export size: %s", b->uri, nbd_get_error());
+			rc = -EIO;
+		} else if (nbd_is_read_only(h) == 1) {
+			snprintf(err, errlen, "%s: the export is read-only", b->uri);
+			rc = -EROFS;
+		} else if (conns > 1 && !b->multi_conn) {
+			snprintf(err, errlen, "%s: the server does not allow multi-conn: conns=1",
+				 b->uri);
+			rc = -EINVAL;
+		}
+		b->size = (uint64_t)(size < 0 ? 0 : size);
+		b->nconns = conns ? conns : b->multi_conn ? NBD_DEFAULT_CONNS : 1;
+		if (bmin > 1 && bmin <= 65536)
+			b->align = (size_t)bmin;
+		if (bmax > 0 && (uint64_t)bmax < b->max_io)
+			b->max_io = (size_t)bmax;
+		if (b->align)
+			b->max_io = WBC_MAX(b->max_io / b->align * b->align, b->align);
+	}
+	if (!rc) {
+		b->conns[0].state = C_UP;
+		b->conns[0].was_up = true;
+		b->nup = 1;
+	}
+	for (unsigned i = 1; !rc && i < b->nconns; i++) {
+		struct nbd_conn *c = &b->conns[i];
+		if (!(c->h = nbd_create()))
+			rc = -ENOMEM;
+		else if (!(rc = connect_sync(c->h, b->uri, err, errlen))) {
+			c->state = C_UP;
+			c->was_up = true;
+			b->nup++;
+		}
+	}
+	if (!rc && (b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+	}
+	if (!rc) {
+		atomic_store(&b->st_up, b->nup);
+		cc_reset(b, wbc_now_ns());
+		rc = -pthread_create(&b->thread, NULL, nbd_main, b);
+		if (rc)
+			snprintf(err, errlen, "cannot start the nbd thread");
+	}
+	if (rc) {
+		free_nbe(b);
+		return rc;
+	}
+	*ops = &nbd_ops;
+	*ctx = b;
+	return 0;
+}

@@ -1,0 +1,440 @@
+/*
+ * The nbd backend against nbdkit servers the test starts (skipped when
+ * nbdkit is not installed):
+ *   1. specs: the URI, then its options and the device tunables; bad ones
+ *      refused; 4 connections by default where the server allows
+ *      multi-conn, 1 where it does not (and conns=2 refused there); a
+ *      server that is not there: a message.
+ *   2. data: written through one cache, read back through a fresh one on
+ *      the same server (misses go to the server); a read at the export's
+ *      end is short; resize: EFBIG above the export, fine at its size;
+ *      fsync sends NBD_CMD_FLUSH (nbdkit's log filter records it).
+ *   3. the window: on a fast server (memory plugin) it grows above its
+ *      start; on a slow one (delay and rate filters) it stays below the
+ *      bytes window=fixed:128 keeps in flight there.  Ranges, no timings.
+ *   4. faults: the server killed mid-stream (file plugin: its data
+ *      outlives it): fsync fails while it is down, reads that miss fail,
+ *      the pages stay dirty (at risk, none lost), and a writer to a second
+ *      (mem) device finishes meanwhile; the server restarted on the same
+ *      socket: the backend reconnects, fsync succeeds, a handle open all
+ *      along sees the error once, and a fresh cache reads every byte back.
+ *   5. on_error=drop: the server gone, the pages are dropped and counted
+ *      lost; fsync says so; once it is back, fsync succeeds.
+ *   6. a stalled server (SIGSTOP) with timeout=1: fsync fails instead of
+ *      waiting for ever, another device's writer finishes, and once the
+ *      server runs again the data is written.
+ */
+#include "testutil.h"
+#include "nbdkit.h"
+#include "wbcache_backend.h"
+
+#include <pthread.h>
+
+#define MiB (1u << 20)
+#define T_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define T_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static char *dir;
+
+static wbc_cache *open_cache(uint64_t mem)
+{
+	struct wbc_config cfg = t_config(mem, 4096);
+	cfg.dirty_ratio = 50;
+	cfg.dirty_background_ratio = 10;
+	cfg.dirty_writeback_centisecs = 0;   /* only what the test asks */
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	return c;
+}
+
+static wbc_dev *add(wbc_cache *c, const char *uri, const char *opts)
+{
+	char spec[512], msg[256];
+	snprintf(spec, sizeof(spec), "%s%s%s", uri, *opts ? "," : "", opts);
+	wbc_dev *dev;
+	int err = wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg));
+	if (err) {
+		fprintf(stderr, "%s: %s\n", spec, msg);
+		exit(1);
+	}
+	return dev;
+}
+
+static int add_err(wbc_cache *c, const char *uri, const char *opts)
+{
+	char spec[512], msg[256] = "";
+	snprintf(spec, sizeof(spec), "%s%s%s", uri, *opts ? "," : "", opts);
+	wbc_dev *dev;
+	int err = wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg));
+	printf("    '%s': %s\n", opts, err ? msg : "accepted");
+	CHECK(!err || msg[0]);
+	return err;
+}
+
+static struct wbc_backend_stats bstats(wbc_dev *dev)
+{
+	struct wbc_backend_stats st;
+	CHECK_EQ(wbc_dev_backend_stats(dev, &st), 0);
+	return st;
+}
+
+static void write_all(wbc_file *f, const char *buf, size_t len, uint64_t off)
+{
+	for (size_t at = 0; at < len; at += 64 << 10)
+		CHECK_EQ(wbc_pwrite(f, buf + at, T_MIN((size_t)64 << 10, len - at), off + at),
+			 (ssize_t)T_MIN((size_t)64 << 10, len - at));
+}
+
+/* Through a fresh cache: the server holds @want at @off. */
+static void check_server(const char *uri, const char *want, size_t len, uint64_t off)
+{
+	wbc_cache *c = open_cache(8 * MiB);   /* smaller than the data: misses */
+	wbc_dev *dev = add(c, uri, "");
+	wbc_file *f;
+	char *back = malloc(len);
+	CHECK(back);
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_pread(f, back, len, off), (ssize_t)len);
+	CHECK(!memcmp(back, want, len));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	free(back);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void test_specs(void)
+{
+	printf("1. specs\n");
+	struct t_nbdkit s, one;
+	t_nbdkit_start(&s, dir, "spec", (const char *[]){ "memory", "16M", NULL });
+	t_nbdkit_start(&one, dir, "one", (const char *[]){ "--filter=multi-conn", "memory", "16M",
+							   "multi-conn-mode=disable", NULL });
+	wbc_cache *c = open_cache(16 * MiB);
+	CHECK_EQ(add_err(c, s.uri, "conns=0"), -EINVAL);
+	CHECK_EQ(add_err(c, s.uri, "window=bogus"), -EINVAL);
+	CHECK_EQ(add_err(c, s.uri, "window=fixed:0"), -EINVAL);
+	CHECK_EQ(add_err(c, s.uri, "frob=1"), -EINVAL);
+	CHECK_EQ(add_err(c, s.uri, "min_ratio=500"), -EINVAL);     /* a tunable, checked */
+	CHECK_EQ(add_err(c, s.uri, "conns=2,min_ratio=5,window=fixed:8,on_error=drop"), 0);
+	CHECK(add_err(c, "nbd+unix:///?socket=/nonexistent/sock", "") < 0);
+	CHECK_EQ(add_err(c, one.uri, "conns=2"), -EINVAL);         /* no multi-conn there */
+	wbc_dev *d4 = add(c, s.uri, ""), *d1 = add(c, one.uri, "");
+	struct wbc_backend_stats st4 = bstats(d4), st1 = bstats(d1);
+	printf("    multi-conn server: %u/%u connections; without: %u/%u\n", st4.connected,
+	       st4.conns, st1.connected, st1.conns);
+	CHECK_EQ(st4.conns, 4);
+	CHECK_EQ(st4.connected, 4);
+	CHECK_EQ(st1.conns, 1);
+	CHECK_EQ(st1.connected, 1);
+	CHECK(st4.window_bytes > 0);
+	/* a device of another backend reports no transport */
+	wbc_dev *m;
+	CHECK_EQ(wbc_dev_add(c, "mem", &m), 0);
+	struct wbc_backend_stats none;
+	CHECK_EQ(wbc_dev_backend_stats(m, &none), -EOPNOTSUPP);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	t_nbdkit_stop(&s);
+	t_nbdkit_stop(&one);
+}
+
+static void test_data(void)
+{
+	printf("2. data\n");
+	char log[300];
+	snprintf(log, sizeof(log), "logfile=%s/data.log", dir);
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "data", (const char *[]){ "--filter=log", "memory", "64M", log,
+							  NULL });
+	size_t len = 24 * MiB;
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 7);
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, s.uri, "min_ratio=5");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 64 * MiB);                  /* the export's size */
+	write_all(f, data, len, MiB + 512);                   /* not page-aligned */
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_truncate(f, 64 * MiB + 4096), -EFBIG);
+	CHECK_EQ(wbc_truncate(f, 64 * MiB), 0);
+	char tail[8192];
+	CHECK_EQ(wbc_pread(f, tail, sizeof(tail), 64 * MiB - 100), 100);   /* the end */
+	struct wbc_backend_stats st = bstats(dev);
+	printf("    window %llu KiB, rtt %llu us (base %llu us), %u connections\n",
+	       (unsigned long long)st.window_bytes >> 10, (unsigned long long)st.rtt_ns / 1000,
+	       (unsigned long long)st.min_rtt_ns / 1000, st.connected);
+	CHECK(st.rtt_ns > 0 && st.min_rtt_ns > 0 && st.min_rtt_ns <= st.rtt_ns * 8);
+	CHECK_EQ(st.inflight_bytes, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, data, len, MiB + 512);
+	/* the fsync was an NBD flush */
+	snprintf(log, sizeof(log), "%s/data.log", dir);
+	FILE *fp = fopen(log, "r");
+	CHECK(fp);
+	char line[512];
+	bool flushed = false;
+	while (fgets(line, sizeof(line), fp))
+		flushed |= strstr(line, " Flush ") != NULL;
+	fclose(fp);
+	CHECK(flushed);
+	free(data);
+	t_nbdkit_stop(&s);
+}
+
+/* ------------------------------------------------------------------ */
+
+struct watch {
+	wbc_dev *dev;
+	atomic_int running;
+	uint64_t max_window, max_inflight;
+};
+
+static void *watch_main(void *arg)
+{
+	struct watch *w = arg;
+	while (atomic_load(&w->running)) {
+		struct wbc_backend_stats st = bstats(w->dev);
+		w->max_window = T_MAX(w->max_window, st.window_bytes);
+		w->max_inflight = T_MAX(w->max_inflight, st.inflight_bytes);
+		struct timespec ts = { 0, 500 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+/* Write @len through a device of @uri with @opts and fsync, watching its
+ * window; returns the watch (its start window in *start). */
+static struct watch stream_watched(const char *uri, const char *opts, size_t len,
+				   uint64_t *start)
+{
+	wbc_cache *c = open_cache(64 * MiB);
+	struct watch w = { .dev = add(c, uri, opts) };
+	*start = bstats(w.dev).window_bytes;
+	atomic_store(&w.running, 1);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, watch_main, &w), 0);
+	char *buf = malloc(len);
+	CHECK(buf);
+	t_fill(buf, len, 3);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(w.dev, "", 0, &f), 0);
+	write_all(f, buf, len, 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	atomic_store(&w.running, 0);
+	pthread_join(th, NULL);
+	struct wbc_backend_stats st = bstats(w.dev);
+	printf("    %-28s start %6llu KiB, max window %6llu KiB, max in flight %6llu KiB, "
+	       "rtt %llu us (base %llu us)\n", opts, (unsigned long long)*start >> 10,
+	       (unsigned long long)w.max_window >> 10, (unsigned long long)w.max_inflight >> 10,
+	       (unsigned long long)st.rtt_ns / 1000, (unsigned long long)st.min_rtt_ns / 1000);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	free(buf);
+	return w;
+}
+
+static void test_window(void)
+{
+	printf("3. window\n");
+	struct t_nbdkit fast, slow;
+	uint64_t start;
+	t_nbdkit_start(&fast, dir, "fast", (const char *[]){ "memory", "256M", NULL });
+	struct watch wf = stream_watched(fast.uri, "window=adaptive", 96 * MiB, &start);
+	CHECK(wf.max_window > start);          /* grew on a fast server */
+	t_nbdkit_stop(&fast);
+
+	/* 5 ms per write and 10 MB/s in all (bursts of 0.2 s at most) */
+	t_nbdkit_start(&slow, dir, "slow", (const char *[]){ "--filter=delay", "--filter=rate",
+		       "memory", "64M", "wdelay=5ms", "rate=80M", "burstiness=0.2", NULL });
+	uint64_t fixed_bytes = 128 * (64u << 10);
+	struct watch wa = stream_watched(slow.uri, "max_io=64K", 12 * MiB, &start);
+	struct watch wx = stream_watched(slow.uri, "max_io=64K,window=fixed:128", 12 * MiB, &start);
+	CHECK(wa.max_window < fixed_bytes);
+	CHECK(wa.max_inflight < fixed_bytes);
+	CHECK(wa.max_window < wx.max_inflight);   /* fixed:128 filled far more */
+	t_nbdkit_stop(&slow);
+}
+
+/* ------------------------------------------------------------------ */
+
+struct fsync_job {
+	wbc_file *f;
+	int res;
+};
+
+static void *fsync_main(void *arg)
+{
+	struct fsync_job *j = arg;
+	j->res = wbc_fsync(j->f);
+	return NULL;
+}
+
+static void test_faults(void)
+{
+	printf("4. server killed mid-stream, restarted\n");
+	char path[300], file[320];
+	snprintf(path, sizeof(path), "%s/export", dir);
+	int fd = open(path, O_RDWR | O_CREAT, 0644);
+	CHECK(fd >= 0 && !ftruncate(fd, 64 * MiB));
+	close(fd);
+	snprintf(file, sizeof(file), "file=%s", path);
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "faults", (const char *[]){ "--filter=rate", "file", file,
+							    "rate=80M", "burstiness=0.2", NULL });
+	size_t len1 = 4 * MiB, len2 = 16 * MiB;
+	char *data = malloc(len1 + len2);
+	CHECK(data);
+	t_fill(data, len1 + len2, 11);
+	wbc_cache *c = open_cache(64 * MiB);
+	wbc_dev *dev = add(c, s.uri, "retry_timeout=600"), *mem;
+	CHECK_EQ(wbc_dev_add(c, "mem", &mem), 0);
+	wbc_file *h1, *h2;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &h1), 0);
+	CHECK_EQ(wbc_file_open(dev, "", 0, &h2), 0);
+	write_all(h1, data, len1, 0);
+	CHECK_EQ(wbc_fsync(h1), 0);
+
+	/* a stream in flight when the server dies */
+	write_all(h1, data + len1, len2, len1);
+	struct fsync_job job = { .f = h1 };
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, fsync_main, &job), 0);
+	struct wbc_dev_stats ds;
+	CHECK(T_WAIT_UNTIL((wbc_dev_stats(dev, &ds), ds.written_back_bytes >= len1 + 2 * MiB)));
+	t_nbdkit_kill(&s);
+	pthread_join(th, NULL);
+	printf("    fsync across the kill: %d (%s)\n", job.res, wbc_strerror(job.res));
+	CHECK_EQ(job.res, -EIO);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == 0));
+	CHECK_EQ(wbc_fsync(h1), -EIO);            /* still nowhere to write */
+	char miss[4096];
+	CHECK_EQ(wbc_pread(h1, miss, sizeof(miss), 48 * MiB), -EIO);   /* nor to read */
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	printf("    server down: %llu KiB at risk, %llu lost\n",
+	       (unsigned long long)st.at_risk_bytes >> 10, (unsigned long long)st.lost_bytes);
+	CHECK(st.at_risk_bytes > 0);
+	CHECK_EQ(st.lost_bytes, 0);
+
+	/* another device of the cache goes on meanwhile */
+	t_stream(mem, NULL, "other", 48 * MiB, 5, 1);
+	wbc_dev_stats(dev, &ds);
+	CHECK_EQ(bstats(dev).connected, 0);       /* ... while this one was down */
+	CHECK(ds.at_risk_bytes > 0);
+	printf("    48 MiB written to a mem device while the server was down\n");
+
+	/* the server is back on the same socket */
+	t_nbdkit_spawn(&s);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected > 0));
+	int errs = 0, r;
+	while ((r = wbc_fsync(h1)) && errs < 5)
+		errs++;
+	printf("    reconnected (%llu reconnects); fsync errors reported after: %d\n",
+	       (unsigned long long)bstats(dev).reconnects, errs);
+	CHECK_EQ(r, 0);
+	CHECK(bstats(dev).reconnects >= 1);
+	CHECK(wbc_fsync(h2) < 0);                 /* h2 sees the error once ... */
+	CHECK_EQ(wbc_fsync(h2), 0);               /* ... and only once */
+	wbc_stats(c, &st);
+	CHECK_EQ(st.at_risk_bytes, 0);
+	CHECK_EQ(st.lost_bytes, 0);
+	CHECK_EQ(wbc_file_close(h1), 0);
+	CHECK_EQ(wbc_file_close(h2), 0);
+	wbc_cache_close_stats(c, &st);
+	CHECK_EQ(st.lost_bytes, 0);
+	check_server(s.uri, data, len1 + len2, 0);
+	free(data);
+	t_nbdkit_stop(&s);
+}
+
+static void test_drop(void)
+{
+	printf("5. on_error=drop\n");
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "drop", (const char *[]){ "memory", "64M", NULL });
+	size_t len = 2 * MiB;
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 13);
+	wbc_cache *c = open_cache(64 * MiB);
+	wbc_dev *dev = add(c, s.uri, "on_error=drop");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	write_all(f, data, len, 0);              /* below the background threshold */
+	t_nbdkit_kill(&s);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == 0));
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	printf("    %llu KiB lost, %llu at risk\n", (unsigned long long)st.lost_bytes >> 10,
+	       (unsigned long long)st.at_risk_bytes);
+	CHECK_EQ(st.lost_bytes, len);
+	CHECK_EQ(st.at_risk_bytes, 0);
+	CHECK_EQ(st.dirty_bytes + st.writeback_bytes, 0);
+	t_nbdkit_spawn(&s);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected > 0));
+	CHECK_EQ(wbc_fsync(f), 0);               /* nothing left to fail */
+	CHECK_EQ(wbc_file_close(f), 0);
+	wbc_cache_close(c);
+	free(data);
+	t_nbdkit_stop(&s);
+}
+
+static void test_stall(void)
+{
+	printf("6. server stalled (SIGSTOP), timeout=1\n");
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "stall", (const char *[]){ "memory", "64M", NULL });
+	size_t len = 4 * MiB;
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 17);
+	wbc_cache *c = open_cache(64 * MiB);
+	wbc_dev *dev = add(c, s.uri, "timeout=1,retry_timeout=600"), *mem;
+	CHECK_EQ(wbc_dev_add(c, "mem", &mem), 0);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	write_all(f, data, len, 0);
+	kill(s.pid, SIGSTOP);
+	/* no reply: after timeout= the commands fail, not hang */
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	t_stream(mem, NULL, "other", 32 * MiB, 5, 1);
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	printf("    stalled: %u connections up, %llu KiB at risk; 32 MiB written to a mem device\n",
+	       bstats(dev).connected, (unsigned long long)st.at_risk_bytes >> 10);
+	CHECK(st.at_risk_bytes > 0);
+	kill(s.pid, SIGCONT);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
+	int errs = 0, r;
+	while ((r = wbc_fsync(f)) && errs < 5)
+		errs++;
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	wbc_cache_close_stats(c, &st);
+	CHECK_EQ(st.lost_bytes, 0);
+	check_server(s.uri, data, len, 0);
+	free(data);
+	t_nbdkit_stop(&s);
+}
+
+int main(void)
+{
+	if (!t_nbdkit_available()) {
+		printf("nbdkit is not installed\n");
+		return T_SKIP;
+	}
+	dir = t_mkdtemp();
+	test_specs();
+	test_data();
+	test_window();
+	test_faults();
+	test_drop();
+	test_stall();
+	t_rmdir(dir);
+	printf("nbd: ok\n");
+	return 0;
+}
