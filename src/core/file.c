@@ -384,6 +384,7 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	ino->sizing = true;
 	while (ino->nr_writeback)
 		inode_wait_locked(ino);
+	uint64_t old_size = ino->i_size;
 	if (size < ino->i_size) {
 		drop_pages_from_locked(ino, (size + c->page_size - 1) >> c->page_shift);
 		size_t tail = (size_t)(size & (c->page_size - 1));
@@ -397,6 +398,11 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	pthread_mutex_lock(&ino->lock);
 	if (!err)
 		ino->backend_size = size;
+	else if (size > old_size)
+		/* an extension the backend refuses (a device of fixed size)
+		 * leaves the file as it was: else every later writeback would
+		 * try to extend it again */
+		ino->i_size = old_size;
 	ino->sizing = false;
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
