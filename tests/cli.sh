@@ -60,6 +60,9 @@ echo "$out" | grep -Eq "[0-9]+ write IOPS, [0-9]+ read IOPS .*30% writes" || fai
 rw=$(echo "$out" | sed -n 's/.* \([0-9]*\) write IOPS, \([0-9]*\) read IOPS.*/\1 \2/p')
 [ "${rw% *}" -gt 0 ] && [ "${rw#* }" -gt 0 ] || fail "randrw did not both read and write: $rw"
 expect_err "bad rwmix" run randrw --rwmix 101
+out=$($W run dd --dev model:bw=200M --size 16M --fsync-every 4M --mem 16M --quiet) || fail "fsync-every: $out"
+echo "$out" | grep -q "^fsyncs: 4, p50 " || fail "fsync-every: 16M in 4M steps is 4 fsyncs: $out"
+expect_err "bad fsync-every" run dd --fsync-every 0
 expect_err "bad workload" run frobnicate
 expect_err "bad model spec" run dd --dev model:bw=fast
 expect_err "bad threads" run dd --threads 0

@@ -50,6 +50,7 @@ struct opts {
 	bool fsync_end;
 	bool keep, quiet;
 	bool no_layout;            /* randwrite, jbod, randrw: write into an empty file */
+	uint64_t fsync_every;      /* dd, randwrite, randrw: fdatasync after each this many bytes */
 	unsigned rwmix;            /* randrw: percent of operations that write */
 	const char *trace, *plot;
 	struct wbc_config cfg;
@@ -70,6 +71,8 @@ struct worker {
 	double secs;
 	int err;
 	uint64_t *pauses;          /* ns */
+	uint64_t *fsyncs;          /* ns: latencies of --fsync-every's fdatasyncs */
+	size_t nfsyncs, fcap;
 	size_t npauses, cap;
 };
 
@@ -187,6 +190,23 @@ static int layout(void)
 	return err;
 }
 
+/* fdatasync @f and record how long it took (--fsync-every). */
+static int timed_fsync(struct worker *w, wbc_file *f)
+{
+	double t0 = now_s();
+	int err = wbc_fdatasync(f);
+	if (w->nfsyncs == w->fcap) {
+		size_t cap = w->fcap ? w->fcap * 2 : 256;
+		uint64_t *v = realloc(w->fsyncs, cap * sizeof(*v));
+		if (!v)
+			return err;
+		w->fsyncs = v;
+		w->fcap = cap;
+	}
+	w->fsyncs[w->nfsyncs++] = (uint64_t)((now_s() - t0) * 1e9);
+	return err;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -242,6 +262,9 @@ static void *worker_main(void *arg)
 			w->bytes += (uint64_t)r;
 			w->ops++;
 			note_pause(w, &prev);
+			if (o->fsync_every && w->bytes / o->fsync_every != (w->bytes - (uint64_t)r) / o->fsync_every &&
+			    (w->err = timed_fsync(w, f)))
+				break;
 		}
 		break;
 	}
@@ -584,6 +607,23 @@ static void report(double secs)
 		       dmin, dsum / (double)R.ns, dmax, setp, lim);
 	printf("pauses: %zu, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n", np,
 	       pct(all, np, 50), pct(all, np, 90), pct(all, np, 99), pct(all, np, 100));
+	if (o->fsync_every) {
+		size_t nf = 0;
+		for (unsigned i = 0; i < R.nw; i++)
+			nf += R.w[i].nfsyncs;
+		uint64_t *fl = malloc((nf ? nf : 1) * sizeof(*fl));
+		size_t kf = 0;
+		for (unsigned i = 0; fl && i < R.nw; i++) {
+			memcpy(fl + kf, R.w[i].fsyncs, R.w[i].nfsyncs * sizeof(*fl));
+			kf += R.w[i].nfsyncs;
+		}
+		if (fl && nf)
+			qsort(fl, nf, sizeof(*fl), cmp_u64);
+		if (fl)
+			printf("fsyncs: %zu, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", nf,
+			       pct(fl, nf, 50), pct(fl, nf, 99), pct(fl, nf, 100));
+		free(fl);
+	}
 	/* what writeback cost: the flushers' and the completion threads' CPU
 	 * time per page written back */
 	struct wbc_stats ws;
@@ -670,6 +710,8 @@ static void run_usage(FILE *out)
 "  --file-size SIZE   randwrite/jbod/randrw file (default 1G), fsmark file (default 4K)\n"
 "  --files N          fsmark: files per thread (default 10000)\n"
 "  --rwmix N          randrw: percent of operations that write (default 30)\n"
+"  --fsync-every SIZE dd, randwrite, randrw: fdatasync after each SIZE written\n"
+"                     per thread; the report gives the fsyncs' latencies\n"
 "  --no-fsync         dd: skip the final fsync\n"
 "  --no-layout        random workloads: write into empty files (by default each\n"
 "                     file is written in full and synced first, as fio does)\n"
@@ -748,11 +790,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
 	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_QUIET,
-	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_HELP };
+	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_FSYNC_EVERY, O_HELP };
 	static const struct option lo[] = {
 		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
 		{ "size", 1, 0, O_SIZE }, { "time", 1, 0, O_TIME }, { "bs", 1, 0, O_BS },
 		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES }, { "rwmix", 1, 0, O_RWMIX },
+		{ "fsync-every", 1, 0, O_FSYNC_EVERY },
 		{ "no-fsync", 0, 0, O_NOFSYNC }, { "no-layout", 0, 0, O_NOLAYOUT }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
 		{ "dirty-ratio", 1, 0, O_DR }, { "dirty-background-ratio", 1, 0, O_DBR },
 		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
@@ -813,6 +856,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files); if (!rc && !files) rc = bad("--files", optarg); break;
 		case O_NOFSYNC: o->fsync_end = false; break;
 		case O_RWMIX: rc = parse_u("--rwmix", optarg, 100, &rwmix); break;
+		case O_FSYNC_EVERY: rc = parse_sz("--fsync-every", optarg, &o->fsync_every); if (!rc && !o->fsync_every) rc = bad("--fsync-every", optarg); break;
 		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes); break;
 		case O_PS: rc = parse_sz("--page-size", optarg, &v); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg); o->cfg.page_size = (uint32_t)v; break;
 		case O_DR: rc = parse_u("--dirty-ratio", optarg, 100, &v); o->cfg.dirty_ratio = (uint32_t)v; break;
@@ -1026,8 +1070,10 @@ int cmd_run(int argc, char **argv)
 			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
 				o->dir, strerror(-e));
 	}
-	for (unsigned i = 0; i < R.nw; i++)
+	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);
+		free(R.w[i].fsyncs);
+	}
 	free(R.w);
 	free(R.s);
 	return werr || cerr ? 1 : 0;
