@@ -341,6 +341,19 @@ struct wbc_thread_stats {
 void wbc_thread_stats(struct wbc_thread_stats *st);
 
 /*
+ * Local throttling of the calling thread (the kernel's PF_LOCAL_THROTTLE),
+ * for a thread that writes into a device in order to clean another
+ * device's pages (a stacked device's worker, a server writing what its
+ * clients' caches flush): its writes are throttled against the dirty
+ * pages of the device it writes to and that device's share of the dirty
+ * threshold alone, never against the whole cache's dirty pages, which
+ * the pages it is cleaning fill (a group's limit still applies).  @on
+ * non-zero turns it on, 0 off; thread-local, all caches.  Returns the
+ * previous setting.
+ */
+int wbc_thread_set_local_throttle(int on);
+
+/*
  * Groups (the kernel's memory-cgroup writeback domains): a group has its
  * own dirty limit; files opened in it charge their dirty pages to it, and a
  * writer to such a file is throttled by whichever of the cache's and the

@@ -240,6 +240,9 @@ struct wbc_dev {
 	atomic_ullong dirty_ratelimit;  /* pages/s */
 	/* flexible proportions: cache->prop_lock */
 	double prop_events;             /* completed pages, halved every period */
+	/* a local-throttle thread was throttled on the device since the last
+	 * rate update (its writers' line is the device's own domain) */
+	atomic_bool local_throttled;
 
 	/* [fs] the device's error sequence (fs/errseq.c, dev_record_error) */
 	pthread_mutex_t err_lock __attribute__((aligned(64)));
