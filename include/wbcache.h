@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -170,13 +171,26 @@ int wbc_cache_sync(wbc_cache *cache);
 /* Flags for wbc_file_open(). */
 #define WBC_O_CREAT  0x1   /* create the backing file if missing */
 #define WBC_O_TRUNC  0x2   /* truncate to zero length at open */
+/* Direct I/O (O_DIRECT): the handle's reads and writes go to the backend
+ * from the caller's buffers and wait for it, bypassing the cache; their
+ * offsets, lengths and buffer addresses must be multiples of the
+ * backend's alignment (struct wbc_backend_caps; 1 for mem and model,
+ * the file system's O_DIRECT block for file: and dir:), else -EINVAL.
+ * A file is open either through the cache or direct, never both at once:
+ * wbc_file_open() returns -EBUSY for a handle of the other kind while one
+ * is open.  A direct open first writes back the pages that closed handles
+ * left in the cache and drops every page of the file (it fails with their
+ * write error when they cannot be written), so that no cached copy goes
+ * stale: what a direct write stores is what any later open reads. */
+#define WBC_O_DIRECT 0x4
 
 /*
  * Open file @name on @dev.  Names are flat: no '/', not "." or "..", at most
  * 255 bytes ("" for a "file:" device).  Several handles may name one file;
  * they share its pages.  Returns 0 and sets *out (owned by the caller until
  * wbc_file_close()), -ENOENT without WBC_O_CREAT when missing, -EINVAL for a
- * bad name, or the backend's -errno.
+ * bad name, -EBUSY when the file is open the other way (WBC_O_DIRECT), or
+ * the backend's -errno.
  */
 int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out);
 
@@ -202,6 +216,13 @@ ssize_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off);
  * any (less than @len), else the device's write error (e.g. -EIO).
  */
 ssize_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off);
+
+/* Vectored wbc_pread() and wbc_pwrite(): the bytes of @iovcnt buffers
+ * at @off, in order (a direct handle's as one direct I/O).  Return as
+ * they do: the bytes done, which stop short where the file or the write
+ * did, or -errno when none were. */
+ssize_t wbc_preadv(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off);
+ssize_t wbc_pwritev(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off);
 
 /*
  * wbc_pwrite() that never sleeps in the throttle, for a server that
