@@ -259,7 +259,8 @@ int wbc_file_info(wbc_file *f, struct wbc_file_info *info);
  * Write back the dirty pages overlapping [off, off+len) (len 0 = to end of
  * file), wait for them, and flush the backend (datasync: data and size only).
  * Returns 0, or a write error that happened since this handle last reported
- * one (errseq: every handle sees each error once).
+ * one (errseq: every handle sees each error once).  A failed flush is such
+ * an error too: every handle open then sees it once.
  */
 int wbc_fsync_range(wbc_file *f, uint64_t off, uint64_t len, int datasync);
 int wbc_fsync(wbc_file *f);

@@ -634,7 +634,14 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	wait_on_writeback_range(ino, start, end);
 	int err = inode_sync_size(ino);
 	int ferr = backend_flush(dev->be, ino->obj, datasync);
+	/* a failed flush may have lost completed writes (a stacked device's
+	 * lower device failed to write them): an error of the file, which
+	 * every handle open now sees once, as a failed write's */
+	if (ferr)
+		dev_record_error(dev, ferr);
 	pthread_mutex_lock(&ino->lock);
+	if (ferr)
+		errseq_record(&ino->wb_err, ferr);
 	int werr = errseq_check_advance(&ino->wb_err, &f->err_since);
 	pthread_mutex_unlock(&ino->lock);
 	if (werr)
