@@ -98,6 +98,10 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *                              errn=N (the first N writes fail),
  *                              stall=T+D, seed=N,
  *                              discard=1 (sizes only, reads zeros)
+ *   "stack:ID/NAME[,opts]"     a stacked device over file NAME of device
+ *                              ID of this cache (devices are numbered from
+ *                              0 in the order they were added): see
+ *                              wbc_dev_add_stacked() for it and its opts
  * file/dir opts (comma separated): qd=N (queue depth; default the block
  * device's nr_requests, within 32..256),
  * max_io=SIZE (largest single I/O, default from the block device),
@@ -155,6 +159,38 @@ typedef int (*wbc_open_fn)(void *ctx, const char *name, int flags);
 int wbc_dev_add_opener(wbc_cache *cache, int fs_fd, const char *opts, wbc_open_fn open,
 		       void *ctx, unsigned open_flags, wbc_dev **out, char *msg,
 		       size_t msglen);
+
+/*
+ * A stacked device (the user-space loop device): its storage is file
+ * @name of device @lower (created if missing), in this cache or another.
+ * It holds a single file, named "", whose bytes are the lower file's.  Its
+ * writeback writes into the lower file with wbc_pwritev from worker
+ * threads of its own; its fsync is the lower file's (the lower device's
+ * pages written back and its backend flushed), and the lower device's
+ * write errors are its fsync's errors; its truncate is the lower file's.
+ * @opts: "" or comma-separated stack_throttle=global|local|direct,
+ * workers=N (1..64, default 4) and the device tunables of wbc_dev_add().
+ * stack_throttle says how the workers' writes into the lower device are
+ * throttled:
+ *   local   (default) against the lower device's own dirty pages and
+ *           share alone (wbc_thread_set_local_throttle);
+ *   global  as any writer's, against the whole cache's dirty pages, which
+ *           the stacked device's own pages fill: its writeback is slowed
+ *           by a throttle its own pages cause (the Linux loop device's
+ *           trouble before it used direct I/O), kept to compare;
+ *   direct  the lower file is opened WBC_O_DIRECT: the workers' I/O goes
+ *           to the lower device's backend, bypassing its cache (loop's
+ *           direct I/O); the lower file must not be open through the lower
+ *           device's cache then (-EBUSY), and cannot be while this device
+ *           lives; its I/O alignment becomes this device's.
+ * The lower file stays open while the device lives; close the stacked
+ * device's cache before the lower device's when they differ.  The cache
+ * must leave room for the lower device's pages (a dirty_ratio well
+ * below 100).  Returns as wbc_dev_add_msg(); -EBUSY for a lower file
+ * open the other way (WBC_O_DIRECT).
+ */
+int wbc_dev_add_stacked(wbc_cache *cache, wbc_dev *lower, const char *name, const char *opts,
+			wbc_dev **out, char *msg, size_t msglen);
 
 /* An unseen writeback error of the file for this handle (and mark it
  * seen), without writing anything: what close(2) may report.  0 or -errno. */

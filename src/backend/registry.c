@@ -32,7 +32,8 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		dir = true;
 		skip = 4;
 	} else {
-		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH or dir:PATH)", spec);
+		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH, "
+			 "dir:PATH or stack:ID/NAME)", spec);
 		return -EINVAL;
 	}
 	char *copy = skip == 6 ? malloc(strlen(spec) + 16) : strdup(spec + skip);
