@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "run.h"
+#include "wbcache_backend.h"
 
 #define DEFAULT_DIR "/var/tmp/wbcache"
 #define SAMPLE_NS (100ull * 1000 * 1000)
@@ -59,6 +60,10 @@ struct worker {
 	unsigned id;
 	wbc_dev *dev;
 	unsigned dev_idx;
+	/* a device of one file (file:, stack:): its writers share the file
+	 * "", each in its own region from base */
+	bool one_file;
+	uint64_t base;
 	uint64_t bytes;
 	uint64_t ops;
 	uint64_t reads, read_bytes;  /* randrw */
@@ -129,6 +134,26 @@ static void fname(char *buf, size_t len, const char *kind, unsigned a, uint64_t 
 	snprintf(buf, len, "%s.%d.%u.%llu", kind, (int)getpid(), a, (unsigned long long)b);
 }
 
+/* Worker @w's file: its own, or its device's one file. */
+static void wname(const struct worker *w, char *buf, size_t len, const char *kind)
+{
+	if (w->one_file)
+		snprintf(buf, len, "%s", "");
+	else
+		fname(buf, len, kind, w->id, 0);
+}
+
+/* Does @dev hold a single file (WBC_BACKEND_ONE_FILE)? */
+static bool dev_one_file(wbc_dev *dev)
+{
+	const struct wbc_backend_ops *ops;
+	void *ctx = wbc_dev_backend(dev, &ops);
+	struct wbc_backend_caps caps;
+	memset(&caps, 0, sizeof(caps));
+	ops->caps(ctx, &caps);
+	return caps.flags & WBC_BACKEND_ONE_FILE;
+}
+
 /* Write every random writer's file in full and sync (fio's layout), so
  * that the timed writes overwrite allocated blocks, not holes. */
 static int layout(void)
@@ -140,12 +165,14 @@ static int layout(void)
 	for (unsigned i = 0; i < R.nw && !err; i++) {
 		char name[96];
 		wbc_file *f;
-		fname(name, sizeof(name), "rand", R.w[i].id, 0);
-		if ((err = wbc_file_open(R.w[i].dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
+		wname(&R.w[i], name, sizeof(name), "rand");
+		/* a shared one file is not truncated: the others' regions */
+		int oflags = WBC_O_CREAT | (R.w[i].one_file ? 0 : WBC_O_TRUNC);
+		if ((err = wbc_file_open(R.w[i].dev, name, oflags, &f)))
 			break;
 		for (uint64_t off = 0; off < o->file_size && !err; off += sizeof(zero)) {
 			size_t n = (size_t)(o->file_size - off < sizeof(zero) ? o->file_size - off : sizeof(zero));
-			ssize_t r = wbc_pwrite(f, zero, n, off);
+			ssize_t r = wbc_pwrite(f, zero, n, R.w[i].base + off);
 			if (r != (ssize_t)n)
 				err = r < 0 ? (int)r : -EIO;
 		}
@@ -186,14 +213,16 @@ static void *worker_main(void *arg)
 	case WL_JBOD:
 	case WL_RANDRW: {
 		bool seq = o->wl == WL_DD;
-		fname(name, sizeof(name), seq ? "dd" : "rand", w->id, 0);
-		/* randwrite and jbod write into their laid-out files */
-		int oflags = seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
+		wname(w, name, sizeof(name), seq ? "dd" : "rand");
+		/* randwrite and jbod write into their laid-out files; a shared
+		 * one file is never truncated (the others' regions) */
+		int oflags = seq || o->no_layout ?
+			     WBC_O_CREAT | (w->one_file ? 0 : WBC_O_TRUNC) : 0;
 		if ((w->err = wbc_file_open(w->dev, name, oflags, &f)))
 			break;
 		uint64_t share = o->size / R.nw, blocks = o->file_size / o->bs;
 		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
-			uint64_t off = seq ? w->bytes : (xrand(&seed) % blocks) * o->bs;
+			uint64_t off = w->base + (seq ? w->bytes : (xrand(&seed) % blocks) * o->bs);
 			if (o->wl == WL_RANDRW && xrand(&seed) % 100 >= o->rwmix) {
 				ssize_t r = wbc_pread(f, rbuf, o->bs, off);
 				if (r < 0) {
@@ -579,7 +608,10 @@ static void run_usage(FILE *out)
 "\n"
 "options:\n"
 "  --dev SPEC         a device (repeat for several): mem, model:bw=200M,lat=1ms,qd=32,\n"
-"                     file:PATH, dir:PATH; default dir:DIR; jbod default: four model\n"
+"                     file:PATH, dir:PATH, stack:N/NAME (a stacked device over file\n"
+"                     NAME of the N-th --dev, from 0: writers write to it, not to\n"
+"                     the device under it; stack_throttle=global|local|direct);\n"
+"                     default dir:DIR; jbod default: four model\n"
 "                     devices at 25/50/100/200 MB/s.  Any spec takes the device\n"
 "                     tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
 "                     strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS\n"
@@ -832,7 +864,30 @@ int cmd_run(int argc, char **argv)
 			return 2;
 		}
 	}
-	R.nw = o->wl == WL_JBOD ? o->threads * o->ndev : o->threads;
+	/* writers write to the devices no stacked device of the run stands
+	 * on (stack:N/NAME: device N is under it) */
+	bool under[RUN_MAX_DEVS] = { false };
+	unsigned targets[RUN_MAX_DEVS], nt = 0;
+	for (unsigned d = 0; d < o->ndev; d++)
+		if (!strncmp(o->devs[d], "stack:", 6)) {
+			unsigned long n = strtoul(o->devs[d] + 6, NULL, 10);
+			if (n < o->ndev)
+				under[n] = true;
+		}
+	for (unsigned d = 0; d < o->ndev; d++)
+		if (!under[d])
+			targets[nt++] = d;
+	bool one_file[RUN_MAX_DEVS];
+	for (unsigned d = 0; d < o->ndev; d++) {
+		one_file[d] = dev_one_file(R.dev[d]);
+		if (one_file[d] && !under[d] && o->wl == WL_FSMARK) {
+			fprintf(stderr, "wbcache: fsmark needs devices of many files; device %u "
+				"(%s) holds one\n", d, o->devs[d]);
+			wbc_cache_close(R.cache);
+			return 2;
+		}
+	}
+	R.nw = o->wl == WL_JBOD ? o->threads * nt : o->threads;
 	R.w = calloc(R.nw, sizeof(*R.w));
 	struct wbc_stats st;
 	wbc_stats(R.cache, &st);
@@ -842,10 +897,17 @@ int cmd_run(int argc, char **argv)
 	       (double)st.bg_thresh_bytes / MiB, (double)st.setpoint_bytes / MiB,
 	       (double)st.limit_bytes / MiB);
 	fflush(stdout);
+	unsigned on_dev[RUN_MAX_DEVS] = { 0 };
 	for (unsigned i = 0; i < R.nw; i++) {
-		R.w[i].id = i;
-		R.w[i].dev_idx = o->wl == WL_JBOD ? i / o->threads : i % o->ndev;
-		R.w[i].dev = R.dev[R.w[i].dev_idx];
+		struct worker *w = &R.w[i];
+		w->id = i;
+		w->dev_idx = targets[o->wl == WL_JBOD ? i / o->threads : i % nt];
+		w->dev = R.dev[w->dev_idx];
+		w->one_file = one_file[w->dev_idx];
+		/* the k-th writer of a one-file device: its region */
+		uint64_t k = on_dev[w->dev_idx]++;
+		if (w->one_file)
+			w->base = k * (o->wl == WL_DD ? o->size / R.nw : o->file_size);
 	}
 	if (WL_RANDOM(o->wl) && !o->no_layout && (err = layout())) {
 		fprintf(stderr, "wbcache: laying out the files: %s\n", wbc_strerror(err));
