@@ -7,10 +7,10 @@
  * made and closed when it is destroyed.
  *
  *   submit   queues the I/Os and wakes a worker; it never waits;
- *   workers  (workers=N, default 4) each take up to BATCH queued I/Os, do
- *            them with wbc_pwritev / wbc_preadv on the lower file (which
- *            may wait: for the lower device's throttle, its free pages,
- *            its backend) and complete them together with
+ *   workers  (workers=N, default 4) each take up to BATCH queued I/Os
+ *            (direct: one), do them with wbc_pwritev / wbc_preadv on the
+ *            lower file (which may wait: for the lower device's throttle,
+ *            its free pages, its backend) and complete them together with
  *            wbc_io_complete_batch, holding none of our locks;
  *   flush    wbc_fsync (wbc_fdatasync) of the lower file: the lower
  *            device's pages of it written back and its backend flushed,
@@ -127,6 +127,9 @@ static void *stack_worker(void *arg)
 	pthread_setname_np(pthread_self(), "wbc-stack");
 	if (s->mode == WBC_STACK_LOCAL)
 		wbc_thread_set_local_throttle(1);
+	/* direct: each I/O waits for the lower backend; completed at once,
+	 * its pages are clean sooner than if it waited for a batch's last */
+	unsigned batch_max = s->mode == WBC_STACK_DIRECT ? 1 : BATCH;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		while (!s->n && !s->stop)
@@ -135,7 +138,7 @@ static void *stack_worker(void *arg)
 			break;
 		struct wbc_io *batch[BATCH];
 		unsigned k = 0;
-		while (k < BATCH && s->n) {
+		while (k < batch_max && s->n) {
 			batch[k++] = s->q[s->head];
 			s->head = (s->head + 1) % s->cap;
 			s->n--;
