@@ -173,6 +173,7 @@ bench: deps-install
 	WBCACHE_BUILD=$(BUILD) bench/randwrite.sh
 	WBCACHE_BUILD=$(BUILD) bench/example.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
+	WBCACHE_BUILD=$(BUILD) bench/stacked.sh
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +104,10 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *                              errn=N (the first N writes fail),
  *                              stall=T+D, seed=N,
  *                              discard=1 (sizes only, reads zeros)
+ *   "stack:ID/NAME[,opts]"     a stacked device over file NAME of device
+ *                              ID of this cache (devices are numbered from
+ *                              0 in the order they were added): see
+ *                              wbc_dev_add_stacked() for it and its opts
  * file/dir opts (comma separated): qd=N (queue depth; default the block
  * device's nr_requests, within 32..256),
  * max_io=SIZE (largest single I/O, default from the block device),
@@ -161,6 +166,38 @@ int wbc_dev_add_opener(wbc_cache *cache, int fs_fd, const char *opts, wbc_open_f
 		       void *ctx, unsigned open_flags, wbc_dev **out, char *msg,
 		       size_t msglen);
 
+/*
+ * A stacked device (the user-space loop device): its storage is file
+ * @name of device @lower (created if missing), in this cache or another.
+ * It holds a single file, named "", whose bytes are the lower file's.  Its
+ * writeback writes into the lower file with wbc_pwritev from worker
+ * threads of its own; its fsync is the lower file's (the lower device's
+ * pages written back and its backend flushed), and the lower device's
+ * write errors are its fsync's errors; its truncate is the lower file's.
+ * @opts: "" or comma-separated stack_throttle=global|local|direct,
+ * workers=N (1..64, default 4) and the device tunables of wbc_dev_add().
+ * stack_throttle says how the workers' writes into the lower device are
+ * throttled:
+ *   local   (default) against the lower device's own dirty pages and
+ *           share alone (wbc_thread_set_local_throttle);
+ *   global  as any writer's, against the whole cache's dirty pages, which
+ *           the stacked device's own pages fill: its writeback is slowed
+ *           by a throttle its own pages cause (the Linux loop device's
+ *           trouble before it used direct I/O), kept to compare;
+ *   direct  the lower file is opened WBC_O_DIRECT: the workers' I/O goes
+ *           to the lower device's backend, bypassing its cache (loop's
+ *           direct I/O); the lower file must not be open through the lower
+ *           device's cache then (-EBUSY), and cannot be while this device
+ *           lives; its I/O alignment becomes this device's.
+ * The lower file stays open while the device lives; close the stacked
+ * device's cache before the lower device's when they differ.  The cache
+ * must leave room for the lower device's pages (a dirty_ratio well
+ * below 100).  Returns as wbc_dev_add_msg(); -EBUSY for a lower file
+ * open the other way (WBC_O_DIRECT).
+ */
+int wbc_dev_add_stacked(wbc_cache *cache, wbc_dev *lower, const char *name, const char *opts,
+			wbc_dev **out, char *msg, size_t msglen);
+
 /* An unseen writeback error of the file for this handle (and mark it
  * seen), without writing anything: what close(2) may report.  0 or -errno. */
 int wbc_file_check_error(wbc_file *f);
@@ -176,13 +213,26 @@ int wbc_cache_sync(wbc_cache *cache);
 /* Flags for wbc_file_open(). */
 #define WBC_O_CREAT  0x1   /* create the backing file if missing */
 #define WBC_O_TRUNC  0x2   /* truncate to zero length at open */
+/* Direct I/O (O_DIRECT): the handle's reads and writes go to the backend
+ * from the caller's buffers and wait for it, bypassing the cache; their
+ * offsets, lengths and buffer addresses must be multiples of the
+ * backend's alignment (struct wbc_backend_caps; 1 for mem and model,
+ * the file system's O_DIRECT block for file: and dir:), else -EINVAL.
+ * A file is open either through the cache or direct, never both at once:
+ * wbc_file_open() returns -EBUSY for a handle of the other kind while one
+ * is open.  A direct open first writes back the pages that closed handles
+ * left in the cache and drops every page of the file (it fails with their
+ * write error when they cannot be written), so that no cached copy goes
+ * stale: what a direct write stores is what any later open reads. */
+#define WBC_O_DIRECT 0x4
 
 /*
  * Open file @name on @dev.  Names are flat: no '/', not "." or "..", at most
  * 255 bytes ("" for a "file:" device).  Several handles may name one file;
  * they share its pages.  Returns 0 and sets *out (owned by the caller until
  * wbc_file_close()), -ENOENT without WBC_O_CREAT when missing, -EINVAL for a
- * bad name, or the backend's -errno.
+ * bad name, -EBUSY when the file is open the other way (WBC_O_DIRECT), or
+ * the backend's -errno.
  */
 int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out);
 
@@ -208,6 +258,13 @@ ssize_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off);
  * any (less than @len), else the device's write error (e.g. -EIO).
  */
 ssize_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off);
+
+/* Vectored wbc_pread() and wbc_pwrite(): the bytes of @iovcnt buffers
+ * at @off, in order (a direct handle's as one direct I/O).  Return as
+ * they do: the bytes done, which stop short where the file or the write
+ * did, or -errno when none were. */
+ssize_t wbc_preadv(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off);
+ssize_t wbc_pwritev(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off);
 
 /*
  * wbc_pwrite() that never sleeps in the throttle, for a server that
@@ -244,7 +301,8 @@ int wbc_file_info(wbc_file *f, struct wbc_file_info *info);
  * Write back the dirty pages overlapping [off, off+len) (len 0 = to end of
  * file), wait for them, and flush the backend (datasync: data and size only).
  * Returns 0, or a write error that happened since this handle last reported
- * one (errseq: every handle sees each error once).
+ * one (errseq: every handle sees each error once).  A failed flush is such
+ * an error too: every handle open then sees it once.
  */
 int wbc_fsync_range(wbc_file *f, uint64_t off, uint64_t len, int datasync);
 int wbc_fsync(wbc_file *f);
@@ -345,6 +403,19 @@ struct wbc_thread_stats {
 	uint64_t reserved[8];
 };
 void wbc_thread_stats(struct wbc_thread_stats *st);
+
+/*
+ * Local throttling of the calling thread (the kernel's PF_LOCAL_THROTTLE),
+ * for a thread that writes into a device in order to clean another
+ * device's pages (a stacked device's worker, a server writing what its
+ * clients' caches flush): its writes are throttled against the dirty
+ * pages of the device it writes to and that device's share of the dirty
+ * threshold alone, never against the whole cache's dirty pages, which
+ * the pages it is cleaning fill (a group's limit still applies).  @on
+ * non-zero turns it on, 0 off; thread-local, all caches.  Returns the
+ * previous setting.
+ */
+int wbc_thread_set_local_throttle(int on);
 
 /*
  * Groups (the kernel's memory-cgroup writeback domains): a group has its

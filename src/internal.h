@@ -69,9 +69,18 @@
  *   handle table lock   (fs/handle.c, leaf).
  *   backend-private locks (the mem backend's name shards and object
  *   rwlocks, the model's queue lock, the
- *   file backend's submission lock and descriptor-cache lock) are leaves:
+ *   file backend's submission lock and descriptor-cache lock, the stack
+ *   backend's queue lock) are leaves:
  *   backends call end_io with none of them held; an opener device's
  *   callback runs under the descriptor-cache lock and takes none of ours.
+ *
+ * A stacked device's backend (src/backend/stack.c) calls the public
+ * functions of the device under it: its workers and flush with no lock
+ * of ours held, its resize with the upper file's inode->rwsem held
+ * (truncate).  So every lock of a device comes before every lock of the
+ * device under it, and the device under it never calls up: the order
+ * above holds within each device, and devices are ordered top down
+ * (a device can only stand on one made before it: no cycle).
  *
  * No lock is held across backend submission, a wait for I/O, a sleep, or a
  * read-in from the backend (an invariant of the design): waits use condition

@@ -52,6 +52,7 @@ struct wbc_bio;          /* bio/bio.h */
 struct dirty_bucket;     /* writeback/writeback.h */
 struct page_alloc_ops;   /* mm/mm.h */
 struct wb_throttle_ops;  /* writeback/writeback.h */
+struct dio_range;        /* core/file.c */
 
 /* ------------------------------------------------------------------ */
 /* inodes (cached files)                                                */
@@ -107,6 +108,11 @@ struct inode {
 	uint64_t nr_pages;          /* [mm] pages in the index */
 	uint64_t retry_backoff_ns;  /* [wb] */
 	struct errseq wb_err;       /* [fs] recorded by writeback's completion */
+	/* [fs] open handles through the cache and direct (WBC_O_DIRECT):
+	 * never both at once (fs/handle.c) */
+	uint32_t nr_cached_handles, nr_direct_handles;
+	/* [core] direct I/Os in flight (core/file.c): none overlap */
+	struct dio_range *dio_ranges;
 
 	/* [fs] */
 	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
@@ -240,6 +246,9 @@ struct wbc_dev {
 	atomic_ullong dirty_ratelimit;  /* pages/s */
 	/* flexible proportions: cache->prop_lock */
 	double prop_events;             /* completed pages, halved every period */
+	/* a local-throttle thread was throttled on the device since the last
+	 * rate update (its writers' line is the device's own domain) */
+	atomic_bool local_throttled;
 
 	/* [fs] the device's error sequence (fs/errseq.c, dev_record_error) */
 	pthread_mutex_t err_lock __attribute__((aligned(64)));

@@ -59,6 +59,21 @@ out=$($W run randrw --dev model:bw=100M --bs 8K --threads 2 --rwmix 30 --time 1 
 echo "$out" | grep -Eq "[0-9]+ write IOPS, [0-9]+ read IOPS .*30% writes" || fail "randrw report: $out"
 rw=$(echo "$out" | sed -n 's/.* \([0-9]*\) write IOPS, \([0-9]*\) read IOPS.*/\1 \2/p')
 [ "${rw% *}" -gt 0 ] && [ "${rw#* }" -gt 0 ] || fail "randrw did not both read and write: $rw"
+# a stacked device over a file of the first: the writers write to it,
+# and its bytes reach the device under it (each mode); a one-file device
+# takes several writers, each in its own region
+for m in global local direct; do
+	out=$($W run dd --dev model:bw=400M --dev "stack:0/img,stack_throttle=$m" --size 32M \
+		--threads 2 --mem 8M --quiet) || fail "stacked $m: $out"
+	echo "$out" | grep -Eq '^ +[01] +1 ' || fail "stacked $m: the writers did not write to it: $out"
+	echo "$out" | grep -Eq "^ +1 +32\.0 .*stack:0/img" || fail "stacked $m: upper wrote back: $out"
+	[ $m = direct ] || echo "$out" | grep -Eq "^ +0 +32\.0 .*model:" ||
+		fail "stacked $m: nothing reached the device under it: $out"
+done
+$W run --help | grep -q "stack:N/NAME" || fail "run --help does not name stack:"
+expect_err "stack over no device" run dd --dev stack:3/img
+expect_err "bad stack option" run dd --dev mem --dev stack:0/img,stack_throttle=maybe
+expect_err "fsmark on one file" run fsmark --dev mem --dev stack:0/img
 expect_err "bad rwmix" run randrw --rwmix 101
 out=$($W run dd --dev model:bw=200M --size 16M --fsync-every 4M --mem 16M --quiet) || fail "fsync-every: $out"
 echo "$out" | grep -q "^fsyncs: 4, p50 " || fail "fsync-every: 16M in 4M steps is 4 fsyncs: $out"

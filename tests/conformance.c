@@ -1,8 +1,9 @@
 /*
  * The backend conformance suite: the same checks against every backend
  * (mem, model, dir:, file:, the opener device, the dirstore example of
- * examples/, nbd against an nbdkit server where nbdkit is installed), and
- * against a torture backend written here on the public
+ * examples/, nbd against an nbdkit server where nbdkit is installed, the
+ * stacked device in each of its modes, over a model device in the same
+ * cache), and against a torture backend written here on the public
  * interface that plays every freedom the contract gives a backend:
  * short writes, completions out of order, from its own thread or inline
  * in submit, one at a time or in batches, and failing writes.
@@ -315,12 +316,16 @@ struct bcase {
 	unsigned tmode;             /* torture: its mode */
 	int kind;                   /* fault injection: see fault() */
 };
-enum { K_NONE, K_MODEL, K_FILE, K_TORTURE, K_OPENER, K_DIRSTORE, K_NBD };
+enum { K_NONE, K_MODEL, K_FILE, K_TORTURE, K_OPENER, K_DIRSTORE, K_NBD, K_STACK };
 
 /* The case under way is a device of fixed size (an NBD export): the
  * backend's size is the device's, at least what was written, and does not
  * follow truncation. */
 static bool fixed_size;
+/* K_STACK: the spec is the stacked device's, over device 0 of the same
+ * cache, a model device (faults are injected there, under it) */
+#define STACK_LOWER "model:lat=50us,qd=8,max_io=64K,retry_timeout=60"
+static wbc_dev *stack_lower;
 
 static int opener_open(void *ctx, const char *name, int flags)
 {
@@ -349,6 +354,9 @@ static void fault(const struct bcase *b, wbc_dev *dev, bool on)
 			CHECK(!unlink(trigger));
 		break;
 	}
+	case K_STACK:
+		model_set_faults(stack_lower, 0, on ? UINT64_MAX / 2 : 0, 0);
+		break;
 	case K_TORTURE: {
 		struct torture *t = wbc_dev_backend(dev, NULL);
 		pthread_mutex_lock(&t->lock);
@@ -460,6 +468,8 @@ static void run_case(const struct bcase *b)
 		CHECK_EQ(dirstore_new(dir, 0, 2, &ops, &ctx), 0);
 		CHECK_EQ(wbc_dev_add_backend_msg(c, ops, ctx, NULL, &dev, msg, sizeof(msg)), 0);
 	} else {
+		if (b->kind == K_STACK)
+			CHECK_EQ(wbc_dev_add_msg(c, STACK_LOWER, &stack_lower, msg, sizeof(msg)), 0);
 		snprintf(spec, sizeof(spec), b->spec, dir);
 		if (wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg))) {
 			fprintf(stderr, "%s: %s\n", spec, msg);
@@ -570,6 +580,10 @@ truncated:
 		free(edat);
 		CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* the device's error, reported once */
 		CHECK_EQ(wbc_dev_sync(dev), 0);
+		/* under a stacked device the lower device has its own to
+		 * report (its cache's write errors; none direct) */
+		if (b->kind == K_STACK)
+			CHECK_EQ(wbc_dev_sync(stack_lower), strstr(b->spec, "direct") ? 0 : -EIO);
 	}
 	struct wbc_stats end;
 	CHECK_EQ(wbc_cache_close_stats(c, &end), 0);
@@ -604,6 +618,9 @@ int main(void)
 		  K_TORTURE },
 		/* an nbdkit server (when installed) in the case's directory */
 		{ "nbd", "nbd+unix:///?socket=%s/nbd.sock,max_io=64K", true, 0, K_NBD },
+		{ "stack, global throttle", "stack:0/img,stack_throttle=global", true, 0, K_STACK },
+		{ "stack, local throttle", "stack:0/img,stack_throttle=local", true, 0, K_STACK },
+		{ "stack, direct", "stack:0/img,stack_throttle=direct", true, 0, K_STACK },
 	};
 	size_t ran = 0;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -61,8 +61,8 @@ struct worker {
 	unsigned id;
 	wbc_dev *dev;
 	unsigned dev_idx;
-	/* a device of one file (file:, nbd): its workers write the file ""
-	 * at base + their offsets, each its own region */
+	/* a device of one file (file:, nbd, stack:): its workers write the
+	 * file "" at base + their offsets, each its own region */
 	bool one_file;
 	uint64_t base;
 	uint64_t bytes;
@@ -137,7 +137,8 @@ static void fname(char *buf, size_t len, const char *kind, unsigned a, uint64_t 
 	snprintf(buf, len, "%s.%d.%u.%llu", kind, (int)getpid(), a, (unsigned long long)b);
 }
 
-/* Does @dev hold a single file, named "" (file:PATH, an NBD export)? */
+/* Does @dev hold a single file, named "" (WBC_BACKEND_ONE_FILE: file:PATH, an
+ * NBD export, a stacked device)? */
 static bool dev_one_file(wbc_dev *dev)
 {
 	const struct wbc_backend_ops *ops;
@@ -175,7 +176,7 @@ static int layout(void)
 			break;
 		for (uint64_t off = 0; off < o->file_size && !err; off += sizeof(zero)) {
 			size_t n = (size_t)(o->file_size - off < sizeof(zero) ? o->file_size - off : sizeof(zero));
-			ssize_t r = wbc_pwrite(f, zero, n, off);
+			ssize_t r = wbc_pwrite(f, zero, n, R.w[i].base + off);
 			if (r != (ssize_t)n)
 				err = r < 0 ? (int)r : -EIO;
 		}
@@ -695,7 +696,10 @@ static void run_usage(FILE *out)
 "options:\n"
 "  --dev SPEC         a device (repeat for several): mem, model:bw=200M,lat=1ms,qd=32,\n"
 "                     file:PATH, dir:PATH, an NBD export (nbd://HOST[:PORT]/EXPORT,\n"
-"                     nbd+unix:///EXPORT?socket=PATH; then ,conns=N,window=fixed:N);\n"
+"                     nbd+unix:///EXPORT?socket=PATH; then ,conns=N,window=fixed:N),\n"
+"                     stack:N/NAME (a stacked device over file NAME of the N-th\n"
+"                     --dev, from 0: writers write to it, not to the device under\n"
+"                     it; stack_throttle=global|local|direct);\n"
 "                     default dir:DIR; jbod default: four model\n"
 "                     devices at 25/50/100/200 MB/s.  Any spec takes the device\n"
 "                     tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
@@ -994,7 +998,30 @@ int cmd_run(int argc, char **argv)
 			return 2;
 		}
 	}
-	R.nw = o->wl == WL_JBOD ? o->threads * o->ndev : o->threads;
+	/* writers write to the devices no stacked device of the run stands
+	 * on (stack:N/NAME: device N is under it) */
+	bool under[RUN_MAX_DEVS] = { false };
+	unsigned targets[RUN_MAX_DEVS], nt = 0;
+	for (unsigned d = 0; d < o->ndev; d++)
+		if (!strncmp(o->devs[d], "stack:", 6)) {
+			unsigned long n = strtoul(o->devs[d] + 6, NULL, 10);
+			if (n < o->ndev)
+				under[n] = true;
+		}
+	for (unsigned d = 0; d < o->ndev; d++)
+		if (!under[d])
+			targets[nt++] = d;
+	bool one_file[RUN_MAX_DEVS];
+	for (unsigned d = 0; d < o->ndev; d++) {
+		one_file[d] = dev_one_file(R.dev[d]);
+		if (one_file[d] && !under[d] && o->wl == WL_FSMARK) {
+			fprintf(stderr, "wbcache: fsmark needs devices of many files; device %u "
+				"(%s) holds one\n", d, o->devs[d]);
+			wbc_cache_close(R.cache);
+			return 2;
+		}
+	}
+	R.nw = o->wl == WL_JBOD ? o->threads * nt : o->threads;
 	R.w = calloc(R.nw, sizeof(*R.w));
 	struct wbc_stats st;
 	wbc_stats(R.cache, &st);
@@ -1004,10 +1031,17 @@ int cmd_run(int argc, char **argv)
 	       (double)st.bg_thresh_bytes / MiB, (double)st.setpoint_bytes / MiB,
 	       (double)st.limit_bytes / MiB);
 	fflush(stdout);
+	unsigned on_dev[RUN_MAX_DEVS] = { 0 };
 	for (unsigned i = 0; i < R.nw; i++) {
-		R.w[i].id = i;
-		R.w[i].dev_idx = o->wl == WL_JBOD ? i / o->threads : i % o->ndev;
-		R.w[i].dev = R.dev[R.w[i].dev_idx];
+		struct worker *w = &R.w[i];
+		w->id = i;
+		w->dev_idx = targets[o->wl == WL_JBOD ? i / o->threads : i % nt];
+		w->dev = R.dev[w->dev_idx];
+		w->one_file = one_file[w->dev_idx];
+		/* the k-th writer of a one-file device: its region */
+		uint64_t k = on_dev[w->dev_idx]++;
+		if (w->one_file)
+			w->base = k * (o->wl == WL_DD ? o->size / R.nw : o->file_size);
 	}
 	if ((err = place_one_file_workers())) {
 		wbc_cache_close(R.cache);

@@ -42,6 +42,12 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 bool nbd_is_uri(const char *spec);
 int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
 		    char *err, size_t errlen);
+/* stack: one file @name of device @lower (any cache), WBC_O_CREAT; @opts:
+ * "stack_throttle=global|local|direct,workers=N" (comma separated, either
+ * or none).  See stack.c. */
+enum { WBC_STACK_GLOBAL, WBC_STACK_LOCAL, WBC_STACK_DIRECT };
+int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
+		      const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
 
 /* registry.c: the built-in backend a device spec names ("mem",
  * "model[:opts]", "file:PATH[,opts]", "dir:PATH[,opts]", an NBD URI

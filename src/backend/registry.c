@@ -35,7 +35,9 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		dir = true;
 		skip = 4;
 	} else {
-		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH, dir:PATH or an NBD URI: nbd://HOST/EXPORT, nbd+unix:///EXPORT?socket=PATH)", spec);
+		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH, "
+			 "dir:PATH, stack:ID/NAME or an NBD URI: nbd://HOST/EXPORT, "
+			 "nbd+unix:///EXPORT?socket=PATH)", spec);
 		return -EINVAL;
 	}
 	char *copy = skip == 6 ? malloc(strlen(spec) + 16) : strdup(spec + skip);

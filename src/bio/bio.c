@@ -12,7 +12,9 @@
  */
 #include "bio/bio.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_MAX_IO (1u << 20)
@@ -174,12 +176,12 @@ void wbc_io_complete(struct wbc_io *io, ssize_t res)
 }
 
 /* ------------------------------------------------------------------ */
-/* synchronous read through the asynchronous interface                  */
+/* synchronous I/O through the asynchronous interface                   */
 
 struct sync_wait {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool done;
+	unsigned left;          /* bios not yet ended */
 };
 
 static void sync_end_io(struct wbc_bio *bio)
@@ -187,29 +189,123 @@ static void sync_end_io(struct wbc_bio *bio)
 	(void)atomic_load_explicit(&bio->handoff, memory_order_acquire);
 	struct sync_wait *w = bio->priv;
 	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	pthread_cond_signal(&w->cond);
+	if (!--w->left)
+		pthread_cond_signal(&w->cond);
 	pthread_mutex_unlock(&w->lock);
 }
 
-ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off)
+/* Submit @n bios (op, obj, off, len, iov, iovcnt set) and wait for all. */
+static void submit_wait(struct backend *be, struct wbc_bio **bios, unsigned n)
 {
-	struct sync_wait w = { .done = false };
+	struct sync_wait w = { .left = n };
 	pthread_mutex_init(&w.lock, NULL);
 	pthread_cond_init(&w.cond, NULL);
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct wbc_bio bio = {
-		.io = { .op = WBC_IO_READ, .file = obj },
-		.off = off, .len = len, .iov = &iov, .iovcnt = 1,
-		.end_io = sync_end_io, .priv = &w,
-	};
-	struct wbc_bio *b = &bio;
-	bio_submit(be, &b, 1);
+	for (unsigned i = 0; i < n; i++) {
+		bios[i]->end_io = sync_end_io;
+		bios[i]->priv = &w;
+	}
+	bio_submit(be, bios, n);
 	pthread_mutex_lock(&w.lock);
-	while (!w.done)
+	while (w.left)
 		pthread_cond_wait(&w.cond, &w.lock);
 	pthread_mutex_unlock(&w.lock);
 	pthread_mutex_destroy(&w.lock);
 	pthread_cond_destroy(&w.cond);
+}
+
+ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct wbc_bio bio = {
+		.io = { .op = WBC_IO_READ, .file = obj },
+		.off = off, .len = len, .iov = &iov, .iovcnt = 1,
+	};
+	struct wbc_bio *b = &bio;
+	submit_wait(be, &b, 1);
 	return bio.res;
+}
+
+/* Bios one round of backend_rw_sync submits at once. */
+#define RW_SYNC_BIOS 16u
+
+ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iovec *iov,
+			int iovcnt, uint64_t off)
+{
+	size_t total = 0;
+	int vi = 0;
+	size_t vskip = 0;       /* bytes of iov[vi] already taken */
+	while (vi < iovcnt) {
+		struct wbc_bio bios[RW_SYNC_BIOS], *bp[RW_SYNC_BIOS];
+		/* each bio's own iovec: a short write advances it in place */
+		struct iovec *vecs[RW_SYNC_BIOS];
+		unsigned n = 0;
+		size_t round = 0;
+		int err = 0;
+		while (vi < iovcnt && n < RW_SYNC_BIOS) {
+			/* up to max_io bytes and IOV_MAX entries from here */
+			int cnt = 0, v = vi;
+			size_t skip = vskip, len = 0;
+			while (v < iovcnt && len < be->max_io && cnt < IOV_MAX) {
+				size_t take = WBC_MIN(iov[v].iov_len - skip, be->max_io - len);
+				len += take;
+				cnt += take > 0;
+				if (skip + take < iov[v].iov_len) {
+					skip += take;
+					break;
+				}
+				v++;
+				skip = 0;
+			}
+			if (!len) {     /* only empty entries were left */
+				vi = iovcnt;
+				break;
+			}
+			struct iovec *vec = malloc((size_t)cnt * sizeof(*vec));
+			if (!vec) {
+				err = -ENOMEM;
+				break;
+			}
+			int k = 0;
+			size_t left = len;
+			for (int j = vi; k < cnt; j++) {
+				size_t from = j == vi ? vskip : 0;
+				size_t take = WBC_MIN(iov[j].iov_len - from, left);
+				if (!take)
+					continue;
+				vec[k].iov_base = (char *)iov[j].iov_base + from;
+				vec[k].iov_len = take;
+				left -= take;
+				k++;
+			}
+			vi = v;
+			vskip = skip;
+			vecs[n] = vec;
+			bios[n] = (struct wbc_bio){
+				.io = { .op = op, .file = obj },
+				.off = off + total + round, .len = len, .iov = vec, .iovcnt = cnt,
+			};
+			bp[n] = &bios[n];
+			round += len;
+			n++;
+		}
+		if (n)
+			submit_wait(be, bp, n);
+		/* in order: stop at the first that failed or came back short */
+		bool stop = err != 0;
+		for (unsigned i = 0; i < n; i++) {
+			free(vecs[i]);
+			if (stop)
+				continue;
+			if (bios[i].res < 0) {
+				err = bios[i].res;
+				stop = true;
+			} else {
+				total += (size_t)bios[i].res;
+				stop = (size_t)bios[i].res < bios[i].len;
+			}
+		}
+		if (stop)
+			return total ? (ssize_t)total : err;
+	}
+	return (ssize_t)total;
 }

@@ -93,5 +93,13 @@ void backend_destroy(struct backend *be);
 /* Read @len bytes at @off of @obj synchronously through submit; returns
  * bytes read (short at end of object) or -errno. */
 ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off);
+/* Read or write (@op, enum bio_op) the bytes of @iov at @off of @obj
+ * synchronously, in I/Os of at most max_io bytes submitted together
+ * (direct I/O: the buffers are the caller's, aligned as the backend
+ * asks).  Returns the bytes done up to the first I/O that failed or came
+ * back short (a read: the object ends there), or, when none were, that
+ * I/O's -errno. */
+ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iovec *iov,
+			int iovcnt, uint64_t off);
 
 #endif

@@ -2,7 +2,8 @@
  * Devices (the top): a backend, its flusher thread, its inodes and dirty
  * lists; their tunables and statistics; groups.  A spec's built-in backend
  * comes from the backends' registry (backend/backends.h), the one header
- * of src/backend the engine includes.
+ * of src/backend the engine includes; a stacked device's (stack:ID/NAME,
+ * wbc_dev_add_stacked) from the stack backend, given the lower device.
  */
 #include "core/core.h"
 #include "backend/backends.h"
@@ -56,8 +57,9 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
  * leaving the backend's own in place, and return them in *@tun (a new
  * string, "k=v,k=v", or "").  A spec's options begin after "model:" (the
  * model's options), else after the first comma (after the path of file:
- * and dir:, after "mem", "model" and "opener"): a tunable is the same
- * option in every one of them, first or not.  0 or -ENOMEM.
+ * and dir:, after stack:ID/NAME, after "mem", "model", "opener" and
+ * "stack"): a tunable is the same option in every one of them, first or
+ * not.  0 or -ENOMEM.
  */
 static int split_dev_opts(char *spec, char **tun)
 {
@@ -205,8 +207,56 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	return 0;
 }
 
+/* The lower file of a stacked device (wbc_dev_add_stacked). */
+struct stack_target {
+	wbc_dev *lower;
+	const char *name;
+};
+
+/*
+ * The backend of a spec "stack:ID/NAME[,opts]" (@rest: after "stack:"):
+ * file NAME of device ID of cache @c (its number in the order devices
+ * were added, from 0).  0 or -errno with a message.
+ */
+static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_backend_ops **ops,
+			   void **ctx, char *msg, size_t msglen)
+{
+	char *end;
+	errno = 0;
+	unsigned long id = strtoul(rest, &end, 10);
+	if (end == rest || *end != '/' || errno || *rest == '-') {
+		snprintf(msg, msglen, "bad stacked device spec 'stack:%s' (expected "
+			 "stack:ID/NAME[,opts], ID the number of an earlier device)", rest);
+		return -EINVAL;
+	}
+	const char *name = end + 1;
+	size_t nlen = strcspn(name, ",");
+	char *nm = strndup(name, nlen);
+	if (!nm) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	wbc_dev *lower = NULL;
+	pthread_mutex_lock(&c->dev_lock);
+	for (struct wbc_dev *d = c->devs; d; d = d->next)
+		if (d->id == id)
+			lower = d;
+	pthread_mutex_unlock(&c->dev_lock);
+	int err;
+	if (!lower) {
+		snprintf(msg, msglen, "stack:%lu: no device %lu in this cache (devices are "
+			 "numbered from 0 in the order they were added)", id, id);
+		err = -EINVAL;
+	} else {
+		err = stack_backend_new(lower, nm, name[nlen] ? name + nlen + 1 : "", ops, ctx,
+					msg, msglen);
+	}
+	free(nm);
+	return err;
+}
+
 static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *opener,
-		   wbc_dev **out, char *msg, size_t msglen)
+		   const struct stack_target *stack, wbc_dev **out, char *msg, size_t msglen)
 {
 	char dummy[8];
 	if (!msg || !msglen) {
@@ -234,7 +284,12 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 		err = parse_tunables(&probe, tun, msg, msglen);
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
-	if (!err)
+	if (!err && stack)   /* "stack[,opts]" */
+		err = stack_backend_new(stack->lower, stack->name, bspec[5] ? bspec + 6 : "",
+					&ops, &ctx, msg, msglen);
+	else if (!err && !strncmp(bspec, "stack:", 6))
+		err = stack_from_spec(c, bspec + 6, &ops, &ctx, msg, msglen);
+	else if (!err)
 		err = backend_create(bspec, opener, &ops, &ctx, msg, msglen);
 	free(bspec);
 	if (!err) {
@@ -272,7 +327,24 @@ int wbc_dev_add_backend(wbc_cache *c, const struct wbc_backend_ops *ops, void *c
 
 int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, size_t msglen)
 {
-	return dev_add(c, spec, NULL, out, msg, msglen);
+	return dev_add(c, spec, NULL, NULL, out, msg, msglen);
+}
+
+int wbc_dev_add_stacked(wbc_cache *c, wbc_dev *lower, const char *name, const char *opts,
+			wbc_dev **out, char *msg, size_t msglen)
+{
+	if (!lower || !name) {
+		if (msg && msglen)
+			snprintf(msg, msglen, "missing argument");
+		return -EINVAL;
+	}
+	struct stack_target st = { .lower = lower, .name = name };
+	char *spec;
+	if (asprintf(&spec, "stack%s%s", opts && *opts ? "," : "", opts ? opts : "") < 0)
+		return -ENOMEM;
+	int err = dev_add(c, spec, NULL, &st, out, msg, msglen);
+	free(spec);
+	return err;
 }
 
 int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn open,
@@ -288,7 +360,7 @@ int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn op
 	char *spec;
 	if (asprintf(&spec, "opener%s%s", *opts ? "," : "", opts) < 0)
 		return -ENOMEM;
-	int err = dev_add(c, spec, &op, out, msg, msglen);
+	int err = dev_add(c, spec, &op, NULL, out, msg, msglen);
 	free(spec);
 	return err;
 }

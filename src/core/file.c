@@ -33,19 +33,91 @@ int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out)
 	return wbc_file_open_group(dev, name, flags, NULL, out);
 }
 
+/* Is any page of @ino locked (a copy or a read-in under way)?  Under
+ * ino->lock. */
+static bool pages_locked_locked(struct inode *ino)
+{
+	assert_held(&ino->lock);
+	uint64_t idx = 0;
+	struct page *p;
+	while ((p = pm_next(&ino->map, idx, -1, &idx))) {
+		if (pg_flags(p) & PG_LOCKED)
+			return true;
+		if (idx == UINT64_MAX)
+			break;
+		idx++;
+	}
+	return false;
+}
+
+/*
+ * A direct open of @ino (no handle through the cache is open: handle_open
+ * saw to that, and none can open while this one is): write back the pages
+ * that handles closed before left, wait for them, and drop every page of
+ * the file, so that no cached copy outlives the direct I/O to come.  0,
+ * or the write error that keeps pages dirty (they stay, the open fails).
+ */
+static int direct_drop_cache(struct inode *ino)
+{
+	pthread_rwlock_wrlock(&ino->rwsem);   /* no truncate meanwhile */
+	int err = 0;
+	for (;;) {
+		pthread_mutex_lock(&ino->lock);
+		if (!ino->nr_pages) {
+			pthread_mutex_unlock(&ino->lock);
+			break;
+		}
+		uint32_t seq = ino->wb_err.seq;
+		pthread_mutex_unlock(&ino->lock);
+		struct wbc_ctl ctl = {
+			.sync_mode = WB_SYNC_ALL,
+			.nr_to_write = LONG_MAX,
+			.range_start = 0,
+			.range_end = UINT64_MAX,
+		};
+		write_inode_pages(ino, &ctl);
+		wait_on_writeback_range(ino, 0, UINT64_MAX);
+		pthread_mutex_lock(&ino->lock);
+		if (!ino->nr_dirty && !ino->nr_writeback && !pages_locked_locked(ino)) {
+			drop_pages_from_locked(ino, 0);
+			pthread_mutex_unlock(&ino->lock);
+			break;
+		}
+		if (ino->nr_dirty && ino->wb_err.seq != seq) {
+			err = ino->wb_err.err;   /* failed: the pages stay dirty */
+			pthread_mutex_unlock(&ino->lock);
+			break;
+		}
+		pthread_mutex_unlock(&ino->lock);
+		/* a page still locked by a reader that finished with its
+		 * handle (or reclaim's look at it): soon released */
+		sched_yield();
+	}
+	if (!err)
+		err = inode_sync_size(ino);
+	pthread_rwlock_unlock(&ino->rwsem);
+	return err;
+}
+
 int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *group,
 			wbc_file **out)
 {
-	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC)) ||
+	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC | WBC_O_DIRECT)) ||
 	    (group && group->cache != dev->cache))
 		return -EINVAL;
 	if (!name)
 		name = "";
 	if (!name_ok(dev->be, name))
 		return -EINVAL;
-	int err = handle_open(dev, name, flags & WBC_O_CREAT, group, out);
+	bool direct = flags & WBC_O_DIRECT;
+	int err = handle_open(dev, name, flags & WBC_O_CREAT, group, direct, out);
 	if (err)
 		return err;
+	if (direct && (err = direct_drop_cache(handle_get(*out)->inode))) {
+		wbc_file_close(*out);
+		*out = NULL;
+		return err;
+	}
 	if (flags & WBC_O_TRUNC) {
 		err = wbc_truncate(*out, 0);
 		if (err) {
@@ -205,21 +277,110 @@ static int range_check(uint64_t off, size_t len)
 	return 0;
 }
 
-/* The handle of a read or write of @len bytes at @off from/to @buf, or
- * NULL and the error in *@err. */
-static struct wbc_file *io_handle(wbc_file *h, const void *buf, size_t len, uint64_t off,
-				  int *err)
+/* ------------------------------------------------------------------ */
+/* direct I/O (WBC_O_DIRECT handles)                                    */
+
+/*
+ * A direct handle's I/O goes to the backend from the caller's buffers and
+ * waits for it (backend_rw_sync), under rwsem shared (no truncate
+ * meanwhile).  No page of the file is cached while a direct handle is
+ * open (handle_open refuses a handle through the cache then, and the
+ * direct open dropped the pages), so no cached copy goes stale.  Direct
+ * I/Os of a file that overlap wait for each other (the backend never has
+ * two overlapping I/Os of a file in flight): each in flight is a range
+ * on ino->dio_ranges, under ino->lock.
+ */
+struct dio_range {
+	uint64_t start, end;        /* bytes [start, end) */
+	struct dio_range *next;
+};
+
+static void dio_range_lock(struct inode *ino, struct dio_range *r)
 {
-	struct wbc_file *f = handle_get(h);
-	*err = !f ? -EBADF : !buf && len ? -EINVAL : range_check(off, len);
-	return *err ? NULL : f;
+	pthread_mutex_lock(&ino->lock);
+	for (;;) {
+		struct dio_range *o = ino->dio_ranges;
+		while (o && (o->end <= r->start || r->end <= o->start))
+			o = o->next;
+		if (!o)
+			break;
+		inode_wait_locked(ino);
+	}
+	r->next = ino->dio_ranges;
+	ino->dio_ranges = r;
+	pthread_mutex_unlock(&ino->lock);
+}
+
+static void dio_range_unlock(struct inode *ino, struct dio_range *r)
+{
+	pthread_mutex_lock(&ino->lock);
+	struct dio_range **pp = &ino->dio_ranges;
+	while (*pp != r)
+		pp = &(*pp)->next;
+	*pp = r->next;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+}
+
+static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, int iovcnt,
+			 uint64_t off)
+{
+	struct inode *ino = f->inode;
+	struct wbc_dev *dev = ino->dev;
+	struct backend *be = dev->be;
+	size_t align = be->dio_align ? be->dio_align : 1, len = 0;
+	if (iovcnt < 0 || (iovcnt && !iov) || off % align)
+		return -EINVAL;
+	for (int i = 0; i < iovcnt; i++) {
+		if ((uintptr_t)iov[i].iov_base % align || iov[i].iov_len % align ||
+		    (!iov[i].iov_base && iov[i].iov_len) || iov[i].iov_len > SSIZE_MAX - len)
+			return -EINVAL;
+		len += iov[i].iov_len;
+	}
+	int err = range_check(off, len);
+	if (err)
+		return err;
+	if (!len)
+		return 0;
+	pthread_rwlock_rdlock(&ino->rwsem);
+	struct dio_range r = { .start = off, .end = off + len };
+	dio_range_lock(ino, &r);
+	ssize_t n;
+	pthread_mutex_lock(&ino->lock);
+	uint64_t isize = ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	if (op == BIO_READ && off >= isize) {
+		n = 0;
+	} else {
+		n = backend_rw_sync(be, ino->obj, op, iov, iovcnt, off);
+		if (op == BIO_READ && n > 0)
+			n = (ssize_t)WBC_MIN((uint64_t)n, isize - off);   /* past the size: not the file's */
+	}
+	if (op == BIO_WRITE && n > 0) {
+		pthread_mutex_lock(&ino->lock);
+		ino->i_size = WBC_MAX(ino->i_size, off + (uint64_t)n);
+		ino->backend_size = WBC_MAX(ino->backend_size, off + (uint64_t)n);
+		pthread_mutex_unlock(&ino->lock);
+		pcount_add(&dev->cache->st_written, n);
+	}
+	dio_range_unlock(ino, &r);
+	pthread_rwlock_unlock(&ino->rwsem);
+	return n;
 }
 
 ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 {
-	int err;
-	struct wbc_file *f = io_handle(h, buf, len, off, &err);
+	struct wbc_file *f = handle_get(h);
 	if (!f)
+		return -EBADF;
+	if (!buf && len)
+		return -EINVAL;
+	if (f->direct) {
+		struct iovec v = { .iov_base = buf, .iov_len = len };
+		return direct_rw(f, BIO_READ, &v, 1, off);
+	}
+	int err = range_check(off, len);
+	if (err)
 		return err;
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
@@ -295,9 +456,17 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 
 ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 {
-	int err;
-	struct wbc_file *f = io_handle(h, buf, len, off, &err);
+	struct wbc_file *f = handle_get(h);
 	if (!f)
+		return -EBADF;
+	if (!buf && len)
+		return -EINVAL;
+	if (f->direct) {
+		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
+		return direct_rw(f, BIO_WRITE, &v, 1, off);
+	}
+	int err = range_check(off, len);
+	if (err)
 		return err;
 	struct inode *ino = f->inode;
 	struct wbc_dev *dev = ino->dev;
@@ -328,6 +497,42 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 	pthread_rwlock_unlock(&ino->rwsem);
 	pcount_add(&c->st_written, (long long)done);
 	return done ? (ssize_t)done : err;
+}
+
+/* The vectored calls: a direct handle's as one direct I/O; through the
+ * cache, entry by entry (stopping where one stops short). */
+static ssize_t rwv(wbc_file *h, bool write, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	if (iovcnt < 0 || (iovcnt && !iov))
+		return -EINVAL;
+	if (f->direct)
+		return direct_rw(f, write ? BIO_WRITE : BIO_READ, iov, iovcnt, off);
+	size_t done = 0;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > SSIZE_MAX - done)
+			return done ? (ssize_t)done : -EINVAL;
+		ssize_t r = write ? wbc_pwrite(h, iov[i].iov_base, iov[i].iov_len, off + done)
+				  : wbc_pread(h, iov[i].iov_base, iov[i].iov_len, off + done);
+		if (r < 0)
+			return done ? (ssize_t)done : r;
+		done += (size_t)r;
+		if ((size_t)r < iov[i].iov_len)
+			break;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t wbc_preadv(wbc_file *h, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	return rwv(h, false, iov, iovcnt, off);
+}
+
+ssize_t wbc_pwritev(wbc_file *h, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	return rwv(h, true, iov, iovcnt, off);
 }
 
 ssize_t wbc_pwrite_nowait(wbc_file *h, const void *buf, size_t len, uint64_t off,
@@ -435,7 +640,14 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	wait_on_writeback_range(ino, start, end);
 	int err = inode_sync_size(ino);
 	int ferr = backend_flush(dev->be, ino->obj, datasync);
+	/* a failed flush may have lost completed writes (a stacked device's
+	 * lower device failed to write them): an error of the file, which
+	 * every handle open now sees once, as a failed write's */
+	if (ferr)
+		dev_record_error(dev, ferr);
 	pthread_mutex_lock(&ino->lock);
+	if (ferr)
+		errseq_record(&ino->wb_err, ferr);
 	int werr = errseq_check_advance(&ino->wb_err, &f->err_since);
 	pthread_mutex_unlock(&ino->lock);
 	if (werr)

@@ -73,10 +73,14 @@ struct wbc_file {
 	struct inode *inode;
 	struct wbc_dev *dev;
 	uint32_t err_since;         /* errseq sample: inode->lock */
+	bool direct;                /* WBC_O_DIRECT: I/O to the backend, not the cache */
 };
-/* Open @name on @dev (iget) into a new handle: 0 and *@out, or -errno. */
+/* Open @name on @dev (iget) into a new handle, @direct or through the
+ * cache: 0 and *@out, or -errno; -EBUSY when the file has handles of the
+ * other kind (a file is open either through the cache or direct, never
+ * both at once: inode->nr_cached_handles, nr_direct_handles). */
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
-		wbc_file **out);
+		bool direct, wbc_file **out);
 /* The file of handle @h; NULL when @h is not an open handle. */
 struct wbc_file *handle_get(wbc_file *h);
 /* Close handle @h (its inode's reference put): 0, or -EBADF. */

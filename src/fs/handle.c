@@ -84,7 +84,7 @@ static void handle_free(struct hslot *s, uint32_t slot)
 }
 
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
-		wbc_file **out)
+		bool direct, wbc_file **out)
 {
 	uint32_t slot, gen;
 	struct hslot *s;
@@ -92,6 +92,25 @@ int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_g
 	if (err)
 		return err;
 	struct inode *ino = iget(dev, name, create, group, &err);
+	if (ino) {
+		/* a file is open either through the cache or direct, never
+		 * both at once (fs.h) */
+		pthread_mutex_lock(&ino->lock);
+		if (direct ? ino->nr_cached_handles : ino->nr_direct_handles) {
+			err = -EBUSY;
+		} else {
+			if (direct)
+				ino->nr_direct_handles++;
+			else
+				ino->nr_cached_handles++;
+			s->f.err_since = ino->wb_err.seq;
+		}
+		pthread_mutex_unlock(&ino->lock);
+		if (err) {
+			iput(ino);
+			ino = NULL;
+		}
+	}
 	if (!ino) {
 		pthread_mutex_lock(&htab_lock);
 		s->next_free = hfree;
@@ -101,9 +120,7 @@ int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_g
 	}
 	s->f.inode = ino;
 	s->f.dev = dev;
-	pthread_mutex_lock(&ino->lock);
-	s->f.err_since = ino->wb_err.seq;
-	pthread_mutex_unlock(&ino->lock);
+	s->f.direct = direct;
 	atomic_store_explicit(&s->gen, gen, memory_order_release);
 	*out = handle_encode(slot, gen);
 	return 0;
@@ -117,7 +134,14 @@ int handle_close(wbc_file *h)
 	uint64_t v = (uint64_t)(uintptr_t)h;
 	uint32_t slot = (uint32_t)((v >> 32) - 1);
 	struct inode *ino = f->inode;
+	bool direct = f->direct;
 	handle_free(hslot_of(slot), slot);
+	pthread_mutex_lock(&ino->lock);
+	if (direct)
+		ino->nr_direct_handles--;
+	else
+		ino->nr_cached_handles--;
+	pthread_mutex_unlock(&ino->lock);
 	iput(ino);
 	return 0;
 }

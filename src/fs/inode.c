@@ -351,7 +351,7 @@ void igrab(struct inode *ino)
  * reference a completion dropped is finished at the batch's flush: its
  * pages (out of the index, PG_LOCKED, so that reclaim leaves them) go
  * back in one lru_lock hold, then its memory (inode_dispose).  What a
- * batch holds between flushes is of one device.
+ * batch holds between flushes is of one device (teardown_for).
  */
 struct teardown_batch {
 	bool open;
@@ -368,13 +368,23 @@ static void inode_dispose(struct inode *ino)
 	inode_free(shard_of(ino->dev, ino->hash), ino);
 }
 
+/* What the batch holds is of @dev from here on: another device's teardowns
+ * held are finished first.  A completion may drop a file whose backend
+ * then works on a file of another device (a stacked device's resize
+ * truncates its lower file: its pages dropped in this thread's batch). */
+static void teardown_for(struct wbc_dev *dev)
+{
+	if (tb.dev && tb.dev != dev)
+		inode_teardown_flush();
+	tb.dev = dev;
+}
+
 /* False outside a batch. */
 static bool teardown_defer_page(struct page *p)
 {
 	if (!tb.open)
 		return false;
-	assert(!tb.dev || p->inode->dev == tb.dev);
-	tb.dev = p->inode->dev;
+	teardown_for(p->inode->dev);
 	/* still bound: reclaim may look at it, and skips a locked page */
 	atomic_store_explicit(&p->flags, PG_LOCKED, memory_order_relaxed);
 	p->next_free = tb.pages;
@@ -387,8 +397,7 @@ static bool teardown_defer_inode(struct inode *ino)
 {
 	if (!tb.open)
 		return false;
-	assert(!tb.dev || ino->dev == tb.dev);
-	tb.dev = ino->dev;
+	teardown_for(ino->dev);
 	ino->hash_next = tb.dead;
 	tb.dead = ino;
 	return true;

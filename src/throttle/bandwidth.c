@@ -32,6 +32,10 @@
  * or more (with the position agreeing) is closed by up to 2x per update
  * instead of by 1/8 steps.
  *
+ * A device whose writers are local-throttle threads (throttle.c, LOCAL
+ * THROTTLE) is balanced on the line they use, its own domain's, in the
+ * intervals in which one of them was throttled.
+ *
  * PROPORTIONS (flexible proportions): each device counts the pages whose
  * writeback completed; every PROP_PERIOD (3 s) all counts halve.  A
  * device's share of the dirty threshold is its count over the sum.
@@ -54,11 +58,19 @@ static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint6
 	assert_held(&dev->bw_lock);
 	struct wbc_cache *c = dev->cache;
 	struct dom d;
-	dom_global(c, &d);
+	/* writers throttled on the device's own line (local throttle) since
+	 * the last update: their line is the one to balance */
+	bool local = atomic_exchange_explicit(&dev->local_throttled, false, memory_order_relaxed);
+	if (local)
+		dom_local(dev, &d);
+	else
+		dom_global(c, &d);
 	if (d.dirty <= d.freerun)
 		return;            /* nobody is throttled: nothing to balance */
 	double wb_thresh;
-	double pos = pos_ratio_cubic(d.setpoint, d.dirty, d.limit) * wb_pos_ratio(dev, &d, &wb_thresh);
+	double pos = pos_ratio_cubic(d.setpoint, d.dirty, d.limit);
+	if (!local)
+		pos *= wb_pos_ratio(dev, &d, &wb_thresh);
 	double ratelimit = (double)atomic_load(&dev->dirty_ratelimit);
 	double task = ratelimit * pos;
 	double dirty_rate = (double)dirtied / elapsed_s;

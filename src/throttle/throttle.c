@@ -67,6 +67,38 @@
  * checks, and the interval is capped at throttle_slack_pages(); a device
  * passing as "nearly clean" adds at most its pass allowance (at most
  * thresh / 16, and a quarter of its share).
+ *
+ * LOCAL THROTTLE (wbc_thread_set_local_throttle; the kernel's
+ * PF_LOCAL_THROTTLE).  A thread that writes into a lower device in order
+ * to clean an upper device's pages (the stacked backend's workers, as
+ * loop's worker and nfsd writing to a local file system in the kernel)
+ * must not be throttled by the global domain: the upper device's own
+ * dirty pages fill it, and they are cleaned only as fast as this thread
+ * writes, so it would be slowed by a throttle its own work causes (the
+ * loop device of 2021: a test of 12 s took 20 minutes).  For such a
+ * thread the domain is the device it writes to:
+ *     dirty     = the device's dirty + writeback pages (wb_dirty)
+ *     thresh    = the device's share of the cache's thresh (dev_wb_thresh,
+ *                 its fraction of recent completions within min_ratio,
+ *                 max_ratio and max_bytes), at least thresh / LOCAL_MIN_PART
+ *                 so that a device with no completions yet can ramp up
+ *     bg_thresh = thresh x (the cache's bg_thresh / thresh)
+ *     freerun, setpoint, limit derived as for every domain (above),
+ * and the control line is that domain's pos_ratio times the device's
+ * dirty_ratelimit, without the per-device factor (the domain is the
+ * device).  The global domain's dirty count, and the pages of dead
+ * devices, are not looked at; a group's line still applies to a file in
+ * a group; the pass of a nearly clean device and the dead-device error
+ * are as for every writer.  The kernel's rule (mm/page-writeback.c since
+ * Linux 5.9, balance_dirty_pages): a PF_LOCAL_THROTTLE task free-runs
+ * while wb_dirty is below dirty_freerun_ceiling(wb_thresh, wb_bg_thresh)
+ * even when the global domain is above its freerun, which is our freerun
+ * too; above it the kernel falls back to the global line times the wb's
+ * factor, where ours keeps the device's own line (what the first version
+ * of the kernel's change did: strictlimit for such tasks), so that the
+ * upper device's pages never slow it.  Memory stays bounded: what a
+ * local thread dirties is bounded by its device's limit, and everything
+ * by the arena.
  */
 #include "throttle/throttle.h"
 
@@ -86,6 +118,8 @@
 #define DEV_PASS 32
 #define PASS_WINDOW_NS (20 * NS_PER_MS)
 #define PASS_MAX_PART 16
+/* A local-throttle thread's device has at least this part of thresh. */
+#define LOCAL_MIN_PART 8
 
 struct throttle_tls {
 	long nr_dirtied;            /* newly dirtied since the last check */
@@ -94,6 +128,8 @@ struct throttle_tls {
 	/* wbc_pwrite_nowait: pauses are owed by the caller, not slept */
 	bool defer;
 	uint64_t deferred_ns;
+	/* wbc_thread_set_local_throttle: the device's own domain only */
+	bool local;
 	struct wbc_thread_stats st;
 };
 static _Thread_local struct throttle_tls tls = { .nr_dirtied_pause = 1 };
@@ -256,6 +292,20 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 	return pos;
 }
 
+/* pos_ratio of a local-throttle thread: its device's domain @d alone
+ * (and its group's line). */
+static double local_pos_ratio(struct wbc_group *grp, const struct dom *d)
+{
+	double pos = pos_ratio_cubic(d->setpoint, d->dirty, d->limit);
+	if (grp) {
+		struct dom md;
+		dom_group(grp, &md);
+		if (md.dirty > md.freerun)
+			pos = WBC_MIN(pos, pos_ratio_cubic(md.setpoint, md.dirty, md.limit));
+	}
+	return pos;
+}
+
 /* ------------------------------------------------------------------ */
 /* the throttle                                                         */
 
@@ -293,6 +343,13 @@ void wbc_thread_stats(struct wbc_thread_stats *st)
 {
 	if (st)
 		*st = tls.st;
+}
+
+int wbc_thread_set_local_throttle(int on)
+{
+	int was = tls.local;
+	tls.local = on != 0;
+	return was;
 }
 
 static uint64_t isqrt(uint64_t v)
@@ -340,9 +397,27 @@ static double dead_pages_except(struct wbc_cache *c, struct wbc_dev *dev, uint64
 	return (double)n;
 }
 
-/* The global domain as a writer to @dev sees it. */
+/* The domain of a local-throttle thread writing to @dev: the device's own
+ * (LOCAL THROTTLE above). */
+void dom_local(struct wbc_dev *dev, struct dom *d)
+{
+	struct wbc_cache *c = dev->cache;
+	double thresh = (double)c->thresh;
+	double wb_thresh = dev_wb_thresh(dev, thresh);
+	wb_thresh = WBC_MIN(WBC_MAX(wb_thresh, thresh / LOCAL_MIN_PART), thresh);
+	wb_thresh = WBC_MAX(wb_thresh, 1);
+	dom_fill(d, (double)ctr_unclean(&dev->ctr), wb_thresh,
+		 wb_thresh * (double)c->bg_thresh / thresh);
+}
+
+/* The global domain as a writer to @dev sees it; the device's own for a
+ * local-throttle thread. */
 static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
 {
+	if (tls.local) {
+		dom_local(dev, d);
+		return;
+	}
 	dom_global(dev->cache, d);
 	d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
 }
@@ -363,7 +438,11 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 
 		bool strict_over = false;
 		double wb_thresh = 0;
-		if (dev->strict_limit) {
+		/* a local thread's domain is its device's: its strict line */
+		bool strict = dev->strict_limit && !tls.local;
+		if (tls.local && gd.dirty > gd.bg_thresh && ctr_dirty(&dev->ctr) > 0)
+			flusher_kick(dev, false);   /* the device's own background */
+		if (strict) {
 			double wb_dirty = (double)ctr_unclean(&dev->ctr);
 			wb_thresh = dev_wb_thresh(dev, gd.thresh);
 			strict_over = wb_dirty > (wb_thresh + wb_thresh * gd.bg_thresh / gd.thresh) / 2;
@@ -384,10 +463,10 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		long unclean = ctr_unclean(&dev->ctr);
 		double pass = (double)atomic_load(&dev->write_bw) / (double)c->page_size *
 			      (double)PASS_WINDOW_NS / 1e9;
-		pass = WBC_MIN(pass, gd.thresh / PASS_MAX_PART);
-		pass = WBC_MIN(pass, dev_wb_thresh(dev, gd.thresh) / 4);
+		pass = WBC_MIN(pass, (double)c->thresh / PASS_MAX_PART);
+		pass = WBC_MIN(pass, dev_wb_thresh(dev, (double)c->thresh) / 4);
 		pass = WBC_MAX(pass, (double)DEV_PASS);
-		if (unclean <= (long)pass && !dev->strict_limit && (!grp || md.dirty < md.limit)) {
+		if (unclean <= (long)pass && !strict && (!grp || md.dirty < md.limit)) {
 			tls.nr_dirtied = 0;
 			tls.nr_dirtied_pause = WBC_MAX(WBC_MIN((long)pass - unclean, slack), 1);
 			tls.paused_when = now;
@@ -397,6 +476,9 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		/* throttled: make sure this device's own pages are moving */
 		if (ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);
+		/* the rate estimate balances the line its writers are on */
+		if (tls.local && !atomic_load_explicit(&dev->local_throttled, memory_order_relaxed))
+			atomic_store_explicit(&dev->local_throttled, true, memory_order_relaxed);
 		/* ... unless none of them has moved for its retry_timeout:
 		 * then this writer would wait for nothing (its counters stay
 		 * as they are: it is still due, and checks before it dirties
@@ -404,7 +486,8 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		int err = dev_dead_error(dev, now);
 		if (err)
 			return err;
-		double pos = writer_pos_ratio(dev, grp, &gd, &wb_thresh);
+		double pos = tls.local ? local_pos_ratio(grp, &gd)
+				       : writer_pos_ratio(dev, grp, &gd, &wb_thresh);
 		/* near the limit, each thread may take only a small part of
 		 * what is left before it checks again */
 		long gap_share = (long)(WBC_MAX(gd.limit - gd.dirty, 0) / GAP_SHARE);

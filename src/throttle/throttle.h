@@ -49,6 +49,9 @@ uint64_t throttle_defer_end(void);
 bool throttle_due(void);
 double pos_ratio_cubic(double setpoint, double dirty, double limit);
 void dom_global(struct wbc_cache *c, struct dom *d);
+/* The domain of a local-throttle thread writing to @dev: the device's own
+ * pages against its share (throttle.c, LOCAL THROTTLE). */
+void dom_local(struct wbc_dev *dev, struct dom *d);
 void dom_group(struct wbc_group *g, struct dom *d);
 double wb_pos_ratio(struct wbc_dev *dev, const struct dom *d, double *wb_thresh);
 double dev_wb_thresh(struct wbc_dev *dev, double thresh);
