@@ -5,8 +5,9 @@
 #      against fio's nbd engine (iodepth 32); random 4 KiB writes both ways;
 #   2. slow remote (delay wdelay=5ms, rate 50 MB/s: the rate filter counts
 #      bits, rate=400M): the adaptive window against
-#      window=fixed:128: MB/s against the server's 50 MB/s, bytes in flight,
-#      and fdatasync latency (an fsync every 8 MiB);
+#      window=fixed:128: MB/s against the server's 50 MB/s, bytes in flight
+#      and round-trip time streaming 512 MiB, and the latency of an
+#      fdatasync every 32 MiB of a stream;
 #   3. the NFS job shape: randrw 8 KiB, 70% reads, 4 threads, over the
 #      delayed server (delay 1ms both ways): adaptive window, fixed:256,
 #      and fio's nbd engine with no cache;
@@ -62,13 +63,17 @@ echo
 echo "== 2. slow remote: memory behind delay wdelay=5ms and rate 50 MB/s (rate=400M bits)"
 slow() { start --filter=delay --filter=rate memory 1G wdelay=5ms rate=400M burstiness=0.2; }
 for win in adaptive fixed:128; do
+	# throughput and bytes in flight streaming; then the latency of an
+	# fdatasync every 32 MiB of a stream
 	slow
-	out=$(wb dd --dev "$URI,window=$win" --size 256M --fsync-every 8M)
+	out=$(wb dd --dev "$URI,window=$win" --size 512M)
 	m=$(echo "$out" | mbs)
-	infl=$(echo "$out" | sed -n 's/.*in flight MiB mean \([0-9.]*\) max \([0-9.]*\).*/\1 \2/p')
+	infl=$(echo "$out" | sed -n 's/.*in flight MiB mean \([0-9.]*\) max \([0-9.]*\); RTT ms mean \([0-9.]*\).*/\1 \2 \3/p')
+	slow
+	out=$(wb dd --dev "$URI,window=$win" --size 256M --fsync-every 32M)
 	fs=$(echo "$out" | sed -n 's/^fsyncs: [0-9]*, p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms.*/\1 \2/p')
-	printf 'window=%-9s %5s MB/s (%.2fx of 50 MB/s); in flight MiB mean %s max %s; fsync p50 %s ms p99 %s ms\n' \
-		"$win" "$m" "$(ratio "$m" 50)" ${infl:-? ?} ${fs:-? ?}
+	printf 'window=%-9s %5s MB/s (%.2fx of 50 MB/s); in flight MiB mean %s max %s, RTT mean %s ms; fsync every 32 MiB: p50 %s ms p99 %s ms\n' \
+		"$win" "$m" "$(ratio "$m" 50)" ${infl:-? ? ?} ${fs:-? ?}
 done
 
 echo
