@@ -174,6 +174,7 @@ bench: deps-install
 	WBCACHE_BUILD=$(BUILD) bench/example.sh
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	WBCACHE_BUILD=$(BUILD) bench/stacked.sh
+	WBCACHE_BUILD=$(BUILD) bench/nbd.sh
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles
