@@ -74,6 +74,7 @@ struct torture {
 	pthread_t thread;
 	/* what happened */
 	unsigned long shorts, reordered, batches, singles, inlined, failed, ios;
+	size_t max_read;            /* the largest read I/O */
 };
 
 static void t_caps(void *ctx, struct wbc_backend_caps *caps)
@@ -196,8 +197,11 @@ static int t_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *
 {
 	struct torture *t = ctx;
 	pthread_mutex_lock(&t->lock);
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
 		t_check_io(t, ios[i]);
+		if (ios[i]->op == WBC_IO_READ && ios[i]->len > t->max_read)
+			t->max_read = ios[i]->len;
+	}
 	t->ios += n;
 	if (t->mode & T_INLINE) {
 		struct wbc_io *done[64];
@@ -290,6 +294,9 @@ static void t_destroy(void *ctx)
 	CHECK((t->mode & T_BATCH) || t->singles > 0);
 	CHECK(!(t->mode & T_INLINE) || t->inlined > 0);
 	CHECK(t->failed > 0);   /* check F ran */
+	/* a read of many pages missing from the cache was one I/O, not one
+	 * per page (check A reads 3 MiB at once through a 1 MiB cache) */
+	CHECK(t->max_read > 4096);
 	pthread_mutex_destroy(&t->lock);
 	pthread_cond_destroy(&t->cond);
 	free(t);

@@ -142,6 +142,8 @@ int wbc_file_close(wbc_file *h)
 /* A page claim: what the caller asks for and what it got. */
 struct claim {
 	bool for_write;     /* wait for writeback to end (stable pages) */
+	bool nowait;        /* -EAGAIN rather than wait for a locked page or
+			     * for a free one (the pages after a read's first) */
 	bool full;          /* the write covers the whole page */
 	uint64_t end;       /* write: its end offset */
 	/* results */
@@ -171,6 +173,11 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 		if (p) {
 			uint32_t fl = pg_flags(p);
 			if (fl & PG_LOCKED) {
+				if (cl->nowait) {
+					p = NULL;
+					err = -EAGAIN;
+					break;
+				}
 				page_wait_unlocked(ino, p);
 				continue;
 			}
@@ -193,10 +200,13 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 			break;
 		}
 		pthread_mutex_unlock(&ino->lock);
-		spare = page_alloc(c, &err);
+		spare = cl->nowait ? page_try_alloc(c) : page_alloc(c, &err);
 		pthread_mutex_lock(&ino->lock);
-		if (!spare)
-			break;   /* only dead devices hold the pages */
+		if (!spare) {
+			if (cl->nowait)
+				err = -EAGAIN;
+			break;   /* (waiting:) only dead devices hold the pages */
+		}
 	}
 	cl->isize = ino->i_size;
 	cl->dirtied = cl->newly = false;
@@ -265,6 +275,58 @@ static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
 	size_t valid = (size_t)WBC_MIN((uint64_t)n, isize - pos);
 	memset(data + valid, 0, ps - valid);
 	return 0;
+}
+
+/* The most pages one read brings in with one backend I/O. */
+#define READ_RUN 32
+
+/*
+ * Read page @first (locked, not up to date, below @isize) from the
+ * backend, and with it in the same I/O the pages after it up to @end
+ * (bytes, the read's end) that are not up to date either: a read of many
+ * pages is one round trip, not one per page.  The pages after the first
+ * are claimed without waiting (a locked page, or no free page, ends the
+ * run), so a reader holding some never waits while holding them; they are
+ * unlocked here, up to date; @first stays locked for the caller.
+ */
+static int fill_run(struct inode *ino, struct page *first, uint64_t isize, uint64_t end)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	size_t ps = c->page_size;
+	uint64_t pos = first->index << c->page_shift;
+	uint64_t last = (WBC_MIN(end, isize) - 1) >> c->page_shift;
+	struct page *run[READ_RUN];
+	struct iovec iov[READ_RUN];
+	unsigned n = 0;
+	run[n++] = first;
+	while (n < READ_RUN && first->index + n <= last) {
+		struct claim cl = { .nowait = true };
+		struct page *p;
+		if (grab_page(ino, first->index + n, &cl, &p))
+			break;
+		if (cl.uptodate) {
+			page_unlock(ino, p, 0);
+			break;
+		}
+		run[n++] = p;
+	}
+	for (unsigned i = 0; i < n; i++)
+		iov[i] = (struct iovec){ .iov_base = page_data(c, run[i]), .iov_len = ps };
+	ssize_t r = n == 1 ? backend_read_sync(ino->dev->be, ino->obj, iov[0].iov_base, ps, pos) :
+		    backend_rw_sync(ino->dev->be, ino->obj, BIO_READ, iov, (int)n, pos);
+	if (r >= 0) {
+		atomic_fetch_add(&c->st_read_in, (uint64_t)r);
+		/* the file's bytes: what the backend gave, up to i_size */
+		uint64_t valid = WBC_MIN((uint64_t)r, isize - pos);
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t at = (uint64_t)i * ps;
+			size_t v = valid > at ? (size_t)WBC_MIN(valid - at, ps) : 0;
+			memset((char *)iov[i].iov_base + v, 0, ps - v);
+		}
+	}
+	for (unsigned i = 1; i < n; i++)
+		page_unlock(ino, run[i], r >= 0 ? PG_UPTODATE : 0);
+	return r < 0 ? (int)r : 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -398,7 +460,7 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 			page_unlock(ino, p, 0);
 			break;
 		}
-		if (!cl.uptodate && (err = fill_page(ino, p, isize))) {
+		if (!cl.uptodate && (err = fill_run(ino, p, isize, off + len))) {
 			page_unlock(ino, p, 0);
 			break;
 		}

@@ -60,6 +60,9 @@ bool cache_page_in_arena(const struct wbc_cache *c, const void *addr);
  * and -errno in *@err once only dead devices hold the unfreeable pages
  * (cache_dead_error). */
 struct page *page_alloc(struct wbc_cache *c, int *err);
+/* A free or reclaimable page now, or NULL: never waits (a reader that
+ * holds locked pages of a file must not wait for one). */
+struct page *page_try_alloc(struct wbc_cache *c);
 void page_free_locked(struct wbc_cache *c, struct page *p);  /* lru_lock held */
 void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index);
 void page_release(struct wbc_cache *c, struct page *p);  /* unbind + free */

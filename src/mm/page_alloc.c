@@ -117,7 +117,21 @@ void cache_wake_page_waiters(struct wbc_cache *c)
  * except when every device that holds them is dead (its writes failing
  * for its retry_timeout): then, after a second look, NULL and that error.
  */
+static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait);
+
 struct page *page_alloc(struct wbc_cache *c, int *err)
+{
+	return page_alloc_mode(c, err, true);
+}
+
+struct page *page_try_alloc(struct wbc_cache *c)
+{
+	int err;
+	return page_alloc_mode(c, &err, false);
+}
+
+/* page_alloc(); without @wait, NULL instead of a wait for writeback. */
+static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 {
 	uint64_t swept = 0;
 	bool waited = false, dead_seen = false;
@@ -149,6 +163,11 @@ struct page *page_alloc(struct wbc_cache *c, int *err)
 			pthread_mutex_unlock(&c->lru_lock);
 			pthread_mutex_lock(&c->lru_lock);
 			continue;
+		}
+		if (!wait) {
+			pthread_mutex_unlock(&c->lru_lock);
+			*err = -EAGAIN;
+			return NULL;
 		}
 		if (!waited) {
 			waited = true;
