@@ -430,20 +430,32 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 	return n;
 }
 
-ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
+/* The start of wbc_pread and wbc_pwrite: the handle, or NULL with *@ret
+ * set (an error, or all a direct handle's I/O did). */
+static struct wbc_file *io_begin(wbc_file *h, int op, const void *buf, size_t len,
+				 uint64_t off, ssize_t *ret)
 {
 	struct wbc_file *f = handle_get(h);
-	if (!f)
-		return -EBADF;
-	if (!buf && len)
-		return -EINVAL;
-	if (f->direct) {
-		struct iovec v = { .iov_base = buf, .iov_len = len };
-		return direct_rw(f, BIO_READ, &v, 1, off);
+	if (!f || (!buf && len)) {
+		*ret = !f ? -EBADF : -EINVAL;
+		return NULL;
 	}
-	int err = range_check(off, len);
-	if (err)
-		return err;
+	if (f->direct) {
+		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
+		*ret = direct_rw(f, op, &v, 1, off);
+		return NULL;
+	}
+	*ret = range_check(off, len);
+	return *ret ? NULL : f;
+}
+
+ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
+{
+	ssize_t ret;
+	struct wbc_file *f = io_begin(h, BIO_READ, buf, len, off, &ret);
+	if (!f)
+		return ret;
+	int err = 0;
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
 	size_t done = 0;
@@ -518,18 +530,11 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 
 ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 {
-	struct wbc_file *f = handle_get(h);
+	ssize_t ret;
+	struct wbc_file *f = io_begin(h, BIO_WRITE, buf, len, off, &ret);
 	if (!f)
-		return -EBADF;
-	if (!buf && len)
-		return -EINVAL;
-	if (f->direct) {
-		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
-		return direct_rw(f, BIO_WRITE, &v, 1, off);
-	}
-	int err = range_check(off, len);
-	if (err)
-		return err;
+		return ret;
+	int err = 0;
 	struct inode *ino = f->inode;
 	struct wbc_dev *dev = ino->dev;
 	struct wbc_cache *c = dev->cache;
