@@ -69,13 +69,7 @@ static int direct_drop_cache(struct inode *ino)
 		}
 		uint32_t seq = ino->wb_err.seq;
 		pthread_mutex_unlock(&ino->lock);
-		struct wbc_ctl ctl = {
-			.sync_mode = WB_SYNC_ALL,
-			.nr_to_write = LONG_MAX,
-			.range_start = 0,
-			.range_end = UINT64_MAX,
-		};
-		write_inode_pages(ino, &ctl);
+		write_inode_all(ino);
 		wait_on_writeback_range(ino, 0, UINT64_MAX);
 		pthread_mutex_lock(&ino->lock);
 		if (!ino->nr_dirty && !ino->nr_writeback && !pages_locked_locked(ino)) {

@@ -199,13 +199,7 @@ struct sync_walk {
 static bool sync_visit(struct inode *ino, void *arg)
 {
 	struct sync_walk *w = arg;
-	struct wbc_ctl ctl = {
-		.sync_mode = WB_SYNC_ALL,
-		.nr_to_write = LONG_MAX,
-		.range_start = 0,
-		.range_end = UINT64_MAX,
-	};
-	write_inode_pages(ino, &ctl);
+	write_inode_all(ino);
 	if (w->nr == w->cap) {
 		size_t ncap = w->cap ? w->cap * 2 : 64;
 		struct inode **t = realloc(w->touched, ncap * sizeof(*t));

@@ -257,3 +257,14 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	ctl->pages_written += written;
 	return written;
 }
+
+long write_inode_all(struct inode *ino)
+{
+	struct wbc_ctl ctl = {
+		.sync_mode = WB_SYNC_ALL,
+		.nr_to_write = LONG_MAX,
+		.range_start = 0,
+		.range_end = UINT64_MAX,
+	};
+	return write_inode_pages(ino, &ctl);
+}
