@@ -199,7 +199,7 @@ struct sync_walk {
 static bool sync_visit(struct inode *ino, void *arg)
 {
 	struct sync_walk *w = arg;
-	write_inode_all(ino);
+	bool still_dirty = write_inode_all(ino);
 	if (w->nr == w->cap) {
 		size_t ncap = w->cap ? w->cap * 2 : 64;
 		struct inode **t = realloc(w->touched, ncap * sizeof(*t));
@@ -209,14 +209,14 @@ static bool sync_visit(struct inode *ino, void *arg)
 			int e = inode_sync_size(ino);
 			if (e && !w->err)
 				w->err = e;
-			return ctl.still_dirty;
+			return still_dirty;
 		}
 		w->touched = t;
 		w->cap = ncap;
 	}
 	igrab(ino);
 	w->touched[w->nr++] = ino;
-	return ctl.still_dirty;
+	return still_dirty;
 }
 
 /* Sync work: write every dirty file of the device once, wait, flush. */

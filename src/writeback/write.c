@@ -258,7 +258,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	return written;
 }
 
-long write_inode_all(struct inode *ino)
+bool write_inode_all(struct inode *ino)
 {
 	struct wbc_ctl ctl = {
 		.sync_mode = WB_SYNC_ALL,
@@ -266,5 +266,6 @@ long write_inode_all(struct inode *ino)
 		.range_start = 0,
 		.range_end = UINT64_MAX,
 	};
-	return write_inode_pages(ino, &ctl);
+	write_inode_pages(ino, &ctl);
+	return ctl.still_dirty;
 }

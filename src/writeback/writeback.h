@@ -267,8 +267,8 @@ int cache_dead_error(struct wbc_cache *c, uint64_t now);
 /* write.c */
 long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl);
 /* Start writing every dirty page of @ino (a sync pass over the whole
- * file, no plug); returns the pages submitted. */
-long write_inode_all(struct inode *ino);
+ * file, no plug); returns whether dirty pages are left (ctl.still_dirty). */
+bool write_inode_all(struct inode *ino);
 void wait_on_writeback_range(struct inode *ino, uint64_t start, uint64_t end);
 
 /* flusher.c */
