@@ -203,15 +203,6 @@ static void *ov_writer(void *arg)
 
 /* ------------------------------------------------------------------ */
 
-static wbc_cache *open_cache(void)
-{
-	struct wbc_config cfg = t_config(16u << 20, 4096);
-	cfg.dirty_writeback_centisecs = 0;   /* only what the test asks */
-	wbc_cache *c;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	return c;
-}
-
 int main(void)
 {
 	t_fill(data, SZ, 5);
@@ -221,7 +212,7 @@ int main(void)
 	uint64_t size;
 
 	/* 1. the direct open writes back and drops */
-	wbc_cache *c = open_cache();
+	wbc_cache *c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "mem", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
@@ -287,7 +278,7 @@ int main(void)
 
 	/* 5. alignment on an O_DIRECT file backend */
 	char *dir = t_mkdtemp(), spec[600];
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	snprintf(spec, sizeof(spec), "dir:%s", dir);
 	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "x", WBC_O_CREAT | WBC_O_DIRECT, &d), 0);
@@ -315,7 +306,7 @@ int main(void)
 	t_rmdir(dir);
 
 	/* 6. the pages a direct open must write first fail */
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
@@ -333,7 +324,7 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* 7. overlapping direct writes */
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	struct ov *o = calloc(1, sizeof(*o));
 	CHECK(o);
 	pthread_mutex_init(&o->lock, NULL);

@@ -30,15 +30,6 @@ static void check_backend(wbc_dev *dev, const char *name, uint64_t want_size)
 	CHECK(!memcmp(back, data, want_size));
 }
 
-static wbc_cache *open_cache(void)
-{
-	struct wbc_config cfg = t_config(16u << 20, 4096);
-	cfg.dirty_writeback_centisecs = 0;        /* only what the test asks */
-	wbc_cache *c;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	return c;
-}
-
 int main(void)
 {
 	t_fill(data, SZ, 9);
@@ -47,7 +38,7 @@ int main(void)
 	wbc_dev *dev;
 
 	/* 1. range, retry */
-	wbc_cache *c = open_cache();
+	wbc_cache *c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,max_io=64K,err=256K+64K", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "r", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
@@ -72,7 +63,7 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* 2. range, drop */
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,max_io=64K,err=256K+64K,on_error=drop", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "d", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
@@ -90,7 +81,7 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), -EIO);           /* close says so too */
 
 	/* 3. errseq across handles, error in background writeback */
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,err=0+4K,on_error=drop", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_file_open(dev, "e", 0, &g), 0);
@@ -109,7 +100,7 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), 0);              /* dev_sync reported it already */
 
 	/* 4. probability, retry */
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,max_io=64K,errp=0.3,seed=5", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "p", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
@@ -127,7 +118,7 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), -EIO);           /* the device saw errors: said once */
 
 	/* 5. stall, then bandwidth collapse */
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,stall=0s+500ms", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "s", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
@@ -135,7 +126,7 @@ int main(void)
 	check_backend(dev, "s", SZ);
 	wbc_file_close(f);
 	CHECK_EQ(wbc_cache_close(c), 0);
-	c = open_cache();
+	c = t_quiet_cache(16u << 20);
 	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,sched=0s@1%", &dev), 0);   /* 5 MB/s */
 	CHECK_EQ(wbc_file_open(dev, "b", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);

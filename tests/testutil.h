@@ -119,6 +119,17 @@ static inline struct wbc_config t_config(uint64_t mem, uint32_t page_size)
 	cfg.page_size = page_size;
 	return cfg;
 }
+
+/* A cache of @mem bytes (4 KiB pages) without periodic writeback: only
+ * what the test asks is written back. */
+static inline wbc_cache *t_quiet_cache(uint64_t mem)
+{
+	struct wbc_config cfg = t_config(mem, 4096);
+	cfg.dirty_writeback_centisecs = 0;
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	return c;
+}
 /*
  * A sampler thread (pthread_create(..., t_limit_watch, &w)): every
  * millisecond while w->running is non-zero, dirty + writeback of w->c
