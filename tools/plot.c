@@ -20,7 +20,7 @@ int trace_csv(const char *path, const struct sample *s, size_t n)
 	for (unsigned d = 0; d < nd; d++)
 		fprintf(f, ",dev%u_dirty_mib,dev%u_writeback_mib,dev%u_write_bw_mbs,"
 			"dev%u_dirty_ratelimit_mbs,dev%u_throughput_mbs", d, d, d, d, d);
-	fputc('\n', f);
+	fprintf(f, ",ops_per_s,lock_max_us\n");
 	for (size_t i = 0; i < n; i++) {
 		fprintf(f, "%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f", s[i].t, s[i].dirty,
 			s[i].writeback, s[i].bg_thresh, s[i].freerun, s[i].setpoint, s[i].limit,
@@ -28,7 +28,7 @@ int trace_csv(const char *path, const struct sample *s, size_t n)
 		for (unsigned d = 0; d < nd; d++)
 			fprintf(f, ",%.3f,%.3f,%.1f,%.1f,%.1f", s[i].dev[d].dirty, s[i].dev[d].writeback,
 				s[i].dev[d].write_bw, s[i].dev[d].ratelimit, s[i].dev[d].tput);
-		fputc('\n', f);
+		fprintf(f, ",%.1f,%.2f\n", s[i].ops_rate, s[i].lock_max_us);
 	}
 	return fclose(f) ? -errno : 0;
 }

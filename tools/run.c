@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,7 +53,7 @@ struct opts {
 	bool no_layout;            /* randwrite, jbod, randrw: write into an empty file */
 	uint64_t fsync_every;      /* dd, randwrite, randrw: fdatasync after each this many bytes */
 	unsigned rwmix;            /* randrw: percent of operations that write */
-	const char *trace, *plot;
+	const char *trace, *plot, *json;
 	struct wbc_config cfg;
 };
 
@@ -88,6 +89,10 @@ static struct run {
 	size_t ns, scap;
 	atomic_uint workers_done;
 	uint64_t last_written[RUN_MAX_DEVS];
+	/* operations done (writes, reads, files), for the timeline's rate */
+	atomic_uint_fast64_t ops_done;
+	uint64_t last_ops;
+	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
 } R;
 
 static double now_s(void)
@@ -253,6 +258,7 @@ static void *worker_main(void *arg)
 				}
 				w->reads++;
 				w->read_bytes += (uint64_t)r;
+				atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
 				continue;
 			}
 			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
@@ -262,6 +268,7 @@ static void *worker_main(void *arg)
 			}
 			w->bytes += (uint64_t)r;
 			w->ops++;
+			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
 			note_pause(w, &prev);
 			if (o->fsync_every && w->bytes / o->fsync_every != (w->bytes - (uint64_t)r) / o->fsync_every &&
 			    (w->err = timed_fsync(w, f)))
@@ -285,6 +292,7 @@ static void *worker_main(void *arg)
 			}
 			wbc_file_close(g);
 			w->ops++;
+			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
 			note_pause(w, &prev);
 		}
 		break;
@@ -326,6 +334,9 @@ static void take_sample(double dt, struct wbc_stats *prev)
 	uint64_t np = st.pauses - prev->pauses;
 	s->pause_ms = np ? (double)(st.paused_ns - prev->paused_ns) / (double)np / 1e6 : 0;
 	*prev = st;
+	uint64_t ops = atomic_load_explicit(&R.ops_done, memory_order_relaxed);
+	s->ops_rate = dt > 0 ? (double)(ops - R.last_ops) / dt : 0;
+	R.last_ops = ops;
 	s->ndev = R.o.ndev;
 	for (unsigned d = 0; d < R.o.ndev; d++) {
 		struct wbc_dev_stats ds;
@@ -338,6 +349,15 @@ static void take_sample(double dt, struct wbc_stats *prev)
 		s->dev[d].ratelimit = (double)ds.dirty_ratelimit / 1e6;
 		s->dev[d].tput = dt > 0 ? (double)(ds.written_back_bytes - R.last_written[d]) / dt / 1e6 : 0;
 		R.last_written[d] = ds.written_back_bytes;
+		/* the longest list-lock hold in the interval, to its histogram
+		 * entry's upper bound: the highest entry that grew */
+		for (int i = 31; i >= 0; i--) {
+			if (dd.list_lock_hold_hist[i] != R.last_hold_hist[d][i]) {
+				s->lock_max_us = fmax(s->lock_max_us, ldexp(1, i) / 1e3);
+				break;
+			}
+		}
+		memcpy(R.last_hold_hist[d], dd.list_lock_hold_hist, sizeof(R.last_hold_hist[d]));
 		struct wbc_backend_stats bs;
 		if (!wbc_dev_backend_stats(R.dev[d], &bs)) {
 			s->dev[d].transport = true;
@@ -471,12 +491,92 @@ static double threads_cpu_mode(const char *prefix, bool user_only)
 /* writeback's CPU time and pages written back before the timed run
  * (the layout), left out of its cost per page */
 static double wb_cpu0, wb_user0;
+static struct rusage ru0;   /* the process's CPU time when the writers started */
 static uint64_t wb_bytes0;
 
 static double wb_threads_cpu(bool user_only)
 {
 	return threads_cpu_mode("wbc-flush", user_only) + threads_cpu_mode("wbc-reap", user_only) +
 	       threads_cpu_mode("wbc-model", user_only) + threads_cpu_mode("wbc-nbd", user_only);
+}
+
+/* the report's figures, for --json */
+struct json_fig {
+	double secs;
+	uint64_t bytes, ops, reads;
+	size_t pauses;
+	double pause_p50_ms, pause_p99_ms, pause_max_ms;
+	double dirty_mean_mib, dirty_max_mib, setpoint_mib, limit_mib, fairness;
+};
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+/* One JSON object: the run's totals, rates, pauses, dirty pages, the
+ * process's CPU time from the writers' start and each device's writeback and list-lock figures. */
+static void write_json(const char *path, const struct json_fig *j)
+{
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "wbcache: cannot write %s: %s\n", path, strerror(errno));
+		return;
+	}
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	double secs = j->secs > 0 ? j->secs : 1;
+	fprintf(f, "{\"workload\": \"%s\", \"threads\": %u, \"secs\": %.3f, \"bytes\": %llu, "
+		"\"mb_per_s\": %.2f, \"ops\": %llu, \"ops_per_s\": %.1f, \"reads\": %llu, "
+		"\"reads_per_s\": %.1f,\n \"pauses\": %zu, \"pause_p50_ms\": %.2f, "
+		"\"pause_p99_ms\": %.2f, \"pause_max_ms\": %.2f, \"dirty_mean_mib\": %.2f, "
+		"\"dirty_max_mib\": %.2f, \"setpoint_mib\": %.2f, \"limit_mib\": %.2f, "
+		"\"fairness\": %.3f,\n \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f",
+		wl_names[R.o.wl], R.nw, j->secs, (unsigned long long)j->bytes,
+		(double)j->bytes / secs / 1e6, (unsigned long long)j->ops, (double)j->ops / secs,
+		(unsigned long long)j->reads, (double)j->reads / secs, j->pauses, j->pause_p50_ms,
+		j->pause_p99_ms, j->pause_max_ms, j->dirty_mean_mib, j->dirty_max_mib,
+		j->setpoint_mib, j->limit_mib, j->fairness,
+		(double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+			(double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6,
+		(double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+			(double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6);
+	uint64_t holds = 0, max_ns = 0, waits = 0, written = 0;
+	fprintf(f, ",\n \"devices\": [");
+	for (unsigned d = 0; d < R.o.ndev; d++) {
+		struct wbc_dev_stats ds;
+		wbc_dev_stats(R.dev[d], &ds);
+		struct wbc_dev_debug dd;
+		wbc_dev_debug(R.dev[d], &dd);
+		holds += dd.list_lock_holds;
+		if (dd.list_lock_max_hold_ns > max_ns)
+			max_ns = dd.list_lock_max_hold_ns;
+		waits += dd.list_lock_waits;
+		written += ds.written_back_bytes;
+		fprintf(f, "%s\n  {\"spec\": ", d ? "," : "");
+		json_str(f, R.o.devs[d]);
+		fprintf(f, ", \"written_bytes\": %llu, \"list_lock_holds\": %llu, "
+			"\"list_lock_max_us\": %.1f, \"list_lock_p99_us\": %.1f, "
+			"\"list_lock_waits\": %llu}", (unsigned long long)ds.written_back_bytes,
+			(unsigned long long)dd.list_lock_holds, (double)dd.list_lock_max_hold_ns / 1e3,
+			(double)wbc_lock_hold_percentile(&dd, 99) / 1e3,
+			(unsigned long long)dd.list_lock_waits);
+	}
+	fprintf(f, "],\n \"written_bytes\": %llu, \"list_lock_holds\": %llu, "
+		"\"list_lock_max_us\": %.1f, \"list_lock_waits\": %llu}\n",
+		(unsigned long long)written, (unsigned long long)holds, (double)max_ns / 1e3,
+		(unsigned long long)waits);
+	if (fclose(f))
+		fprintf(stderr, "wbcache: cannot write %s: %s\n", path, strerror(errno));
 }
 
 static void report(double secs)
@@ -639,6 +739,19 @@ static void report(double secs)
 		       (unsigned long long)ws.page_size, user * 1e6 / (double)pages);
 	printf("fairness (Jain's index over thread throughputs): %.3f\n",
 	       sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0);
+	if (o->json) {
+		struct json_fig j = {
+			.secs = secs, .bytes = total, .ops = ops, .pauses = np,
+			.pause_p50_ms = pct(all, np, 50), .pause_p99_ms = pct(all, np, 99),
+			.pause_max_ms = pct(all, np, 100),
+			.dirty_mean_mib = R.ns ? dsum / (double)R.ns : 0, .dirty_max_mib = dmax,
+			.setpoint_mib = setp, .limit_mib = lim,
+			.fairness = sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0,
+		};
+		for (unsigned i = 0; i < R.nw; i++)
+			j.reads += R.w[i].reads;
+		write_json(o->json, &j);
+	}
 	free(all);
 }
 
@@ -725,6 +838,7 @@ static void run_usage(FILE *out)
 "  --dirty-background-bytes SIZE, --dirty-expire-centisecs N,\n"
 "  --dirty-writeback-centisecs N      the kernel's tunables, same meaning\n"
 "  --trace FILE.csv   100 ms timeline;  --plot FILE.svg  the timeline as a chart\n"
+"  --json FILE        the report's figures as one JSON object (for scripts)\n"
 "  --quiet            no live status line;  --keep  leave written files\n");
 }
 
@@ -793,7 +907,7 @@ static int bad_option(int c, char **argv, const struct option *lo)
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
-	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_QUIET,
+	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_JSON, O_QUIET,
 	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_FSYNC_EVERY, O_HELP };
 	static const struct option lo[] = {
 		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
@@ -805,7 +919,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
 		{ "dirty-expire-centisecs", 1, 0, O_EXP },
 		{ "dirty-writeback-centisecs", 1, 0, O_WB }, { "trace", 1, 0, O_TRACE },
-		{ "plot", 1, 0, O_PLOT }, { "quiet", 0, 0, O_QUIET }, { "keep", 0, 0, O_KEEP },
+		{ "plot", 1, 0, O_PLOT }, { "json", 1, 0, O_JSON }, { "quiet", 0, 0, O_QUIET }, { "keep", 0, 0, O_KEEP },
 		{ "help", 0, 0, O_HELP }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof(*o));
@@ -871,6 +985,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_WB: rc = parse_u("--dirty-writeback-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_writeback_centisecs = (uint32_t)v; break;
 		case O_TRACE: o->trace = optarg; break;
 		case O_PLOT: o->plot = optarg; break;
+		case O_JSON: o->json = optarg; break;
 		case O_QUIET: o->quiet = true; break;
 		case O_NOLAYOUT: o->no_layout = true; break;
 		case O_KEEP: o->keep = true; break;
@@ -1055,6 +1170,7 @@ int cmd_run(int argc, char **argv)
 	wbc_stats(R.cache, &st);
 	wb_bytes0 = st.written_back_bytes;
 	wb_cpu0 = wb_threads_cpu(false);
+	getrusage(RUSAGE_SELF, &ru0);
 	wb_user0 = wb_threads_cpu(true);
 	R.t0 = now_s();
 	pthread_t sampler;

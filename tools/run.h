@@ -15,6 +15,8 @@ struct sample {
 	double dirty, writeback;           /* MiB */
 	double bg_thresh, freerun, setpoint, limit;   /* MiB */
 	double pause_ms;                   /* mean pause in the interval */
+	double ops_rate;                   /* writes + reads (fsmark: files) per second */
+	double lock_max_us;                /* longest list-lock hold in the interval (to 2x) */
 	unsigned ndev;
 	struct {
 		double dirty, writeback, write_bw, ratelimit, tput;   /* MiB, MB/s */
