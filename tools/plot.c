@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "run.h"
+#include "svg.h"
 
 int trace_csv(const char *path, const struct sample *s, size_t n)
 {
@@ -41,15 +42,10 @@ static double tick_step(double range)
 	return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
 }
 
-struct panel {
-	double x0, y0, w, h;      /* pixels */
-	double tmax, vmax;
-};
+double svg_x(const struct panel *p, double t) { return p->x0 + t / p->tmax * p->w; }
+double svg_y(const struct panel *p, double v) { return p->y0 + p->h - v / p->vmax * p->h; }
 
-static double px(const struct panel *p, double t) { return p->x0 + t / p->tmax * p->w; }
-static double py(const struct panel *p, double v) { return p->y0 + p->h - v / p->vmax * p->h; }
-
-static void axes(FILE *f, const struct panel *p, const char *ylabel)
+void svg_axes(FILE *f, const struct panel *p, const char *ylabel)
 {
 	fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#444'/>\n",
 		p->x0, p->y0, p->w, p->h);
@@ -57,17 +53,34 @@ static void axes(FILE *f, const struct panel *p, const char *ylabel)
 	for (double t = 0; t <= p->tmax + 1e-9; t += ts)
 		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
 			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%g</text>\n",
-			px(p, t), p->y0, px(p, t), p->y0 + p->h, px(p, t), p->y0 + p->h + 14, t);
+			svg_x(p, t), p->y0, svg_x(p, t), p->y0 + p->h, svg_x(p, t), p->y0 + p->h + 14, t);
 	double vs = tick_step(p->vmax);
 	for (double v = 0; v <= p->vmax + 1e-9; v += vs)
 		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
 			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='end'>%g</text>\n",
-			p->x0, py(p, v), p->x0 + p->w, py(p, v), p->x0 - 4, py(p, v) + 4, v);
+			p->x0, svg_y(p, v), p->x0 + p->w, svg_y(p, v), p->x0 - 4, svg_y(p, v) + 4, v);
 	fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' transform='rotate(-90 %.1f %.1f)' "
 		"text-anchor='middle'>%s</text>\n", p->x0 - 42, p->y0 + p->h / 2, p->x0 - 42,
 		p->y0 + p->h / 2, ylabel);
 	fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='middle'>time (s)</text>\n",
 		p->x0 + p->w / 2, p->y0 + p->h + 30);
+}
+
+void svg_polyline(FILE *f, const struct panel *p, const double *t, const double *v, size_t n,
+		  const char *color, const char *dash)
+{
+	fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.6'%s points='", color, dash);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%.1f,%.1f ", svg_x(p, t[i]), svg_y(p, v[i] > p->vmax ? p->vmax : v[i]));
+	fprintf(f, "'/>\n");
+}
+
+void svg_begin(FILE *f, double w, double h, const char *title)
+{
+	fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n"
+		"<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
+		"font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n", w, h);
+	fprintf(f, "<text x='%g' y='22' font-size='14' text-anchor='middle'>%s</text>\n", w / 2, title);
 }
 
 typedef double (*getter)(const struct sample *s, unsigned d);
@@ -78,12 +91,12 @@ static void line(FILE *f, const struct panel *p, const struct sample *s, size_t 
 	fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.6'%s points='", color, dash);
 	for (size_t i = 0; i < n; i++) {
 		double v = g(&s[i], d);
-		fprintf(f, "%.1f,%.1f ", px(p, s[i].t), py(p, v > p->vmax ? p->vmax : v));
+		fprintf(f, "%.1f,%.1f ", svg_x(p, s[i].t), svg_y(p, v > p->vmax ? p->vmax : v));
 	}
 	fprintf(f, "'/>\n");
 }
 
-static void legend(FILE *f, double x, double y, const char *color, const char *dash, const char *label)
+void svg_legend(FILE *f, double x, double y, const char *color, const char *dash, const char *label)
 {
 	fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='2'%s/>"
 		"<text x='%.1f' y='%.1f' font-size='11'>%s</text>\n",
@@ -120,12 +133,9 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 	}
 	top.vmax *= 1.1;
 	bot.vmax *= 1.1;
-	fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n"
-		"<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
-		"font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n", W, H);
-	fprintf(f, "<text x='%g' y='22' font-size='14' text-anchor='middle'>%s</text>\n", W / 2, title);
-	axes(f, &top, "MiB");
-	axes(f, &bot, "MB/s");
+	svg_begin(f, W, H, title);
+	svg_axes(f, &top, "MiB");
+	svg_axes(f, &bot, "MB/s");
 	const char *dash = " stroke-dasharray='5,3'", *dot = " stroke-dasharray='2,3'";
 	line(f, &top, s, n, g_lim, 0, "#d62728", "");
 	line(f, &top, s, n, g_set, 0, "#ff7f0e", dash);
@@ -135,13 +145,13 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 	line(f, &top, s, n, g_dirty, 0, "#9467bd", "");
 	line(f, &top, s, n, g_total, 0, "#1f77b4", "");
 	double lx = top.x0 + top.w + 14, ly = top.y0 + 10;
-	legend(f, lx, ly, "#1f77b4", "", "dirty + writeback");
-	legend(f, lx, ly + 18, "#9467bd", "", "dirty");
-	legend(f, lx, ly + 36, "#2ca02c", "", "writeback");
-	legend(f, lx, ly + 54, "#d62728", "", "limit");
-	legend(f, lx, ly + 72, "#ff7f0e", dash, "setpoint");
-	legend(f, lx, ly + 90, "#8c564b", dot, "freerun");
-	legend(f, lx, ly + 108, "#7f7f7f", dash, "bg_thresh");
+	svg_legend(f, lx, ly, "#1f77b4", "", "dirty + writeback");
+	svg_legend(f, lx, ly + 18, "#9467bd", "", "dirty");
+	svg_legend(f, lx, ly + 36, "#2ca02c", "", "writeback");
+	svg_legend(f, lx, ly + 54, "#d62728", "", "limit");
+	svg_legend(f, lx, ly + 72, "#ff7f0e", dash, "setpoint");
+	svg_legend(f, lx, ly + 90, "#8c564b", dot, "freerun");
+	svg_legend(f, lx, ly + 108, "#7f7f7f", dash, "bg_thresh");
 	static const char *colors[] = { "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
 					"#8c564b", "#e377c2", "#17becf" };
 	ly = bot.y0 + 10;
@@ -154,9 +164,9 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 		snprintf(lab, sizeof(lab), "%s", dev_names[d]);
 		fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' font-weight='bold'>%.30s</text>\n",
 			lx, ly, lab);
-		legend(f, lx, ly + 14, col, "", "throughput");
-		legend(f, lx, ly + 30, col, dash, "write_bw");
-		legend(f, lx, ly + 46, col, dot, "dirty_ratelimit");
+		svg_legend(f, lx, ly + 14, col, "", "throughput");
+		svg_legend(f, lx, ly + 30, col, dash, "write_bw");
+		svg_legend(f, lx, ly + 46, col, dot, "dirty_ratelimit");
 		ly += 66;
 	}
 	fprintf(f, "</svg>\n");

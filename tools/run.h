@@ -33,6 +33,7 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 int trace_csv(const char *path, const struct sample *s, size_t n);
 
 int cmd_run(int argc, char **argv);
+int cmd_lab(int argc, char **argv);     /* lab.c */
 int cmd_mount(int argc, char **argv);   /* mount/main.c */
 int cmd_stat(int argc, char **argv);    /* mount/stats.c */
 int cmd_umount(int argc, char **argv);  /* mount/main.c */

@@ -34,6 +34,10 @@ static void usage(FILE *out)
 "  mount BACKING_DIR MOUNTPOINT [-o OPTS] [-f]\n"
 "                   a FUSE file system over BACKING_DIR whose data goes\n"
 "                   through the engine (wbcache mount --help)\n"
+"  lab [NAME...|all] [--quick]\n"
+"                   replay five historical Linux writeback problems, old\n"
+"                   policy against new, with a table and charts\n"
+"                   (wbcache lab --help)\n"
 "  stat MOUNTPOINT  live statistics of a mount\n"
 "  umount MOUNTPOINT\n"
 "                   write everything back, unmount, wait for the daemon\n"
@@ -57,6 +61,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "lab"))
+		return cmd_lab(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "mount"))
 		return cmd_mount(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
