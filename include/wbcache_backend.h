@@ -118,7 +118,7 @@ struct wbc_backend_caps {
 
 /*
  * What a backend reports of its transport (a network backend's window
- * and round trips: nbd), through its stats() operation and
+ * and round trips: nbd; the model's seeks), through its stats() operation and
  * wbc_dev_backend_stats().  Zero where a backend has no such figure.
  */
 struct wbc_backend_stats {
@@ -132,7 +132,12 @@ struct wbc_backend_stats {
 	uint64_t reconnects;        /* connections made again after a loss */
 	uint32_t connected;         /* connections up now */
 	uint32_t conns;             /* connections it keeps when all are up */
-	uint64_t reserved[8];       /* zero: room for more */
+	/* a device with a head (the model's seek=, for experiments): I/Os
+	 * that did not begin where the one before them ended (another file,
+	 * or another offset), and the device time they paid for it */
+	uint64_t seeks;
+	uint64_t seek_ns;
+	uint64_t reserved[6];       /* zero: room for more */
 };
 
 /*

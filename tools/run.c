@@ -339,7 +339,7 @@ static void take_sample(double dt, struct wbc_stats *prev)
 		s->dev[d].tput = dt > 0 ? (double)(ds.written_back_bytes - R.last_written[d]) / dt / 1e6 : 0;
 		R.last_written[d] = ds.written_back_bytes;
 		struct wbc_backend_stats bs;
-		if (!wbc_dev_backend_stats(R.dev[d], &bs)) {
+		if (!wbc_dev_backend_stats(R.dev[d], &bs) && bs.conns) {
 			s->dev[d].transport = true;
 			s->dev[d].window = (double)bs.window_bytes / MiB;
 			s->dev[d].inflight = (double)bs.inflight_bytes / MiB;
@@ -547,6 +547,11 @@ static void report(double secs)
 		struct wbc_backend_stats bs;
 		if (wbc_dev_backend_stats(R.dev[d], &bs))
 			continue;
+		if (bs.seek_ns)   /* a device with a head (the model's seek=) */
+			printf("device %u seeks: %llu, %.2f s of device time\n", d,
+			       (unsigned long long)bs.seeks, (double)bs.seek_ns / 1e9);
+		if (!bs.conns)
+			continue;   /* no transport (the model) */
 		double wsum = 0, wmax = 0, isum = 0, imax = 0, rsum = 0, bsum = 0;
 		size_t busy = 0;
 		for (size_t i = 0; i < R.ns; i++) {
