@@ -361,7 +361,10 @@ struct wbc_dev_stats {
 	uint64_t failing_ns;
 	int dead_error;
 	uint32_t reserved_u;
-	uint64_t reserved[16];       /* zero: room for counters to come */
+	/* the throttle's pauses of writers to this device, and their total
+	 * length (the cache's pauses and paused_ns, by device) */
+	uint64_t pauses, paused_ns;
+	uint64_t reserved[14];       /* zero: room for counters to come */
 };
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
 
