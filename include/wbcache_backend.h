@@ -193,7 +193,8 @@ struct wbc_backend_ops {
 /*
  * Add a device whose storage is the backend @ops with context @ctx.  @opts
  * holds the per-device tunables of wbc_dev_add() (min_ratio=, max_ratio=,
- * max_bytes=, strict_limit=, on_error=, retry_timeout=; comma separated;
+ * max_bytes=, strict_limit=, on_error=, retry_timeout=, and chunk= and
+ * throttle= for experiments; comma separated;
  * NULL or "" for none).  On success the device owns @ctx: ops->destroy(ctx)
  * is called when the cache closes.  On failure @ctx stays the caller's
  * (destroy is not called).  Returns 0 and sets *out, -EINVAL for a missing
