@@ -103,7 +103,13 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *                              sched=T@P%;..., err=OFF+LEN, errp=P,
  *                              errn=N (the first N writes fail),
  *                              stall=T+D, seed=N,
- *                              discard=1 (sizes only, reads zeros)
+ *                              discard=1 (sizes only, reads zeros),
+ *                              seek=TIME (for experiments, the wbcache
+ *                              lab: a disk head; an I/O that does not
+ *                              begin where the one before it ended pays
+ *                              TIME of device time first, serially;
+ *                              counted in wbc_dev_backend_stats()'s
+ *                              seeks and seek_ns)
  *   "stack:ID/NAME[,opts]"     a stacked device over file NAME of device
  *                              ID of this cache (devices are numbered from
  *                              0 in the order they were added): see
@@ -129,6 +135,21 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  * wbc_cache_close (which retries until then).  The pages stay dirty,
  * counted in at_risk_bytes, and are still retried in the background;
  * the first write that succeeds ends it, and writers wait again.
+ * For experiments (the wbcache lab: an old policy of Linux against the
+ * current one), not for production use:
+ *   chunk=bw (default) or chunk=SIZE: the most of one file a flusher
+ *       pass writes before moving on to the next dirty file (the file
+ *       goes behind the others): half a second of the device's measured
+ *       bandwidth, at least 4 MiB; or SIZE: chunk=4M is Linux before 2011
+ *       (MAX_WRITEBACK_PAGES), which streamed several large files 4 MiB
+ *       at a time, round robin;
+ *   throttle=current (default) or throttle=2011: the device's writers
+ *       are paused as by the IO-less throttle first posted in 2011: pauses
+ *       in whole milliseconds up to a flat 200 ms, no pass for a device
+ *       holding almost nothing, and writers let go after one pause in the
+ *       max-pause area (dirty under limit + limit/16) and, when their
+ *       device is below its share, the pass-good area (under limit +
+ *       limit/8); the areas that cost a 12-disk JBOD ~30% in Linux.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
  * for a cache page smaller than the logical block size O_DIRECT needs on
  * a file:/dir: backend (its writes could never succeed; pages at least
@@ -361,7 +382,10 @@ struct wbc_dev_stats {
 	uint64_t failing_ns;
 	int dead_error;
 	uint32_t reserved_u;
-	uint64_t reserved[16];       /* zero: room for counters to come */
+	/* the throttle's pauses of writers to this device, and their total
+	 * length (the cache's pauses and paused_ns, by device) */
+	uint64_t pauses, paused_ns;
+	uint64_t reserved[14];       /* zero: room for counters to come */
 };
 int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
 

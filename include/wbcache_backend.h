@@ -118,7 +118,7 @@ struct wbc_backend_caps {
 
 /*
  * What a backend reports of its transport (a network backend's window
- * and round trips: nbd), through its stats() operation and
+ * and round trips: nbd; the model's seeks), through its stats() operation and
  * wbc_dev_backend_stats().  Zero where a backend has no such figure.
  */
 struct wbc_backend_stats {
@@ -132,7 +132,12 @@ struct wbc_backend_stats {
 	uint64_t reconnects;        /* connections made again after a loss */
 	uint32_t connected;         /* connections up now */
 	uint32_t conns;             /* connections it keeps when all are up */
-	uint64_t reserved[8];       /* zero: room for more */
+	/* a device with a head (the model's seek=, for experiments): I/Os
+	 * that did not begin where the one before them ended (another file,
+	 * or another offset), and the device time they paid for it */
+	uint64_t seeks;
+	uint64_t seek_ns;
+	uint64_t reserved[6];       /* zero: room for more */
 };
 
 /*
@@ -188,7 +193,8 @@ struct wbc_backend_ops {
 /*
  * Add a device whose storage is the backend @ops with context @ctx.  @opts
  * holds the per-device tunables of wbc_dev_add() (min_ratio=, max_ratio=,
- * max_bytes=, strict_limit=, on_error=, retry_timeout=; comma separated;
+ * max_bytes=, strict_limit=, on_error=, retry_timeout=, and chunk= and
+ * throttle= for experiments; comma separated;
  * NULL or "" for none).  On success the device owns @ctx: ops->destroy(ctx)
  * is called when the cache closes.  On failure @ctx stays the caller's
  * (destroy is not called).  Returns 0 and sets *out, -EINVAL for a missing

@@ -224,6 +224,11 @@ struct wbc_dev {
 	unsigned min_ratio, max_ratio;  /* percent of thresh */
 	uint64_t max_bytes;             /* 0: none */
 	bool strict_limit;
+	/* old policies, for experiments (wbcache lab): a fixed writeback
+	 * chunk per file and pass (chunk=SIZE; 0: from the bandwidth), and
+	 * the 2011 throttle (throttle=2011) */
+	uint64_t chunk_bytes;
+	bool throttle_2011;
 
 	/* [wb] Failing writes (the retry policy; dev_write_failed and _ok in
 	 * completions, dev_dead_error for waiters): lock-free, read by
@@ -249,6 +254,8 @@ struct wbc_dev {
 	/* a local-throttle thread was throttled on the device since the last
 	 * rate update (its writers' line is the device's own domain) */
 	atomic_bool local_throttled;
+	/* pauses of writers to this device, and their total length (ns) */
+	atomic_ullong st_pauses, st_paused_ns;
 
 	/* [fs] the device's error sequence (fs/errseq.c, dev_record_error) */
 	pthread_mutex_t err_lock __attribute__((aligned(64)));

@@ -359,7 +359,7 @@ static void take_sample(double dt, struct wbc_stats *prev)
 		}
 		memcpy(R.last_hold_hist[d], dd.list_lock_hold_hist, sizeof(R.last_hold_hist[d]));
 		struct wbc_backend_stats bs;
-		if (!wbc_dev_backend_stats(R.dev[d], &bs)) {
+		if (!wbc_dev_backend_stats(R.dev[d], &bs) && bs.conns) {
 			s->dev[d].transport = true;
 			s->dev[d].window = (double)bs.window_bytes / MiB;
 			s->dev[d].inflight = (double)bs.inflight_bytes / MiB;
@@ -647,6 +647,11 @@ static void report(double secs)
 		struct wbc_backend_stats bs;
 		if (wbc_dev_backend_stats(R.dev[d], &bs))
 			continue;
+		if (bs.seek_ns)   /* a device with a head (the model's seek=) */
+			printf("device %u seeks: %llu, %.2f s of device time\n", d,
+			       (unsigned long long)bs.seeks, (double)bs.seek_ns / 1e9);
+		if (!bs.conns)
+			continue;   /* no transport (the model) */
 		double wsum = 0, wmax = 0, isum = 0, imax = 0, rsum = 0, bsum = 0;
 		size_t busy = 0;
 		for (size_t i = 0; i < R.ns; i++) {
@@ -818,7 +823,8 @@ static void run_usage(FILE *out)
 "                     tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
 "                     strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS\n"
 "                     (retry: writers fail once every write has failed that long;\n"
-"                     default 30)\n"
+"                     default 30); for experiments, old policies: chunk=bw|SIZE,\n"
+"                     throttle=current|2011, and the model's seek=TIME\n"
 "  --dir DIR          data directory (default $WBCACHE_DIR or " DEFAULT_DIR ")\n"
 "  --threads N        writers (jbod: per device; default 1, jbod 2)\n"
 "  --size SIZE        dd: total bytes (default 1G)\n"

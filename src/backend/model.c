@@ -1,12 +1,20 @@
 /*
  * Device model backend: RAM storage served at a configured speed.
  *
- *   model:bw=200M,lat=1ms,iops=0,qd=32,sched=5s@10%;8s@100%,
+ *   model:bw=200M,lat=1ms,iops=0,qd=32,seek=8ms,sched=5s@10%;8s@100%,
  *         err=OFF+LEN,errp=0.001,errn=N,stall=T+D,seed=N
  *
  * Each I/O occupies the device's transfer pipe for max(len / bw, 1 / iops)
  * seconds, in submission order (one pipe: bandwidth is shared by all I/Os
- * in flight), then completes `lat` later.  `sched` multiplies bw by a
+ * in flight), then completes `lat` later.  `seek` (for experiments: the
+ * disk head of the writeback lab) adds that much pipe time to every I/O
+ * that does not begin where the one before it (in submission order, which
+ * is service order) ended: another file, or another offset of the same
+ * file.  The first I/O pays none.  The penalty is pipe time, like the
+ * transfer: a disk has one head, so seeks are paid one after another
+ * whatever the queue depth, and a device that seeks delivers less
+ * bandwidth.  Discontiguous I/Os are counted whether or not seek is set
+ * (backend stats: seeks, seek_ns).  `sched` multiplies bw by a
  * factor from a time on (seconds since the device was added).  `stall`
  * holds every completion due in [T, T+D) until T+D.  `err` fails writes
  * that touch byte range [OFF, OFF+LEN) with EIO, `errp` fails each write
@@ -44,6 +52,7 @@ struct model_cfg {
 	double bw;                  /* bytes/s; 0: unlimited */
 	double lat_s;
 	double iops;                /* 0: unlimited */
+	double seek_s;              /* pipe time of a discontiguous I/O; 0: none */
 	unsigned qd;
 	size_t max_io;
 	struct sched_point sched[MODEL_MAX_SCHED];
@@ -82,6 +91,13 @@ struct model {
 	bool stop;
 	bool stall_released;        /* model_release_stall() */
 	uint64_t waits;             /* timed waits of the model thread (tests) */
+	/* the head (seek=): where the last I/O queued ended, and the I/Os
+	 * that did not start there (lock) */
+	void *head_file;
+	uint64_t head_off;
+	bool head_known;
+	uint64_t seeks;
+	double seek_s_total;
 	pthread_t thread;
 };
 
@@ -158,6 +174,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = wbc_parse_time(v, &cfg->lat_s);
 		} else if (!strcmp(kv, "iops")) {
 			rc = parse_double(v, 0, 1e9, &cfg->iops);
+		} else if (!strcmp(kv, "seek")) {
+			rc = wbc_parse_time(v, &cfg->seek_s);
 		} else if (!strcmp(kv, "qd")) {
 			rc = wbc_parse_size(v, &u);
 			if (!rc && (u < 1 || u > 4096))
@@ -207,7 +225,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 		}
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
-				 "qd=N max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N stall=T+D seed=N "
+				 "qd=N seek=TIME max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N stall=T+D seed=N "
 				 "discard=0|1, "
 				 "and the device tunables)",
 				 kv, v);
@@ -354,6 +372,16 @@ static bool queue_locked(struct model *m, struct wbc_io *io, uint64_t now_ns)
 		xfer = (double)io->len / (cfg->bw * bw_factor_at(cfg, start));
 	if (cfg->iops > 0)
 		xfer = WBC_MAX(xfer, 1.0 / cfg->iops);
+	/* one head: an I/O that does not continue the last one moves it
+	 * first, in the pipe's time (paid serially, never overlapped) */
+	if (m->head_known && (io->file != m->head_file || io->off != m->head_off)) {
+		m->seeks++;
+		xfer += cfg->seek_s;
+		m->seek_s_total += cfg->seek_s;
+	}
+	m->head_known = true;
+	m->head_file = io->file;
+	m->head_off = io->off + io->len;
 	m->busy_until_s = start + xfer;
 	double done = m->busy_until_s + cfg->lat_s;
 	int res = 0;
@@ -435,6 +463,17 @@ static void model_destroy(void *ctx)
 	free(m);
 }
 
+/* The head's figures (seek=): the I/Os that did not continue the one
+ * before them, and the pipe time they paid for it. */
+static void model_stats(void *ctx, struct wbc_backend_stats *st)
+{
+	struct model *m = ctx;
+	pthread_mutex_lock(&m->lock);
+	st->seeks = m->seeks;
+	st->seek_ns = wbc_secs_to_ns(m->seek_s_total);
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* No flush: a completed write is stored (in RAM). */
 static const struct wbc_backend_ops model_ops = {
 	.size = sizeof(struct wbc_backend_ops),
@@ -445,6 +484,7 @@ static const struct wbc_backend_ops model_ops = {
 	.submit = model_submit,
 	.resize = model_resize,
 	.destroy = model_destroy,
+	.stats = model_stats,
 };
 
 /* The model behind @dev, or NULL. */

@@ -9,13 +9,17 @@
 #include "backend/backends.h"
 
 /* The per-device tunables any spec takes, beside its backend's options. */
-enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT, T_NR };
+enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT,
+       T_CHUNK, T_THROTTLE,     /* old policies, for experiments (wbcache lab) */
+       T_NR };
 static const char *const tunable_keys[T_NR] = {
 	[T_MIN_RATIO] = "min_ratio", [T_MAX_RATIO] = "max_ratio", [T_MAX_BYTES] = "max_bytes",
 	[T_STRICT] = "strict_limit", [T_ON_ERROR] = "on_error", [T_RETRY_TIMEOUT] = "retry_timeout",
+	[T_CHUNK] = "chunk", [T_THROTTLE] = "throttle",
 };
 #define TUNABLES_HELP "min_ratio=0..100, max_ratio=1..100, max_bytes=SIZE, " \
-		      "strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS"
+		      "strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS, " \
+		      "chunk=bw|SIZE, throttle=current|2011"
 
 /* Set tunable @k from @val; false when the value is out of its range. */
 static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
@@ -26,6 +30,21 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
 			return false;
 		dev->on_error = strcmp(val, "retry") ? WBC_ON_ERROR_DROP : WBC_ON_ERROR_RETRY;
 		return true;
+	}
+	/* old policies, for experiments: chunk=SIZE writes at most SIZE of
+	 * a file per pass (4M: Linux's MAX_WRITEBACK_PAGES before 2011; bw:
+	 * half a second of the device's bandwidth); throttle=2011 (throttle.c,
+	 * THE 2011 RULE) */
+	if (k == T_CHUNK) {
+		if (!strcmp(val, "bw")) {
+			dev->chunk_bytes = 0;
+			return true;
+		}
+		return !wbc_parse_size(val, &v) && (dev->chunk_bytes = v) > 0;
+	}
+	if (k == T_THROTTLE) {
+		dev->throttle_2011 = !strcmp(val, "2011");
+		return dev->throttle_2011 || !strcmp(val, "current");
 	}
 	if (k == T_RETRY_TIMEOUT) {
 		double secs;
@@ -478,6 +497,8 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->at_risk_bytes = (uint64_t)WBC_MAX(atomic_load(&dev->at_risk_pages), 0) * ps;
 	st->failing_ns = since && now > since ? now - since : 0;
 	st->dead_error = dev_dead_error(dev, now);
+	st->pauses = atomic_load(&dev->st_pauses);
+	st->paused_ns = atomic_load(&dev->st_paused_ns);
 	return 0;
 }
 

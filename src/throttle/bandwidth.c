@@ -41,7 +41,13 @@
  * device's share of the dirty threshold is its count over the sum.
  *
  * SLICE: half a second of avg_write_bw, rounded down to 4 MiB and never
- * below it (MIN_WRITEBACK): the pages one file may write per pass.
+ * below it (MIN_WRITEBACK): the pages one file may write per pass (the
+ * kernel's writeback_chunk_size since 2011).  A device with chunk=SIZE
+ * (for experiments: the wbcache lab) has a fixed slice instead: chunk=4M
+ * is the kernel before that, whose MAX_WRITEBACK_PAGES (1024 pages)
+ * capped what one file got before writeback moved on to the next dirty
+ * file (the file requeued behind the others: b_more_io, as ours), so
+ * streaming several large files seeked between them every 4 MiB.
  */
 #include "throttle/throttle.h"
 
@@ -199,6 +205,9 @@ double prop_fraction(struct wbc_dev *dev)
 
 long writeback_slice_pages(struct wbc_dev *dev)
 {
+	/* chunk=SIZE (for experiments): the fixed chunk of old kernels */
+	if (dev->chunk_bytes)
+		return (long)WBC_MAX(dev->chunk_bytes >> dev->cache->page_shift, (uint64_t)1);
 	uint64_t bytes = atomic_load(&dev->avg_write_bw) / 2;
 	bytes -= bytes % MIN_WRITEBACK;
 	if (bytes < MIN_WRITEBACK)

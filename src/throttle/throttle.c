@@ -99,6 +99,47 @@
  * upper device's pages never slow it.  Memory stays bounded: what a
  * local thread dirties is bounded by its device's limit, and everything
  * by the arena.
+ *
+ * THE 2011 RULE (throttle=2011, a device tunable; for experiments: the
+ * wbcache lab, issue #18).  The IO-less throttle as first posted, with
+ * the two areas above the limit that were then in the kernel, rendered
+ * from the sources (not a slowed-down copy of the rule above):
+ *   - Linux commit ffd1f609ab10 ("writeback: introduce max-pause and
+ *     pass-good dirty limits", 2011): the max-pause area (limit, limit +
+ *     limit/16), where a throttled task is let go after one pause of at
+ *     most MAX_PAUSE (200 ms) instead of looping until dirty falls below
+ *     the limit ("8 pages per 200ms is typically more than enough to curb
+ *     heavy dirtiers"), and the pass-good area up to limit + limit/8,
+ *     where a task whose device is below its share (bdi_dirty <
+ *     bdi_thresh) is let go too: "at least let go of the good bdi's";
+ *   - Wu Fengguang's "IO-less dirty throttling" v8 (linux-mm, 6 Aug 2011,
+ *     "[PATCH 5/5] writeback: IO-less balance_dirty_pages()" and "4/5
+ *     per task dirty rate limit"): the pause is pages_dirtied /
+ *     (dirty_ratelimit x pos_ratio) in jiffies, rounded, capped at
+ *     MAX_PAUSE, and MAX_PAUSE where pos_ratio is 0 (at or over the
+ *     limit); the task checks again after sqrt(thresh - dirty) pages (1
+ *     at or over thresh), at most 8 while its device is "dirty exceeded"
+ *     (bdi_dirty > bdi_thresh or dirty > thresh); the areas above are
+ *     tested after each pause, on the counts read before it.
+ *   - Linux commit bb0822954aab ("writeback: squeeze max-pause area and
+ *     drop pass-good area", Aug 2011) removed both: on a JBOD of 12
+ *     disks with 8 random writers each they cost ~30% of the throughput
+ *     (global dirty pages sat in the pass-good area for minutes while
+ *     some disks' own dirty pages ran dry: every writer was paused
+ *     MAX_PAUSE however little its own disk held, and the disks idled).
+ * So under this rule: free below freerun as now; above it a pause of
+ * nr_dirtied / task_ratelimit on the same control line (the global
+ * cubic times the device's factor, the group's line for a group), with
+ * none of the later refinements: no think-time compensation (the time
+ * since the last pause is not subtracted), no minimum pause (a pause
+ * shorter than half a jiffy, HZ = 1000 here, is no pause, and is not
+ * carried over), no bound by the time the device needs to write what it
+ * holds (a flat 200 ms), no pass for a nearly clean device; and the
+ * areas above the limit: below limit + limit/16 a writer is let go after
+ * one pause, up to limit + limit/8 when its device is below its share,
+ * else it pauses again.  A group's limit still holds its writers (there
+ * were no groups then); a local-throttle thread and a dead device are
+ * handled as above.  The test is tests/throttle_2011.c.
  */
 #include "throttle/throttle.h"
 
@@ -120,6 +161,13 @@
 #define PASS_MAX_PART 16
 /* A local-throttle thread's device has at least this part of thresh. */
 #define LOCAL_MIN_PART 8
+/* THE 2011 RULE: the areas above the limit (limit / AREA), the pages a
+ * "dirty exceeded" device's writer may dirty between checks, and the
+ * jiffy the pauses were counted in (HZ = 1000). */
+#define MAXPAUSE_AREA 16
+#define PASSGOOD_AREA 8
+#define EXCEEDED_PAGES 8
+#define JIFFY_NS NS_PER_MS
 
 struct throttle_tls {
 	long nr_dirtied;            /* newly dirtied since the last check */
@@ -422,9 +470,121 @@ static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
 	d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
 }
 
+/* Pause the calling thread for @pause ns (or owe it, deferred) and count
+ * it for the thread, the device and the cache. */
+static void pause_for(struct wbc_dev *dev, uint64_t pause)
+{
+	struct wbc_cache *c = dev->cache;
+	if (tls.defer)
+		tls.deferred_ns += pause;
+	else
+		sleep_ns(pause);
+	tls.st.pauses++;
+	tls.st.paused_ns += pause;
+	tls.st.last_pause_ns = pause;
+	tls.st.max_pause_ns = WBC_MAX(tls.st.max_pause_ns, pause);
+	atomic_fetch_add_explicit(&dev->st_pauses, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&dev->st_paused_ns, pause, memory_order_relaxed);
+	atomic_fetch_add(&c->st_pauses, 1);
+	atomic_fetch_add(&c->st_paused_ns, pause);
+	unsigned long long mx = atomic_load(&c->st_max_pause_ns);   /* its type */
+	while (pause > mx && !atomic_compare_exchange_weak(&c->st_max_pause_ns, &mx, pause))
+		;
+}
+
+/*
+ * One check of a writer under THE 2011 RULE (above), in domain @d, with
+ * its device's unclean pages @wb_dirty against its share @wb_thresh, its
+ * task_ratelimit @rate (pages/s; under 1 where pos_ratio is 0) and
+ * @nr_dirtied pages dirtied since its last check: the pause, the pages
+ * before its next check, and whether it pauses again (held above the
+ * areas) or is let go after the pause.  Called above freerun.
+ */
+void throttle_2011_step(const struct dom *d, double wb_dirty, double wb_thresh, double rate,
+			long nr_dirtied, struct step_2011 *st)
+{
+	double pause_ns;
+	if (rate < 1) {
+		pause_ns = (double)MAX_PAUSE_NS;
+	} else {
+		/* in jiffies, rounded: (HZ * pages + bw / 2) / bw */
+		double jiffies = floor((double)nr_dirtied / rate * 1e9 / (double)JIFFY_NS + 0.5);
+		pause_ns = WBC_MIN(jiffies * (double)JIFFY_NS, (double)MAX_PAUSE_NS);
+	}
+	st->pause_ns = (uint64_t)pause_ns;
+	/* the next check: sqrt of the room below thresh, 1 at or over it,
+	 * at most EXCEEDED_PAGES while the device is dirty exceeded */
+	long next = poll_interval(d->dirty, d->thresh);
+	if (wb_dirty > wb_thresh || d->dirty > d->thresh)
+		next = WBC_MIN(next, (long)EXCEEDED_PAGES);
+	st->next_check = next;
+	/* after the pause: let go below the max-pause area's top, and in the
+	 * pass-good area when the device is below its share */
+	bool maxpause = d->dirty < d->limit + d->limit / MAXPAUSE_AREA;
+	bool passgood = d->dirty < d->limit + d->limit / PASSGOOD_AREA && wb_dirty < wb_thresh;
+	st->again = !maxpause && !passgood;
+}
+
+/* balance_dirty_pages under THE 2011 RULE (throttle=2011). */
+static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
+{
+	struct wbc_cache *c = dev->cache;
+	for (;;) {
+		uint64_t now = wbc_now_ns();
+		struct dom gd, md = { 0 };
+		dom_writer(dev, &gd, now);
+		if (grp)
+			dom_group(grp, &md);
+		if (over_bg_thresh(c))
+			wakeup_flusher_threads(c, false);
+		bandwidth_update(dev, now);
+		bool strict_over = false;
+		if (dev->strict_limit) {
+			double wb_dirty = (double)ctr_unclean(&dev->ctr);
+			double t = dev_wb_thresh(dev, gd.thresh);
+			strict_over = wb_dirty > (t + t * gd.bg_thresh / gd.thresh) / 2;
+		}
+		if (dom_freerun(&gd) && (!grp || dom_freerun(&md)) && !strict_over) {
+			long intv = poll_interval(gd.dirty, gd.thresh);
+			if (grp)
+				intv = WBC_MIN(intv, poll_interval(md.dirty, md.thresh));
+			tls.nr_dirtied = 0;
+			tls.nr_dirtied_pause = intv;
+			tls.paused_when = now;
+			return 0;
+		}
+		/* the kernel started background writeback when none ran */
+		if (ctr_dirty(&dev->ctr) > 0)
+			flusher_kick(dev, false);
+		int err = dev_dead_error(dev, now);
+		if (err)
+			return err;
+		double wb_thresh = 0;
+		double pos = writer_pos_ratio(dev, grp, &gd, &wb_thresh);
+		double rate = (double)atomic_load(&dev->dirty_ratelimit) * pos;   /* pages/s */
+		struct step_2011 st;
+		throttle_2011_step(&gd, (double)ctr_unclean(&dev->ctr), wb_thresh, rate,
+				   tls.nr_dirtied, &st);
+		/* a group's limit holds its writers as under the current rule */
+		if (grp && md.dirty >= md.limit)
+			st.again = true;
+		if (st.pause_ns)
+			pause_for(dev, st.pause_ns);
+		tls.nr_dirtied = 0;
+		tls.nr_dirtied_pause = st.next_check;
+		tls.paused_when = wbc_now_ns() + (tls.defer ? st.pause_ns : 0);
+		/* a deferred pause is waited before the caller's next write,
+		 * which checks again then */
+		if (!st.again || tls.defer)
+			return 0;
+	}
+}
+
 int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 {
 	struct wbc_cache *c = dev->cache;
+	if (dev->throttle_2011 && !tls.local)
+		return balance_dirty_pages_2011(dev, grp);
 	long slack = (long)throttle_slack_pages(c);
 	for (;;) {
 		uint64_t now = wbc_now_ns();
@@ -519,19 +679,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			}
 			pause = (uint64_t)WBC_MIN(p, (double)max_pause);
 		}
-		if (tls.defer)
-			tls.deferred_ns += pause;
-		else
-			sleep_ns(pause);
-		tls.st.pauses++;
-		tls.st.paused_ns += pause;
-		tls.st.last_pause_ns = pause;
-		tls.st.max_pause_ns = WBC_MAX(tls.st.max_pause_ns, pause);
-		atomic_fetch_add(&c->st_pauses, 1);
-		atomic_fetch_add(&c->st_paused_ns, pause);
-		unsigned long long mx = atomic_load(&c->st_max_pause_ns);   /* its type */
-		while (pause > mx && !atomic_compare_exchange_weak(&c->st_max_pause_ns, &mx, pause))
-			;
+		pause_for(dev, pause);
 		tls.paused_when = wbc_now_ns() + (tls.defer ? pause : 0);
 		tls.nr_dirtied = 0;
 		long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);

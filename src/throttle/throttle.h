@@ -47,6 +47,16 @@ bool throttle_owed(void);
 uint64_t throttle_defer_end(void);
 /* The calling thread is due for balance_dirty_pages (its last one failed). */
 bool throttle_due(void);
+/* One check under the 2011 rule (throttle=2011, for experiments; throttle.c,
+ * THE 2011 RULE): the pause, the pages before the next check, and whether
+ * the writer pauses again after it. */
+struct step_2011 {
+	uint64_t pause_ns;
+	long next_check;
+	bool again;
+};
+void throttle_2011_step(const struct dom *d, double wb_dirty, double wb_thresh, double rate,
+			long nr_dirtied, struct step_2011 *st);
 double pos_ratio_cubic(double setpoint, double dirty, double limit);
 void dom_global(struct wbc_cache *c, struct dom *d);
 /* The domain of a local-throttle thread writing to @dev: the device's own
