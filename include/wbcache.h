@@ -149,7 +149,11 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *       holding almost nothing, and writers let go after one pause in the
  *       max-pause area (dirty under limit + limit/16) and, when their
  *       device is below its share, the pass-good area (under limit +
- *       limit/8); the areas that cost a 12-disk JBOD ~30% in Linux.
+ *       limit/8); the areas that cost a 12-disk JBOD ~30% in Linux;
+ *   max_inflight=N: at most N of the device's I/Os in flight, however
+ *       many its backend takes (the backend's queue depth, and an NBD
+ *       device's adaptive window, below it): a fixed limit, as Linux's
+ *       NFS client had in 2017 for writes to the server.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
  * for a cache page smaller than the logical block size O_DIRECT needs on
  * a file:/dir: backend (its writes could never succeed; pages at least

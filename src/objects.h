@@ -226,9 +226,11 @@ struct wbc_dev {
 	bool strict_limit;
 	/* old policies, for experiments (wbcache lab): a fixed writeback
 	 * chunk per file and pass (chunk=SIZE; 0: from the bandwidth), and
-	 * the 2011 throttle (throttle=2011) */
+	 * the 2011 throttle (throttle=2011), a fixed limit on the I/Os in
+	 * flight (max_inflight=N; 0: the backend's queue depth) */
 	uint64_t chunk_bytes;
 	bool throttle_2011;
+	unsigned max_inflight;
 
 	/* [wb] Failing writes (the retry policy; dev_write_failed and _ok in
 	 * completions, dev_dead_error for waiters): lock-free, read by

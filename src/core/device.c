@@ -10,16 +10,16 @@
 
 /* The per-device tunables any spec takes, beside its backend's options. */
 enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT,
-       T_CHUNK, T_THROTTLE,     /* old policies, for experiments (wbcache lab) */
+       T_CHUNK, T_THROTTLE, T_MAX_INFLIGHT,   /* old policies, for experiments (wbcache lab) */
        T_NR };
 static const char *const tunable_keys[T_NR] = {
 	[T_MIN_RATIO] = "min_ratio", [T_MAX_RATIO] = "max_ratio", [T_MAX_BYTES] = "max_bytes",
 	[T_STRICT] = "strict_limit", [T_ON_ERROR] = "on_error", [T_RETRY_TIMEOUT] = "retry_timeout",
-	[T_CHUNK] = "chunk", [T_THROTTLE] = "throttle",
+	[T_CHUNK] = "chunk", [T_THROTTLE] = "throttle", [T_MAX_INFLIGHT] = "max_inflight",
 };
 #define TUNABLES_HELP "min_ratio=0..100, max_ratio=1..100, max_bytes=SIZE, " \
 		      "strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS, " \
-		      "chunk=bw|SIZE, throttle=current|2011"
+		      "chunk=bw|SIZE, throttle=current|2011, max_inflight=N"
 
 /* Set tunable @k from @val; false when the value is out of its range. */
 static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
@@ -46,6 +46,12 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
 		dev->throttle_2011 = !strcmp(val, "2011");
 		return dev->throttle_2011 || !strcmp(val, "current");
 	}
+	/* max_inflight=N: at most N I/Os of the device in flight, whatever
+	 * its backend could take (a fixed client-side limit, as NFS's
+	 * 2017 throttling of writes to the server) */
+	if (k == T_MAX_INFLIGHT)
+		return !wbc_parse_size(val, &v) && v >= 1 && v <= 65536 &&
+		       (dev->max_inflight = (unsigned)v);
 	if (k == T_RETRY_TIMEOUT) {
 		double secs;
 		if (wbc_parse_time(val, &secs))

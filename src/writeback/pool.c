@@ -1,6 +1,6 @@
 /*
  * The bio pool of a device (layer writeback): at most qd I/Os are in
- * flight per device, a pool of qd bios, each with room for the backend's
+ * flight per device (the backend's queue depth, or max_inflight=N below it), a pool of qd bios, each with room for the backend's
  * largest I/O in iovecs and pages.  Waiters for a bio are woken in
  * batches.  The pool also keeps the time the device had I/O in flight
  * (busy_ns), which the throttle layer's bandwidth estimate reads through
@@ -14,6 +14,8 @@ int dev_io_init(struct wbc_dev *dev)
 	size_t ps = dev->cache->page_size;
 	unsigned maxp = (unsigned)WBC_MAX(be->max_io / ps, 1);
 	unsigned qd = WBC_MAX(be->qd, 1u);
+	if (dev->max_inflight && dev->max_inflight < qd)
+		qd = dev->max_inflight;   /* max_inflight=N, for experiments */
 	dev->bio_pool = calloc(qd, sizeof(*dev->bio_pool));
 	dev->iov_pool = calloc((size_t)qd * maxp, sizeof(*dev->iov_pool));
 	dev->page_pool = calloc((size_t)qd * maxp, sizeof(*dev->page_pool));
