@@ -52,6 +52,7 @@ struct opts {
 	bool keep, quiet;
 	bool no_layout;            /* randwrite, jbod, randrw: write into an empty file */
 	uint64_t fsync_every;      /* dd, randwrite, randrw: fdatasync after each this many bytes */
+	double deadline_s;         /* give up after this long, final fsync included (0: never) */
 	unsigned rwmix;            /* randrw: percent of operations that write */
 	const char *trace, *plot, *json;
 	struct wbc_config cfg;
@@ -90,8 +91,9 @@ static struct run {
 	atomic_uint workers_done;
 	uint64_t last_written[RUN_MAX_DEVS];
 	/* operations done (writes, reads, files), for the timeline's rate */
-	atomic_uint_fast64_t ops_done;
+	atomic_uint_fast64_t ops_done, bytes_done;
 	uint64_t last_ops;
+	atomic_bool abandon;        /* --deadline passed: the sampler stops */
 	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
 } R;
 
@@ -269,6 +271,7 @@ static void *worker_main(void *arg)
 			w->bytes += (uint64_t)r;
 			w->ops++;
 			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&R.bytes_done, (uint64_t)r, memory_order_relaxed);
 			note_pause(w, &prev);
 			if (o->fsync_every && w->bytes / o->fsync_every != (w->bytes - (uint64_t)r) / o->fsync_every &&
 			    (w->err = timed_fsync(w, f)))
@@ -285,10 +288,13 @@ static void *worker_main(void *arg)
 			for (uint64_t off = 0; off < o->file_size && !w->err; off += o->bs) {
 				size_t n = (size_t)(o->file_size - off < o->bs ? o->file_size - off : o->bs);
 				ssize_t r = wbc_pwrite(g, buf, n, off);
-				if (r < 0)
+				if (r < 0) {
 					w->err = (int)r;
-				else
+				} else {
 					w->bytes += (uint64_t)r;
+					atomic_fetch_add_explicit(&R.bytes_done, (uint64_t)r,
+								  memory_order_relaxed);
+				}
 			}
 			wbc_file_close(g);
 			w->ops++;
@@ -393,7 +399,7 @@ static void *sampler_main(void *arg)
 	wbc_stats(R.cache, &prev);
 	bool tty = !R.o.quiet && isatty(STDERR_FILENO);
 	double last = now_s();
-	while (atomic_load(&R.workers_done) < R.nw) {
+	while (atomic_load(&R.workers_done) < R.nw && !atomic_load(&R.abandon)) {
 		struct timespec ts = { 0, (long)SAMPLE_NS };
 		nanosleep(&ts, NULL);
 		double t = now_s();
@@ -502,6 +508,7 @@ static double wb_threads_cpu(bool user_only)
 
 /* the report's figures, for --json */
 struct json_fig {
+	bool unfinished;           /* --deadline passed */
 	double secs;
 	uint64_t bytes, ops, reads;
 	size_t pauses;
@@ -535,13 +542,14 @@ static void write_json(const char *path, const struct json_fig *j)
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	double secs = j->secs > 0 ? j->secs : 1;
-	fprintf(f, "{\"workload\": \"%s\", \"threads\": %u, \"secs\": %.3f, \"bytes\": %llu, "
+	fprintf(f, "{\"workload\": \"%s\", \"finished\": %s, \"threads\": %u, \"secs\": %.3f, \"bytes\": %llu, "
 		"\"mb_per_s\": %.2f, \"ops\": %llu, \"ops_per_s\": %.1f, \"reads\": %llu, "
 		"\"reads_per_s\": %.1f,\n \"pauses\": %zu, \"pause_p50_ms\": %.2f, "
 		"\"pause_p99_ms\": %.2f, \"pause_max_ms\": %.2f, \"dirty_mean_mib\": %.2f, "
 		"\"dirty_max_mib\": %.2f, \"setpoint_mib\": %.2f, \"limit_mib\": %.2f, "
 		"\"fairness\": %.3f,\n \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f",
-		wl_names[R.o.wl], R.nw, j->secs, (unsigned long long)j->bytes,
+		wl_names[R.o.wl], j->unfinished ? "false" : "true", R.nw, j->secs,
+		(unsigned long long)j->bytes,
 		(double)j->bytes / secs / 1e6, (unsigned long long)j->ops, (double)j->ops / secs,
 		(unsigned long long)j->reads, (double)j->reads / secs, j->pauses, j->pause_p50_ms,
 		j->pause_p99_ms, j->pause_max_ms, j->dirty_mean_mib, j->dirty_max_mib,
@@ -836,6 +844,8 @@ static void run_usage(FILE *out)
 "  --fsync-every SIZE dd, randwrite, randrw: fdatasync after each SIZE written\n"
 "                     per thread; the report gives the fsyncs' latencies\n"
 "  --no-fsync         dd: skip the final fsync\n"
+"  --deadline SECONDS give up after this long, final fsync included: report what\n"
+"                     was done (\"finished\": false in --json) and exit 3\n"
 "  --no-layout        random workloads: write into empty files (by default each\n"
 "                     file is written in full and synced first, as fio does)\n"
 "  --mem SIZE         cache memory budget (default 256M)\n"
@@ -914,12 +924,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
 	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_JSON, O_QUIET,
-	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_FSYNC_EVERY, O_HELP };
+	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_FSYNC_EVERY, O_DEADLINE, O_HELP };
 	static const struct option lo[] = {
 		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
 		{ "size", 1, 0, O_SIZE }, { "time", 1, 0, O_TIME }, { "bs", 1, 0, O_BS },
 		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES }, { "rwmix", 1, 0, O_RWMIX },
-		{ "fsync-every", 1, 0, O_FSYNC_EVERY },
+		{ "fsync-every", 1, 0, O_FSYNC_EVERY }, { "deadline", 1, 0, O_DEADLINE },
 		{ "no-fsync", 0, 0, O_NOFSYNC }, { "no-layout", 0, 0, O_NOLAYOUT }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
 		{ "dirty-ratio", 1, 0, O_DR }, { "dirty-background-ratio", 1, 0, O_DBR },
 		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
@@ -980,6 +990,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files); if (!rc && !files) rc = bad("--files", optarg); break;
 		case O_NOFSYNC: o->fsync_end = false; break;
 		case O_RWMIX: rc = parse_u("--rwmix", optarg, 100, &rwmix); break;
+		case O_DEADLINE: {
+			char *end;
+			o->deadline_s = strtod(optarg, &end);
+			if (end == optarg || *end || !(o->deadline_s > 0 && o->deadline_s < 1e6))
+				rc = bad("--deadline", optarg);
+			break;
+		}
 		case O_FSYNC_EVERY: rc = parse_sz("--fsync-every", optarg, &o->fsync_every); if (!rc && !o->fsync_every) rc = bad("--fsync-every", optarg); break;
 		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes); break;
 		case O_PS: rc = parse_sz("--page-size", optarg, &v); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg); o->cfg.page_size = (uint32_t)v; break;
@@ -1061,6 +1078,36 @@ static int place_one_file_workers(void)
 		}
 	}
 	return 0;
+}
+
+/*
+ * --deadline passed with writers (or their final fsync) still running:
+ * stop the writers and the sampler, write what the run did so far (the
+ * trace, the plot and the --json figures, "finished": false; from the
+ * counters the writers keep atomically, not their own), say so, and end
+ * the process without waiting for them or closing the cache.
+ */
+static _Noreturn void give_up(pthread_t sampler)
+{
+	const struct opts *o = &R.o;
+	double secs = now_s() - R.t0;
+	atomic_store(&R.stop, true);
+	atomic_store(&R.abandon, true);
+	pthread_join(sampler, NULL);
+	uint64_t bytes = atomic_load(&R.bytes_done), ops = atomic_load(&R.ops_done);
+	printf("\n%s: did not finish in %.0f s (--deadline): %.1f MiB written, %llu operations; "
+	       "giving up\n", wl_names[o->wl], o->deadline_s, (double)bytes / MiB,
+	       (unsigned long long)ops);
+	if (o->json) {
+		struct json_fig j = { .unfinished = true, .secs = secs, .bytes = bytes, .ops = ops };
+		write_json(o->json, &j);
+	}
+	if (o->trace && trace_csv(o->trace, R.s, R.ns))
+		fprintf(stderr, "wbcache: cannot write %s\n", o->trace);
+	if (o->plot && plot_svg(o->plot, "wbcache run (did not finish)", R.s, R.ns, o->devs))
+		fprintf(stderr, "wbcache: cannot write %s\n", o->plot);
+	fflush(stdout);
+	_exit(3);
 }
 
 int cmd_run(int argc, char **argv)
@@ -1183,6 +1230,14 @@ int cmd_run(int argc, char **argv)
 	for (unsigned i = 0; i < R.nw; i++)
 		pthread_create(&R.w[i].th, NULL, worker_main, &R.w[i]);
 	pthread_create(&sampler, NULL, sampler_main, NULL);
+	if (o->deadline_s > 0) {
+		while (atomic_load(&R.workers_done) < R.nw) {
+			if (now_s() - R.t0 >= o->deadline_s)
+				give_up(sampler);   /* does not return */
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+	}
 	for (unsigned i = 0; i < R.nw; i++)
 		pthread_join(R.w[i].th, NULL);
 	double secs = now_s() - R.t0;
