@@ -76,6 +76,10 @@ void window_sample(struct vegas_window *w, bool write, size_t len, uint64_t sent
 /* The bytes it lets be in flight now. */
 uint64_t window_bytes(const struct vegas_window *w);
 
+/* rados: files striped over objects of a Ceph pool (librados), @spec
+ * "POOL[/PREFIX][,opts]" (after "rados:"; see rados.c). */
+int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
+		      char *err, size_t errlen);
 /* stack: one file @name of device @lower (any cache), WBC_O_CREAT; @opts:
  * "stack_throttle=global|local|direct,workers=N" (comma separated, either
  * or none).  See stack.c. */
@@ -85,7 +89,8 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 
 /* registry.c: the built-in backend a device spec names ("mem",
  * "model[:opts]", "file:PATH[,opts]", "dir:PATH[,opts]", an NBD URI
- * ("nbd://...[,opts]"), "opener[,opts]" with @opener).  Sets *ops and *ctx, or returns -errno with a message. */
+ * ("nbd://...[,opts]"), "rados:POOL[/PREFIX][,opts]", "opener[,opts]" with
+ * @opener).  Sets *ops and *ctx, or returns -errno with a message. */
 int backend_create(const char *spec, const struct file_opener *opener,
 		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
 
