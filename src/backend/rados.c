@@ -16,6 +16,7 @@
  *   window=adaptive  (default) the congestion window of window.c;
  *   window=fixed:N   N I/Os in flight at most
  *   max_io=SIZE      largest I/O (default: the object size, at most 4 MiB)
+ *   lock_check=SECONDS  how often the keeper re-asserts the locks (10)
  *
  * Objects.  File NAME is objects "[PREFIX/]NAME.%016x" of the object index
  * (byte offset / object_size).  Object 0 always exists while the file does:
@@ -52,7 +53,7 @@
  * exclusive RADOS lock (cls_lock "wbcache") on object 0, cookie unique to
  * this device (host, pid, a random number), without expiry; a cache that
  * finds it held gets -EBUSY.  close() releases it.  A keeper thread
- * re-asserts every open file's lock every 10 s
+ * re-asserts every open file's lock every 10 s (lock_check=)
  * (LIBRADOS_LOCK_FLAG_MUST_RENEW): a lock broken by `wbcache rados-unlock`
  * (wbc_rados_break_lock()) fences the file: its writes fail with EIO from
  * then on (they stay dirty, at risk, as any failed write), instead of
@@ -83,7 +84,7 @@
 #define LOCK_NAME "wbcache"
 #define XATTR_SIZE "wbcache.size"
 #define XATTR_EXTENT "wbcache.extent"
-#define KEEPER_NS (10ull * 1000000000ull)
+#define KEEPER_S 10.0
 #define COMPLETE_BATCH 64
 #define TAKE_BATCH 64
 #define OID_MAX 1100
@@ -130,6 +131,7 @@ struct rbe {
 	size_t max_io;
 	unsigned fixed;
 	uint64_t timeout_ns;
+	uint64_t keeper_ns;         /* lock_check= */
 	char cookie[128];
 	pthread_t thread, keeper;
 	bool keeper_started;
@@ -562,7 +564,7 @@ static void *keeper_main(void *arg)
 	pthread_setname_np(pthread_self(), "wbc-rados-lock");
 	pthread_mutex_lock(&b->files_lock);
 	while (!b->keeper_stop) {
-		wbc_cond_timedwait_ns(&b->keeper_cond, &b->files_lock, KEEPER_NS);
+		wbc_cond_timedwait_ns(&b->keeper_cond, &b->files_lock, b->keeper_ns);
 		if (b->keeper_stop)
 			break;
 		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
@@ -887,7 +889,7 @@ struct ropts {
 	uint64_t objsize;
 	uint64_t max_io;
 	unsigned fixed;
-	double timeout;
+	double timeout, lock_check;
 };
 
 static int parse_opts(char *opts, struct ropts *o, char *err, size_t errlen)
@@ -924,13 +926,16 @@ static int parse_opts(char *opts, struct ropts *o, char *err, size_t errlen)
 			}
 		} else if (!strcmp(kv, "timeout")) {
 			ok = !wbc_parse_time(v, &o->timeout) && o->timeout < 1e6;
+		} else if (!strcmp(kv, "lock_check")) {
+			ok = !wbc_parse_time(v, &o->lock_check) && o->lock_check >= 0.01 &&
+			     o->lock_check < 1e6;
 		} else {
 			ok = false;
 		}
 		if (!ok) {
 			snprintf(err, errlen, "bad rados option '%s%s%s' (conf=PATH, id=NAME, "
 				 "object_size=64K..64M (a power of two), max_io=4K..64M, "
-				 "window=adaptive|fixed:1..4096, timeout=SECONDS)", kv, v ? "=" : "",
+				 "window=adaptive|fixed:1..4096, timeout=SECONDS, lock_check=SECONDS)", kv, v ? "=" : "",
 				 v ? v : "");
 			return -EINVAL;
 		}
@@ -946,7 +951,8 @@ static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errle
 	char *copy = strdup(spec);
 	if (!copy)
 		return -ENOMEM;
-	struct ropts o = { .objsize = RADOS_DEFAULT_OBJ, .timeout = RADOS_DEFAULT_TIMEOUT_S };
+	struct ropts o = { .objsize = RADOS_DEFAULT_OBJ, .timeout = RADOS_DEFAULT_TIMEOUT_S,
+			   .lock_check = KEEPER_S };
 	char *opts = strchr(copy, ',');
 	if (opts)
 		*opts++ = '\0';
@@ -970,6 +976,7 @@ static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errle
 		b->max_io = (size_t)(o.max_io ? o.max_io : WBC_MIN(o.objsize, 4u << 20));
 		b->fixed = o.fixed;
 		b->timeout_ns = wbc_secs_to_ns(o.timeout);
+		b->keeper_ns = wbc_secs_to_ns(o.lock_check);
 	}
 	if (!rc && (rc = rados_create(&b->cluster, o.id ? o.id : NULL)) < 0) {
 		b->cluster = NULL;
