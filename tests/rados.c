@@ -357,7 +357,7 @@ static void test_osd_killed(void)
 	CHECK(data);
 	t_fill(data, len1 + len2, 11);
 	wbc_cache *c = open_cache(96 * MiB);
-	wbc_dev *dev = add(c, "object_size=1M,timeout=2,retry_timeout=600"), *mem;
+	wbc_dev *dev = add(c, "object_size=1M,timeout=1,retry_timeout=600"), *mem;
 	CHECK_EQ(wbc_dev_add(c, "mem", &mem), 0);
 	wbc_file *h1, *h2;
 	CHECK_EQ(wbc_file_open(dev, "faults", WBC_O_CREAT, &h1), 0);

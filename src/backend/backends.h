@@ -101,5 +101,7 @@ uint64_t model_waits(wbc_dev *dev);       /* timed waits the model made */
 void model_set_faults(wbc_dev *dev, uint64_t err_off, uint64_t err_len, double errp);
 /* The next @n submissions fail with @err as io_uring_submit() would. */
 void file_fail_submits(wbc_dev *dev, unsigned n, int err);
+/* rados: every write fails with EIO while @on. */
+void rados_fail_writes(wbc_dev *dev, bool on);
 
 #endif

@@ -101,6 +101,7 @@ struct rfile {
 	uint64_t extent;            /* in the xattr: no data at or beyond it */
 	pthread_mutex_t extent_lock;/* raising the extent (a synchronous op) */
 	atomic_bool fenced;         /* our lock was broken: writes fail */
+	bool lock_shared;           /* another handle of this backend holds it */
 };
 
 struct rpiece {
@@ -144,6 +145,10 @@ struct rbe {
 	struct wbc_io *failed;      /* completed without a request */
 	bool sleeping, stop;
 
+	unsigned closing;           /* lock: closes' size writes and unlocks in flight */
+	int close_err;              /* lock: the first of their errors, for flush */
+	pthread_cond_t closing_cond;
+
 	pthread_mutex_t files_lock; /* files; held across the keeper's checks */
 	struct list_head files;
 	pthread_cond_t keeper_cond;
@@ -153,6 +158,7 @@ struct rbe {
 
 	_Atomic uint64_t st_window, st_inflight, st_rtt, st_base;
 	atomic_uint st_up;
+	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
 };
 
 static const struct wbc_backend_ops rados_ops;
@@ -330,7 +336,8 @@ static void issue_io(struct rbe *b, struct wbc_io *io, uint64_t now)
 	struct rfile *f = io->file;
 	bool write = io->op == WBC_IO_WRITE;
 	size_t len = io->len;
-	if (write && atomic_load_explicit(&f->fenced, memory_order_relaxed)) {
+	if (write && (atomic_load_explicit(&f->fenced, memory_order_relaxed) ||
+		      atomic_load_explicit(&b->fail_writes, memory_order_relaxed))) {
 		fail_io(b, io, -EIO);
 		return;
 	}
@@ -651,6 +658,8 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 	return 0;
 }
 
+static int wait_closes(struct rbe *b);
+
 static int flush_file(struct rfile *f)
 {
 	pthread_mutex_lock(&f->lock);
@@ -678,7 +687,7 @@ static int rados_flush(void *ctx, void *file, unsigned flags)
 			return -EIO;
 		return flush_file(f);
 	}
-	int err = 0;
+	int err = wait_closes(b);
 	pthread_mutex_lock(&b->files_lock);
 	for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
 		struct rfile *f = container_of(pos, struct rfile, node);
@@ -740,8 +749,34 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		return -ENOENT;
 	}
 	r = take_lock(f, 0);   /* creates object 0 when missing */
-	if (r == -EEXIST)
-		r = -EBUSY;   /* held under our cookie by another handle of ours */
+	if (r == -EEXIST) {
+		/* held under our cookie: by a handle of this backend (the engine
+		 * opens a name once at a time, but a backend's user may open it
+		 * again, as the conformance suite does to read it back), which
+		 * knows the sizes */
+		pthread_mutex_lock(&b->files_lock);
+		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
+			struct rfile *g = container_of(pos, struct rfile, node);
+			if (!strcmp(g->name, f->name)) {
+				pthread_mutex_lock(&g->lock);
+				f->size = g->size;
+				f->durable = g->durable;
+				f->extent = g->extent;
+				pthread_mutex_unlock(&g->lock);
+				f->lock_shared = true;
+				list_add_tail(&f->node, &b->files);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&b->files_lock);
+		if (!f->lock_shared) {
+			free_file(f);
+			return -EBUSY;
+		}
+		*file = f;
+		*size = f->size;
+		return 0;
+	}
 	if (r < 0) {
 		free_file(f);
 		return rerr(r);
@@ -778,6 +813,58 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 	return 0;
 }
 
+/* A close's size write or unlock is done (librados' thread). */
+static void close_cb(rados_completion_t c, void *arg)
+{
+	struct rbe *b = arg;
+	int r = rados_aio_get_return_value(c);
+	rados_aio_release(c);
+	pthread_mutex_lock(&b->lock);
+	if (r < 0 && r != -ENOENT && !b->close_err)
+		b->close_err = rerr(r);
+	if (!--b->closing)
+		pthread_cond_broadcast(&b->closing_cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Start @what (0: the size write, 1: the unlock) of closing @f. */
+static void close_op(struct rbe *b, struct rfile *f, int what, uint64_t size)
+{
+	char o[OID_MAX], sb[32];
+	oid(f, 0, o);
+	rados_completion_t c;
+	int r = rados_aio_create_completion2(b, close_cb, &c);
+	if (r < 0)
+		goto fail;
+	pthread_mutex_lock(&b->lock);
+	b->closing++;
+	pthread_mutex_unlock(&b->lock);
+	if (what == 0) {
+		int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)size);
+		r = rados_aio_setxattr(b->io, o, c, XATTR_SIZE, sb, (size_t)n);
+	} else {
+		r = rados_aio_unlock(b->io, o, LOCK_NAME, b->cookie, c);
+	}
+	if (r >= 0)
+		return;
+	rados_aio_release(c);
+	pthread_mutex_lock(&b->lock);
+	b->closing--;
+	pthread_mutex_unlock(&b->lock);
+fail:
+	pthread_mutex_lock(&b->lock);
+	if (!b->close_err)
+		b->close_err = rerr(r);
+	pthread_mutex_unlock(&b->lock);
+	if (what)
+		fprintf(stderr, "wbcache: rados: cannot release the lock on %s: %s "
+			"(`wbcache rados-unlock` breaks it)\n", f->name, strerror(-r));
+}
+
+/* close() may run on the completion thread (a file's last write done):
+ * its size write and unlock go out asynchronously, in that order (one
+ * client's operations on an object are applied in order); flush(NULL)
+ * and destroy wait for them. */
 static void rados_close_file(void *ctx, void *file)
 {
 	struct rbe *b = ctx;
@@ -785,15 +872,28 @@ static void rados_close_file(void *ctx, void *file)
 	pthread_mutex_lock(&b->files_lock);
 	list_del_init(&f->node);
 	pthread_mutex_unlock(&b->files_lock);
-	if (!atomic_load(&f->fenced)) {
-		char o[OID_MAX];
-		oid(f, 0, o);
-		int r = rados_unlock(b->io, o, LOCK_NAME, b->cookie);
-		if (r < 0 && r != -ENOENT)
-			fprintf(stderr, "wbcache: rados: cannot release the lock on %s: %s "
-				"(`wbcache rados-unlock` breaks it)\n", f->name, strerror(-r));
+	if (!atomic_load(&f->fenced) && !f->lock_shared) {
+		pthread_mutex_lock(&f->lock);
+		uint64_t size = f->size;
+		bool dirty = size != f->durable;
+		pthread_mutex_unlock(&f->lock);
+		if (dirty)
+			close_op(b, f, 0, size);
+		close_op(b, f, 1, 0);
 	}
 	free_file(f);
+}
+
+/* Wait for the closes in flight; their first error (once). */
+static int wait_closes(struct rbe *b)
+{
+	pthread_mutex_lock(&b->lock);
+	while (b->closing)
+		pthread_cond_wait(&b->closing_cond, &b->lock);
+	int err = b->close_err;
+	b->close_err = 0;
+	pthread_mutex_unlock(&b->lock);
+	return err;
 }
 
 static int rados_resize(void *ctx, void *file, uint64_t size)
@@ -846,6 +946,7 @@ static void free_rbe(struct rbe *b)
 	pthread_mutex_destroy(&b->files_lock);
 	pthread_cond_destroy(&b->cond);
 	pthread_cond_destroy(&b->keeper_cond);
+	pthread_cond_destroy(&b->closing_cond);
 	free(b->pool);
 	free(b);
 }
@@ -858,6 +959,10 @@ static void rados_destroy(void *ctx)
 	pthread_mutex_unlock(&b->lock);
 	pthread_cond_signal(&b->cond);
 	pthread_join(b->thread, NULL);
+	int err = wait_closes(b);
+	if (err)
+		fprintf(stderr, "wbcache: rados: a file's size or lock could not be written at "
+			"close: %s\n", strerror(-err));
 	if (b->keeper_started) {
 		pthread_mutex_lock(&b->files_lock);
 		b->keeper_stop = true;
@@ -1025,6 +1130,7 @@ static struct rbe *new_rbe(void)
 	wbc_mutex_init(&b->files_lock);
 	pthread_cond_init(&b->cond, NULL);
 	wbc_cond_init(&b->keeper_cond);
+	pthread_cond_init(&b->closing_cond, NULL);
 	list_init(&b->files);
 	return b;
 }
@@ -1069,6 +1175,14 @@ int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void
 	*ops = &rados_ops;
 	*ctx = b;
 	return 0;
+}
+
+void rados_fail_writes(wbc_dev *dev, bool on)
+{
+	const struct wbc_backend_ops *ops;
+	struct rbe *b = wbc_dev_backend(dev, &ops);
+	if (ops == &rados_ops)
+		atomic_store(&b->fail_writes, on);
 }
 
 /* ------------------------------------------------------------------ */
