@@ -658,11 +658,11 @@ static void report(double secs)
 			for (size_t j = 0; j < R.w[i].nlats; j++) {
 				if (ll)
 					ll[kl++] = R.w[i].lats[j].lat_ns;
-				/* fio's log format: msec, usec, direction (1: write), bytes */
+				/* fio's (3.x) log format: msec, nsec, direction (1: write), bytes */
 				if (lf)
 					fprintf(lf, "%llu, %llu, 1, %llu\n",
 						(unsigned long long)(R.w[i].lats[j].t_ns / 1000000),
-						(unsigned long long)(R.w[i].lats[j].lat_ns / 1000),
+						(unsigned long long)R.w[i].lats[j].lat_ns,
 						(unsigned long long)o->bs);
 			}
 		if (!lf || fclose(lf))
@@ -776,7 +776,7 @@ static void run_usage(FILE *out)
 "  --dirty-writeback-centisecs N      the kernel's tunables, same meaning\n"
 "  --trace FILE.csv   100 ms timeline;  --plot FILE.svg  the timeline as a chart\n"
 "  --lat-log FILE     dd, randwrite, randrw: every write's latency (fio's log\n"
-"                     format: msec, usec, 1, bytes); the report gives p50/p99/max\n"
+"                     format: msec, nsec, 1, bytes); the report gives p50/p99/max\n"
 "  --quiet            no live status line;  --keep  leave written files\n");
 }
 
