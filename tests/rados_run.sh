@@ -6,10 +6,12 @@
 # client holds on a file (taken here with `rados lock get`, as a cache
 # that died would have left it), says whose, and says "not locked" after.
 set -u
+cd "$(dirname "$0")/.."
 BUILD=${WBCACHE_BUILD:-build/release}
 W=$BUILD/wbcache
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ -n "${WBCACHE_CEPH_SKIP:-}" ] && { echo "$WBCACHE_CEPH_SKIP"; exit 77; }
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/tsan-ceph.supp"
 dir=${WBCACHE_CEPH_DIR:-}
 own=
 if [ -z "$dir" ]; then

@@ -85,6 +85,7 @@
 #define XATTR_SIZE "wbcache.size"
 #define XATTR_EXTENT "wbcache.extent"
 #define KEEPER_S 10.0
+#define STALL_NS (1000ull * 1000000ull)   /* no completion for that long: a new map */
 #define COMPLETE_BATCH 64
 #define TAKE_BATCH 64
 #define OID_MAX 1100
@@ -159,6 +160,7 @@ struct rbe {
 	_Atomic uint64_t st_window, st_inflight, st_rtt, st_base;
 	atomic_uint st_up;
 	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
+	_Atomic uint64_t last_progress_ns;   /* the last completion (or issue from idle) */
 };
 
 static const struct wbc_backend_ops rados_ops;
@@ -432,6 +434,7 @@ static struct rreq *settle(struct rbe *b, struct rpiece *p)
 	struct rreq *r = p->req;
 	bool write = r->io->op == WBC_IO_WRITE;
 	if (p->comp) {
+		atomic_store_explicit(&b->last_progress_ns, wbc_now_ns(), memory_order_relaxed);
 		int rc = rados_aio_get_return_value(p->comp);
 		rados_aio_release(p->comp);
 		p->comp = NULL;
@@ -515,6 +518,8 @@ static void *rados_main(void *arg)
 		pthread_mutex_unlock(&b->lock);
 
 		uint64_t now = wbc_now_ns();
+		if (nt && !atomic_load_explicit(&b->st_inflight, memory_order_relaxed))
+			atomic_store_explicit(&b->last_progress_ns, now, memory_order_relaxed);
 		for (unsigned i = 0; i < nt; i++)
 			issue_io(b, take[i], now);
 		struct wbc_io *batch[COMPLETE_BATCH];
@@ -568,12 +573,32 @@ static int take_lock(struct rfile *f, uint8_t flags)
 static void *keeper_main(void *arg)
 {
 	struct rbe *b = arg;
-	pthread_setname_np(pthread_self(), "wbc-rados-lock");
+	pthread_setname_np(pthread_self(), "wbc-rados-keep");
 	pthread_mutex_lock(&b->files_lock);
+	uint64_t next_check = wbc_now_ns() + b->keeper_ns;
 	while (!b->keeper_stop) {
-		wbc_cond_timedwait_ns(&b->keeper_cond, &b->files_lock, b->keeper_ns);
+		uint64_t now = wbc_now_ns();
+		wbc_cond_timedwait_ns(&b->keeper_cond, &b->files_lock,
+				      WBC_MIN(STALL_NS, next_check > now ? next_check - now : 0));
 		if (b->keeper_stop)
 			break;
+		now = wbc_now_ns();
+		/* operations in flight and none completing: ask the monitor
+		 * for the newest OSD map.  A client learns of an OSD that
+		 * restarted (at a new address) only from a newer map, and
+		 * nothing else makes it ask soon: without this, operations
+		 * sent to the dead instance waited for timeout= */
+		if (atomic_load_explicit(&b->st_inflight, memory_order_relaxed) &&
+		    now - atomic_load_explicit(&b->last_progress_ns, memory_order_relaxed) >
+		    STALL_NS) {
+			pthread_mutex_unlock(&b->files_lock);
+			rados_wait_for_latest_osdmap(b->cluster);
+			pthread_mutex_lock(&b->files_lock);
+			continue;
+		}
+		if (now < next_check)
+			continue;
+		next_check = now + b->keeper_ns;
 		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
 			struct rfile *f = container_of(pos, struct rfile, node);
 			if (atomic_load(&f->fenced))
