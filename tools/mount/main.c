@@ -211,7 +211,9 @@ int cmd_mount(int argc, char **argv)
 	}
 	free(optcopy);
 
+	char *remote = M.remote;   /* parse_opts' */
 	memset(&M, 0, sizeof(M));
+	M.remote = remote;
 	M.foreground = foreground;
 	M.dio = dio;
 	/* the kernel applied the caller's umask to every mode it sends */
