@@ -196,8 +196,25 @@ for panel in range(2):
             svg.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#888" stroke-dasharray="4,3"/>' % (x(s * 10), x(s * 10), top + P, top + H - P))
     for path, color, name, dy in ((sys.argv[3 + 2 * panel], '#1f77b4', 'wbcache', 0),
                                   (sys.argv[4 + 2 * panel], '#d62728', 'librbd write-back cache (fio rbd)', 1)):
-        pts = ' '.join('%.1f,%.1f' % (x(k), y(v, top)) for k, v in series(path))
-        svg.append('<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>' % (color, pts))
+        ser = series(path)
+        # a line per run of 100 ms buckets with writes; a gap of a second
+        # or more (the writer waiting in an fsync) is a band, its length
+        runs, cur = [], []
+        for k, v in ser:
+            if cur and k - cur[-1][0] > 3:
+                runs.append(cur); cur = []
+                if k - prev > 10:
+                    band = (prev + 1, k)
+                    svg.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" opacity="0.15"/>' %
+                               (x(band[0]), top + P + 4 + 14 * dy, x(band[1]) - x(band[0]), 12, color))
+                    svg.append('<text x="%.1f" y="%d" fill="%s" font-size="10">no write completes for %.1f s (in fsync)</text>' %
+                               (x(band[0]) + 3, top + P + 14 + 14 * dy, color, (band[1] - band[0]) / 10))
+            cur.append((k, v)); prev = k
+        if cur:
+            runs.append(cur)
+        for r in runs:
+            pts = ' '.join('%.1f,%.1f' % (x(k), y(v, top)) for k, v in r)
+            svg.append('<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>' % (color, pts))
         svg.append('<text x="%d" y="%d" fill="%s">%s</text>' % (W - 330, top + 40 + 15 * dy, color, name))
 svg.append('</svg>')
 open(out, 'w').write('\n'.join(svg) + '\n')
