@@ -177,6 +177,7 @@ bench: deps-install
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	WBCACHE_BUILD=$(BUILD) bench/stacked.sh
 	WBCACHE_BUILD=$(BUILD) bench/nbd.sh
+	WBCACHE_BUILD=$(BUILD) bench/rados.sh
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles
