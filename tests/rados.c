@@ -349,6 +349,20 @@ static void *fsync_main(void *arg)
 	return NULL;
 }
 
+/* A failure while the OSD is down must not leave the shared cluster
+ * without it for the tests after this one. */
+static bool osd_down;
+static void restart_osd(void)
+{
+	if (!osd_down)
+		return;
+	osd_down = false;
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "scripts/ceph-test-cluster start-osd %s 0", t_ceph_dir);
+	if (system(cmd))
+		fprintf(stderr, "could not start the OSD again\n");
+}
+
 static void test_osd_killed(void)
 {
 	printf("6. the OSD killed mid-stream, started again\n");
@@ -366,6 +380,8 @@ static void test_osd_killed(void)
 	CHECK_EQ(wbc_fsync(h1), 0);
 
 	write_all(h1, data + len1, len2, len1);
+	osd_down = true;
+	atexit(restart_osd);
 	t_ceph_ctl("kill-osd", "0");
 	struct fsync_job job = { .f = h1 };
 	pthread_t th;
@@ -386,7 +402,7 @@ static void test_osd_killed(void)
 	t_stream(mem, NULL, "other", 48 * MiB, 5, 1);
 	printf("    48 MiB written to a mem device while the OSD was down\n");
 
-	t_ceph_ctl("start-osd", "0");
+	restart_osd();
 	int errs = 0, r;
 	while ((r = wbc_fsync(h1)) && errs < 100)
 		errs++;
