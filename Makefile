@@ -39,7 +39,9 @@ override CFLAGS := $(CFLAGS_BASE) $(CFLAGS_OPT) $(EXTRA_CFLAGS)
 # libnbd: the nbd backend (src/backend/nbd.c)
 NBD_CFLAGS := $(shell pkg-config --cflags libnbd 2>/dev/null)
 NBD_LIBS := $(shell pkg-config --libs libnbd 2>/dev/null || echo -lnbd)
-LDLIBS  := -luring $(NBD_LIBS) -lpthread -lm
+# librados (librados-dev, no pkg-config file): the rados backend (src/backend/rados.c)
+RADOS_LIBS := -lrados
+LDLIBS  := -luring $(NBD_LIBS) $(RADOS_LIBS) -lpthread -lm
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 
@@ -175,6 +177,7 @@ bench: deps-install
 	WBCACHE_BUILD=$(BUILD) bench/throttle.sh
 	WBCACHE_BUILD=$(BUILD) bench/stacked.sh
 	WBCACHE_BUILD=$(BUILD) bench/nbd.sh
+	WBCACHE_BUILD=$(BUILD) bench/rados.sh
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles

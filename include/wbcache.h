@@ -98,6 +98,15 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *                              export's size; opts conns=N, window=adaptive
  *                              or window=fixed:N, max_io=SIZE,
  *                              timeout=SECONDS, fua=1 (see wbc_dev_add(3))
+ *   "rados:POOL[/PREFIX][,opts]"
+ *                              a Ceph pool (librados): each file striped
+ *                              over objects "[PREFIX/]NAME.<index, 16 hex
+ *                              digits>", its size in object 0's xattrs,
+ *                              an exclusive RADOS lock on it while open
+ *                              (a second cache anywhere gets -EBUSY);
+ *                              opts conf=PATH, id=NAME, object_size=SIZE
+ *                              (4M), timeout=SECONDS (30), window=adaptive
+ *                              or window=fixed:N, max_io=SIZE
  *   "model[:opts]"             RAM behind a device model: bw=SIZE (per
  *                              second), lat=TIME, iops=N, qd=N, max_io=SIZE,
  *                              sched=T@P%;..., err=OFF+LEN, errp=P,
@@ -222,6 +231,17 @@ int wbc_dev_add_opener(wbc_cache *cache, int fs_fd, const char *opts, wbc_open_f
  */
 int wbc_dev_add_stacked(wbc_cache *cache, wbc_dev *lower, const char *name, const char *opts,
 			wbc_dev **out, char *msg, size_t msglen);
+
+/*
+ * Break the RADOS lock a cache holds on file @name of the "rados:" device
+ * @spec (the lock of a cache that died, or that must give the file up:
+ * `wbcache rados-unlock SPEC NAME`).  A cache still running finds its lock
+ * gone within 10 s and fails that file's writes from then on (EIO: they
+ * stay dirty, at risk).  Returns the number of locks broken (0: it was not
+ * locked), or -errno (-ENOENT: no such file) with a one-line account in
+ * @msg (may be NULL).
+ */
+int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t msglen);
 
 /* An unseen writeback error of the file for this handle (and mark it
  * seen), without writing anything: what close(2) may report.  0 or -errno. */

@@ -1,7 +1,8 @@
 /*
  * The backend conformance suite: the same checks against every backend
  * (mem, model, dir:, file:, the opener device, the dirstore example of
- * examples/, nbd against an nbdkit server where nbdkit is installed, the
+ * examples/, nbd against an nbdkit server where nbdkit is installed, rados
+ * on the Ceph test cluster where it runs (tests/ceph.h), the
  * stacked device in each of its modes, over a model device in the same
  * cache), and against a torture backend written here on the public
  * interface that plays every freedom the contract gives a backend:
@@ -32,6 +33,7 @@
 #include "backend/backends.h"
 #include "dirstore.h"
 #include "nbdkit.h"
+#include "ceph.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -323,7 +325,8 @@ struct bcase {
 	unsigned tmode;             /* torture: its mode */
 	int kind;                   /* fault injection: see fault() */
 };
-enum { K_NONE, K_MODEL, K_FILE, K_TORTURE, K_OPENER, K_DIRSTORE, K_NBD, K_STACK };
+enum { K_NONE, K_MODEL, K_FILE, K_TORTURE, K_OPENER, K_DIRSTORE, K_NBD, K_STACK, K_RADOS };
+static const char *ceph_dir;
 
 /* The case under way is a device of fixed size (an NBD export): the
  * backend's size is the device's, at least what was written, and does not
@@ -361,6 +364,9 @@ static void fault(const struct bcase *b, wbc_dev *dev, bool on)
 			CHECK(!unlink(trigger));
 		break;
 	}
+	case K_RADOS:
+		rados_fail_writes(dev, on);
+		break;
 	case K_STACK:
 		model_set_faults(stack_lower, 0, on ? UINT64_MAX / 2 : 0, 0);
 		break;
@@ -477,7 +483,10 @@ static void run_case(const struct bcase *b)
 	} else {
 		if (b->kind == K_STACK)
 			CHECK_EQ(wbc_dev_add_msg(c, STACK_LOWER, &stack_lower, msg, sizeof(msg)), 0);
-		snprintf(spec, sizeof(spec), b->spec, dir);
+		if (b->kind == K_RADOS)
+			snprintf(spec, sizeof(spec), b->spec, (int)getpid(), ceph_dir);
+		else
+			snprintf(spec, sizeof(spec), b->spec, dir);
 		if (wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg))) {
 			fprintf(stderr, "%s: %s\n", spec, msg);
 			exit(1);
@@ -625,6 +634,9 @@ int main(void)
 		  K_TORTURE },
 		/* an nbdkit server (when installed) in the case's directory */
 		{ "nbd", "nbd+unix:///?socket=%s/nbd.sock,max_io=64K", true, 0, K_NBD },
+		/* the Ceph test cluster (where it runs), 64 KiB objects */
+		{ "rados", "rados:wbc/conformance%d,conf=%s/ceph.conf,object_size=64K,max_io=64K,"
+			   "retry_timeout=60", false, 0, K_RADOS },
 		{ "stack, global throttle", "stack:0/img,stack_throttle=global", true, 0, K_STACK },
 		{ "stack, local throttle", "stack:0/img,stack_throttle=local", true, 0, K_STACK },
 		{ "stack, direct", "stack:0/img,stack_throttle=direct", true, 0, K_STACK },
@@ -649,6 +661,14 @@ int main(void)
 			t_nbdkit_start(&server, dir, "nbd", (const char *[]){ "--filter=error",
 				"memory", "64M", "error-pwrite=EIO", "error-pwrite-rate=1", trigger,
 				NULL });
+		}
+		if (cases[i].kind == K_RADOS) {
+			char why[512];
+			if (!(ceph_dir = t_ceph_start(why, sizeof(why)))) {
+				printf("  %s: skipped, %s\n", cases[i].name, why);
+				dir = top;
+				continue;
+			}
 		}
 		run_case(&cases[i]);
 		if (cases[i].kind == K_NBD)

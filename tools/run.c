@@ -55,6 +55,7 @@ struct opts {
 	double deadline_s;         /* give up after this long, final fsync included (0: never) */
 	unsigned rwmix;            /* randrw: percent of operations that write */
 	const char *trace, *plot, *json;
+	const char *lat_log;       /* --lat-log: every write's latency */
 	struct wbc_config cfg;
 };
 
@@ -76,6 +77,8 @@ struct worker {
 	uint64_t *fsyncs;          /* ns: latencies of --fsync-every's fdatasyncs */
 	size_t nfsyncs, fcap;
 	size_t npauses, cap;
+	struct lat { uint64_t t_ns, lat_ns; } *lats;   /* --lat-log */
+	size_t nlats, lcap;
 };
 
 static struct run {
@@ -198,6 +201,22 @@ static int layout(void)
 	return err;
 }
 
+/* A write that began at @t0 (s) is done: recorded for --lat-log. */
+static void note_lat(struct worker *w, double t0)
+{
+	double t = now_s();
+	if (w->nlats == w->lcap) {
+		size_t cap = w->lcap ? w->lcap * 2 : 4096;
+		struct lat *v = realloc(w->lats, cap * sizeof(*v));
+		if (!v)
+			return;
+		w->lats = v;
+		w->lcap = cap;
+	}
+	w->lats[w->nlats++] = (struct lat){ .t_ns = (uint64_t)((t - R.t0) * 1e9),
+					    .lat_ns = (uint64_t)((t - t0) * 1e9) };
+}
+
 /* fdatasync @f and record how long it took (--fsync-every). */
 static int timed_fsync(struct worker *w, wbc_file *f)
 {
@@ -263,11 +282,14 @@ static void *worker_main(void *arg)
 				atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
 				continue;
 			}
+			double tw = o->lat_log ? now_s() : 0;
 			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
 			if (r < 0) {
 				w->err = (int)r;
 				break;
 			}
+			if (o->lat_log)
+				note_lat(w, tw);
 			w->bytes += (uint64_t)r;
 			w->ops++;
 			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
@@ -738,6 +760,34 @@ static void report(double secs)
 			       pct(fl, nf, 50), pct(fl, nf, 99), pct(fl, nf, 100));
 		free(fl);
 	}
+	if (o->lat_log) {
+		size_t nl = 0;
+		for (unsigned i = 0; i < R.nw; i++)
+			nl += R.w[i].nlats;
+		uint64_t *ll = malloc((nl ? nl : 1) * sizeof(*ll));
+		FILE *lf = fopen(o->lat_log, "w");
+		size_t kl = 0;
+		for (unsigned i = 0; i < R.nw; i++)
+			for (size_t j = 0; j < R.w[i].nlats; j++) {
+				if (ll)
+					ll[kl++] = R.w[i].lats[j].lat_ns;
+				/* fio's (3.x) log format: msec, nsec, direction (1: write), bytes */
+				if (lf)
+					fprintf(lf, "%llu, %llu, 1, %llu\n",
+						(unsigned long long)(R.w[i].lats[j].t_ns / 1000000),
+						(unsigned long long)R.w[i].lats[j].lat_ns,
+						(unsigned long long)o->bs);
+			}
+		if (!lf || fclose(lf))
+			fprintf(stderr, "wbcache: cannot write %s\n", o->lat_log);
+		if (ll && nl) {
+			qsort(ll, nl, sizeof(*ll), cmp_u64);
+			printf("write latency: %zu writes, p50 %.3f ms, p99 %.3f ms, max %.1f ms "
+			       "(log: %s)\n", nl, pct(ll, nl, 50), pct(ll, nl, 99), pct(ll, nl, 100),
+			       o->lat_log);
+		}
+		free(ll);
+	}
 	/* what writeback cost: the flushers' and the completion threads' CPU
 	 * time per page written back */
 	struct wbc_stats ws;
@@ -855,6 +905,8 @@ static void run_usage(FILE *out)
 "  --dirty-writeback-centisecs N      the kernel's tunables, same meaning\n"
 "  --trace FILE.csv   100 ms timeline;  --plot FILE.svg  the timeline as a chart\n"
 "  --json FILE        the report's figures as one JSON object (for scripts)\n"
+"  --lat-log FILE     dd, randwrite, randrw: every write's latency (fio's log\n"
+"                     format: msec, nsec, 1, bytes); the report gives p50/p99/max\n"
 "  --quiet            no live status line;  --keep  leave written files\n");
 }
 
@@ -924,12 +976,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_DEV = FIRST_LONG_CODE, O_DIR, O_THREADS, O_SIZE, O_TIME, O_BS, O_FSZ, O_FILES, O_NOFSYNC,
 	       O_MEM, O_PS, O_DR, O_DBR, O_DB, O_DBB, O_EXP, O_WB, O_TRACE, O_PLOT, O_JSON, O_QUIET,
-	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_FSYNC_EVERY, O_DEADLINE, O_HELP };
+	       O_KEEP, O_NOLAYOUT, O_RWMIX, O_FSYNC_EVERY, O_DEADLINE, O_LATLOG, O_HELP };
 	static const struct option lo[] = {
 		{ "dev", 1, 0, O_DEV }, { "dir", 1, 0, O_DIR }, { "threads", 1, 0, O_THREADS },
 		{ "size", 1, 0, O_SIZE }, { "time", 1, 0, O_TIME }, { "bs", 1, 0, O_BS },
 		{ "file-size", 1, 0, O_FSZ }, { "files", 1, 0, O_FILES }, { "rwmix", 1, 0, O_RWMIX },
 		{ "fsync-every", 1, 0, O_FSYNC_EVERY }, { "deadline", 1, 0, O_DEADLINE },
+		{ "lat-log", 1, 0, O_LATLOG },
 		{ "no-fsync", 0, 0, O_NOFSYNC }, { "no-layout", 0, 0, O_NOLAYOUT }, { "mem", 1, 0, O_MEM }, { "page-size", 1, 0, O_PS },
 		{ "dirty-ratio", 1, 0, O_DR }, { "dirty-background-ratio", 1, 0, O_DBR },
 		{ "dirty-bytes", 1, 0, O_DB }, { "dirty-background-bytes", 1, 0, O_DBB },
@@ -1007,6 +1060,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_EXP: rc = parse_u("--dirty-expire-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_expire_centisecs = (uint32_t)v; break;
 		case O_WB: rc = parse_u("--dirty-writeback-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_writeback_centisecs = (uint32_t)v; break;
 		case O_TRACE: o->trace = optarg; break;
+		case O_LATLOG: o->lat_log = optarg; break;
 		case O_PLOT: o->plot = optarg; break;
 		case O_JSON: o->json = optarg; break;
 		case O_QUIET: o->quiet = true; break;
@@ -1284,6 +1338,7 @@ int cmd_run(int argc, char **argv)
 	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);
 		free(R.w[i].fsyncs);
+		free(R.w[i].lats);
 	}
 	free(R.w);
 	free(R.s);

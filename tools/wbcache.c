@@ -2,6 +2,7 @@
  * wbcache command-line tool.
  *
  *   wbcache run [options]     stream writes through the engine (see --help)
+ *   wbcache rados-unlock SPEC NAME   break the RADOS lock on a file
  *   wbcache --help | --version
  */
 #ifndef _GNU_SOURCE
@@ -41,8 +42,32 @@ static void usage(FILE *out)
 "  stat MOUNTPOINT  live statistics of a mount\n"
 "  umount MOUNTPOINT\n"
 "                   write everything back, unmount, wait for the daemon\n"
+"  rados-unlock SPEC NAME\n"
+"                   break the lock a cache holds on file NAME of the rados\n"
+"                   device SPEC (rados:POOL[/PREFIX][,conf=PATH,id=NAME]): for\n"
+"                   a cache that died holding it.  A cache still running\n"
+"                   stops writing the file (its writes fail, kept at risk)\n"
 "\n"
 "  --help, --version\n");
+}
+
+/* wbcache rados-unlock SPEC NAME: 0 broken (or not locked), 1 failed,
+ * 2 usage. */
+static int cmd_rados_unlock(int argc, char **argv)
+{
+	if (argc != 3 || strncmp(argv[1], "rados:", 6)) {
+		fprintf(stderr, "usage: wbcache rados-unlock rados:POOL[/PREFIX][,conf=PATH,id=NAME] "
+			"NAME\n");
+		return 2;
+	}
+	char msg[512];
+	int r = wbc_rados_break_lock(argv[1], argv[2], msg, sizeof(msg));
+	if (r < 0) {
+		fprintf(stderr, "wbcache rados-unlock: %s\n", msg[0] ? msg : wbc_strerror(r));
+		return r == -EINVAL ? 2 : 1;
+	}
+	printf("%s\n", msg);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -69,6 +94,8 @@ int main(int argc, char **argv)
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "umount"))
 		return cmd_umount(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "rados-unlock"))
+		return cmd_rados_unlock(argc - 1, argv + 1);
 	/* `wbcache SOURCE MOUNTPOINT -o OPTS`: how mount.fuse3 runs the
 	 * program of an fstab line or `mount -t fuse.wbcache` */
 	if (argc >= 3 && argv[1][0] != '-' && strchr(argv[1], '/'))

@@ -42,6 +42,44 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 bool nbd_is_uri(const char *spec);
 int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
 		    char *err, size_t errlen);
+/* window.c: the congestion window of the remote backends (nbd, rados), a
+ * window of bytes in flight moved by TCP Vegas's rule on the I/Os' round
+ * trips (see window.c and nbd.c).  Owned by one thread. */
+#define WINDOW_RTT_CLASSES 12           /* 4 KiB .. 8 MiB and above */
+struct vegas_window {
+	unsigned fixed;             /* window=fixed:N: N I/Os; 0: adaptive */
+	size_t max_io;              /* for window_bytes() of a fixed window */
+	uint64_t inflight_bytes;    /* taken and not yet put back */
+	unsigned inflight_ios;
+	uint64_t cwnd;
+	bool slow_start;
+	bool ss_hold;               /* slow start: the window grew last round */
+	uint64_t base_cur[2][WINDOW_RTT_CLASSES], base_prev[2][WINDOW_RTT_CLASSES];
+	uint64_t base_epoch_ns;
+	double srtt, sbase;         /* smoothed RTT, and base of the same I/Os */
+	uint64_t round_start_ns;    /* the round: */
+	double r_max_ratio;         /* max over samples of base / rtt */
+	uint64_t r_bytes, r_ios, r_max_inflight;
+	bool limited;               /* an I/O waited for room: set by the user */
+};
+void window_init(struct vegas_window *w, unsigned fixed, size_t max_io, uint64_t now);
+/* A fresh start (the server came back): the window and RTTs forgotten. */
+void window_reset(struct vegas_window *w, uint64_t now);
+/* Room for @len more bytes (one I/O always fits an empty window)? */
+bool window_fits(const struct vegas_window *w, size_t len);
+/* An I/O of @len enters the window, leaves it. */
+void window_take(struct vegas_window *w, size_t len);
+void window_put(struct vegas_window *w, size_t len);
+/* A completed I/O's round trip (sent at @sent_ns, done at @now). */
+void window_sample(struct vegas_window *w, bool write, size_t len, uint64_t sent_ns,
+		   uint64_t now);
+/* The bytes it lets be in flight now. */
+uint64_t window_bytes(const struct vegas_window *w);
+
+/* rados: files striped over objects of a Ceph pool (librados), @spec
+ * "POOL[/PREFIX][,opts]" (after "rados:"; see rados.c). */
+int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
+		      char *err, size_t errlen);
 /* stack: one file @name of device @lower (any cache), WBC_O_CREAT; @opts:
  * "stack_throttle=global|local|direct,workers=N" (comma separated, either
  * or none).  See stack.c. */
@@ -51,7 +89,8 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 
 /* registry.c: the built-in backend a device spec names ("mem",
  * "model[:opts]", "file:PATH[,opts]", "dir:PATH[,opts]", an NBD URI
- * ("nbd://...[,opts]"), "opener[,opts]" with @opener).  Sets *ops and *ctx, or returns -errno with a message. */
+ * ("nbd://...[,opts]"), "rados:POOL[/PREFIX][,opts]", "opener[,opts]" with
+ * @opener).  Sets *ops and *ctx, or returns -errno with a message. */
 int backend_create(const char *spec, const struct file_opener *opener,
 		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
 
@@ -62,5 +101,7 @@ uint64_t model_waits(wbc_dev *dev);       /* timed waits the model made */
 void model_set_faults(wbc_dev *dev, uint64_t err_off, uint64_t err_len, double errp);
 /* The next @n submissions fail with @err as io_uring_submit() would. */
 void file_fail_submits(wbc_dev *dev, unsigned n, int err);
+/* rados: every write fails with EIO while @on. */
+void rados_fail_writes(wbc_dev *dev, bool on);
 
 #endif

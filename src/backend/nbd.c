@@ -53,7 +53,8 @@
  * "SHOULD NOT multiplex their commands over more than one connection").
  *
  * Congestion control: a window of bytes in flight, TCP Vegas's scheme on
- * the I/Os' round-trip times.  Vegas compares the rate the window would
+ * the I/Os' round-trip times (the mechanism is window.c, shared with the
+ * rados backend).  Vegas compares the rate the window would
  * give without queueing (window / base RTT) with the rate measured
  * (window / RTT); the difference times the base RTT is what the window
  * keeps queued at the server:
@@ -80,8 +81,7 @@
  * s (two 10 s windows: a server that got slower is believed within 20 s),
  * and forgotten when the server comes back after a loss.  The window grows
  * only in rounds in which it was full (an I/O waited for room), starts at
- * CWND_INIT (256 KiB) and stays within [CWND_MIN, CWND_MAX] (256 KiB, 1
- * GiB); one I/O may always be in flight, however large.  The floor: on a
+ * 256 KiB and stays within [256 KiB, 1 GiB]; one I/O may always be in flight, however large.  The floor: on a
  * server bound by its CPU (nbdkit on the same machine) small I/Os queue
  * in its scheduler at any depth, and Vegas would shrink to a few I/Os;
  * 64 of 4 KiB keep its batching (nbdkit's threads, our one poll for many
@@ -143,16 +143,6 @@
 #define COMPLETE_BATCH 64
 #define TAKE_BATCH 64
 
-/* congestion control (see above) */
-#define CWND_INIT (256u << 10)
-#define CWND_MIN (256u << 10)
-#define CWND_MAX (1ull << 30)
-#define VEGAS_ALPHA 2.0
-#define VEGAS_BETA 4.0
-#define VEGAS_GAMMA 1.0
-#define BASE_WINDOW_NS (10000 * MS_NS)
-#define RTT_CLASSES 12                  /* 4 KiB .. 8 MiB and above */
-
 enum { C_DOWN, C_CONNECTING, C_UP };
 
 struct nbe;
@@ -202,21 +192,6 @@ struct nbd_flushreq {
 	bool done;                  /* lock: the caller may return */
 };
 
-/* Vegas state: the completion thread's own. */
-struct cc {
-	uint64_t cwnd;
-	bool slow_start;
-	bool ss_hold;               /* slow start: the window grew last round */
-	uint64_t base_cur[2][RTT_CLASSES], base_prev[2][RTT_CLASSES];
-	uint64_t base_epoch_ns;
-	double srtt, sbase;         /* smoothed RTT, and base of the same I/Os */
-	/* the round */
-	uint64_t round_start_ns;
-	double r_max_ratio;         /* max over samples of base / rtt */
-	uint64_t r_bytes, r_ios, r_max_inflight;
-	bool limited;               /* an I/O waited for room in the window */
-};
-
 struct nbe {
 	char *uri;
 	uint64_t size;
@@ -243,11 +218,9 @@ struct nbe {
 	struct nbd_req *done;
 	struct nbd_flushreq *flush_done;
 	struct wbc_io *failed_head; /* completed without a request (no memory) */
-	uint64_t inflight_bytes;
-	unsigned inflight_ios;
 	uint64_t write_gen, flushed_gen;
 	bool lost_unflushed;
-	struct cc cc;
+	struct vegas_window win;   /* congestion control (window.c) */
 
 	/* for stats(), from any thread */
 	_Atomic uint64_t st_window, st_inflight, st_rtt, st_base, st_reconnects;
@@ -261,100 +234,24 @@ static const struct wbc_backend_ops nbd_ops;
 
 static void cc_publish(struct nbe *b)
 {
-	uint64_t w = b->fixed ? (uint64_t)b->fixed * b->max_io : b->cc.cwnd;
-	atomic_store_explicit(&b->st_window, w, memory_order_relaxed);
-	atomic_store_explicit(&b->st_rtt, (uint64_t)b->cc.srtt, memory_order_relaxed);
-	atomic_store_explicit(&b->st_base, (uint64_t)b->cc.sbase, memory_order_relaxed);
+	atomic_store_explicit(&b->st_window, window_bytes(&b->win), memory_order_relaxed);
+	atomic_store_explicit(&b->st_rtt, (uint64_t)b->win.srtt, memory_order_relaxed);
+	atomic_store_explicit(&b->st_base, (uint64_t)b->win.sbase, memory_order_relaxed);
 }
 
-/* A fresh start: at creation, and when the server comes back (it may be
- * another one, or the same on another path). */
+/* A fresh start when the server comes back (it may be another one, or
+ * the same on another path). */
 static void cc_reset(struct nbe *b, uint64_t now)
 {
-	struct cc *c = &b->cc;
-	memset(c, 0, sizeof(*c));
-	c->cwnd = CWND_INIT;
-	c->slow_start = true;
-	for (int op = 0; op < 2; op++)
-		for (int k = 0; k < RTT_CLASSES; k++)
-			c->base_cur[op][k] = c->base_prev[op][k] = UINT64_MAX;
-	c->base_epoch_ns = now;
-	c->r_max_ratio = 0;
-	cc_publish(b);
-}
-
-static unsigned rtt_class(size_t len)
-{
-	unsigned k = 0;
-	for (size_t units = len >> 12; units > 1 && k < RTT_CLASSES - 1; units >>= 1)
-		k++;
-	return k;
-}
-
-/* A round ended: move the window as the round's samples say. */
-static void cc_round_end(struct nbe *b, uint64_t now)
-{
-	struct cc *c = &b->cc;
-	if (c->r_ios && !b->fixed) {
-		double avg = (double)c->r_bytes / (double)c->r_ios;
-		double pipe = (double)c->r_max_inflight;   /* what was in flight */
-		double queued = pipe * (1.0 - c->r_max_ratio);
-		double w = (double)c->cwnd;
-		if (c->slow_start) {
-			if (queued > VEGAS_GAMMA * avg) {
-				c->slow_start = false;
-				w = WBC_MIN(w, pipe * c->r_max_ratio + avg);
-			} else if (c->limited && (c->ss_hold = !c->ss_hold)) {
-				w *= 2;   /* every other round: the next one sees it */
-			}
-		} else if (queued < VEGAS_ALPHA * avg) {
-			if (c->limited)
-				w += avg;
-		} else if (queued > VEGAS_BETA * avg) {
-			w -= WBC_MIN(WBC_MAX(avg, (queued - VEGAS_BETA * avg) / 2), w / 2);
-		}
-		c->cwnd = w < CWND_MIN ? CWND_MIN : w > (double)CWND_MAX ? CWND_MAX : (uint64_t)w;
-	}
-	c->round_start_ns = now;
-	c->r_max_ratio = 0;
-	c->r_bytes = c->r_ios = 0;
-	c->r_max_inflight = b->inflight_bytes;
-	c->limited = false;
+	window_reset(&b->win, now);
 	cc_publish(b);
 }
 
 /* A completed I/O's round trip. */
 static void cc_sample(struct nbe *b, const struct nbd_req *r, uint64_t now)
 {
-	struct cc *c = &b->cc;
-	uint64_t rtt = now > r->sent_ns ? now - r->sent_ns : 1;
-	int op = r->io->op == WBC_IO_WRITE;
-	unsigned k = rtt_class(r->len);
-	if (now - c->base_epoch_ns > BASE_WINDOW_NS) {
-		memcpy(c->base_prev, c->base_cur, sizeof(c->base_prev));
-		for (int o = 0; o < 2; o++)
-			for (int i = 0; i < RTT_CLASSES; i++)
-				c->base_cur[o][i] = UINT64_MAX;
-		c->base_epoch_ns = now;
-	}
-	c->base_cur[op][k] = WBC_MIN(c->base_cur[op][k], rtt);
-	uint64_t base = WBC_MIN(c->base_cur[op][k], c->base_prev[op][k]);
-	double ratio = (double)base / (double)rtt;
-	c->srtt = c->srtt > 0 ? c->srtt + ((double)rtt - c->srtt) / 8 : (double)rtt;
-	c->sbase = c->sbase > 0 ? c->sbase + ((double)base - c->sbase) / 8 : (double)base;
-	c->r_max_ratio = WBC_MAX(c->r_max_ratio, ratio);
-	c->r_bytes += r->len;
-	c->r_ios++;
-	if (r->sent_ns >= c->round_start_ns)
-		cc_round_end(b, now);
-}
-
-/* Room in the window for @len more bytes? */
-static bool window_fits(struct nbe *b, size_t len)
-{
-	if (b->fixed)
-		return b->inflight_ios < b->fixed;
-	return !b->inflight_bytes || b->inflight_bytes + len <= b->cc.cwnd;
+	window_sample(&b->win, r->io->op == WBC_IO_WRITE, r->len, r->sent_ns, now);
+	cc_publish(b);
 }
 
 /* ------------------------------------------------------------------ */
@@ -593,16 +490,15 @@ static void finish(struct nbe *b)
 			failed = io->backend_data[0];
 		}
 		io->backend_data[0] = io->backend_data[1] = NULL;
-		b->inflight_bytes -= io->len;
-		b->inflight_ios--;
+		window_put(&b->win, io->len);
 		batch[n++] = io;
 		if (n == COMPLETE_BATCH) {
-			atomic_store_explicit(&b->st_inflight, b->inflight_bytes, memory_order_relaxed);
+			atomic_store_explicit(&b->st_inflight, b->win.inflight_bytes, memory_order_relaxed);
 			wbc_io_complete_batch(batch, n);
 			n = 0;
 		}
 	}
-	atomic_store_explicit(&b->st_inflight, b->inflight_bytes, memory_order_relaxed);
+	atomic_store_explicit(&b->st_inflight, b->win.inflight_bytes, memory_order_relaxed);
 	if (n)
 		wbc_io_complete_batch(batch, n);
 	if (b->flush_done) {
@@ -657,8 +553,7 @@ static void conn_down(struct nbe *b, struct nbd_conn *c, uint64_t now, const cha
 	/* nothing can send what waited: the engine gets it back */
 	while (orphans) {
 		struct wbc_io *next = orphans->backend_data[0];
-		b->inflight_bytes += orphans->len;   /* counted back out in finish() */
-		b->inflight_ios++;
+		window_take(&b->win, orphans->len);   /* put back in finish() */
 		fail_io(b, orphans, -EIO);
 		orphans = next;
 	}
@@ -778,8 +673,8 @@ static bool pull_work(struct nbe *b, uint64_t now)
 			struct wbc_io *io = read ? b->rq_head : b->wq_head;
 			if (!io)
 				break;
-			if (!window_fits(b, io->len)) {
-				b->cc.limited = true;
+			if (!window_fits(&b->win, io->len)) {
+				b->win.limited = true;
 				break;
 			}
 			struct wbc_io **head = read ? &b->rq_head : &b->wq_head;
@@ -787,13 +682,11 @@ static bool pull_work(struct nbe *b, uint64_t now)
 				*(read ? &b->rq_tail : &b->wq_tail) = NULL;
 			io->backend_data[0] = NULL;
 			b->queued_bytes -= io->len;
-			b->inflight_bytes += io->len;
-			b->inflight_ios++;
+			window_take(&b->win, io->len);
 			take[n++] = io;
 		}
 		pthread_mutex_unlock(&b->lock);
-		b->cc.r_max_inflight = WBC_MAX(b->cc.r_max_inflight, b->inflight_bytes);
-		atomic_store_explicit(&b->st_inflight, b->inflight_bytes, memory_order_relaxed);
+		atomic_store_explicit(&b->st_inflight, b->win.inflight_bytes, memory_order_relaxed);
 		while (flushes) {
 			struct nbd_flushreq *f = flushes;
 			flushes = f->next;
@@ -846,7 +739,7 @@ static void *nbd_main(void *arg)
 		pthread_mutex_lock(&b->lock);
 		bool ready = b->stop || b->flushq || b->done || b->failed_head ||
 			     ((b->rq_head || b->wq_head) &&
-			      window_fits(b, (b->rq_head ? b->rq_head : b->wq_head)->len));
+			      window_fits(&b->win, (b->rq_head ? b->rq_head : b->wq_head)->len));
 		if (ready)
 			ms = 0;
 		else
@@ -1211,7 +1104,8 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 	}
 	if (!rc) {
 		atomic_store(&b->st_up, b->nup);
-		cc_reset(b, wbc_now_ns());
+		window_init(&b->win, b->fixed, b->max_io, wbc_now_ns());
+		cc_publish(b);
 		rc = -pthread_create(&b->thread, NULL, nbd_main, b);
 		if (rc)
 			snprintf(err, errlen, "cannot start the nbd thread");

@@ -1,7 +1,8 @@
 /*
  * Device specs: the built-in backend a spec names ("mem", "model[:opts]",
  * "file:PATH[,opts]", "dir:PATH[,opts]", an NBD URI ("nbd://HOST/EXPORT[,opts]",
- * "nbd+unix:///EXPORT?socket=PATH[,opts]"), and "opener[,opts]" for
+ * "nbd+unix:///EXPORT?socket=PATH[,opts]"), "rados:POOL[/PREFIX][,opts]",
+ * and "opener[,opts]" for
  * wbc_dev_add_opener), made with its options.  The per-device tunables
  * were taken out of the spec before (device.c).
  */
@@ -23,6 +24,8 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		return model_backend_new(spec + 6, ops, ctx, err, errlen);
 	if (nbd_is_uri(spec))
 		return nbd_backend_new(spec, ops, ctx, err, errlen);
+	if (!strncmp(spec, "rados:", 6))
+		return rados_backend_new(spec + 6, ops, ctx, err, errlen);
 	bool dir;
 	size_t skip;
 	if (opener && (!strcmp(spec, "opener") || !strncmp(spec, "opener,", 7))) {
@@ -36,8 +39,8 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		skip = 4;
 	} else {
 		snprintf(err, errlen, "unknown device spec '%s' (expected mem, model[:opts], file:PATH, "
-			 "dir:PATH, stack:ID/NAME or an NBD URI: nbd://HOST/EXPORT, "
-			 "nbd+unix:///EXPORT?socket=PATH)", spec);
+			 "dir:PATH, stack:ID/NAME, rados:POOL[/PREFIX] or an NBD URI: "
+			 "nbd://HOST/EXPORT, nbd+unix:///EXPORT?socket=PATH)", spec);
 		return -EINVAL;
 	}
 	char *copy = skip == 6 ? malloc(strlen(spec) + 16) : strdup(spec + skip);

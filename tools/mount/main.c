@@ -211,7 +211,9 @@ int cmd_mount(int argc, char **argv)
 	}
 	free(optcopy);
 
+	char *remote = M.remote;   /* parse_opts' */
 	memset(&M, 0, sizeof(M));
+	M.remote = remote;
 	M.foreground = foreground;
 	M.dio = dio;
 	/* the kernel applied the caller's umask to every mode it sends */
@@ -280,9 +282,32 @@ int cmd_mount(int argc, char **argv)
 			close(t);
 		free(rfh);
 	}
-	rc = fsfd < 0 ? -errno : wbc_dev_add_opener(M.cache, fsfd, devopts, open_backing, NULL,
-						    M.handles ? WBC_OPENER_REOPEN : 0,
-						    &M.dev, msg, sizeof(msg));
+	if (M.remote && fsfd >= 0) {
+		/* file data in RADOS: each file's objects are named by its
+		 * backing inode's file handle, which survives renames and
+		 * remounts (and is never another file's: it carries the
+		 * inode's generation) */
+		char *spec = NULL;
+		if (strncmp(M.remote, "rados:", 6)) {
+			snprintf(msg, sizeof(msg), "rados_conf=, rados_id=, object_size= and "
+				 "rados_timeout= need backend=rados:POOL");
+			rc = -EINVAL;
+		} else if (!M.handles) {
+			snprintf(msg, sizeof(msg), "backend=rados needs a backing file system with "
+				 "file handles (name_to_handle_at): %s has none", M.backing);
+			rc = -EINVAL;
+		} else if (asprintf(&spec, "%s%s%s", M.remote, *devopts ? "," : "", devopts) < 0) {
+			spec = NULL;
+			rc = -ENOMEM;
+		} else {
+			rc = wbc_dev_add_msg(M.cache, spec, &M.dev, msg, sizeof(msg));
+		}
+		free(spec);
+	} else {
+		rc = fsfd < 0 ? -errno : wbc_dev_add_opener(M.cache, fsfd, devopts, open_backing,
+							    NULL, M.handles ? WBC_OPENER_REOPEN : 0,
+							    &M.dev, msg, sizeof(msg));
+	}
 	if (rc) {
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
 		goto out;

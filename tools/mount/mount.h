@@ -153,6 +153,11 @@ struct mnt {
 	bool foreground;
 	struct fuse_session *se;
 	enum dio_mode dio;           /* -o direct_io= */
+	/* -o backend=rados:...: file data in a RADOS pool, BACKING_DIR holds
+	 * the metadata (and each file's size, as a sparse file); the spec
+	 * with its options (rados_conf=, rados_id=, object_size=,
+	 * rados_timeout=), NULL: the backing files hold the data */
+	char *remote;
 };
 
 extern struct mnt M;            /* main.c */
@@ -216,6 +221,9 @@ int mount_sync(void);
 
 /* options.c */
 void mount_usage(FILE *out);
+/* Set the backing file of @n to @size (a remote backend's files: the
+ * metadata's size follows the data's).  0 or -errno. */
+int backing_set_size(struct node *n, uint64_t size);
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 	       char *fuseopts, size_t fuselen, enum dio_mode *dio);
 #endif

@@ -411,7 +411,9 @@ void drop_if_unlinked_locked(struct node *n)
 {
 	assert_held(&n->lock);
 	struct stat st;
-	if (!n->is_reg || !n->wrote)
+	/* a remote backend's data outlives this process: dropped (its
+	 * objects removed) whoever wrote it */
+	if (!n->is_reg || (!n->wrote && !M.remote))
 		return;
 	int fd = nfd(n);
 	/* gone: a handle that no longer opens (ESTALE), or no link left; any
@@ -429,6 +431,22 @@ void drop_if_unlinked_locked(struct node *n)
 	n->wrote = false;
 	n->size_known = false;
 	n->mtime_set = false;
+}
+
+int backing_set_size(struct node *n, uint64_t size)
+{
+	char path[64];
+	int fd = nfd(n), wfd = -1, err = 0;
+	if (fd >= 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		wfd = open(path, O_WRONLY | O_CLOEXEC);
+	}
+	if (wfd < 0 || ftruncate(wfd, (off_t)size))
+		err = -errno;
+	if (wfd >= 0)
+		close(wfd);
+	nfd_put(n, fd);
+	return err;
 }
 
 /* After an unlink or a rename that may have removed the last link of the

@@ -147,6 +147,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 				tmp = true;
 			if (!err)
 				err = wbc_truncate(h, (uint64_t)attr->st_size);
+			if (!err && M.remote)
+				err = backing_set_size(n, (uint64_t)attr->st_size);
 			if (!err)
 				kill_priv(req, n);
 			if (!err) {
@@ -572,6 +574,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			n->size_known = true;
 			n->size = info.size;
 			n->unwritten = info.unwritten_bytes;
+			/* the data is remote: the backing file, sparse, keeps the
+			 * size for the next mount */
+			if (M.remote && backing_set_size(n, info.size))
+				logmsg("cannot set the size of a backing file: %s", strerror(errno));
 		}
 		wbc_file_close(n->wf);
 		n->wf = NULL;

@@ -35,6 +35,10 @@ void mount_usage(FILE *out)
 "     retry_timeout=SECONDS           retry failing writes that long (default\n"
 "                                     30), then writers and fsync get the error\n"
 "     qd=N, max_io=SIZE, direct=0|1   the backing I/O (io_uring, O_DIRECT)\n"
+"     backend=rados:POOL[/PREFIX]     file data in a Ceph pool instead (one\n"
+"                                     writer per file: a RADOS lock), the\n"
+"                                     metadata in BACKING_DIR; with\n"
+"     rados_conf=PATH, rados_id=NAME, object_size=SIZE, rados_timeout=SECONDS\n"
 "     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
 "     noatime, ...                    FUSE and mount options\n"
 "\n"
@@ -106,6 +110,39 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			fprintf(stderr, "wbcache mount: unknown or incomplete option '%s' "
 				"(see wbcache mount --help)\n", kv);
 			return -1;
+		}
+		/* the rados backend's spec and its options (the spec's own
+		 * commas cannot pass through -o: each is an option here) */
+		static const char *const radoskeys[][2] = {
+			{ "rados_conf", "conf" }, { "rados_id", "id" },
+			{ "object_size", "object_size" }, { "rados_timeout", "timeout" },
+		};
+		bool radoskey = false;
+		for (size_t i = 0; val && i < sizeof(radoskeys) / sizeof(radoskeys[0]); i++)
+			if (!strcmp(kv, radoskeys[i][0])) {
+				char *spec = NULL;
+				if (asprintf(&spec, "%s%s%s=%s", M.remote ? M.remote : "",
+					     M.remote ? "," : "", radoskeys[i][1], val) < 0)
+					return -1;
+				free(M.remote);
+				M.remote = spec;
+				radoskey = true;
+			}
+		if (radoskey)
+			continue;
+		if (!strcmp(kv, "backend")) {
+			if (strncmp(val, "rados:", 6) || !val[6]) {
+				fprintf(stderr, "wbcache mount: bad backend '%s' (rados:POOL[/PREFIX])\n",
+					val);
+				return -1;
+			}
+			char *spec = NULL;
+			if (asprintf(&spec, "%s%s%s", val, M.remote ? "," : "",
+				     M.remote ? M.remote : "") < 0)
+				return -1;
+			free(M.remote);
+			M.remote = spec;
+			continue;
 		}
 		if (devkey) {
 			size_t used = strlen(devopts);

@@ -1,0 +1,1279 @@
+/*
+ * RADOS backend: files striped over objects of a Ceph pool, on librados'
+ * asynchronous API.
+ *
+ *   rados:POOL[/PREFIX][,opts]
+ *
+ * Options (then the device tunables, which the engine takes out first):
+ *   conf=PATH        the cluster's configuration (default: $CEPH_CONF, then
+ *                    librados' search: /etc/ceph/ceph.conf, ...)
+ *   id=NAME          the client's name (client.NAME; default admin)
+ *   object_size=SIZE each file's stripe unit (default 4M; 64K..64M, a power
+ *                    of two)
+ *   timeout=SECONDS  an operation not answered for that long fails
+ *                    (rados_osd_op_timeout and rados_mon_op_timeout; the
+ *                    connection at start too); default 30, 0: never
+ *   window=adaptive  (default) the congestion window of window.c;
+ *   window=fixed:N   N I/Os in flight at most
+ *   max_io=SIZE      largest I/O (default: the object size, at most 4 MiB)
+ *   lock_check=SECONDS  how often the keeper re-asserts the locks (10)
+ *
+ * Objects.  File NAME is objects "[PREFIX/]NAME.%016x" of the object index
+ * (byte offset / object_size).  Object 0 always exists while the file does:
+ * it holds the file's size (xattr wbcache.size, decimal), the extent
+ * (xattr wbcache.extent: no object at or beyond it holds data, see below)
+ * and the file's lock.
+ *
+ * I/O.  A writeback I/O (a run of contiguous dirty pages) becomes one
+ * rados_aio_write per object it touches, from its pages where they are
+ * contiguous in memory, else from one copy of them (librados copies the
+ * buffer anyway); a read one rados_aio_read per object, missing objects
+ * and the parts past an object's end reading as zeros, and nothing past
+ * the file's size.  The I/O completes when all its operations have, with
+ * the first error.  I/Os wait in the backend for room in the congestion
+ * window (window.c, the NBD backend's: Vegas on the operations' round
+ * trips, bytes in flight), reads ahead of writes; one completion thread
+ * moves them into the window, issues the operations and completes the
+ * I/Os in batches.  librados' callbacks only note results and wake it.
+ *
+ * Sizes.  The size the engine gives (writes' ends, resize()) is kept in
+ * memory and written to object 0's xattr by flush() (fsync, sync) and
+ * resize(); a write completes when the cluster acknowledged it (RADOS
+ * acknowledges once every replica has it), so flush() has only the size
+ * to write.  Crash safety: a cache that dies after writes beyond the
+ * recorded size leaves objects past it.  Before any write goes beyond the
+ * extent, the extent is raised (synchronously, in submit(), a step of 64
+ * objects at a time); opening a file whose extent lies beyond its size
+ * removes (and cuts) what lies between, so a later extension reads zeros.
+ * resize() down removes the objects past the new size and cuts the one
+ * holding it; up it only records the size (nothing lies beyond the size
+ * while the file is open).
+ *
+ * Locking: one writer per file across machines.  open() takes an
+ * exclusive RADOS lock (cls_lock "wbcache") on object 0, cookie unique to
+ * this device (host, pid, a random number), without expiry; a cache that
+ * finds it held gets -EBUSY.  close() releases it.  A keeper thread
+ * re-asserts every open file's lock every 10 s (lock_check=)
+ * (LIBRADOS_LOCK_FLAG_MUST_RENEW): a lock broken by `wbcache rados-unlock`
+ * (wbc_rados_break_lock()) fences the file: its writes fail with EIO from
+ * then on (they stay dirty, at risk, as any failed write), instead of
+ * mixing with the new owner's.  A lock is never taken over silently:
+ * only the explicit command breaks it (for a cache that died).
+ *
+ * Faults.  An OSD that stops or a cluster out of reach: librados resends
+ * operations once the OSD (or its replacement) is there; after timeout=
+ * an operation fails with ETIMEDOUT, reported as EIO, and the engine's
+ * policy takes over (on_error=retry keeps the pages dirty and at risk,
+ * retries with backoff; fsync reports the error once per handle).  The
+ * backend's stats report connected 0 from a transport failure until an
+ * operation succeeds again.
+ */
+#include "backends.h"
+
+#include <rados/librados.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RADOS_QUEUE_DEPTH 256u
+#define RADOS_DEFAULT_OBJ (4u << 20)
+#define RADOS_DEFAULT_TIMEOUT_S 30.0
+#define EXTENT_STEP_OBJS 64
+#define LOCK_NAME "wbcache"
+#define XATTR_SIZE "wbcache.size"
+#define XATTR_EXTENT "wbcache.extent"
+#define KEEPER_S 10.0
+#define STALL_NS (1000ull * 1000000ull)   /* no completion for that long: a new map */
+#define COMPLETE_BATCH 64
+#define TAKE_BATCH 64
+#define OID_MAX 1100
+
+struct rbe;
+
+struct rfile {
+	struct rbe *b;
+	char *name;                 /* object name prefix: [PREFIX/]NAME */
+	struct list_head node;      /* b->files */
+	pthread_mutex_t lock;       /* the sizes below */
+	uint64_t size;              /* as the engine set it */
+	uint64_t durable;           /* in the xattr */
+	uint64_t extent;            /* in the xattr: no data at or beyond it */
+	pthread_mutex_t extent_lock;/* raising the extent (a synchronous op) */
+	atomic_bool fenced;         /* our lock was broken: writes fail */
+	bool lock_shared;           /* another handle of this backend holds it */
+};
+
+struct rpiece {
+	struct rreq *req;
+	struct rpiece *next;        /* the done list */
+	rados_completion_t comp;
+	uint64_t obj, objoff;
+	char *buf;
+	size_t len;
+};
+
+struct rreq {
+	struct wbc_io *io;
+	struct rfile *f;
+	void *bounce;
+	size_t len;                 /* bytes its pieces cover (reads: to the size) */
+	uint64_t sent_ns;
+	unsigned npieces, left;
+	int err;
+	struct rpiece piece[];
+};
+
+struct rbe {
+	rados_t cluster;
+	rados_ioctx_t io;
+	char *pool, *prefix;
+	uint64_t objsize;
+	size_t max_io;
+	unsigned fixed;
+	uint64_t timeout_ns;
+	uint64_t keeper_ns;         /* lock_check= */
+	char cookie[128];
+	pthread_t thread, keeper;
+	bool keeper_started;
+
+	pthread_mutex_t lock;       /* queues, done list, flags */
+	pthread_cond_t cond;        /* the completion thread waits here */
+	struct wbc_io *rq_head, *rq_tail, *wq_head, *wq_tail;
+	uint64_t queued_bytes;
+	struct rpiece *done;        /* pieces librados completed */
+	struct wbc_io *failed;      /* completed without a request */
+	bool sleeping, stop;
+
+	unsigned closing;           /* lock: closes' size writes and unlocks in flight */
+	int close_err;              /* lock: the first of their errors, for flush */
+	pthread_cond_t closing_cond;
+
+	pthread_mutex_t files_lock; /* files; held across the keeper's checks */
+	struct list_head files;
+	pthread_cond_t keeper_cond;
+	bool keeper_stop;
+
+	struct vegas_window win;    /* the completion thread's own */
+
+	_Atomic uint64_t st_window, st_inflight, st_rtt, st_base;
+	atomic_uint st_up;
+	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
+	_Atomic uint64_t last_progress_ns;   /* the last completion (or issue from idle) */
+};
+
+static const struct wbc_backend_ops rados_ops;
+
+static void oid(const struct rfile *f, uint64_t idx, char *out)
+{
+	snprintf(out, OID_MAX, "%s.%016llx", f->name, (unsigned long long)idx);
+}
+
+/* An error of librados as the engine's: a transport failure is EIO. */
+static int rerr(int r)
+{
+	if (r == -ETIMEDOUT || r == -ENOTCONN || r == -ESHUTDOWN || r == -ECONNREFUSED ||
+	    r == -ECONNRESET || r == -EPIPE || r == -ETIME)
+		return -EIO;
+	return r;
+}
+
+static bool transport_error(int r)
+{
+	return r == -ETIMEDOUT || r == -ENOTCONN || r == -ESHUTDOWN || r == -ECONNREFUSED ||
+	       r == -ECONNRESET || r == -ETIME;
+}
+
+/* ------------------------------------------------------------------ */
+/* sizes in object 0's xattrs                                           */
+
+static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint64_t *v)
+{
+	char buf[32];
+	int r = rados_getxattr(io, o, name, buf, sizeof(buf) - 1);
+	if (r == -ENODATA) {
+		*v = 0;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	buf[r] = '\0';
+	*v = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+/* Write @f's size and extent (either may be UINT64_MAX: left as it is). */
+static int put_sizes(struct rfile *f, uint64_t size, uint64_t extent)
+{
+	char o[OID_MAX], sb[32], eb[32];
+	oid(f, 0, o);
+	rados_write_op_t op = rados_create_write_op();
+	if (!op)
+		return -ENOMEM;
+	rados_write_op_assert_exists(op);
+	if (size != UINT64_MAX) {
+		int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)size);
+		rados_write_op_setxattr(op, XATTR_SIZE, sb, (size_t)n);
+	}
+	if (extent != UINT64_MAX) {
+		int n = snprintf(eb, sizeof(eb), "%llu", (unsigned long long)extent);
+		rados_write_op_setxattr(op, XATTR_EXTENT, eb, (size_t)n);
+	}
+	int r = rados_write_op_operate(op, f->b->io, o, NULL, 0);
+	rados_release_write_op(op);
+	return r;
+}
+
+/* Remove the objects [from, to) and cut object @cut_obj at @cut_off
+ * (cut_off 0: none), all at once; -ENOENT is success.  0 or -errno. */
+static int trim_objects(struct rfile *f, uint64_t cut_obj, uint64_t cut_off, uint64_t from,
+			uint64_t to)
+{
+	struct rbe *b = f->b;
+	char o[OID_MAX];
+	int err = 0;
+	if (cut_off) {
+		oid(f, cut_obj, o);
+		int r = rados_trunc(b->io, o, cut_off);
+		if (r < 0 && r != -ENOENT)
+			err = r;
+	}
+	enum { BATCH = 64 };
+	for (uint64_t i = from; i < to && !err;) {
+		rados_completion_t c[BATCH];
+		unsigned n = 0;
+		for (; i < to && n < BATCH; i++) {
+			if (rados_aio_create_completion2(NULL, NULL, &c[n]) < 0) {
+				err = -ENOMEM;
+				break;
+			}
+			oid(f, i, o);
+			if (i == 0) {   /* object 0 holds the size and the lock: cut it */
+				int r = rados_aio_write_full(b->io, o, c[n], "", 0);
+				if (r < 0) {
+					rados_aio_release(c[n]);
+					err = r;
+					break;
+				}
+			} else if (rados_aio_remove(b->io, o, c[n]) < 0) {
+				rados_aio_release(c[n]);
+				err = -EIO;
+				break;
+			}
+			n++;
+		}
+		for (unsigned k = 0; k < n; k++) {
+			rados_aio_wait_for_complete(c[k]);
+			int r = rados_aio_get_return_value(c[k]);
+			if (r < 0 && r != -ENOENT && !err)
+				err = r;
+			rados_aio_release(c[k]);
+		}
+	}
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* the completion thread                                                */
+
+static void publish(struct rbe *b)
+{
+	atomic_store_explicit(&b->st_window, window_bytes(&b->win), memory_order_relaxed);
+	atomic_store_explicit(&b->st_rtt, (uint64_t)b->win.srtt, memory_order_relaxed);
+	atomic_store_explicit(&b->st_base, (uint64_t)b->win.sbase, memory_order_relaxed);
+	atomic_store_explicit(&b->st_inflight, b->win.inflight_bytes, memory_order_relaxed);
+}
+
+/* librados' callback, on one of its threads: note it, wake the thread. */
+static void piece_cb(rados_completion_t c, void *arg)
+{
+	(void)c;
+	struct rpiece *p = arg;
+	struct rbe *b = p->req->f->b;
+	pthread_mutex_lock(&b->lock);
+	p->next = b->done;
+	b->done = p;
+	bool wake = b->sleeping;
+	b->sleeping = false;
+	pthread_mutex_unlock(&b->lock);
+	if (wake)
+		pthread_cond_signal(&b->cond);
+}
+
+static void fail_io(struct rbe *b, struct wbc_io *io, int err)
+{
+	io->res = err;
+	pthread_mutex_lock(&b->lock);
+	io->backend_data[0] = b->failed;
+	b->failed = io;
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Gather or scatter @io's iovec to or from @buf (its first @len bytes). */
+static void iov_copy(const struct wbc_io *io, char *buf, size_t len, bool to_buf)
+{
+	size_t at = 0;
+	for (int i = 0; i < io->iovcnt && at < len; i++) {
+		size_t l = WBC_MIN(io->iov[i].iov_len, len - at);
+		if (to_buf)
+			memcpy(buf + at, io->iov[i].iov_base, l);
+		else
+			memcpy(io->iov[i].iov_base, buf + at, l);
+		at += l;
+	}
+}
+
+static bool iov_contiguous(const struct wbc_io *io)
+{
+	for (int i = 1; i < io->iovcnt; i++)
+		if ((char *)io->iov[i - 1].iov_base + io->iov[i - 1].iov_len != io->iov[i].iov_base)
+			return false;
+	return true;
+}
+
+/* Start @io (in the window already). */
+static void issue_io(struct rbe *b, struct wbc_io *io, uint64_t now)
+{
+	struct rfile *f = io->file;
+	bool write = io->op == WBC_IO_WRITE;
+	size_t len = io->len;
+	if (write && (atomic_load_explicit(&f->fenced, memory_order_relaxed) ||
+		      atomic_load_explicit(&b->fail_writes, memory_order_relaxed))) {
+		fail_io(b, io, -EIO);
+		return;
+	}
+	if (!write) {
+		pthread_mutex_lock(&f->lock);
+		uint64_t size = f->size;
+		pthread_mutex_unlock(&f->lock);
+		len = io->off >= size ? 0 : (size_t)WBC_MIN((uint64_t)len, size - io->off);
+	}
+	unsigned n = 0;
+	if (len) {
+		uint64_t first = io->off / b->objsize, last = (io->off + len - 1) / b->objsize;
+		n = (unsigned)(last - first + 1);
+	}
+	struct rreq *r = calloc(1, sizeof(*r) + n * sizeof(struct rpiece));
+	if (!r) {
+		fail_io(b, io, -ENOMEM);
+		return;
+	}
+	r->io = io;
+	r->f = f;
+	r->len = len;
+	r->sent_ns = now;
+	r->npieces = r->left = n;
+	io->backend_data[1] = r;
+	char *buf = io->iov[0].iov_base;
+	if (len && !iov_contiguous(io)) {
+		if (!(r->bounce = malloc(len))) {
+			free(r);
+			fail_io(b, io, -ENOMEM);
+			return;
+		}
+		buf = r->bounce;
+		if (write)
+			iov_copy(io, buf, len, true);
+	}
+	if (!n) {
+		/* a piece-less request (a read at or past the end): done at once */
+		struct rpiece *p = calloc(1, sizeof(*p));
+		if (!p) {
+			free(r);
+			fail_io(b, io, -ENOMEM);
+			return;
+		}
+		p->req = r;
+		p->next = NULL;
+		pthread_mutex_lock(&b->lock);
+		p->next = b->done;
+		b->done = p;
+		pthread_mutex_unlock(&b->lock);
+		return;
+	}
+	/* set up every piece first: a callback may come before the last is sent */
+	size_t at = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct rpiece *p = &r->piece[i];
+		uint64_t off = io->off + at;
+		p->req = r;
+		p->obj = off / b->objsize;
+		p->objoff = off % b->objsize;
+		p->len = (size_t)WBC_MIN((uint64_t)(len - at), b->objsize - p->objoff);
+		p->buf = buf + at;
+		at += p->len;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct rpiece *p = &r->piece[i];
+		char o[OID_MAX];
+		oid(f, p->obj, o);
+		int rc = rados_aio_create_completion2(p, piece_cb, &p->comp);
+		if (!rc)
+			rc = write ? rados_aio_write(b->io, o, p->comp, p->buf, p->len, p->objoff) :
+				     rados_aio_read(b->io, o, p->comp, p->buf, p->len, p->objoff);
+		if (rc < 0) {
+			/* not sent: finish it here as failed */
+			if (p->comp)
+				rados_aio_release(p->comp);
+			p->comp = NULL;
+			pthread_mutex_lock(&b->lock);
+			if (!r->err)
+				r->err = rc;
+			p->next = b->done;
+			b->done = p;
+			pthread_mutex_unlock(&b->lock);
+		}
+	}
+}
+
+/* Settle a completed piece (the completion thread); the request when it
+ * was the last: returns it then. */
+static struct rreq *settle(struct rbe *b, struct rpiece *p)
+{
+	struct rreq *r = p->req;
+	bool write = r->io->op == WBC_IO_WRITE;
+	if (p->comp) {
+		atomic_store_explicit(&b->last_progress_ns, wbc_now_ns(), memory_order_relaxed);
+		int rc = rados_aio_get_return_value(p->comp);
+		rados_aio_release(p->comp);
+		p->comp = NULL;
+		if (!write && (rc == -ENOENT || (rc >= 0 && (size_t)rc < p->len))) {
+			/* a missing object, or one that ends early: zeros */
+			size_t got = rc > 0 ? (size_t)rc : 0;
+			memset(p->buf + got, 0, p->len - got);
+			rc = 0;
+		}
+		if (rc < 0) {
+			if (transport_error(rc))
+				atomic_store_explicit(&b->st_up, 0, memory_order_relaxed);
+			if (!r->err)
+				r->err = rerr(rc);
+		} else {
+			atomic_store_explicit(&b->st_up, 1, memory_order_relaxed);
+		}
+	}
+	if (!r->npieces) {
+		free(p);   /* the placeholder of a piece-less request */
+		return r;
+	}
+	return --r->left ? NULL : r;
+}
+
+static void finish_req(struct rbe *b, struct rreq *r, uint64_t now)
+{
+	struct wbc_io *io = r->io;
+	bool write = io->op == WBC_IO_WRITE;
+	if (!r->err && r->npieces)
+		window_sample(&b->win, write, r->len, r->sent_ns, now);
+	if (!r->err && write) {
+		struct rfile *f = r->f;
+		pthread_mutex_lock(&f->lock);
+		f->size = WBC_MAX(f->size, io->off + io->len);
+		pthread_mutex_unlock(&f->lock);
+	}
+	if (!r->err && !write && r->bounce)
+		iov_copy(io, r->bounce, r->len, false);
+	io->res = r->err ? r->err : write ? (ssize_t)io->len : (ssize_t)r->len;
+	free(r->bounce);
+	free(r);
+}
+
+static void *rados_main(void *arg)
+{
+	struct rbe *b = arg;
+	pthread_setname_np(pthread_self(), "wbc-rados");
+	pthread_mutex_lock(&b->lock);
+	for (;;) {
+		struct rpiece *done = b->done;
+		struct wbc_io *failed = b->failed;
+		b->done = NULL;
+		b->failed = NULL;
+		struct wbc_io *take[TAKE_BATCH];
+		unsigned nt = 0;
+		while (nt < TAKE_BATCH) {
+			bool read = b->rq_head != NULL;
+			struct wbc_io *io = read ? b->rq_head : b->wq_head;
+			if (!io)
+				break;
+			if (!window_fits(&b->win, io->len)) {
+				b->win.limited = true;
+				break;
+			}
+			struct wbc_io **head = read ? &b->rq_head : &b->wq_head;
+			if (!(*head = io->backend_data[0]))
+				*(read ? &b->rq_tail : &b->wq_tail) = NULL;
+			io->backend_data[0] = NULL;
+			b->queued_bytes -= io->len;
+			window_take(&b->win, io->len);
+			take[nt++] = io;
+		}
+		if (!done && !failed && !nt) {
+			if (b->stop && !b->win.inflight_ios)
+				break;
+			b->sleeping = true;
+			pthread_cond_wait(&b->cond, &b->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&b->lock);
+
+		uint64_t now = wbc_now_ns();
+		if (nt && !atomic_load_explicit(&b->st_inflight, memory_order_relaxed))
+			atomic_store_explicit(&b->last_progress_ns, now, memory_order_relaxed);
+		for (unsigned i = 0; i < nt; i++)
+			issue_io(b, take[i], now);
+		struct wbc_io *batch[COMPLETE_BATCH];
+		unsigned n = 0;
+		while (done || failed) {
+			struct wbc_io *io;
+			if (done) {
+				struct rpiece *p = done;
+				done = p->next;
+				struct rreq *r = settle(b, p);
+				if (!r)
+					continue;
+				io = r->io;
+				finish_req(b, r, now);
+			} else {
+				io = failed;
+				failed = io->backend_data[0];
+			}
+			io->backend_data[0] = io->backend_data[1] = NULL;
+			window_put(&b->win, io->len);
+			batch[n++] = io;
+			if (n == COMPLETE_BATCH) {
+				publish(b);
+				wbc_io_complete_batch(batch, n);
+				n = 0;
+			}
+		}
+		publish(b);
+		if (n)
+			wbc_io_complete_batch(batch, n);
+		pthread_mutex_lock(&b->lock);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* the lock keeper                                                      */
+
+static int take_lock(struct rfile *f, uint8_t flags)
+{
+	char o[OID_MAX];
+	oid(f, 0, o);
+	char desc[160];
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	snprintf(desc, sizeof(desc), "wbcache on %s, pid %d", host, (int)getpid());
+	return rados_lock_exclusive(f->b->io, o, LOCK_NAME, f->b->cookie, desc, NULL, flags);
+}
+
+static void *keeper_main(void *arg)
+{
+	struct rbe *b = arg;
+	pthread_setname_np(pthread_self(), "wbc-rados-keep");
+	pthread_mutex_lock(&b->files_lock);
+	uint64_t next_check = wbc_now_ns() + b->keeper_ns;
+	while (!b->keeper_stop) {
+		uint64_t now = wbc_now_ns();
+		wbc_cond_timedwait_ns(&b->keeper_cond, &b->files_lock,
+				      WBC_MIN(STALL_NS, next_check > now ? next_check - now : 0));
+		if (b->keeper_stop)
+			break;
+		now = wbc_now_ns();
+		/* operations in flight and none completing: ask the monitor
+		 * for the newest OSD map.  A client learns of an OSD that
+		 * restarted (at a new address) only from a newer map, and
+		 * nothing else makes it ask soon: without this, operations
+		 * sent to the dead instance waited for timeout= */
+		if (atomic_load_explicit(&b->st_inflight, memory_order_relaxed) &&
+		    now - atomic_load_explicit(&b->last_progress_ns, memory_order_relaxed) >
+		    STALL_NS) {
+			pthread_mutex_unlock(&b->files_lock);
+			rados_wait_for_latest_osdmap(b->cluster);
+			pthread_mutex_lock(&b->files_lock);
+			continue;
+		}
+		if (now < next_check)
+			continue;
+		next_check = now + b->keeper_ns;
+		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
+			struct rfile *f = container_of(pos, struct rfile, node);
+			if (atomic_load(&f->fenced))
+				continue;
+			int r = take_lock(f, LIBRADOS_LOCK_FLAG_MUST_RENEW);
+			if (r == -ENOENT || r == -EBUSY) {
+				atomic_store(&f->fenced, true);
+				fprintf(stderr, "wbcache: rados: the lock on %s was broken: its writes "
+					"fail from now on\n", f->name);
+			}
+		}
+	}
+	pthread_mutex_unlock(&b->files_lock);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* the operations                                                       */
+
+static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	struct rbe *b = ctx;
+	/* writes beyond a file's extent raise it first (durably) */
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_io *io = ios[i];
+		if (io->op != WBC_IO_WRITE)
+			continue;
+		struct rfile *f = io->file;
+		uint64_t end = io->off + io->len;
+		pthread_mutex_lock(&f->lock);
+		bool beyond = end > f->extent;
+		pthread_mutex_unlock(&f->lock);
+		if (!beyond)
+			continue;
+		pthread_mutex_lock(&f->extent_lock);
+		pthread_mutex_lock(&f->lock);
+		uint64_t ext = f->extent;
+		pthread_mutex_unlock(&f->lock);
+		int r = 0;
+		if (end > ext) {
+			uint64_t want = (end + b->objsize - 1) / b->objsize * b->objsize +
+					EXTENT_STEP_OBJS * b->objsize;
+			r = put_sizes(f, UINT64_MAX, want);
+			if (!r) {
+				pthread_mutex_lock(&f->lock);
+				f->extent = want;
+				pthread_mutex_unlock(&f->lock);
+			}
+		}
+		pthread_mutex_unlock(&f->extent_lock);
+		if (r < 0) {
+			if (transport_error(r))
+				atomic_store_explicit(&b->st_up, 0, memory_order_relaxed);
+			n = i;   /* queue those before it; the engine fails the rest */
+			if (!n) {
+				*queued = 0;
+				return rerr(r);
+			}
+			rados_submit(ctx, ios, n, queued);
+			return rerr(r);
+		}
+	}
+	pthread_mutex_lock(&b->lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_io *io = ios[i];
+		bool read = io->op == WBC_IO_READ;
+		struct wbc_io **tail = read ? &b->rq_tail : &b->wq_tail;
+		io->backend_data[0] = NULL;
+		if (*tail)
+			(*tail)->backend_data[0] = io;
+		else
+			*(read ? &b->rq_head : &b->wq_head) = io;
+		*tail = io;
+		b->queued_bytes += io->len;
+	}
+	bool wake = b->sleeping;
+	b->sleeping = false;
+	pthread_mutex_unlock(&b->lock);
+	if (wake)
+		pthread_cond_signal(&b->cond);
+	*queued = n;
+	return 0;
+}
+
+static int wait_closes(struct rbe *b);
+
+static int flush_file(struct rfile *f)
+{
+	pthread_mutex_lock(&f->lock);
+	uint64_t size = f->size;
+	bool dirty = size != f->durable;
+	pthread_mutex_unlock(&f->lock);
+	if (!dirty)
+		return 0;
+	int r = put_sizes(f, size, UINT64_MAX);
+	if (r < 0)
+		return rerr(r);
+	pthread_mutex_lock(&f->lock);
+	f->durable = size;
+	pthread_mutex_unlock(&f->lock);
+	return 0;
+}
+
+static int rados_flush(void *ctx, void *file, unsigned flags)
+{
+	(void)flags;
+	struct rbe *b = ctx;
+	if (file) {
+		struct rfile *f = file;
+		if (atomic_load(&f->fenced))
+			return -EIO;
+		return flush_file(f);
+	}
+	int err = wait_closes(b);
+	pthread_mutex_lock(&b->files_lock);
+	for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
+		struct rfile *f = container_of(pos, struct rfile, node);
+		int r = atomic_load(&f->fenced) ? -EIO : flush_file(f);
+		if (r && !err)
+			err = r;
+	}
+	pthread_mutex_unlock(&b->files_lock);
+	return err;
+}
+
+static void rados_caps(void *ctx, struct wbc_backend_caps *caps)
+{
+	struct rbe *b = ctx;
+	caps->max_io = b->max_io;
+	caps->queue_depth = WBC_MAX(RADOS_QUEUE_DEPTH, b->fixed);
+}
+
+static void free_file(struct rfile *f)
+{
+	pthread_mutex_destroy(&f->lock);
+	pthread_mutex_destroy(&f->extent_lock);
+	free(f->name);
+	free(f);
+}
+
+static int rados_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	struct rbe *b = ctx;
+	struct rfile *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->b = b;
+	wbc_mutex_init(&f->lock);
+	wbc_mutex_init(&f->extent_lock);
+	list_init(&f->node);
+	if (asprintf(&f->name, "%s%s%s", b->prefix ? b->prefix : "", b->prefix ? "/" : "",
+		     name) < 0) {
+		f->name = NULL;
+		free_file(f);
+		return -ENOMEM;
+	}
+	if (strlen(f->name) + 20 > OID_MAX) {
+		free_file(f);
+		return -ENAMETOOLONG;
+	}
+	char o[OID_MAX];
+	oid(f, 0, o);
+	uint64_t psize;
+	time_t pmtime;
+	int r = rados_stat(b->io, o, &psize, &pmtime);
+	bool exists = r == 0;
+	if (r < 0 && r != -ENOENT) {
+		free_file(f);
+		return rerr(r);
+	}
+	if (!exists && !(flags & WBC_OPEN_CREATE)) {
+		free_file(f);
+		return -ENOENT;
+	}
+	r = take_lock(f, 0);   /* creates object 0 when missing */
+	if (r == -EEXIST) {
+		/* held under our cookie: by a handle of this backend (the engine
+		 * opens a name once at a time, but a backend's user may open it
+		 * again, as the conformance suite does to read it back), which
+		 * knows the sizes */
+		pthread_mutex_lock(&b->files_lock);
+		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
+			struct rfile *g = container_of(pos, struct rfile, node);
+			if (!strcmp(g->name, f->name)) {
+				pthread_mutex_lock(&g->lock);
+				f->size = g->size;
+				f->durable = g->durable;
+				f->extent = g->extent;
+				pthread_mutex_unlock(&g->lock);
+				f->lock_shared = true;
+				list_add_tail(&f->node, &b->files);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&b->files_lock);
+		if (!f->lock_shared) {
+			free_file(f);
+			return -EBUSY;
+		}
+		*file = f;
+		*size = f->size;
+		return 0;
+	}
+	if (r < 0) {
+		free_file(f);
+		return rerr(r);
+	}
+	uint64_t sz = 0, ext = 0;
+	if (exists) {
+		if (!(r = get_u64_xattr(b->io, o, XATTR_SIZE, &sz)))
+			r = get_u64_xattr(b->io, o, XATTR_EXTENT, &ext);
+	}
+	/* what a cache that died left past the size: removed, so that an
+	 * extension reads zeros */
+	uint64_t size_objs = (sz + b->objsize - 1) / b->objsize;
+	if (!r && ext > size_objs * b->objsize) {
+		r = trim_objects(f, sz / b->objsize, sz % b->objsize, size_objs,
+				 (ext + b->objsize - 1) / b->objsize);
+		if (!r)
+			r = put_sizes(f, sz, size_objs * b->objsize);
+		ext = size_objs * b->objsize;
+	} else if (!r && !exists) {
+		r = put_sizes(f, 0, 0);
+	}
+	if (r < 0) {
+		rados_unlock(b->io, o, LOCK_NAME, b->cookie);
+		free_file(f);
+		return rerr(r);
+	}
+	f->size = f->durable = sz;
+	f->extent = ext;
+	pthread_mutex_lock(&b->files_lock);
+	list_add_tail(&f->node, &b->files);
+	pthread_mutex_unlock(&b->files_lock);
+	*file = f;
+	*size = sz;
+	return 0;
+}
+
+/* A close's size write or unlock is done (librados' thread). */
+static void close_cb(rados_completion_t c, void *arg)
+{
+	struct rbe *b = arg;
+	int r = rados_aio_get_return_value(c);
+	rados_aio_release(c);
+	pthread_mutex_lock(&b->lock);
+	if (r < 0 && r != -ENOENT && !b->close_err)
+		b->close_err = rerr(r);
+	if (!--b->closing)
+		pthread_cond_broadcast(&b->closing_cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Start @what (0: the size write, 1: the unlock) of closing @f. */
+static void close_op(struct rbe *b, struct rfile *f, int what, uint64_t size)
+{
+	char o[OID_MAX], sb[32];
+	oid(f, 0, o);
+	rados_completion_t c;
+	int r = rados_aio_create_completion2(b, close_cb, &c);
+	if (r < 0)
+		goto fail;
+	pthread_mutex_lock(&b->lock);
+	b->closing++;
+	pthread_mutex_unlock(&b->lock);
+	if (what == 0) {
+		int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)size);
+		r = rados_aio_setxattr(b->io, o, c, XATTR_SIZE, sb, (size_t)n);
+	} else {
+		r = rados_aio_unlock(b->io, o, LOCK_NAME, b->cookie, c);
+	}
+	if (r >= 0)
+		return;
+	rados_aio_release(c);
+	pthread_mutex_lock(&b->lock);
+	b->closing--;
+	pthread_mutex_unlock(&b->lock);
+fail:
+	pthread_mutex_lock(&b->lock);
+	if (!b->close_err)
+		b->close_err = rerr(r);
+	pthread_mutex_unlock(&b->lock);
+	if (what)
+		fprintf(stderr, "wbcache: rados: cannot release the lock on %s: %s "
+			"(`wbcache rados-unlock` breaks it)\n", f->name, strerror(-r));
+}
+
+/* close() may run on the completion thread (a file's last write done):
+ * its size write and unlock go out asynchronously, in that order (one
+ * client's operations on an object are applied in order); flush(NULL)
+ * and destroy wait for them. */
+static void rados_close_file(void *ctx, void *file)
+{
+	struct rbe *b = ctx;
+	struct rfile *f = file;
+	pthread_mutex_lock(&b->files_lock);
+	list_del_init(&f->node);
+	pthread_mutex_unlock(&b->files_lock);
+	if (!atomic_load(&f->fenced) && !f->lock_shared) {
+		pthread_mutex_lock(&f->lock);
+		uint64_t size = f->size;
+		bool dirty = size != f->durable;
+		pthread_mutex_unlock(&f->lock);
+		if (dirty)
+			close_op(b, f, 0, size);
+		close_op(b, f, 1, 0);
+	}
+	free_file(f);
+}
+
+/* Wait for the closes in flight; their first error (once). */
+static int wait_closes(struct rbe *b)
+{
+	pthread_mutex_lock(&b->lock);
+	while (b->closing)
+		pthread_cond_wait(&b->closing_cond, &b->lock);
+	int err = b->close_err;
+	b->close_err = 0;
+	pthread_mutex_unlock(&b->lock);
+	return err;
+}
+
+static int rados_resize(void *ctx, void *file, uint64_t size)
+{
+	struct rbe *b = ctx;
+	struct rfile *f = file;
+	if (atomic_load(&f->fenced))
+		return -EIO;
+	pthread_mutex_lock(&f->lock);
+	uint64_t old = f->size, ext = f->extent;
+	pthread_mutex_unlock(&f->lock);
+	int r = 0;
+	if (size < old) {
+		/* objects wholly past the size go, the one holding it is cut */
+		uint64_t keep = (size + b->objsize - 1) / b->objsize;
+		uint64_t upto = (WBC_MAX(old, ext) + b->objsize - 1) / b->objsize;
+		r = trim_objects(f, size / b->objsize, size % b->objsize, keep, upto);
+	}
+	if (!r)
+		r = put_sizes(f, size, UINT64_MAX);
+	if (r < 0)
+		return rerr(r);
+	pthread_mutex_lock(&f->lock);
+	f->size = f->durable = size;
+	pthread_mutex_unlock(&f->lock);
+	return 0;
+}
+
+static void rados_stats(void *ctx, struct wbc_backend_stats *st)
+{
+	struct rbe *b = ctx;
+	st->window_bytes = atomic_load_explicit(&b->st_window, memory_order_relaxed);
+	st->inflight_bytes = atomic_load_explicit(&b->st_inflight, memory_order_relaxed);
+	st->rtt_ns = atomic_load_explicit(&b->st_rtt, memory_order_relaxed);
+	st->min_rtt_ns = atomic_load_explicit(&b->st_base, memory_order_relaxed);
+	st->connected = atomic_load_explicit(&b->st_up, memory_order_relaxed);
+	st->conns = 1;
+	pthread_mutex_lock(&b->lock);
+	st->queued_bytes = b->queued_bytes;
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void free_rbe(struct rbe *b)
+{
+	if (b->io)
+		rados_ioctx_destroy(b->io);
+	if (b->cluster)
+		rados_shutdown(b->cluster);
+	pthread_mutex_destroy(&b->lock);
+	pthread_mutex_destroy(&b->files_lock);
+	pthread_cond_destroy(&b->cond);
+	pthread_cond_destroy(&b->keeper_cond);
+	pthread_cond_destroy(&b->closing_cond);
+	free(b->pool);
+	free(b);
+}
+
+static void rados_destroy(void *ctx)
+{
+	struct rbe *b = ctx;
+	pthread_mutex_lock(&b->lock);
+	b->stop = true;
+	pthread_mutex_unlock(&b->lock);
+	pthread_cond_signal(&b->cond);
+	pthread_join(b->thread, NULL);
+	int err = wait_closes(b);
+	if (err)
+		fprintf(stderr, "wbcache: rados: a file's size or lock could not be written at "
+			"close: %s\n", strerror(-err));
+	if (b->keeper_started) {
+		pthread_mutex_lock(&b->files_lock);
+		b->keeper_stop = true;
+		pthread_mutex_unlock(&b->files_lock);
+		pthread_cond_signal(&b->keeper_cond);
+		pthread_join(b->keeper, NULL);
+	}
+	free_rbe(b);
+}
+
+static const struct wbc_backend_ops rados_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "rados",
+	.caps = rados_caps,
+	.open = rados_open,
+	.close = rados_close_file,
+	.submit = rados_submit,
+	.flush = rados_flush,
+	.resize = rados_resize,
+	.destroy = rados_destroy,
+	.stats = rados_stats,
+};
+
+/* ------------------------------------------------------------------ */
+/* making one                                                           */
+
+struct ropts {
+	const char *conf, *id;
+	uint64_t objsize;
+	uint64_t max_io;
+	unsigned fixed;
+	double timeout, lock_check;
+};
+
+static int parse_opts(char *opts, struct ropts *o, char *err, size_t errlen)
+{
+	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv;
+	     kv = strtok_r(NULL, ",", &save)) {
+		char *v = strchr(kv, '=');
+		uint64_t n = 0;
+		bool ok = v != NULL;
+		if (ok)
+			*v++ = '\0';
+		if (!ok) {
+			v = NULL;
+		} else if (!strcmp(kv, "conf")) {
+			o->conf = v;
+			ok = *v;
+		} else if (!strcmp(kv, "id")) {
+			o->id = v;
+			ok = *v;
+		} else if (!strcmp(kv, "object_size")) {
+			ok = !wbc_parse_size(v, &n) && n >= (64u << 10) && n <= (64u << 20) &&
+			     !(n & (n - 1));
+			o->objsize = n;
+		} else if (!strcmp(kv, "max_io")) {
+			ok = !wbc_parse_size(v, &n) && n >= 4096 && n <= (64u << 20);
+			o->max_io = n;
+		} else if (!strcmp(kv, "window")) {
+			if (!strcmp(v, "adaptive")) {
+				o->fixed = 0;
+			} else {
+				ok = !strncmp(v, "fixed:", 6) && !wbc_parse_size(v + 6, &n) &&
+				     n >= 1 && n <= 4096;
+				o->fixed = (unsigned)n;
+			}
+		} else if (!strcmp(kv, "timeout")) {
+			ok = !wbc_parse_time(v, &o->timeout) && o->timeout < 1e6;
+		} else if (!strcmp(kv, "lock_check")) {
+			ok = !wbc_parse_time(v, &o->lock_check) && o->lock_check >= 0.01 &&
+			     o->lock_check < 1e6;
+		} else {
+			ok = false;
+		}
+		if (!ok) {
+			snprintf(err, errlen, "bad rados option '%s%s%s' (conf=PATH, id=NAME, "
+				 "object_size=64K..64M (a power of two), max_io=4K..64M, "
+				 "window=adaptive|fixed:1..4096, timeout=SECONDS, lock_check=SECONDS)", kv, v ? "=" : "",
+				 v ? v : "");
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Connect to the cluster of @spec ("POOL[/PREFIX][,opts]", "rados:" taken
+ * off); sets b->cluster, b->io and the options.  0 or -errno with a
+ * message. */
+static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errlen)
+{
+	char *copy = strdup(spec);
+	if (!copy)
+		return -ENOMEM;
+	struct ropts o = { .objsize = RADOS_DEFAULT_OBJ, .timeout = RADOS_DEFAULT_TIMEOUT_S,
+			   .lock_check = KEEPER_S };
+	char *opts = strchr(copy, ',');
+	if (opts)
+		*opts++ = '\0';
+	int rc = opts ? parse_opts(opts, &o, err, errlen) : 0;
+	char *slash = strchr(copy, '/');
+	if (slash)
+		*slash++ = '\0';
+	if (!rc && !*copy) {
+		snprintf(err, errlen, "rados: no pool (rados:POOL[/PREFIX][,opts])");
+		rc = -EINVAL;
+	}
+	if (!rc && slash && (!*slash || slash[strlen(slash) - 1] == '/')) {
+		snprintf(err, errlen, "rados: bad prefix '%s'", slash);
+		rc = -EINVAL;
+	}
+	if (!rc) {
+		b->pool = copy;   /* the prefix lies in the same allocation */
+		b->prefix = slash;
+		copy = NULL;
+		b->objsize = o.objsize;
+		b->max_io = (size_t)(o.max_io ? o.max_io : WBC_MIN(o.objsize, 4u << 20));
+		b->fixed = o.fixed;
+		b->timeout_ns = wbc_secs_to_ns(o.timeout);
+		b->keeper_ns = wbc_secs_to_ns(o.lock_check);
+	}
+	if (!rc && (rc = rados_create(&b->cluster, o.id ? o.id : NULL)) < 0) {
+		b->cluster = NULL;
+		snprintf(err, errlen, "rados: cannot create a cluster handle: %s", strerror(-rc));
+	}
+	if (!rc) {
+		rc = rados_conf_read_file(b->cluster, o.conf);   /* NULL: the search path */
+		if (rc < 0 && o.conf)
+			snprintf(err, errlen, "rados: cannot read %s: %s", o.conf, strerror(-rc));
+		else
+			rc = 0;   /* no file found: the environment may say all */
+	}
+	if (!rc)
+		rados_conf_parse_env(b->cluster, NULL);   /* CEPH_ARGS */
+	if (!rc && o.timeout > 0) {
+		char t[32];
+		snprintf(t, sizeof(t), "%g", o.timeout);
+		rados_conf_set(b->cluster, "rados_osd_op_timeout", t);
+		rados_conf_set(b->cluster, "rados_mon_op_timeout", t);
+		rados_conf_set(b->cluster, "client_mount_timeout", t);
+	}
+	if (!rc) {
+		/* the window, not librados' throttle, limits what is in flight */
+		rados_conf_set(b->cluster, "objecter_inflight_op_bytes", "2147483648");
+		rados_conf_set(b->cluster, "objecter_inflight_ops", "65536");
+		rados_conf_set(b->cluster, "log_to_stderr", "false");
+		rados_conf_set(b->cluster, "err_to_stderr", "false");
+	}
+	if (!rc && (rc = rados_connect(b->cluster)) < 0)
+		snprintf(err, errlen, "rados: cannot connect to the cluster%s%s: %s",
+			 o.conf ? " of " : "", o.conf ? o.conf : "", strerror(-rc));
+	if (!rc && (rc = rados_ioctx_create(b->cluster, b->pool, &b->io)) < 0) {
+		b->io = NULL;
+		snprintf(err, errlen, "rados: no pool '%s': %s", b->pool, strerror(-rc));
+	}
+	free(copy);
+	return rc;
+}
+
+static struct rbe *new_rbe(void)
+{
+	struct rbe *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	wbc_mutex_init(&b->lock);
+	wbc_mutex_init(&b->files_lock);
+	pthread_cond_init(&b->cond, NULL);
+	wbc_cond_init(&b->keeper_cond);
+	pthread_cond_init(&b->closing_cond, NULL);
+	list_init(&b->files);
+	return b;
+}
+
+int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
+		      char *err, size_t errlen)
+{
+	struct rbe *b = new_rbe();
+	if (!b)
+		return -ENOMEM;
+	int rc = connect_spec(b, spec, err, errlen);
+	if (!rc) {
+		char host[64] = "";
+		gethostname(host, sizeof(host) - 1);
+		uint64_t rnd = wbc_now_ns() ^ ((uint64_t)(uintptr_t)b << 16);
+		snprintf(b->cookie, sizeof(b->cookie), "%s:%d:%016llx", host, (int)getpid(),
+			 (unsigned long long)wbc_name_hash((const char *)&rnd) ^ rnd);
+		window_init(&b->win, b->fixed, b->max_io, wbc_now_ns());
+		atomic_store(&b->st_up, 1);
+		publish(b);
+		rc = -pthread_create(&b->thread, NULL, rados_main, b);
+		if (rc)
+			snprintf(err, errlen, "cannot start the rados thread");
+	}
+	if (!rc) {
+		if (pthread_create(&b->keeper, NULL, keeper_main, b)) {
+			pthread_mutex_lock(&b->lock);
+			b->stop = true;
+			pthread_mutex_unlock(&b->lock);
+			pthread_cond_signal(&b->cond);
+			pthread_join(b->thread, NULL);
+			snprintf(err, errlen, "cannot start the rados lock thread");
+			rc = -EAGAIN;
+		} else {
+			b->keeper_started = true;
+		}
+	}
+	if (rc) {
+		free_rbe(b);
+		return rc;
+	}
+	*ops = &rados_ops;
+	*ctx = b;
+	return 0;
+}
+
+void rados_fail_writes(wbc_dev *dev, bool on)
+{
+	const struct wbc_backend_ops *ops;
+	struct rbe *b = wbc_dev_backend(dev, &ops);
+	if (ops == &rados_ops)
+		atomic_store(&b->fail_writes, on);
+}
+
+/* ------------------------------------------------------------------ */
+/* breaking a lock (wbcache rados-unlock)                               */
+
+int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t msglen)
+{
+	char dummy[1];
+	if (!msg || !msglen) {
+		msg = dummy;
+		msglen = sizeof(dummy);
+	}
+	msg[0] = '\0';
+	if (!spec || !name)
+		return -EINVAL;
+	if (!strncmp(spec, "rados:", 6))
+		spec += 6;
+	struct rbe *b = new_rbe();
+	if (!b)
+		return -ENOMEM;
+	int rc = connect_spec(b, spec, msg, msglen);
+	struct rfile f = { .b = b };
+	if (!rc && asprintf(&f.name, "%s%s%s", b->prefix ? b->prefix : "", b->prefix ? "/" : "",
+			    name) < 0) {
+		f.name = NULL;
+		rc = -ENOMEM;
+	}
+	char o[OID_MAX];
+	if (!rc)
+		oid(&f, 0, o);
+	int broken = 0;
+	while (!rc) {
+		int excl;
+		char tag[256], clients[4096], cookies[4096], addrs[4096];
+		size_t tl = sizeof(tag), cl = sizeof(clients), kl = sizeof(cookies),
+		       al = sizeof(addrs);
+		ssize_t n = rados_list_lockers(b->io, o, LOCK_NAME, &excl, tag, &tl, clients, &cl,
+					       cookies, &kl, addrs, &al);
+		if (n < 0) {
+			rc = n == -ENOENT ? -ENOENT : rerr((int)n);
+			snprintf(msg, msglen, "%s: %s", f.name,
+				 n == -ENOENT ? "no such file" : strerror((int)-n));
+			break;
+		}
+		if (n == 0)
+			break;
+		const char *c = clients, *k = cookies, *a = addrs;
+		for (ssize_t i = 0; i < n && !rc; i++) {
+			int r = rados_break_lock(b->io, o, LOCK_NAME, c, k);
+			if (r < 0 && r != -ENOENT) {
+				rc = rerr(r);
+				snprintf(msg, msglen, "%s: cannot break the lock of %s (%s): %s",
+					 f.name, c, k, strerror(-r));
+			} else {
+				broken++;
+				snprintf(msg, msglen, "%s: broke the lock of %s at %s (cookie %s)",
+					 f.name, c, a, k);
+			}
+			c += strlen(c) + 1;
+			k += strlen(k) + 1;
+			a += strlen(a) + 1;
+		}
+	}
+	if (!rc && !broken)
+		snprintf(msg, msglen, "%s: not locked", f.name);
+	free(f.name);
+	free_rbe(b);
+	return rc ? rc : broken;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `wbcache mount -o backend=rados:...`: file data in a RADOS pool (the Ceph
+# test cluster), metadata in BACKING_DIR.  Data written through the mount
+# reads back after a remount from RADOS (BACKING_DIR holds only sparse
+# files of the right sizes, no data); each file's objects are named by its
+# backing inode's file handle, so a rename keeps its data; an unlinked
+# file's objects go (all but its empty first one); a truncate reaches the
+# backing file's size; bad backend options exit 2 with nothing mounted.
+# Skips (77) where FUSE or the test cluster cannot be used here.
+set -u
+cd "$(dirname "$0")/.."
+. tests/mountlib.bash
+[ -n "${WBCACHE_CEPH_SKIP:-}" ] && skip "$WBCACHE_CEPH_SKIP"
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$PWD/tests/tsan-ceph.supp"
+dir=${WBCACHE_CEPH_DIR:-}
+if [ -z "$dir" ]; then
+	out=$(scripts/ceph-test-cluster start "$top/c" 2>&1); rc=$?
+	[ $rc = 77 ] && skip "no Ceph test cluster: $(echo "$out" | tail -n1)"
+	[ $rc = 0 ] || fail "ceph-test-cluster: $out"
+	dir=$top/c
+	extra_cleanup() { scripts/ceph-test-cluster stop "$dir"; }
+fi
+conf=$dir/ceph.conf
+prefix=m$$
+objs() { rados -c "$conf" -p wbc ls | grep "^$prefix/" | sort; }
+
+for bad in "backend=nbd:x" "rados_conf=$conf" "backend=rados:wbc,rados_conf=/nonexistent" \
+	   "backend=rados:nosuchpool,rados_conf=$conf" "backend=rados:wbc,rados_conf=$conf,object_size=3M"; do
+	msg=$("$W" mount "$bk" "$mt" -o "$bad" 2>&1); rc=$?
+	[ $rc -eq 2 ] || fail "-o $bad: exit $rc, not 2 ($msg)"
+	echo "-o $bad: $msg"
+	mountpoint -q "$mt" && fail "-o $bad mounted anyway"
+done
+
+opts="backend=rados:wbc/$prefix,rados_conf=$conf,object_size=1M,mem=64M"
+do_mount "$opts"
+head -c 5000000 /dev/urandom >"$top/model"
+cp "$top/model" "$mt/a" || fail "cp into the mount"
+echo hello >"$mt/small"
+mkdir "$mt/d" && cp "$top/model" "$mt/d/b" || fail "a file in a directory"
+cmp "$top/model" "$mt/a" || fail "read back differs"
+getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1 || fail "sync through the mount"
+n=$(objs | wc -l)
+echo "objects after sync: $n"
+[ "$n" -ge 10 ] || fail "expected the files' objects in the pool: $(objs)"
+[ "$(stat -c %s "$bk/a")" = 5000000 ] || fail "backing size $(stat -c %s "$bk/a")"
+cmp -s "$top/model" "$bk/a" && fail "the data is in BACKING_DIR, not only in RADOS"
+mv "$mt/a" "$mt/renamed" || fail "rename"
+truncate -s 1000000 "$mt/d/b" || fail "truncate"
+do_umount || fail "umount: $(cat "$top/umount.log")"
+[ "$(stat -c %s "$bk/d/b")" = 1000000 ] || fail "backing size after truncate: $(stat -c %s "$bk/d/b")"
+[ "$(du -k "$bk/renamed" | cut -f1)" -lt 100 ] || fail "backing file not sparse"
+
+do_mount "$opts"
+cmp "$top/model" "$mt/renamed" || fail "after a remount: the renamed file differs"
+[ "$(cat "$mt/small")" = hello ] || fail "after a remount: small file"
+cmp -n 1000000 "$top/model" "$mt/d/b" || fail "after a remount: the truncated file differs"
+[ "$(stat -c %s "$mt/d/b")" = 1000000 ] || fail "after a remount: truncated size"
+before=$(objs | wc -l)
+rm "$mt/renamed" || fail "rm"
+getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1
+after=$(objs | wc -l)
+echo "objects: $before before the unlink, $after after"
+[ $((before - after)) -ge 4 ] || fail "the unlinked file's objects are still there"
+do_umount || fail "umount: $(cat "$top/umount.log")"
+echo "mount_rados: ok"

@@ -1,0 +1,448 @@
+/*
+ * The rados backend against a real Ceph cluster (tests/ceph.h: the test
+ * cluster of scripts/ceph-test-cluster; skipped where none can start):
+ *   1. specs: options and tunables; bad ones refused with a message; a
+ *      missing pool; a cluster that is not there fails within timeout=.
+ *   2. data: 24 MiB at odd offsets through an 8 MiB cache over 1 MiB
+ *      objects (I/Os across object boundaries, misses read back), read
+ *      back through a fresh cache; the objects are where the layout says
+ *      (librados), the size in object 0's xattr after fsync, not before;
+ *      a file that is not there: ENOENT without WBC_O_CREAT.
+ *   3. truncate: down inside an object removes the objects past it and
+ *      cuts that one; up reads zeros; the size is durable.
+ *   4. what a dead cache left past the size (objects and an extent, made
+ *      with librados) is removed at open: an extension reads zeros.
+ *   5. one writer per file: a second cache (another cluster client) gets
+ *      EBUSY while the first holds the file; after its close it may open
+ *      it.  A lock broken with wbc_rados_break_lock() (what `wbcache
+ *      rados-unlock` does): the other cache opens the file, and the first
+ *      one's writes to it fail (fenced; at risk, not lost, not written).
+ *   6. the OSD killed mid-stream (SIGKILL) and started again: fsync fails
+ *      (timeout=) while it is down, the pages stay dirty (at risk, none
+ *      lost), a writer to a mem device of the same cache finishes
+ *      meanwhile; once the OSD is back fsync succeeds, a second handle
+ *      sees the error once, and a fresh cache reads every byte back.
+ */
+#include "testutil.h"
+#include "ceph.h"
+#include "wbcache_backend.h"
+
+#include <pthread.h>
+#include <rados/librados.h>
+
+#define MiB (1u << 20)
+#define T_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+static char conf[300], base[400];
+static rados_t cl;
+static rados_ioctx_t ioc;
+
+static wbc_cache *open_cache(uint64_t mem)
+{
+	struct wbc_config cfg = t_config(mem, 4096);
+	cfg.dirty_ratio = 50;
+	cfg.dirty_background_ratio = 10;
+	cfg.dirty_writeback_centisecs = 0;   /* only what the test asks */
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	return c;
+}
+
+static wbc_dev *add(wbc_cache *c, const char *opts)
+{
+	char spec[700], msg[256];
+	snprintf(spec, sizeof(spec), "%s%s%s", base, *opts ? "," : "", opts);
+	wbc_dev *dev;
+	int err = wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg));
+	if (err) {
+		fprintf(stderr, "%s: %s\n", spec, msg);
+		exit(1);
+	}
+	return dev;
+}
+
+static int add_err(wbc_cache *c, const char *spec)
+{
+	char msg[256] = "";
+	wbc_dev *dev;
+	int err = wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg));
+	printf("    '%s': %s\n", spec, err ? msg : "accepted");
+	CHECK(!err || msg[0]);
+	return err;
+}
+
+static void write_all(wbc_file *f, const char *buf, size_t len, uint64_t off)
+{
+	for (size_t at = 0; at < len; at += 100000)
+		CHECK_EQ(wbc_pwrite(f, buf + at, T_MIN((size_t)100000, len - at), off + at),
+			 (ssize_t)T_MIN((size_t)100000, len - at));
+}
+
+/* Through a fresh cache: file @name holds @want at @off, and is @size long. */
+static void check_file(const char *name, const char *opts, const char *want, size_t len,
+		       uint64_t off, uint64_t size)
+{
+	wbc_cache *c = open_cache(4 * MiB);   /* smaller than the data: misses */
+	wbc_dev *dev = add(c, opts);
+	wbc_file *f;
+	char *back = malloc(len);
+	CHECK(back);
+	CHECK_EQ(wbc_file_open(dev, name, 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), size);
+	CHECK_EQ(wbc_pread(f, back, len, off), (ssize_t)len);
+	CHECK(!memcmp(back, want, len));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	free(back);
+}
+
+static void objname(char *out, size_t n, const char *name, uint64_t idx)
+{
+	snprintf(out, n, "t%d/%s.%016llx", (int)getpid(), name, (unsigned long long)idx);
+}
+
+/* The object's size, or -ENOENT. */
+static int64_t obj_size(const char *name, uint64_t idx)
+{
+	char o[300];
+	objname(o, sizeof(o), name, idx);
+	uint64_t sz;
+	time_t mt;
+	int r = rados_stat(ioc, o, &sz, &mt);
+	return r < 0 ? r : (int64_t)sz;
+}
+
+static int64_t size_xattr(const char *name)
+{
+	char o[300], buf[32];
+	objname(o, sizeof(o), name, 0);
+	int r = rados_getxattr(ioc, o, "wbcache.size", buf, sizeof(buf) - 1);
+	if (r < 0)
+		return r;
+	buf[r] = '\0';
+	return strtoll(buf, NULL, 10);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void test_specs(void)
+{
+	printf("1. specs\n");
+	wbc_cache *c = open_cache(16 * MiB);
+	char spec[700];
+	snprintf(spec, sizeof(spec), "%s,object_size=3M", base);
+	CHECK_EQ(add_err(c, spec), -EINVAL);
+	snprintf(spec, sizeof(spec), "%s,frob=1", base);
+	CHECK_EQ(add_err(c, spec), -EINVAL);
+	snprintf(spec, sizeof(spec), "%s,window=fixed:0", base);
+	CHECK_EQ(add_err(c, spec), -EINVAL);
+	snprintf(spec, sizeof(spec), "%s,min_ratio=500", base);
+	CHECK_EQ(add_err(c, spec), -EINVAL);
+	CHECK_EQ(add_err(c, "rados:"), -EINVAL);
+	snprintf(spec, sizeof(spec), "rados:nosuchpool,conf=%s", conf);
+	CHECK(add_err(c, spec) < 0);
+	snprintf(spec, sizeof(spec), "rados:wbc,conf=/nonexistent.conf");
+	CHECK(add_err(c, spec) < 0);
+	/* a cluster nobody answers for: refused within timeout= */
+	char dead[400];
+	snprintf(dead, sizeof(dead), "%s.dead", conf);
+	FILE *fp = fopen(dead, "w");
+	CHECK(fp);
+	fprintf(fp, "[global]\nmon_host = v1:127.0.0.1:9\nauth_client_required = none\n");
+	fclose(fp);
+	snprintf(spec, sizeof(spec), "rados:wbc,conf=%s,timeout=1", dead);
+	CHECK(add_err(c, spec) < 0);
+	unlink(dead);
+	snprintf(spec, sizeof(spec), "%s,object_size=1M,window=fixed:8,min_ratio=5,on_error=drop,"
+		 "timeout=5,lock_check=1", base);
+	CHECK_EQ(add_err(c, spec), 0);
+	wbc_dev *d = add(c, "");
+	struct wbc_backend_stats st;
+	CHECK_EQ(wbc_dev_backend_stats(d, &st), 0);
+	CHECK(st.window_bytes > 0);
+	CHECK_EQ(st.connected, 1);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+static void test_data(void)
+{
+	printf("2. data\n");
+	size_t len = 24 * MiB;
+	uint64_t off = MiB / 2 + 512;   /* not page- nor object-aligned */
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 7);
+	wbc_cache *c = open_cache(8 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "data", 0, &f), -ENOENT);
+	CHECK_EQ(wbc_file_open(dev, "data", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 0);
+	CHECK_EQ(size_xattr("data"), 0);
+	write_all(f, data, len, off);
+	/* the cache holds 8 MiB: most of it went out already, and comes back */
+	char *back = malloc(len);
+	CHECK(back);
+	CHECK_EQ(wbc_pread(f, back, len, off), (ssize_t)len);
+	CHECK(!memcmp(back, data, len));
+	free(back);
+	CHECK(size_xattr("data") < (int64_t)(off + len));   /* not durable yet */
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(size_xattr("data"), off + len);              /* fsync wrote it */
+	struct wbc_backend_stats st;
+	CHECK_EQ(wbc_dev_backend_stats(dev, &st), 0);
+	printf("    window %llu KiB, rtt %llu us (base %llu us)\n",
+	       (unsigned long long)st.window_bytes >> 10, (unsigned long long)st.rtt_ns / 1000,
+	       (unsigned long long)st.min_rtt_ns / 1000);
+	CHECK(st.rtt_ns > 0 && st.min_rtt_ns > 0);
+	CHECK_EQ(st.inflight_bytes, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	/* the layout: 1 MiB objects, the last one holding the end */
+	uint64_t end = off + len, last = (end - 1) / MiB;
+	for (uint64_t i = 0; i <= last; i++)
+		CHECK_EQ(obj_size("data", i), i < last ? MiB : end - last * MiB);
+	CHECK_EQ(obj_size("data", last + 1), -ENOENT);
+	check_file("data", "object_size=1M", data, len, off, end);
+	/* the head, never written, reads as zeros */
+	char *zeros = calloc(1, off);
+	CHECK(zeros);
+	check_file("data", "object_size=1M", zeros, off, 0, end);
+	free(zeros);
+	free(data);
+}
+
+static void test_truncate(void)
+{
+	printf("3. truncate\n");
+	size_t len = 6 * MiB;
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 9);
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "trunc", WBC_O_CREAT, &f), 0);
+	write_all(f, data, len, 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(obj_size("trunc", 5), MiB);
+	uint64_t cut = 2 * MiB + 1000;
+	CHECK_EQ(wbc_truncate(f, cut), 0);
+	CHECK_EQ(obj_size("trunc", 2), 1000);                  /* cut */
+	CHECK_EQ(obj_size("trunc", 3), -ENOENT);               /* removed */
+	CHECK_EQ(obj_size("trunc", 5), -ENOENT);
+	CHECK_EQ(size_xattr("trunc"), cut);
+	CHECK_EQ(wbc_truncate(f, 5 * MiB), 0);                 /* up: zeros */
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	char *want = calloc(1, 5 * MiB);
+	CHECK(want);
+	memcpy(want, data, cut);
+	check_file("trunc", "object_size=1M", want, 5 * MiB, 0, 5 * MiB);
+	free(want);
+	free(data);
+}
+
+static void test_dead_cache_leftovers(void)
+{
+	printf("4. what a dead cache left past the size\n");
+	/* a file of 1.5 MiB whose cache wrote up to 6 MiB and died before
+	 * fsync: objects 2..5 exist, the extent says 8 MiB */
+	char o[300], buf[64];
+	char *junk = malloc(MiB);
+	CHECK(junk);
+	memset(junk, 0x5a, MiB);
+	for (uint64_t i = 0; i < 6; i++) {
+		objname(o, sizeof(o), "dead", i);
+		CHECK_EQ(rados_write_full(ioc, o, junk, MiB), 0);
+	}
+	objname(o, sizeof(o), "dead", 0);
+	int n = snprintf(buf, sizeof(buf), "%u", 3 * MiB / 2);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.size", buf, (size_t)n), 0);
+	n = snprintf(buf, sizeof(buf), "%u", 8 * MiB);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.extent", buf, (size_t)n), 0);
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "dead", 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 3 * MiB / 2);
+	CHECK_EQ(obj_size("dead", 1), MiB / 2);               /* cut at the size */
+	CHECK_EQ(obj_size("dead", 2), -ENOENT);
+	CHECK_EQ(obj_size("dead", 5), -ENOENT);
+	CHECK_EQ(wbc_truncate(f, 6 * MiB), 0);
+	char *back = malloc(6 * MiB);
+	CHECK(back);
+	CHECK_EQ(wbc_pread(f, back, 6 * MiB, 0), 6 * MiB);
+	for (size_t i = 0; i < 6 * MiB; i++)
+		CHECK_EQ(back[i], i < 3 * MiB / 2 ? 0x5a : 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	free(back);
+	free(junk);
+}
+
+static void test_lock(void)
+{
+	printf("5. one writer per file\n");
+	wbc_cache *a = open_cache(16 * MiB), *b = open_cache(16 * MiB);
+	wbc_dev *da = add(a, "lock_check=0.1"), *db = add(b, "lock_check=0.1,retry_timeout=1");
+	wbc_file *fa, *fb;
+	CHECK_EQ(wbc_file_open(da, "locked", WBC_O_CREAT, &fa), 0);
+	CHECK_EQ(wbc_file_open(db, "locked", WBC_O_CREAT, &fb), -EBUSY);
+	CHECK_EQ(wbc_file_open(db, "locked", 0, &fb), -EBUSY);
+	printf("    a second cache: EBUSY\n");
+	char buf[8192];
+	memset(buf, 1, sizeof(buf));
+	CHECK_EQ(wbc_pwrite(fa, buf, sizeof(buf), 0), sizeof(buf));
+	CHECK_EQ(wbc_fsync(fa), 0);
+	CHECK_EQ(wbc_file_close(fa), 0);
+	CHECK_EQ(wbc_dev_sync(da), 0);   /* the file goes once clean: its lock with it */
+	CHECK(T_WAIT_UNTIL(wbc_file_open(db, "locked", 0, &fb) == 0));
+	printf("    after the first closed it: the second opens it\n");
+
+	/* the second holds it now; the first cannot have it */
+	CHECK_EQ(wbc_file_open(da, "locked", 0, &fa), -EBUSY);
+	char msg[256];
+	CHECK_EQ(wbc_rados_break_lock(base, "nosuchfile", msg, sizeof(msg)), -ENOENT);
+	int broken = wbc_rados_break_lock(base, "locked", msg, sizeof(msg));
+	printf("    break: %d (%s)\n", broken, msg);
+	CHECK_EQ(broken, 1);
+	CHECK_EQ(wbc_rados_break_lock(base, "locked", msg, sizeof(msg)), 0);   /* none left */
+	CHECK_EQ(wbc_file_open(da, "locked", 0, &fa), 0);         /* the first takes it */
+	/* the second one's lock is gone: its next check fences the file
+	 * (its fsync fails), and its writes fail */
+	CHECK(T_WAIT_UNTIL(wbc_fsync(fb) == -EIO));
+	memset(buf, 2, sizeof(buf));
+	CHECK_EQ(wbc_pwrite(fb, buf, sizeof(buf), 0), sizeof(buf));
+	int r = wbc_fsync(fb);
+	printf("    the cache whose lock was broken: fsync %d (%s)\n", r, wbc_strerror(r));
+	CHECK_EQ(r, -EIO);
+	struct wbc_stats st;
+	wbc_stats(b, &st);
+	CHECK(st.at_risk_bytes > 0);
+	CHECK_EQ(st.lost_bytes, 0);
+	char back[8192];
+	CHECK_EQ(wbc_pread(fa, back, sizeof(back), 0), sizeof(back));
+	memset(buf, 1, sizeof(buf));
+	CHECK(!memcmp(back, buf, sizeof(back)));                   /* not written */
+	CHECK_EQ(wbc_file_close(fa), 0);
+	CHECK_EQ(wbc_cache_close(a), 0);
+	CHECK_EQ(wbc_file_close(fb), 0);
+	/* what it could not write is counted lost at close, not hidden */
+	wbc_cache_close_stats(b, &st);
+	printf("    closed: %llu bytes lost (counted)\n", (unsigned long long)st.lost_bytes);
+	CHECK_EQ(st.lost_bytes, sizeof(buf));
+}
+
+/* ------------------------------------------------------------------ */
+
+struct fsync_job {
+	wbc_file *f;
+	int res;
+};
+
+static void *fsync_main(void *arg)
+{
+	struct fsync_job *j = arg;
+	j->res = wbc_fsync(j->f);
+	return NULL;
+}
+
+/* A failure while the OSD is down must not leave the shared cluster
+ * without it for the tests after this one. */
+static bool osd_down;
+static void restart_osd(void)
+{
+	if (!osd_down)
+		return;
+	osd_down = false;
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "scripts/ceph-test-cluster start-osd %s 0", t_ceph_dir);
+	if (system(cmd))
+		fprintf(stderr, "could not start the OSD again\n");
+}
+
+static void test_osd_killed(void)
+{
+	printf("6. the OSD killed mid-stream, started again\n");
+	size_t len1 = 4 * MiB, len2 = 32 * MiB;
+	char *data = malloc(len1 + len2);
+	CHECK(data);
+	t_fill(data, len1 + len2, 11);
+	wbc_cache *c = open_cache(96 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M,timeout=1,retry_timeout=600"), *mem;
+	CHECK_EQ(wbc_dev_add(c, "mem", &mem), 0);
+	wbc_file *h1, *h2;
+	CHECK_EQ(wbc_file_open(dev, "faults", WBC_O_CREAT, &h1), 0);
+	CHECK_EQ(wbc_file_open(dev, "faults", 0, &h2), 0);
+	write_all(h1, data, len1, 0);
+	CHECK_EQ(wbc_fsync(h1), 0);
+
+	write_all(h1, data + len1, len2, len1);
+	osd_down = true;
+	atexit(restart_osd);
+	t_ceph_ctl("kill-osd", "0");
+	struct fsync_job job = { .f = h1 };
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, fsync_main, &job), 0);
+	pthread_join(th, NULL);
+	printf("    fsync with the OSD down: %d (%s)\n", job.res, wbc_strerror(job.res));
+	CHECK_EQ(job.res, -EIO);
+	struct wbc_backend_stats bs;
+	CHECK_EQ(wbc_dev_backend_stats(dev, &bs), 0);
+	CHECK_EQ(bs.connected, 0);
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	printf("    OSD down: %llu KiB at risk, %llu lost\n",
+	       (unsigned long long)st.at_risk_bytes >> 10, (unsigned long long)st.lost_bytes);
+	CHECK(st.at_risk_bytes > 0);
+	CHECK_EQ(st.lost_bytes, 0);
+	/* another device of the cache goes on meanwhile */
+	t_stream(mem, NULL, "other", 48 * MiB, 5, 1);
+	printf("    48 MiB written to a mem device while the OSD was down\n");
+
+	restart_osd();
+	int errs = 0, r;
+	while ((r = wbc_fsync(h1)) && errs < 100)
+		errs++;
+	printf("    OSD back: fsync errors reported meanwhile: %d\n", errs);
+	CHECK_EQ(r, 0);
+	CHECK(wbc_fsync(h2) < 0);                 /* h2 sees the error once ... */
+	CHECK_EQ(wbc_fsync(h2), 0);               /* ... and only once */
+	wbc_stats(c, &st);
+	CHECK_EQ(st.at_risk_bytes, 0);
+	CHECK_EQ(st.lost_bytes, 0);
+	CHECK_EQ(wbc_file_close(h1), 0);
+	CHECK_EQ(wbc_file_close(h2), 0);
+	wbc_cache_close_stats(c, &st);
+	CHECK_EQ(st.lost_bytes, 0);
+	check_file("faults", "object_size=1M", data, len1 + len2, 0, len1 + len2);
+	free(data);
+}
+
+int main(void)
+{
+	char why[512];
+	const char *dir = t_ceph_start(why, sizeof(why));
+	if (!dir) {
+		printf("%s\n", why);
+		return T_SKIP;
+	}
+	snprintf(conf, sizeof(conf), "%s/ceph.conf", dir);
+	snprintf(base, sizeof(base), "rados:wbc/t%d,conf=%s", (int)getpid(), conf);
+	CHECK_EQ(rados_create(&cl, NULL), 0);
+	CHECK_EQ(rados_conf_read_file(cl, conf), 0);
+	CHECK_EQ(rados_connect(cl), 0);
+	CHECK_EQ(rados_ioctx_create(cl, "wbc", &ioc), 0);
+	test_specs();
+	test_data();
+	test_truncate();
+	test_dead_cache_leftovers();
+	test_lock();
+	test_osd_killed();
+	rados_ioctx_destroy(ioc);
+	rados_shutdown(cl);
+	printf("rados: ok\n");
+	return 0;
+}
