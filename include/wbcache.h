@@ -387,6 +387,30 @@ struct wbc_dev_debug {
 	/* writers take no lock to dirty a file: they push it on a per-CPU
 	 * inbox with a compare-and-swap; the tries that lost a race */
 	uint64_t inbox_push_retries;
+	/* The device's policies (the dirty_list= and file_lock= tunables of
+	 * wbc_dev_add(): 0 today's, 1 the old one) and what they cost:
+	 *   list_lock_writer_takes  takes of the list lock by writers (and
+	 *       completions) that dirtied a clean file: always 0 under
+	 *       dirty_list=buckets; one per file made dirty under
+	 *       dirty_list=list.  Those holds are in list_lock_hold_hist
+	 *       (wall time) but not in list_lock_cpu_hist, which counts the
+	 *       flusher's holds alone;
+	 *   queue_io_passes  queue_io calls (each one hold of the list lock);
+	 *   queue_io_moved, queue_io_max_moved  files they moved to b_io, in
+	 *       all and the most in one pass;
+	 *   queue_io_walked, queue_io_max_walked  inodes of b_dirty they
+	 *       looked at under the lock, in all and the most in one pass
+	 *       (one hold): under dirty_list=list every file moved plus the
+	 *       one that ended the walk; under buckets 0 (whole buckets move);
+	 *   file_lock_waits, file_lock_wait_ns  under file_lock=file, takes of
+	 *       a file's lock (by writers or writeback) that found it held,
+	 *       and the time they waited; 0 under file_lock=page. */
+	uint32_t dirty_list;         /* 0 buckets, 1 list */
+	uint32_t file_lock;          /* 0 page, 1 file */
+	uint64_t list_lock_writer_takes;
+	uint64_t queue_io_passes, queue_io_moved, queue_io_max_moved;
+	uint64_t queue_io_walked, queue_io_max_walked;
+	uint64_t file_lock_waits, file_lock_wait_ns;
 };
 int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st);
 /* The hold time (ns) under which @pct percent (0..100) of the list-lock

@@ -133,7 +133,7 @@ static void pass_end_locked(struct inode *ino, struct wbc_ctl *ctl, uint64_t idx
  * passes take their bio before the lock (the file is on the lists because
  * it has dirty pages); sync passes only once they found a page.
  */
-long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
+static long write_pages(struct inode *ino, struct wbc_ctl *ctl)
 {
 	struct wbc_dev *dev = ino->dev;
 	struct wbc_cache *c = dev->cache;
@@ -256,6 +256,24 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		bio_put(dev, b);
 	ctl->pages_written += written;
 	return written;
+}
+
+/*
+ * file_lock=file, the old policy (for experiments): the file's lock is
+ * held across the pass over the file and the submission of its run (the
+ * plug is flushed before it is dropped: until the backend's submit
+ * returns), so the file's writers, which hold it across each page's
+ * write (core/file.c), wait for the submission, and it for them.
+ */
+long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
+{
+	if (ino->dev->file_lock != WBC_FILE_LOCK_FILE)
+		return write_pages(ino, ctl);
+	inode_file_lock(ino);
+	long n = write_pages(ino, ctl);
+	plug_flush(ino->dev, ctl->plug);
+	inode_file_unlock(ino);
+	return n;
 }
 
 bool write_inode_all(struct inode *ino)
