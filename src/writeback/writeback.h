@@ -97,9 +97,10 @@ static inline void inode_file_lock(struct inode *ino)
 {
 	if (!pthread_mutex_trylock(&ino->file_lock))
 		return;
+	/* counted before it blocks: a waiter can be seen waiting */
+	atomic_fetch_add_explicit(&ino->dev->file_lock_waits, 1, memory_order_relaxed);
 	uint64_t t0 = wbc_now_ns();
 	pthread_mutex_lock(&ino->file_lock);
-	atomic_fetch_add_explicit(&ino->dev->file_lock_waits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&ino->dev->file_lock_wait_ns, wbc_now_ns() - t0,
 				  memory_order_relaxed);
 }
