@@ -115,7 +115,8 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  * Any spec also takes the kernel's per-device tunables, among its options
  * or after its path ("model:min_ratio=5", "mem,min_ratio=5",
  * "dir:PATH,qd=8,min_ratio=5"): min_ratio=N, max_ratio=N (percent of the
- * dirty threshold), max_bytes=SIZE, strict_limit=1; and on_error=retry
+ * dirty threshold), max_bytes=SIZE, strict_limit=1, dirty_list= and
+ * file_lock= (old policies for experiments, below); and on_error=retry
  * (default: pages that fail to write stay dirty and are retried with
  * backoff, counted in at_risk_bytes) or on_error=drop (they are cleaned
  * and counted in lost_bytes).  Either way every handle open at the time
@@ -129,6 +130,30 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  * wbc_cache_close (which retries until then).  The pages stay dirty,
  * counted in at_risk_bytes, and are still retried in the background;
  * the first write that succeeds ends it, and writers wait again.
+ * For experiments (wbcache lab), two tunables put back an old policy of
+ * the kernel's in place of today's; the defaults are today's, and the old
+ * ones are slower by design (wbc_dev_debug() shows what they cost):
+ *   dirty_list=buckets|list  (default buckets) how the device tracks its
+ *       dirty files.  buckets: writers push a newly dirtied file on a
+ *       lock-free per-CPU inbox, and the flusher files them in time
+ *       buckets and queues expired ones a bucket at a time, each hold of
+ *       the device's list lock O(1) in the number of files.  list: the
+ *       kernel's b_dirty before 2015: one list in dirtying order, to which
+ *       a writer that dirties a clean file appends it under the list lock,
+ *       and which queue_io walks from the oldest file while files are
+ *       expired, moving each to b_io, in one hold of that lock
+ *       (move_expired_inodes); the flusher takes and puts back one file
+ *       per hold (redirty_tail, requeue_io).  Under list the lock's longest
+ *       hold grows with the number of expired files, and writers wait for
+ *       it.
+ *   file_lock=page|file  (default page) what serializes a file's writers
+ *       against its writeback.  page: a writer claims only the page it
+ *       writes, and writeback only the pages it submits.  file: one lock
+ *       per file (the NFS client's inode lock before 2017), held by a
+ *       writer across each page's claim, copy and dirtying, and by
+ *       writeback across its pass over the file until the backend's
+ *       submit of the file's run returns: writers to a file wait while
+ *       its writeback is submitted, and writeback for them.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
  * for a cache page smaller than the logical block size O_DIRECT needs on
  * a file:/dir: backend (its writes could never succeed; pages at least
@@ -381,8 +406,8 @@ struct wbc_dev_debug {
 	 * short here was descheduled, not busy) */
 	uint64_t list_lock_cpu_hist[32];
 	uint64_t list_lock_max_cpu_ns;
-	/* takes of the list lock that found it held (only the device's
-	 * flusher takes it while the device runs) */
+	/* takes of the list lock that found it held (under dirty_list=buckets
+	 * only the device's flusher takes it while the device runs) */
 	uint64_t list_lock_waits;
 	/* writers take no lock to dirty a file: they push it on a per-CPU
 	 * inbox with a compare-and-swap; the tries that lost a race */
