@@ -420,7 +420,9 @@ static void list_requeue(struct wbc_dev *dev, struct inode *ino, bool still_dirt
 		iq_add_tail(&dev->b_more_io, ino);
 		count_add(&dev->nr_b_more_io, 1);
 	} else if (listed) {
-		struct inode *newest = dev->l_dirty.tail;
+		/* (an emptied queue's tail is stale: look at it only when
+		 * there is a head) */
+		struct inode *newest = iq_empty(&dev->l_dirty) ? NULL : dev->l_dirty.tail;
 		if (newest && ino->dirtied_when < newest->dirtied_when)
 			ino->dirtied_when = wbc_now_ns();
 		iq_add_tail(&dev->l_dirty, ino);
