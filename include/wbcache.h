@@ -151,9 +151,10 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *       writes, and writeback only the pages it submits.  file: one lock
  *       per file (the NFS client's inode lock before 2017), held by a
  *       writer across each page's claim, copy and dirtying, and by
- *       writeback across its pass over the file until the backend's
- *       submit of the file's run returns: writers to a file wait while
- *       its writeback is submitted, and writeback for them.
+ *       writeback from the collection of each run of the file's dirty
+ *       pages until the backend's submit of it returns: writers to a
+ *       file wait while its writeback is submitted, and writeback for
+ *       them.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
  * for a cache page smaller than the logical block size O_DIRECT needs on
  * a file:/dir: backend (its writes could never succeed; pages at least

@@ -37,10 +37,11 @@
  *                       claim, copy and dirtying (core/file.c, never while
  *                       it waits for a free page or is throttled), and by
  *                       write_inode_pages (the flusher, fsync, a direct
- *                       open) across its pass over the file and the
- *                       submission of the run: the one lock held across a
- *                       backend's submit (see below).  Never taken by
- *                       completion.  Taken with rwsem held or not.
+ *                       open) from the collection of each run of pages
+ *                       until its submission, never across a wait for a
+ *                       free bio: the one lock held across a backend's
+ *                       submit (see below).  Never taken by completion.
+ *                       Taken with rwsem held or not.
  *     inode->lock       the inode's page index, the flags of its pages
  *                       (except the lock-free PG_LOCKED release, see
  *                       pg_flags in mm/page.h), i_size, backend_size,

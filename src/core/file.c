@@ -14,10 +14,11 @@
  *
  * file_lock=file (a device tunable, for experiments: wbcache lab) renders
  * the old per-file lock instead: each page a writer writes is claimed,
- * copied and dirtied under inode->file_lock, which writeback holds across
- * its pass over the file and the submission of the run (write_page,
- * write_inode_pages), so writers and writeback of one file wait for each
- * other; waits are counted (file_lock_waits in wbc_dev_debug).
+ * copied and dirtied under inode->file_lock, which writeback holds from
+ * the collection of each run of the file's pages until its submission
+ * (write_page, write_inode_pages), so writers and writeback of one file
+ * wait for each other; waits are counted (file_lock_waits in
+ * wbc_dev_debug).
  */
 #include "core/core.h"
 
@@ -510,8 +511,8 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 	 * file_lock=file, the old policy (for experiments): one lock per
 	 * file, held across the claim, the copy and the dirtying of the page
 	 * (and the read of a partial page first), which writeback also holds
-	 * across its pass over the file and the submission of the file's run
-	 * (write_inode_pages): a writer waits while the file's writeback is
+	 * from the collection of each run of the file's pages until its
+	 * submission (write_inode_pages): a writer waits while the file's writeback is
 	 * being submitted, and writeback for the file's writers.  A free page
 	 * is never waited for under it (the flusher may need the lock to
 	 * clean one): the lock is dropped, a page taken, and the claim tried

@@ -111,6 +111,7 @@ static inline void inode_file_unlock(struct inode *ino)
 	pthread_mutex_unlock(&ino->file_lock);
 }
 
+
 /* What the flusher asks of the throttle layer above it: the throttle's
  * functions, set at open (core/cache.c) in cache->wb_ops. */
 struct wb_throttle_ops {
@@ -329,5 +330,21 @@ void dev_drain(struct wbc_dev *dev);
 void wb_end_io(struct wbc_bio *bio);
 /* write.c: submit what @p holds back, and count its pages */
 void plug_flush(struct wbc_dev *dev, struct bio_plug *p);
+/* write_inode_pages' side (write.c): under file_lock=file, the file's
+ * lock around a run's collection and submission; the unlock submits
+ * what @plug holds first (the run goes out under the lock).  No-ops
+ * under file_lock=page. */
+static inline void wb_file_lock(struct inode *ino)
+{
+	if (ino->dev->file_lock == WBC_FILE_LOCK_FILE)
+		inode_file_lock(ino);
+}
+static inline void wb_file_unlock(struct inode *ino, struct bio_plug *plug)
+{
+	if (ino->dev->file_lock == WBC_FILE_LOCK_FILE) {
+		plug_flush(ino->dev, plug);
+		inode_file_unlock(ino);
+	}
+}
 
 #endif
