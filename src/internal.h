@@ -34,8 +34,9 @@
  *                       flusher or completion.
  *   inode->file_lock    only under file_lock=file (the old policy, for
  *                       experiments): held by a writer across each page's
- *                       claim, copy and dirtying (core/file.c, never while
- *                       it waits for a free page or is throttled), and by
+ *                       claim, copy and dirtying (core/file.c; never while
+ *                       it waits for a free page, for its page locked or
+ *                       under writeback, or is throttled), and by
  *                       write_inode_pages (the flusher, fsync, a direct
  *                       open) from the collection of each run of pages
  *                       until its submission, never across a wait for a
@@ -100,9 +101,9 @@
  * read-in from the backend (an invariant of the design): waits use condition
  * variables, which release the mutex.  The one exception is the old policy
  * file_lock=file, kept for experiments because it is what it renders:
- * inode->file_lock is held across the submission of a file's run, a
- * writer's wait for its page under writeback, and the read of a partial
- * page; none of these waits for anything that takes that lock.
+ * inode->file_lock is held across the submission of a file's run and a
+ * writer's read of a partial page it claimed; neither waits for anything
+ * that takes that lock.
  */
 #ifndef WBC_INTERNAL_H
 #define WBC_INTERNAL_H

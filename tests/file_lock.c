@@ -11,12 +11,27 @@
  *     gate opens, with one wait counted and its time;
  *   - under page (named or by default), the write returns while the
  *     submit is still held, and no wait is counted;
- *   - either way both pages reach the backend, and bad values are refused.
+ *   - either way both pages reach the backend, and bad values are refused;
+ *   - stress under file (for SAN=thread as much as for its checks): on a
+ *     model device with latency, in a cache a quarter of the file's size,
+ *     three writers rewrite their own pages of one file (whole pages and
+ *     halves, which are read first) while a fourth thread fsyncs: writers
+ *     that find their page under writeback or locked wait without the
+ *     file's lock, and ones that find no free page take one without it;
+ *     nothing deadlocks, and every page ends up in the backend as its
+ *     writer last wrote it;
+ *   - no free page under file: device A completes nothing and holds 60 of
+ *     the arena's 64 pages; a writer to a file_lock=file device B takes
+ *     the last free pages and must then wait in page allocation (counted)
+ *     for B's own pages to be written, which the flusher can only do with
+ *     the file's lock: the writer waits without it, and finishes.
  * The handshakes are flags under the gate's mutex, never sleeps: the
  * only bounded waits (60 s) are deadlines for progress that must come.
  */
 #include "testutil.h"
 #include "wbcache_backend.h"
+#include "backend_util.h"
+#include "backend/backends.h"
 
 #include <pthread.h>
 
@@ -256,6 +271,158 @@ static void one(const char *opts, bool file)
 	free(g);
 }
 
+#define S_PAGES 4096            /* 16 MiB file, 4 MiB cache */
+#define S_WRITERS 3
+#define S_ROUNDS 3000
+
+struct swriter {
+	wbc_file *f;
+	int id;
+	unsigned char last[S_PAGES];   /* round + 1 of the page's last write */
+};
+
+static void s_fill(char *buf, size_t n, int id, uint64_t page, unsigned gen)
+{
+	t_fill(buf, n, (page * 1000003u + gen) * 8 + (unsigned)id);
+}
+
+static void *s_writer(void *arg)
+{
+	struct swriter *w = arg;
+	uint64_t seed = (uint64_t)w->id * 77 + 5;
+	char buf[PAGE];
+	for (unsigned r = 1; r <= S_ROUNDS; r++) {
+		uint64_t page = (t_rand(&seed) % (S_PAGES / S_WRITERS)) * S_WRITERS + (uint64_t)w->id;
+		unsigned gen = r & 255 ? r & 255 : 1;
+		s_fill(buf, PAGE, w->id, page, gen);
+		if (!w->last[page] || r % 4) {
+			CHECK_EQ(wbc_pwrite(w->f, buf, PAGE, page * PAGE), PAGE);
+		} else {
+			/* two halves: the first is a partial write of a page
+			 * that may have left the cache (read first) */
+			CHECK_EQ(wbc_pwrite(w->f, buf, PAGE / 2, page * PAGE), PAGE / 2);
+			CHECK_EQ(wbc_pwrite(w->f, buf + PAGE / 2, PAGE / 2, page * PAGE + PAGE / 2),
+				 PAGE / 2);
+		}
+		w->last[page] = (unsigned char)gen;
+	}
+	return NULL;
+}
+
+static atomic_bool s_stop;
+
+static void *s_fsyncer(void *arg)
+{
+	wbc_file *f = arg;
+	while (!atomic_load(&s_stop))
+		CHECK_EQ(wbc_fsync(f), 0);
+	return NULL;
+}
+
+static void stress(void)
+{
+	struct wbc_config cfg = t_config(4u << 20, PAGE);
+	cfg.dirty_expire_centisecs = 1;
+	cfg.dirty_writeback_centisecs = 1;
+	/* dirty pages may fill the cache: writers run out of free pages */
+	cfg.dirty_bytes = 4u << 20;
+	cfg.dirty_background_bytes = 2u << 20;
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_dev *dev;
+	CHECK_EQ(wbc_dev_add(c, "model:lat=200us,qd=4,file_lock=file", &dev), 0);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "s", WBC_O_CREAT, &f), 0);
+	static struct swriter w[S_WRITERS];
+	pthread_t th[S_WRITERS], fs;
+	atomic_store(&s_stop, false);
+	CHECK_EQ(pthread_create(&fs, NULL, s_fsyncer, f), 0);
+	for (int i = 0; i < S_WRITERS; i++) {
+		w[i].f = f;
+		w[i].id = i;
+		CHECK_EQ(pthread_create(&th[i], NULL, s_writer, &w[i]), 0);
+	}
+	for (int i = 0; i < S_WRITERS; i++)
+		pthread_join(th[i], NULL);
+	atomic_store(&s_stop, true);
+	pthread_join(fs, NULL);
+	CHECK_EQ(wbc_fsync(f), 0);
+	struct wbc_dev_debug d = debug_of(dev);
+	printf("stress: file-lock waits %llu (%.1f ms in all)\n",
+	       (unsigned long long)d.file_lock_waits, (double)d.file_lock_wait_ns / 1e6);
+	static char back[S_PAGES * PAGE];
+	char want[PAGE];
+	uint64_t size = 0;
+	CHECK_EQ(t_backend_read(dev, "s", back, sizeof(back), &size), 0);
+	uint64_t top = 0;
+	for (uint64_t p = 0; p < S_PAGES; p++) {
+		int id = (int)(p % S_WRITERS);
+		unsigned gen = w[id].last[p];
+		if (!gen) {
+			CHECK(p * PAGE >= size || !back[p * PAGE]);
+			continue;
+		}
+		top = p + 1;
+		s_fill(want, PAGE, id, p, gen);
+		CHECK(!memcmp(back + p * PAGE, want, PAGE));
+	}
+	CHECK_EQ(size, top * PAGE);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+#define NP 64
+static wbc_dev *pw_b;
+static char pw_bdata[32 * PAGE];
+
+static void *pw_writer(void *arg)
+{
+	(void)arg;
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(pw_b, "b", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, pw_bdata, sizeof(pw_bdata), 0), sizeof(pw_bdata));
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	return NULL;
+}
+
+static void no_free_page(void)
+{
+	struct wbc_config cfg = t_config(NP * PAGE, PAGE);
+	cfg.dirty_ratio = 100;
+	cfg.dirty_background_ratio = 90;
+	wbc_cache *c;
+	wbc_dev *a;
+	wbc_file *fa;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "model:bw=100M,stall=0s+3600s", &a), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem,file_lock=file", &pw_b), 0);
+	static char adata[60 * PAGE];
+	t_fill(adata, sizeof(adata), 1);
+	t_fill(pw_bdata, sizeof(pw_bdata), 2);
+	CHECK_EQ(wbc_file_open(a, "a", WBC_O_CREAT, &fa), 0);
+	CHECK_EQ(wbc_pwrite(fa, adata, sizeof(adata), 0), sizeof(adata));
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, pw_writer, NULL), 0);
+	struct wbc_stats st;
+	CHECK(T_WAIT_UNTIL((wbc_stats(c, &st), st.page_waits > 0)));
+	pthread_join(t, NULL);   /* B's writer finishes while A is stalled */
+	struct wbc_dev_stats ds;
+	CHECK_EQ(wbc_dev_stats(a, &ds), 0);
+	CHECK_EQ(ds.written_back_bytes, 0);
+	static char back[32 * PAGE];
+	uint64_t size;
+	CHECK_EQ(t_backend_read(pw_b, "b", back, sizeof(back), &size), 0);
+	CHECK_EQ(size, sizeof(pw_bdata));
+	CHECK(!memcmp(back, pw_bdata, sizeof(pw_bdata)));
+	model_release_stall(a);
+	CHECK_EQ(wbc_fsync(fa), 0);
+	CHECK_EQ(wbc_file_close(fa), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	printf("no free page: the writer waited %llu time(s) for one and finished\n",
+	       (unsigned long long)st.page_waits);
+}
+
 int main(void)
 {
 	wbc_cache *c = t_quiet_cache(16u << 20);
@@ -268,6 +435,8 @@ int main(void)
 	one("file_lock=file", true);
 	one("file_lock=page", false);
 	one(NULL, false);
+	stress();
+	no_free_page();
 	printf("ok\n");
 	return 0;
 }

@@ -149,6 +149,8 @@ struct claim {
 	bool full;          /* the write covers the whole page */
 	bool alloc_nowait;  /* -EAGAIN rather than wait for a free page (a
 			     * writer holding its file's lock, file_lock=file) */
+	bool nosleep;       /* -EAGAIN rather than wait for a locked page or
+			     * one under writeback (likewise) */
 	uint64_t end;       /* write: its end offset */
 	struct page *spare; /* in: a free page the claim may insert (it is
 			     * used or freed; NULL after) */
@@ -157,6 +159,8 @@ struct claim {
 	bool dirtied;       /* the claim already dirtied the page and set i_size */
 	bool newly;         /* ... and the page was clean before */
 	bool no_page;       /* alloc_nowait: -EAGAIN for want of a free page */
+	bool busy;          /* nosleep: -EAGAIN, the page is locked or under
+			     * writeback */
 	uint64_t isize;     /* i_size at claim, before this write */
 };
 
@@ -181,7 +185,8 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 		if (p) {
 			uint32_t fl = pg_flags(p);
 			if (fl & PG_LOCKED) {
-				if (cl->nowait) {
+				if (cl->nowait || cl->nosleep) {
+					cl->busy = cl->nosleep;
 					p = NULL;
 					err = -EAGAIN;
 					break;
@@ -190,6 +195,12 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 				continue;
 			}
 			if (cl->for_write && (fl & PG_WRITEBACK)) {
+				if (cl->nosleep) {
+					cl->busy = true;
+					p = NULL;
+					err = -EAGAIN;
+					break;
+				}
 				inode_wait_locked(ino);
 				continue;
 			}
@@ -501,6 +512,24 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, size_t n,
 			      struct claim *claim);
 
+/* Wait until page @idx of @ino is neither locked nor under writeback (or
+ * gone), without claiming it. */
+static void page_wait_idle(struct inode *ino, uint64_t idx)
+{
+	pthread_mutex_lock(&ino->lock);
+	struct page *p;
+	while ((p = pm_lookup(&ino->map, idx))) {
+		uint32_t fl = pg_flags(p);
+		if (fl & PG_LOCKED)
+			page_wait_unlocked(ino, p);
+		else if (fl & PG_WRITEBACK)
+			inode_wait_locked(ino);
+		else
+			break;
+	}
+	pthread_mutex_unlock(&ino->lock);
+}
+
 static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n)
 {
 	struct wbc_cache *c = ino->dev->cache;
@@ -510,21 +539,30 @@ static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n
 	/*
 	 * file_lock=file, the old policy (for experiments): one lock per
 	 * file, held across the claim, the copy and the dirtying of the page
-	 * (and the read of a partial page first), which writeback also holds
-	 * from the collection of each run of the file's pages until its
-	 * submission (write_inode_pages): a writer waits while the file's writeback is
-	 * being submitted, and writeback for the file's writers.  A free page
-	 * is never waited for under it (the flusher may need the lock to
-	 * clean one): the lock is dropped, a page taken, and the claim tried
-	 * again with it.
+	 * (and the read of a partial page first: a sync pass holding the
+	 * lock may wait for a claimed page, so the claim keeps it), which
+	 * writeback also holds from the collection of each run of the file's
+	 * pages until its submission (write_inode_pages): a writer waits
+	 * while the file's writeback is being submitted, and writeback for
+	 * the file's writers.  A free page is never waited for under it (the
+	 * flusher may need the lock to clean one): the lock is dropped, a
+	 * page taken, and the claim tried again with it.  Nor does a writer
+	 * sleep under it for its page (locked by a reader, or under
+	 * writeback): the kernel's lock was a spinlock, and its writers
+	 * waited for a request with it dropped.
 	 */
-	cl.alloc_nowait = true;
+	cl.alloc_nowait = cl.nosleep = true;
 	for (;;) {
 		inode_file_lock(ino);
 		int r = write_page_claimed(ino, pos, src, n, &cl);
 		inode_file_unlock(ino);
-		if (r != -EAGAIN || !cl.no_page)
+		if (r != -EAGAIN || !(cl.no_page || cl.busy))
 			return r;
+		if (cl.busy) {
+			cl.busy = false;
+			page_wait_idle(ino, pos >> c->page_shift);
+			continue;
+		}
 		cl.no_page = false;
 		int err = 0;
 		if (!(cl.spare = page_alloc(c, &err)))
@@ -542,6 +580,7 @@ static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, 
 	claim->spare = NULL;   /* grab_page uses it or frees it */
 	int err = grab_page(ino, pos >> c->page_shift, &cl, &p);
 	claim->no_page = cl.no_page;
+	claim->busy = cl.busy;
 	if (err)
 		return err;
 	if (cl.dirtied) {
