@@ -130,7 +130,8 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  * Any spec also takes the kernel's per-device tunables, among its options
  * or after its path ("model:min_ratio=5", "mem,min_ratio=5",
  * "dir:PATH,qd=8,min_ratio=5"): min_ratio=N, max_ratio=N (percent of the
- * dirty threshold), max_bytes=SIZE, strict_limit=1; and on_error=retry
+ * dirty threshold), max_bytes=SIZE, strict_limit=1, dirty_list= and
+ * file_lock= (old policies for experiments, below); and on_error=retry
  * (default: pages that fail to write stay dirty and are retried with
  * backoff, counted in at_risk_bytes) or on_error=drop (they are cleaned
  * and counted in lost_bytes).  Either way every handle open at the time
@@ -162,7 +163,29 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *   max_inflight=N: at most N of the device's I/Os in flight, however
  *       many its backend takes (the backend's queue depth, and an NBD
  *       device's adaptive window, below it): a fixed limit, as Linux's
- *       NFS client had in 2017 for writes to the server.
+ *       NFS client had in 2017 for writes to the server;
+ *   dirty_list=buckets|list  (default buckets) how the device tracks its
+ *       dirty files.  buckets: writers push a newly dirtied file on a
+ *       lock-free per-CPU inbox, and the flusher files them in time
+ *       buckets and queues expired ones a bucket at a time, each hold of
+ *       the device's list lock O(1) in the number of files.  list: the
+ *       kernel's b_dirty before 2015: one list in dirtying order, to which
+ *       a writer that dirties a clean file appends it under the list lock,
+ *       and which queue_io walks from the oldest file while files are
+ *       expired, moving each to b_io, in one hold of that lock
+ *       (move_expired_inodes); the flusher takes and puts back one file
+ *       per hold (redirty_tail, requeue_io).  Under list the lock's longest
+ *       hold grows with the number of expired files, and writers wait for
+ *       it.
+ *   file_lock=page|file  (default page) what serializes a file's writers
+ *       against its writeback.  page: a writer claims only the page it
+ *       writes, and writeback only the pages it submits.  file: one lock
+ *       per file (the NFS client's inode lock before 2017), held by a
+ *       writer across each page's claim, copy and dirtying, and by
+ *       writeback from the collection of each run of the file's dirty
+ *       pages until the backend's submit of it returns: writers to a
+ *       file wait while its writeback is submitted, and writeback for
+ *       them.
  * Returns 0 and sets *out (owned by the cache), -EINVAL for a bad spec or
  * for a cache page smaller than the logical block size O_DIRECT needs on
  * a file:/dir: backend (its writes could never succeed; pages at least
@@ -429,12 +452,36 @@ struct wbc_dev_debug {
 	 * short here was descheduled, not busy) */
 	uint64_t list_lock_cpu_hist[32];
 	uint64_t list_lock_max_cpu_ns;
-	/* takes of the list lock that found it held (only the device's
-	 * flusher takes it while the device runs) */
+	/* takes of the list lock that found it held (under dirty_list=buckets
+	 * only the device's flusher takes it while the device runs) */
 	uint64_t list_lock_waits;
 	/* writers take no lock to dirty a file: they push it on a per-CPU
 	 * inbox with a compare-and-swap; the tries that lost a race */
 	uint64_t inbox_push_retries;
+	/* The device's policies (the dirty_list= and file_lock= tunables of
+	 * wbc_dev_add(): 0 today's, 1 the old one) and what they cost:
+	 *   list_lock_writer_takes  takes of the list lock by writers (and
+	 *       completions) that dirtied a clean file: always 0 under
+	 *       dirty_list=buckets; one per file made dirty under
+	 *       dirty_list=list.  Those holds are in list_lock_hold_hist
+	 *       (wall time) but not in list_lock_cpu_hist, which counts the
+	 *       flusher's holds alone;
+	 *   queue_io_passes  queue_io calls (each one hold of the list lock);
+	 *   queue_io_moved, queue_io_max_moved  files they moved to b_io, in
+	 *       all and the most in one pass;
+	 *   queue_io_walked, queue_io_max_walked  inodes of b_dirty they
+	 *       looked at under the lock, in all and the most in one pass
+	 *       (one hold): under dirty_list=list every file moved plus the
+	 *       one that ended the walk; under buckets 0 (whole buckets move);
+	 *   file_lock_waits, file_lock_wait_ns  under file_lock=file, takes of
+	 *       a file's lock (by writers or writeback) that found it held,
+	 *       and the time they waited; 0 under file_lock=page. */
+	uint32_t dirty_list;         /* 0 buckets, 1 list */
+	uint32_t file_lock;          /* 0 page, 1 file */
+	uint64_t list_lock_writer_takes;
+	uint64_t queue_io_passes, queue_io_moved, queue_io_max_moved;
+	uint64_t queue_io_walked, queue_io_max_walked;
+	uint64_t file_lock_waits, file_lock_wait_ns;
 };
 int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st);
 /* The hold time (ns) under which @pct percent (0..100) of the list-lock

@@ -32,6 +32,17 @@
  *   inode->rwsem        pthread rwlock: shared by pread/pwrite, exclusive
  *                       for truncate (core/file.c).  Never taken by
  *                       flusher or completion.
+ *   inode->file_lock    only under file_lock=file (the old policy, for
+ *                       experiments): held by a writer across each page's
+ *                       claim, copy and dirtying (core/file.c; never while
+ *                       it waits for a free page, for its page locked or
+ *                       under writeback, or is throttled), and by
+ *                       write_inode_pages (the flusher, fsync, a direct
+ *                       open) from the collection of each run of pages
+ *                       until its submission, never across a wait for a
+ *                       free bio: the one lock held across a backend's
+ *                       submit (see below).  Never taken by completion.
+ *                       Taken with rwsem held or not.
  *     inode->lock       the inode's page index, the flags of its pages
  *                       (except the lock-free PG_LOCKED release, see
  *                       pg_flags in mm/page.h), i_size, backend_size,
@@ -47,7 +58,11 @@
  *                       Writers take no lock to dirty a file: they push
  *                       it on the device's inbox with a CAS (lock-free),
  *                       and the flusher takes an inbox slot's files with
- *                       another.
+ *                       another.  Under dirty_list=list (the old policy,
+ *                       for experiments) writers and completions take it
+ *                       too, in mark_inode_dirty, with no lock held but
+ *                       inode->file_lock (file_lock=file), and queue_io
+ *                       walks b_dirty under it.
  *   name_shard->lock    one shard of a device's name hash (fs/inode.c),
  *                       the drop of the last reference of an inode in it
  *                       (refs is atomic; iput takes the lock only to drop
@@ -84,7 +99,11 @@
  *
  * No lock is held across backend submission, a wait for I/O, a sleep, or a
  * read-in from the backend (an invariant of the design): waits use condition
- * variables, which release the mutex.
+ * variables, which release the mutex.  The one exception is the old policy
+ * file_lock=file, kept for experiments because it is what it renders:
+ * inode->file_lock is held across the submission of a file's run and a
+ * writer's read of a partial page it claimed; neither waits for anything
+ * that takes that lock.
  */
 #ifndef WBC_INTERNAL_H
 #define WBC_INTERNAL_H

@@ -117,6 +117,11 @@ struct inode {
 	/* [fs] */
 	pthread_cond_t wait;        /* page unlocked, writeback ended, sizing ended */
 	pthread_rwlock_t rwsem;     /* the I/O paths' (core/file.c) */
+	/* [core] the old per-file lock of file_lock=file (core/file.c,
+	 * writeback/write.c): writers hold it across a page's write,
+	 * writeback across the submission of the file's run.  Unused (never
+	 * taken) under file_lock=page, the default */
+	pthread_mutex_t file_lock;
 	char *name;                 /* = name_buf, allocated with the inode */
 	uint64_t hash;              /* wbc_name_hash(name), fixed */
 	/* its name_shard's lock */
@@ -185,6 +190,14 @@ struct wbc_dev {
 	struct ino_queue b_io;      /* ... these files (from b_more_io) */
 	struct ino_queue b_more_io; /* used their slice; taken after b_io */
 	uint64_t nr_b_dirty, nr_b_io, nr_b_more_io, nr_buckets, bucket_seq;
+	/* list_lock: dirty_list=list (the old policy, dirty.c): b_dirty as
+	 * one list in dirtying order, oldest first; writers append to it */
+	struct ino_queue l_dirty;
+	/* [wb] the lists' counters for wbc_dev_debug: takes of list_lock
+	 * by writers (dirty_list=list), queue_io passes, the files they moved
+	 * to b_io and the inodes they walked, and the most in one pass */
+	atomic_ullong list_lock_writer_takes, queue_io_passes, queue_io_moved,
+		      queue_io_walked, queue_io_max_moved, queue_io_max_walked;
 
 	/* [wb] the flusher's work (writeback/flusher.c) */
 	pthread_mutex_t work_lock __attribute__((aligned(64)));
@@ -231,6 +244,13 @@ struct wbc_dev {
 	uint64_t chunk_bytes;
 	bool throttle_2011;
 	unsigned max_inflight;
+	/* the old policies, for experiments (wbcache lab): dirty_list
+	 * (WBC_DIRTY_LIST_*, writeback/dirty.c) and file_lock
+	 * (WBC_FILE_LOCK_*, core/file.c and writeback/write.c) */
+	int dirty_list, file_lock;
+	/* [core] file_lock=file: takes of a file's lock that found it held,
+	 * and the time they waited (ns) */
+	atomic_ullong file_lock_waits, file_lock_wait_ns;
 
 	/* [wb] Failing writes (the retry policy; dev_write_failed and _ok in
 	 * completions, dev_dead_error for waiters): lock-free, read by

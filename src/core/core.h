@@ -12,7 +12,11 @@
  * throttle take it to walk the devices, and kick flushers (work_lock)
  * and count proportions (prop_lock) under it.  The I/O paths take
  * inode->rwsem (shared by pread and pwrite, exclusive for truncate)
- * before anything else, and call the throttle with no lock held.
+ * before anything else, and call the throttle with no lock held.  Under
+ * the old policy file_lock=file a writer takes inode->file_lock after
+ * rwsem for each page it writes (claim, copy, dirtying: inode->lock and
+ * under dirty_list=list the list lock are taken inside it), never across
+ * a wait for a free page or the throttle.
  */
 #ifndef WBC_CORE_H
 #define WBC_CORE_H

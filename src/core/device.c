@@ -10,21 +10,44 @@
 
 /* The per-device tunables any spec takes, beside its backend's options. */
 enum { T_MIN_RATIO, T_MAX_RATIO, T_MAX_BYTES, T_STRICT, T_ON_ERROR, T_RETRY_TIMEOUT,
-       T_CHUNK, T_THROTTLE, T_MAX_INFLIGHT,   /* old policies, for experiments (wbcache lab) */
+       T_CHUNK, T_THROTTLE, T_MAX_INFLIGHT, T_DIRTY_LIST, T_FILE_LOCK,
+       /* ^ old policies, for experiments (wbcache lab) */
        T_NR };
 static const char *const tunable_keys[T_NR] = {
 	[T_MIN_RATIO] = "min_ratio", [T_MAX_RATIO] = "max_ratio", [T_MAX_BYTES] = "max_bytes",
 	[T_STRICT] = "strict_limit", [T_ON_ERROR] = "on_error", [T_RETRY_TIMEOUT] = "retry_timeout",
 	[T_CHUNK] = "chunk", [T_THROTTLE] = "throttle", [T_MAX_INFLIGHT] = "max_inflight",
+	[T_DIRTY_LIST] = "dirty_list", [T_FILE_LOCK] = "file_lock",
 };
 #define TUNABLES_HELP "min_ratio=0..100, max_ratio=1..100, max_bytes=SIZE, " \
 		      "strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS, " \
-		      "chunk=bw|SIZE, throttle=current|2011, max_inflight=N"
+		      "chunk=bw|SIZE, throttle=current|2011, max_inflight=N, " \
+		      "dirty_list=buckets|list, file_lock=page|file"
+
+/* The tunables that pick an old policy (for experiments, wbcache lab):
+ * @val's index in @names (the first is the default), or -1. */
+static int pick(const char *val, const char *const names[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (!strcmp(val, names[i]))
+			return i;
+	return -1;
+}
 
 /* Set tunable @k from @val; false when the value is out of its range. */
 static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
 {
 	uint64_t v = 0;
+	if (k == T_DIRTY_LIST || k == T_FILE_LOCK) {
+		static const char *const lists[2] = { [WBC_DIRTY_LIST_BUCKETS] = "buckets",
+						      [WBC_DIRTY_LIST_LIST] = "list" };
+		static const char *const locks[2] = { [WBC_FILE_LOCK_PAGE] = "page",
+						      [WBC_FILE_LOCK_FILE] = "file" };
+		int i = pick(val, k == T_DIRTY_LIST ? lists : locks);
+		if (i >= 0)
+			*(k == T_DIRTY_LIST ? &dev->dirty_list : &dev->file_lock) = i;
+		return i >= 0;
+	}
 	if (k == T_ON_ERROR) {
 		if (strcmp(val, "retry") && strcmp(val, "drop"))
 			return false;
@@ -522,6 +545,16 @@ int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st)
 		st->list_lock_cpu_hist[i] = atomic_load(&dev->list_lock_cpu_stat.hist[i]);
 	st->list_lock_max_cpu_ns = atomic_load(&dev->list_lock_cpu_stat.max_ns);
 	st->list_lock_waits = atomic_load(&dev->list_lock_waits);
+	st->list_lock_writer_takes = atomic_load(&dev->list_lock_writer_takes);
+	st->queue_io_passes = atomic_load(&dev->queue_io_passes);
+	st->queue_io_moved = atomic_load(&dev->queue_io_moved);
+	st->queue_io_walked = atomic_load(&dev->queue_io_walked);
+	st->queue_io_max_moved = atomic_load(&dev->queue_io_max_moved);
+	st->queue_io_max_walked = atomic_load(&dev->queue_io_max_walked);
+	st->file_lock_waits = atomic_load(&dev->file_lock_waits);
+	st->file_lock_wait_ns = atomic_load(&dev->file_lock_wait_ns);
+	st->dirty_list = (uint32_t)dev->dirty_list;
+	st->file_lock = (uint32_t)dev->file_lock;
 	for (int j = 0; j < PCPU_SLOTS; j++)
 		st->inbox_push_retries += atomic_load_explicit(&dev->inbox[j].retries,
 							       memory_order_relaxed);

@@ -11,6 +11,14 @@
  * rwsem exclusive.  The backend's size is owned by whoever sets
  * inode->sizing (truncate, size sync); the flusher does not submit for a
  * file while it is set.
+ *
+ * file_lock=file (a device tunable, for experiments: wbcache lab) renders
+ * the old per-file lock instead: each page a writer writes is claimed,
+ * copied and dirtied under inode->file_lock, which writeback holds from
+ * the collection of each run of the file's pages until its submission
+ * (write_page, write_inode_pages), so writers and writeback of one file
+ * wait for each other; waits are counted (file_lock_waits in
+ * wbc_dev_debug).
  */
 #include "core/core.h"
 
@@ -139,11 +147,20 @@ struct claim {
 	bool nowait;        /* -EAGAIN rather than wait for a locked page or
 			     * for a free one (the pages after a read's first) */
 	bool full;          /* the write covers the whole page */
+	bool alloc_nowait;  /* -EAGAIN rather than wait for a free page (a
+			     * writer holding its file's lock, file_lock=file) */
+	bool nosleep;       /* -EAGAIN rather than wait for a locked page or
+			     * one under writeback (likewise) */
 	uint64_t end;       /* write: its end offset */
+	struct page *spare; /* in: a free page the claim may insert (it is
+			     * used or freed; NULL after) */
 	/* results */
 	bool uptodate;      /* the page held the file's data at claim */
 	bool dirtied;       /* the claim already dirtied the page and set i_size */
 	bool newly;         /* ... and the page was clean before */
+	bool no_page;       /* alloc_nowait: -EAGAIN for want of a free page */
+	bool busy;          /* nosleep: -EAGAIN, the page is locked or under
+			     * writeback */
 	uint64_t isize;     /* i_size at claim, before this write */
 };
 
@@ -159,15 +176,17 @@ struct claim {
 static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct page **out)
 {
 	struct wbc_cache *c = ino->dev->cache;
-	struct page *spare = NULL, *p;
+	struct page *spare = cl->spare, *p;
 	int err = 0;
+	cl->spare = NULL;
 	pthread_mutex_lock(&ino->lock);
 	for (;;) {
 		p = pm_lookup(&ino->map, idx);
 		if (p) {
 			uint32_t fl = pg_flags(p);
 			if (fl & PG_LOCKED) {
-				if (cl->nowait) {
+				if (cl->nowait || cl->nosleep) {
+					cl->busy = cl->nosleep;
 					p = NULL;
 					err = -EAGAIN;
 					break;
@@ -176,6 +195,12 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 				continue;
 			}
 			if (cl->for_write && (fl & PG_WRITEBACK)) {
+				if (cl->nosleep) {
+					cl->busy = true;
+					p = NULL;
+					err = -EAGAIN;
+					break;
+				}
 				inode_wait_locked(ino);
 				continue;
 			}
@@ -194,11 +219,12 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 			break;
 		}
 		pthread_mutex_unlock(&ino->lock);
-		spare = cl->nowait ? page_try_alloc(c) : page_alloc(c, &err);
+		spare = cl->nowait || cl->alloc_nowait ? page_try_alloc(c) : page_alloc(c, &err);
 		pthread_mutex_lock(&ino->lock);
 		if (!spare) {
-			if (cl->nowait)
+			if (cl->nowait || cl->alloc_nowait)
 				err = -EAGAIN;
+			cl->no_page = cl->alloc_nowait;
 			break;   /* (waiting:) only dead devices hold the pages */
 		}
 	}
@@ -483,13 +509,78 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 
 /* Copy into one page and mark it dirty.  Returns 1 when the page was
  * newly dirtied, 0 when it was dirty already, or -errno. */
+static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, size_t n,
+			      struct claim *claim);
+
+/* Wait until page @idx of @ino is neither locked nor under writeback (or
+ * gone), without claiming it. */
+static void page_wait_idle(struct inode *ino, uint64_t idx)
+{
+	pthread_mutex_lock(&ino->lock);
+	struct page *p;
+	while ((p = pm_lookup(&ino->map, idx))) {
+		uint32_t fl = pg_flags(p);
+		if (fl & PG_LOCKED)
+			page_wait_unlocked(ino, p);
+		else if (fl & PG_WRITEBACK)
+			inode_wait_locked(ino);
+		else
+			break;
+	}
+	pthread_mutex_unlock(&ino->lock);
+}
+
 static int write_page(struct inode *ino, uint64_t pos, const char *src, size_t n)
+{
+	struct wbc_cache *c = ino->dev->cache;
+	struct claim cl = { .for_write = true, .full = n == c->page_size, .end = pos + n };
+	if (ino->dev->file_lock != WBC_FILE_LOCK_FILE)
+		return write_page_claimed(ino, pos, src, n, &cl);
+	/*
+	 * file_lock=file, the old policy (for experiments): one lock per
+	 * file, held across the claim, the copy and the dirtying of the page
+	 * (and the read of a partial page first: a sync pass holding the
+	 * lock may wait for a claimed page, so the claim keeps it), which
+	 * writeback also holds from the collection of each run of the file's
+	 * pages until its submission (write_inode_pages): a writer waits
+	 * while the file's writeback is being submitted, and writeback for
+	 * the file's writers.  A free page is never waited for under it (the
+	 * flusher may need the lock to clean one): the lock is dropped, a
+	 * page taken, and the claim tried again with it.  Nor does a writer
+	 * sleep under it for its page (locked by a reader, or under
+	 * writeback): the kernel's lock was a spinlock, and its writers
+	 * waited for a request with it dropped.
+	 */
+	cl.alloc_nowait = cl.nosleep = true;
+	for (;;) {
+		inode_file_lock(ino);
+		int r = write_page_claimed(ino, pos, src, n, &cl);
+		inode_file_unlock(ino);
+		if (r != -EAGAIN || !(cl.no_page || cl.busy))
+			return r;
+		if (cl.busy) {
+			cl.busy = false;
+			page_wait_idle(ino, pos >> c->page_shift);
+			continue;
+		}
+		cl.no_page = false;
+		int err = 0;
+		if (!(cl.spare = page_alloc(c, &err)))
+			return err ? err : -ENOMEM;
+	}
+}
+
+static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, size_t n,
+			      struct claim *claim)
 {
 	struct wbc_cache *c = ino->dev->cache;
 	size_t poff = (size_t)(pos & (c->page_size - 1));
 	struct page *p;
-	struct claim cl = { .for_write = true, .full = n == c->page_size, .end = pos + n };
+	struct claim cl = *claim;
+	claim->spare = NULL;   /* grab_page uses it or frees it */
 	int err = grab_page(ino, pos >> c->page_shift, &cl, &p);
+	claim->no_page = cl.no_page;
+	claim->busy = cl.busy;
 	if (err)
 		return err;
 	if (cl.dirtied) {

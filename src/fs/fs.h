@@ -8,7 +8,9 @@
  * LOCKS (the global order is at the top of src/internal.h).  fs owns, per
  * inode, inode->lock (made with the inode; what it guards: src/objects.h
  * and mm/page.h), inode->wait and inode->rwsem (made here, taken by the
- * I/O paths); per device, the name shards' locks and err_lock; and the
+ * I/O paths), inode->file_lock (made here, taken only under the old
+ * policy file_lock=file, by core's writers and writeback's
+ * write_inode_pages: writeback/writeback.h); per device, the name shards' locks and err_lock; and the
  * handle table's lock.  The shards' locks, err_lock and the handle
  * table's lock are leaves.  Call iget, iput, inode_sync_size,
  * inode_drop_all_pages, names_* and handle_* with no lock held (they take

@@ -168,8 +168,8 @@ static void hash_grow_locked(struct name_shard *s)
 #define SHARD_FREE_MAX 1024
 
 /*
- * An inode's memory keeps its lock, condition variable and rwlock
- * initialized (and idle) from inode_new to inode_release_mem, through
+ * An inode's memory keeps its locks (file_lock too), condition variable
+ * and rwlock initialized (and idle) from inode_new to inode_release_mem, through
  * every file that reuses it: a teardown and the next create skip six
  * calls into the thread library, and the completion thread does not
  * touch those lines.  inode_clear zeroes everything else.
@@ -177,6 +177,7 @@ static void hash_grow_locked(struct name_shard *s)
 static void inode_release_mem(struct inode *ino)
 {
 	pthread_rwlock_destroy(&ino->rwsem);
+	pthread_mutex_destroy(&ino->file_lock);
 	pthread_mutex_destroy(&ino->lock);
 	pthread_cond_destroy(&ino->wait);
 	free(ino);
@@ -185,12 +186,14 @@ static void inode_release_mem(struct inode *ino)
 static void inode_clear(struct inode *ino)
 {
 	_Static_assert(offsetof(struct inode, lock) < offsetof(struct inode, wait) &&
-		       offsetof(struct inode, wait) < offsetof(struct inode, rwsem),
+		       offsetof(struct inode, wait) < offsetof(struct inode, rwsem) &&
+		       offsetof(struct inode, rwsem) < offsetof(struct inode, file_lock),
 		       "inode_clear keeps these in this order");
 	const struct { size_t off, len; } keep[] = {
 		{ offsetof(struct inode, lock), sizeof(ino->lock) },
 		{ offsetof(struct inode, wait), sizeof(ino->wait) },
 		{ offsetof(struct inode, rwsem), sizeof(ino->rwsem) },
+		{ offsetof(struct inode, file_lock), sizeof(ino->file_lock) },
 	};
 	uint32_t cap = ino->name_cap;
 	char *b = (char *)ino;
@@ -268,6 +271,7 @@ static struct inode *inode_new(size_t nlen)
 		memset(ino, 0, bytes);
 		ino->name_cap = (uint32_t)(bytes - offsetof(struct inode, name_buf));
 		pthread_rwlock_init(&ino->rwsem, NULL);
+		wbc_mutex_init(&ino->file_lock);
 		wbc_mutex_init(&ino->lock);
 		wbc_cond_init(&ino->wait);
 	}

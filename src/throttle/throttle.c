@@ -101,7 +101,7 @@
  * by the arena.
  *
  * THE 2011 RULE (throttle=2011, a device tunable; for experiments: the
- * wbcache lab, issue #18).  The IO-less throttle as first posted, with
+ * wbcache lab).  The IO-less throttle as first posted, with
  * the two areas above the limit that were then in the kernel, rendered
  * from the sources (not a slowed-down copy of the rule above):
  *   - Linux commit ffd1f609ab10 ("writeback: introduce max-pause and

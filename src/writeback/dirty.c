@@ -57,6 +57,27 @@
  * one list) or I_SYNC (held by a flusher); it owns one reference then.
  * ino->state changes by CAS (writers only ever add I_DIRTY); the lists and
  * their counts are under dev->list_lock.
+ *
+ * THE OLD POLICY (dirty_list=list, a device tunable for experiments: the
+ * kernel's fs-writeback.c before 2015, its 2014 fs_mark contention).
+ * b_dirty is one list in dirtying order (dev->l_dirty, oldest at the
+ * head).  A writer that dirties a clean file takes the list lock, stamps
+ * dirtied_when and appends the file (__mark_inode_dirty); there is no
+ * inbox.  queue_io splices b_more_io into b_io and then walks b_dirty
+ * from its oldest file while files are older than the expiry, moving each
+ * to b_io, all in one hold of the lock (move_expired_inodes): the hold
+ * grows with the number of expired files.  The flusher takes one file
+ * from b_io per hold (writeback_sb_inodes), and puts each written file
+ * back in a hold of its own (requeue_inode): to b_more_io when its slice
+ * ran out, to the tail of b_dirty when still dirty (redirty_tail: its
+ * dirtied_when moved to now if older than the newest file's there),
+ * off the lists when clean.  Sync stamps the time it starts and queues
+ * once what was dirtied up to it.  The same entry points serve both
+ * policies (dirty_take, dirty_put, ...); the list_* functions below are
+ * the old one's own code.  Hold times are recorded for both (the
+ * writers' holds in wall time only: a thread's CPU clock is a system
+ * call), as are the queue_io passes, the files they moved and the inodes
+ * they walked (wbc_dev_debug).
  */
 #include "writeback/writeback.h"
 
@@ -177,6 +198,8 @@ static void count_add(uint64_t *c, int64_t d)
 	__atomic_store_n(c, *c + (uint64_t)d, __ATOMIC_RELAXED);
 }
 
+static bool requeue_state(struct inode *ino, bool still_dirty);
+
 static uint64_t thread_cpu_ns(void)
 {
 	struct timespec ts;
@@ -229,6 +252,7 @@ int dirty_init(struct wbc_dev *dev)
 	list_init(&dev->io_buckets);
 	iq_init(&dev->b_io);
 	iq_init(&dev->b_more_io);
+	iq_init(&dev->l_dirty);
 	/* the inbox slots start zeroed (wbc_zalloc): empty */
 	dev->bucket_pool = calloc(1, sizeof(struct dirty_bucket));
 	return dev->bucket_pool ? 0 : -ENOMEM;
@@ -239,7 +263,7 @@ void dirty_destroy(struct wbc_dev *dev)
 	for (int i = 0; i < PCPU_SLOTS; i++)
 		assert(!inbox_load(&dev->inbox[i]) && !atomic_load(&dev->inbox[i].n));
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
-	       iq_empty(&dev->b_io) && iq_empty(&dev->b_more_io));
+	       iq_empty(&dev->b_io) && iq_empty(&dev->b_more_io) && iq_empty(&dev->l_dirty));
 	while (dev->bucket_pool) {
 		struct dirty_bucket *b = dev->bucket_pool;
 		dev->bucket_pool = b->next_free;
@@ -307,9 +331,115 @@ void dirty_add_locked(struct wbc_dev *dev, struct inode *ino, uint64_t when)
 	count_add(&dev->nr_b_dirty, 1);
 }
 
+static bool old_list(const struct wbc_dev *dev)
+{
+	return dev->dirty_list == WBC_DIRTY_LIST_LIST;
+}
+
+/* Record a queue_io pass that moved @moved files to b_io and walked
+ * @walked inodes of b_dirty, in one hold. */
+static void queue_io_count(struct wbc_dev *dev, uint64_t moved, uint64_t walked)
+{
+	atomic_fetch_add_explicit(&dev->queue_io_passes, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&dev->queue_io_moved, moved, memory_order_relaxed);
+	atomic_fetch_add_explicit(&dev->queue_io_walked, walked, memory_order_relaxed);
+	/* one pass at a time (under the lock): plain maxima */
+	if (moved > atomic_load_explicit(&dev->queue_io_max_moved, memory_order_relaxed))
+		atomic_store_explicit(&dev->queue_io_max_moved, moved, memory_order_relaxed);
+	if (walked > atomic_load_explicit(&dev->queue_io_max_walked, memory_order_relaxed))
+		atomic_store_explicit(&dev->queue_io_max_walked, walked, memory_order_relaxed);
+}
+
+/* ---- dirty_list=list: the old single list ---- */
+
+/*
+ * __mark_inode_dirty of the old policy: a writer (or a completion) that
+ * made @ino dirty, with the lists' reference taken, files it at the tail
+ * of b_dirty under the list lock, dirtied now.  The time is read under
+ * the lock, so b_dirty stays in order.  The hold is recorded in wall
+ * time (not in CPU time: two system calls per dirtied file would slow
+ * the writers down beyond what the policy costs).
+ */
+static void list_mark_dirty(struct wbc_dev *dev, struct inode *ino)
+{
+	if (pthread_mutex_trylock(&dev->list_lock)) {
+		atomic_fetch_add_explicit(&dev->list_lock_waits, 1, memory_order_relaxed);
+		pthread_mutex_lock(&dev->list_lock);
+	}
+	uint64_t t0 = wbc_now_ns();
+	ino->dirtied_when = t0;
+	iq_add_tail(&dev->l_dirty, ino);
+	count_add(&dev->nr_b_dirty, 1);
+	uint64_t held = wbc_now_ns() - t0;
+	pthread_mutex_unlock(&dev->list_lock);
+	atomic_fetch_add_explicit(&dev->list_lock_writer_takes, 1, memory_order_relaxed);
+	lock_stat_record(&dev->list_lock_stat, held);
+}
+
+/*
+ * queue_io of the old policy: b_more_io to b_io, then move_expired_inodes:
+ * from the oldest file of b_dirty, every file dirtied at or before
+ * @older_than moves to b_io, in order, each looked at under the lock.
+ * All of it is one hold, whatever the number of files.  Never leaves
+ * work for another call (false).
+ */
+static bool list_queue_io_locked(struct wbc_dev *dev, uint64_t older_than)
+{
+	assert_held(&dev->list_lock);
+	uint64_t more_io = dev->nr_b_more_io, moved = 0, walked = 0;
+	iq_splice_tail(&dev->b_io, &dev->b_more_io);
+	count_add(&dev->nr_b_io, (int64_t)more_io);
+	count_add(&dev->nr_b_more_io, -(int64_t)more_io);
+	while (!iq_empty(&dev->l_dirty)) {
+		struct inode *ino = dev->l_dirty.head;
+		walked++;
+		if (ino->dirtied_when > older_than)
+			break;
+		iq_add_tail(&dev->b_io, iq_pop(&dev->l_dirty));
+		moved++;
+	}
+	count_add(&dev->nr_b_dirty, -(int64_t)moved);
+	count_add(&dev->nr_b_io, (int64_t)moved);
+	queue_io_count(dev, moved + more_io, walked);
+	return false;
+}
+
+/*
+ * requeue_inode of the old policy, in a hold of its own: a written file
+ * that is still dirty goes to b_more_io (@slice_used) or to the tail of
+ * b_dirty (redirty_tail: dirtied now if it is older than the newest file
+ * there, so b_dirty stays in order); a clean one leaves the lists and its
+ * reference is put.
+ */
+static void list_requeue(struct wbc_dev *dev, struct inode *ino, bool still_dirty,
+			 bool slice_used)
+{
+	dev_list_lock(dev);
+	bool listed = requeue_state(ino, still_dirty);
+	if (listed && slice_used) {
+		iq_add_tail(&dev->b_more_io, ino);
+		count_add(&dev->nr_b_more_io, 1);
+	} else if (listed) {
+		/* (an emptied queue's tail is stale: look at it only when
+		 * there is a head) */
+		struct inode *newest = iq_empty(&dev->l_dirty) ? NULL : dev->l_dirty.tail;
+		if (newest && ino->dirtied_when < newest->dirtied_when)
+			ino->dirtied_when = wbc_now_ns();
+		iq_add_tail(&dev->l_dirty, ino);
+		count_add(&dev->nr_b_dirty, 1);
+	}
+	dev_list_unlock(dev);
+	if (!listed)
+		iput(ino);
+}
+
+/* ---- the lists' entry points (both policies) ---- */
+
 uint64_t dirty_seal_locked(struct wbc_dev *dev)
 {
 	assert_held(&dev->list_lock);
+	if (old_list(dev))
+		return wbc_now_ns();   /* the sync's start: queue what is older */
 	if (!list_empty(&dev->buckets))
 		container_of(dev->buckets.prev, struct dirty_bucket, link)->sealed = true;
 	return dev->bucket_seq;
@@ -339,7 +469,10 @@ void mark_inode_dirty(struct inode *ino)
 		return;
 	/* the lists' reference, taken before the flusher can see it */
 	igrab(ino);
-	inbox_push(ino->dev, pcpu_slot(), ino, 0);
+	if (old_list(ino->dev))
+		list_mark_dirty(ino->dev, ino);
+	else
+		inbox_push(ino->dev, pcpu_slot(), ino, 0);
 }
 
 long dirty_inbox_count(struct wbc_dev *dev)
@@ -459,6 +592,8 @@ void dirty_drain(struct wbc_dev *dev)
 	struct ino_queue lists[PCPU_SLOTS];
 	uint64_t cnt[PCPU_SLOTS], first = UINT64_MAX, last = 0, total = 0;
 	unsigned slot[PCPU_SLOTS], k = 0;
+	if (old_list(dev))
+		return;   /* no inbox: writers file their files themselves */
 	for (unsigned i = 0; i < PCPU_SLOTS; i++) {
 		struct inbox_slot *in = &dev->inbox[i];
 		struct inbox_chain c;
@@ -503,7 +638,10 @@ void dirty_drain(struct wbc_dev *dev)
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
 {
 	assert_held(&dev->list_lock);
+	if (old_list(dev))   /* @upto_seq is dirty_seal_locked's time */
+		return list_queue_io_locked(dev, WBC_MIN(older_than, upto_seq));
 	unsigned moved = 0;
+	uint64_t files = dev->nr_b_more_io;
 	bool more = false;
 	while (!list_empty(&dev->buckets)) {
 		struct dirty_bucket *b = container_of(dev->buckets.next, struct dirty_bucket, link);
@@ -514,6 +652,7 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 			break;
 		}
 		list_move_tail(&b->link, &dev->io_buckets);
+		files += b->n;
 		count_add(&dev->nr_b_io, (int64_t)b->n);
 		count_add(&dev->nr_b_dirty, -(int64_t)b->n);
 		count_add(&dev->nr_buckets, -1);
@@ -522,6 +661,8 @@ bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq
 	iq_splice_tail(&dev->b_io, &dev->b_more_io);
 	count_add(&dev->nr_b_io, (int64_t)dev->nr_b_more_io);
 	count_add(&dev->nr_b_more_io, -(int64_t)dev->nr_b_more_io);
+	/* whole buckets: no file is looked at */
+	queue_io_count(dev, files, 0);
 	return more;
 }
 
@@ -590,7 +731,14 @@ size_t dirty_take(struct wbc_dev *dev, struct dirty_batch *b, uint64_t older_tha
 		if (more)
 			*more = m;
 	}
-	if (!list_empty(&dev->io_buckets)) {
+	if (old_list(dev)) {
+		/* one file per hold (writeback_sb_inodes) */
+		struct inode *ino = iq_pop(&dev->b_io);
+		if (ino) {
+			iq_add_tail(&b->files, ino);
+			b->n = 1;
+		}
+	} else if (!list_empty(&dev->io_buckets)) {
 		struct dirty_bucket *q = container_of(dev->io_buckets.next, struct dirty_bucket, link);
 		iq_splice_tail(&b->files, &q->inodes);
 		b->n = q->n;
@@ -683,6 +831,10 @@ static bool requeue_state(struct inode *ino, bool still_dirty)
 void dirty_put(struct wbc_dev *dev, struct dirty_put *p, struct inode *ino, bool still_dirty,
 	       bool slice_used)
 {
+	if (old_list(dev)) {
+		list_requeue(dev, ino, still_dirty, slice_used);   /* at once, no batch */
+		return;
+	}
 	if (!requeue_state(ino, still_dirty)) {
 		iput(ino);
 	} else if (slice_used) {

@@ -132,6 +132,11 @@ static void pass_end_locked(struct inode *ino, struct wbc_ctl *ctl, uint64_t idx
  * state (ctl->still_dirty, ctl->size_dirty) happen in it.  Background
  * passes take their bio before the lock (the file is on the lists because
  * it has dirty pages); sync passes only once they found a page.
+ * Under file_lock=file (the old policy, for experiments) the file's lock
+ * is held from each run's collection until its bio is submitted (the
+ * plug flushed: the backend's submit returned), so the file's writers,
+ * which hold it across each page's write (core/file.c), wait for the
+ * submission and it for them; never across a wait for a free bio.
  */
 long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 {
@@ -144,6 +149,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	struct wbc_bio *b = sync ? NULL : bio_get(dev, ctl->plug);
 
 	ctl->backed_off = false;
+	wb_file_lock(ino);
 	pthread_mutex_lock(&ino->lock);
 	if (sync)
 		tag_pages_locked(ino, ctl->range_start, ctl->range_end);
@@ -152,6 +158,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		ctl->backed_off = true;
 		pass_end_locked(ino, ctl, ino->writeback_index);
 		pthread_mutex_unlock(&ino->lock);
+		wb_file_unlock(ino, NULL);
 		if (b)
 			bio_put(dev, b);
 		return 0;
@@ -181,7 +188,9 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		if (!b) {
 			/* never wait for a bio under the lock */
 			pthread_mutex_unlock(&ino->lock);
+			wb_file_unlock(ino, NULL);
 			b = bio_get(dev, ctl->plug);
+			wb_file_lock(ino);
 			pthread_mutex_lock(&ino->lock);
 			continue;
 		}
@@ -241,6 +250,7 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 			account_writeback(ino, n);
 		}
 		submit_bio_write(dev, ino, b, first, ctl->plug);
+		wb_file_unlock(ino, ctl->plug);
 		b = NULL;
 		written += n;
 		if (last) {
@@ -249,9 +259,11 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		}
 		if (!sync)
 			b = bio_get(dev, ctl->plug);
+		wb_file_lock(ino);
 		pthread_mutex_lock(&ino->lock);
 	}
 	pthread_mutex_unlock(&ino->lock);
+	wb_file_unlock(ino, NULL);
 	if (b)
 		bio_put(dev, b);
 	ctl->pages_written += written;

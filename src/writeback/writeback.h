@@ -16,7 +16,10 @@
  * write_inode_pages, wait_on_writeback_range, flusher_queue_sync,
  * flusher_stop and the dirty_* functions that are not *_locked with no
  * lock held; flusher_kick with none or dev_lock; mark_inode_dirty under
- * any lock (it takes none: a CAS and a lock-free push).
+ * any lock but list_lock (it takes none: a CAS and a lock-free push;
+ * under dirty_list=list, the old policy, it takes list_lock, a leaf).
+ * Under file_lock=file write_inode_pages takes the file's file_lock: call
+ * it without that lock or inode->lock held.
  *
  * CALLS UP.  None directly: the flusher asks the throttle layer for the
  * background threshold, a file's slice and the bandwidth estimate
@@ -76,6 +79,38 @@ static inline void iq_splice_head(struct ino_queue *to, struct ino_queue *from)
  * page dirty and retries it, the drop policy cleans it and counts it
  * lost. */
 enum { WBC_ON_ERROR_RETRY, WBC_ON_ERROR_DROP };
+
+/* What dev->dirty_list and dev->file_lock hold (tunables, for
+ * experiments: the old policies, rendered beside today's; the first of
+ * each is the default).  dirty_list=list: b_dirty is one list in
+ * dirtying order, appended to by writers under the list lock and walked
+ * by queue_io under it (dirty.c).  file_lock=file: one lock per file,
+ * held by writers across a page's write and by writeback across the
+ * submission of the file's run (core/file.c, write_inode_pages). */
+enum { WBC_DIRTY_LIST_BUCKETS, WBC_DIRTY_LIST_LIST };
+enum { WBC_FILE_LOCK_PAGE, WBC_FILE_LOCK_FILE };
+
+/* file_lock=file: take @ino's file lock (inode->file_lock: after rwsem,
+ * before inode->lock), counting the takes that had to wait and the time
+ * they waited. */
+static inline void inode_file_lock(struct inode *ino)
+{
+	if (!pthread_mutex_trylock(&ino->file_lock))
+		return;
+	/* counted before it blocks: a waiter can be seen waiting */
+	atomic_fetch_add_explicit(&ino->dev->file_lock_waits, 1, memory_order_relaxed);
+	uint64_t t0 = wbc_now_ns();
+	pthread_mutex_lock(&ino->file_lock);
+	atomic_fetch_add_explicit(&ino->dev->file_lock_wait_ns, wbc_now_ns() - t0,
+				  memory_order_relaxed);
+}
+
+static inline void inode_file_unlock(struct inode *ino)
+{
+	assert_held(&ino->file_lock);
+	pthread_mutex_unlock(&ino->file_lock);
+}
+
 
 /* What the flusher asks of the throttle layer above it: the throttle's
  * functions, set at open (core/cache.c) in cache->wb_ops. */
@@ -295,5 +330,21 @@ void dev_drain(struct wbc_dev *dev);
 void wb_end_io(struct wbc_bio *bio);
 /* write.c: submit what @p holds back, and count its pages */
 void plug_flush(struct wbc_dev *dev, struct bio_plug *p);
+/* write_inode_pages' side (write.c): under file_lock=file, the file's
+ * lock around a run's collection and submission; the unlock submits
+ * what @plug holds first (the run goes out under the lock).  No-ops
+ * under file_lock=page. */
+static inline void wb_file_lock(struct inode *ino)
+{
+	if (ino->dev->file_lock == WBC_FILE_LOCK_FILE)
+		inode_file_lock(ino);
+}
+static inline void wb_file_unlock(struct inode *ino, struct bio_plug *plug)
+{
+	if (ino->dev->file_lock == WBC_FILE_LOCK_FILE) {
+		plug_flush(ino->dev, plug);
+		inode_file_unlock(ino);
+	}
+}
 
 #endif
