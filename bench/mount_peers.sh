@@ -9,7 +9,10 @@
 #   randw    fio 4 KiB random writes, psync, RAND_MB file, end_fsync=1, IOPS
 #   tar      tar -x of /usr/include (tarred once), entries/s
 # Environment: WBCACHE_BENCH_DIR (/var/tmp/wbp), SIZE_MB (2048), FILES
-# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache).
+# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache), SYSTEMS
+# ("kernel wbcache hp ll"), TESTS ("dd fsmark randw tar"), WB_OPTS (more -o
+# options for wbcache; WB2_OPTS, when set, adds a second wbcache system
+# "wb2" with those options instead, to compare a lever in the same run).
 set -eu
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -47,7 +50,8 @@ wait_mounted() { for _ in $(seq 100); do mountpoint -q "$mt" && return 0; sleep 
 up() {   # up SYSTEM -> the directory to run in
 	case $1 in
 	kernel) ;;
-	wbcache) "$W" mount "$bk" "$mt" -o "mem=$MEM" ;;
+	wbcache) "$W" mount "$bk" "$mt" -o "mem=$MEM${WB_OPTS:+,$WB_OPTS}" ;;
+	wb2) "$W" mount "$bk" "$mt" -o "mem=$MEM${WB2_OPTS:+,$WB2_OPTS}" ;;
 	hp) "$HP" "$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
 	ll) "$LL" -f -o writeback -o source="$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
 	esac
@@ -55,7 +59,7 @@ up() {   # up SYSTEM -> the directory to run in
 down() {
 	case $1 in
 	kernel) sync ;;
-	wbcache) "$W" umount "$mt" ;;
+	wbcache|wb2) "$W" umount "$mt" ;;
 	*) fusermount3 -u "$mt"; wait "$peer_pid" 2>/dev/null || true; peer_pid= ;;
 	esac
 }
@@ -87,9 +91,11 @@ t_tar() {
 }
 
 declare -A R
-SYSTEMS="kernel wbcache hp ll"
+SYSTEMS=${SYSTEMS:-kernel wbcache hp ll}
+[ -n "${WB2_OPTS:-}" ] && case " $SYSTEMS " in *" wb2 "*) ;; *) SYSTEMS="$SYSTEMS wb2" ;; esac
+TESTS=${TESTS:-dd fsmark randw tar}
 for r in $(seq "$ROUNDS"); do
-	for test in dd fsmark randw tar; do
+	for test in $TESTS; do
 		for sys in $SYSTEMS; do
 			drop_caches; up $sys
 			v=$(t_$test "$(dir_of $sys)")
@@ -101,13 +107,17 @@ for r in $(seq "$ROUNDS"); do
 done
 echo
 echo "wbcache mount, FUSE peers and the kernel on $bk, median of $ROUNDS interleaved rounds"
-printf '%-44s %9s %9s %9s %9s %8s %8s\n' "workload" kernel wbcache hp "ll -o wb" "wb/hp" "wb/kern"
+med() { echo ${R[$1]:-} | tr ' ' '\n' | median; }
+hdr=$(printf '%-44s %9s %9s %9s %9s' "workload" kernel wbcache hp "ll -o wb")
+[ -n "${WB2_OPTS:-}" ] && hdr+=$(printf ' %9s %8s' wb2 "wb2/hp")
+printf '%s %8s %8s\n' "$hdr" "wb/hp" "wb/kern"
 row() {
-	local k w h l
-	k=$(echo ${R[$1.kernel]} | tr ' ' '\n' | median); w=$(echo ${R[$1.wbcache]} | tr ' ' '\n' | median)
-	h=$(echo ${R[$1.hp]} | tr ' ' '\n' | median); l=$(echo ${R[$1.ll]} | tr ' ' '\n' | median)
-	printf '%-44s %9s %9s %9s %9s %7.2fx %7.2fx\n' "$2" "$k" "$w" "$h" "$l" \
-		"$(ratio "$w" "$h")" "$(ratio "$w" "$k")"
+	case " $TESTS " in *" $1 "*) ;; *) return ;; esac
+	local k w h l line
+	k=$(med $1.kernel); w=$(med $1.wbcache); h=$(med $1.hp); l=$(med $1.ll)
+	line=$(printf '%-44s %9s %9s %9s %9s' "$2" "$k" "$w" "$h" "$l")
+	[ -n "${WB2_OPTS:-}" ] && line+=$(printf ' %9s %7.2fx' "$(med $1.wb2)" "$(ratio "$(med $1.wb2)" "$h")")
+	printf '%s %7.2fx %7.2fx\n' "$line" "$(ratio "$w" "$h")" "$(ratio "$w" "$k")"
 }
 row dd "dd ${SIZE_MB} MiB conv=fsync, MB/s"
 row fsmark "fs_mark 2 x $FILES x 4 KiB, -S 0, files/s"

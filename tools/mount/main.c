@@ -204,8 +204,9 @@ int cmd_mount(int argc, char **argv)
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
+	struct timeouts tmo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
-					   sizeof(fuseopts), &dio))) {
+					   sizeof(fuseopts), &dio, &tmo))) {
 		free(optcopy);
 		return 2;
 	}
@@ -214,6 +215,9 @@ int cmd_mount(int argc, char **argv)
 	memset(&M, 0, sizeof(M));
 	M.foreground = foreground;
 	M.dio = dio;
+	M.entry_timeout = tmo.entry;
+	M.attr_timeout = tmo.attr;
+	M.negative_timeout = tmo.negative;
 	/* the kernel applied the caller's umask to every mode it sends */
 	umask(0);
 	M.root_fd = M.mount_fd = -1;
@@ -248,6 +252,9 @@ int cmd_mount(int argc, char **argv)
 		}
 	}
 	M.root.fd = M.root_fd;
+	M.root.pfd = -1;
+	atomic_init(&M.root.mode, st.st_mode);
+	mutex_init_checked(&M.root.fdlock);
 	M.root.nlookup = 1;
 	M.root.dev = st.st_dev;
 	M.root.ino = st.st_ino;
@@ -310,6 +317,7 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
 		goto out;
 	}
+	conn_hook(se);
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
 	if (replier_start())

@@ -112,6 +112,11 @@ struct node {
 	ino_t ino;
 	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
 	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
+	/* Handle mode, regular files: the descriptor nfd() opened, kept while
+	 * a request uses it or an open of the file lives (pfd_holds). */
+	pthread_mutex_t fdlock;      /* pfd, pfd_holds; taken with no other lock of the mount */
+	int pfd;
+	unsigned pfd_holds;
 	uint64_t gen;                /* unique per node (fallback engine name) */
 	bool is_reg;
 	bool hashed;                 /* M.lock: in the table (not replaced as stale) */
@@ -153,6 +158,9 @@ struct mnt {
 	bool foreground;
 	struct fuse_session *se;
 	enum dio_mode dio;           /* -o direct_io= */
+	double entry_timeout, attr_timeout, negative_timeout;   /* -o, seconds */
+	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
+	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
 
 extern struct mnt M;            /* main.c */
@@ -188,15 +196,20 @@ static inline fuse_ino_t id_of(struct node *n)
 void node_insert_locked(struct node *n);
 int nfd(struct node *n);
 void nfd_put(struct node *n, int fd);
+void node_hold_fd(struct node *n);
+void node_drop_fd(struct node *n);
 struct file_handle *handle_of(int fd);
 int open_backing(void *ctx, const char *name, int flags);
 int engine_open(struct node *n, wbc_file **out);
 int stat_node(struct node *n, struct stat *st);
+int stat_node_fd(struct node *n, int fd, struct stat *st);
+void node_attr(struct node *n, struct stat *st);
 void node_written_locked(struct node *n);
 void node_changed(struct node *n);
 void restore_mtime_locked(struct node *n);
 void node_free(struct node *n);
 int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
+int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
 void after_unlink(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);
@@ -214,8 +227,13 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 size_t stats_text(char *buf, size_t len);
 int mount_sync(void);
 
+/* conn.c */
+void conn_hook(struct fuse_session *se);
+
 /* options.c */
+#define TIMEOUT_DEFAULT 1.0
+struct timeouts { double entry, attr, negative; };
 void mount_usage(FILE *out);
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-	       char *fuseopts, size_t fuselen, enum dio_mode *dio);
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct timeouts *tmo);
 #endif

@@ -72,9 +72,10 @@ static void remove_locked(struct node *n)
  * O_PATH descriptor from it.  A directory's (or other non-file's) is
  * cached in a small per-thread ring keyed by the node's unique gen, so a
  * request that uses up to three nodes keeps them valid; a regular file's
- * is closed by nfd_put() when the request is done with it, so no
- * descriptor keeps a removed file's space (a thread's ring lives as long
- * as the thread, which may sleep for long).  The engine's descriptors
+ * is kept in the node while a request or an open holds it (pfd_holds)
+ * and closed when the last lets go, so no descriptor keeps a removed
+ * file's space (a thread's ring lives as long as the thread, which may
+ * sleep for long).  The engine's descriptors
  * are bounded too (WBC_OPENER_REOPEN).  Then the mount needs no
  * descriptor per file.
  * Without handles every node keeps its descriptor (RLIMIT_NOFILE bounds
@@ -108,8 +109,17 @@ int nfd(struct node *n)
 {
 	if (n->fd >= 0)
 		return n->fd;
-	if (n->is_reg)
-		return open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+	if (n->is_reg) {
+		pthread_mutex_lock(&n->fdlock);
+		if (n->pfd < 0)
+			n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+		int fd = n->pfd, e = errno;
+		if (fd >= 0)
+			n->pfd_holds++;
+		pthread_mutex_unlock(&n->fdlock);
+		errno = e;
+		return fd;
+	}
 	pthread_once(&nfd_once, nfd_key_create);
 	if (!pthread_getspecific(nfd_key))
 		pthread_setspecific(nfd_key, &nfd_ring);
@@ -137,7 +147,33 @@ int nfd(struct node *n)
 void nfd_put(struct node *n, int fd)
 {
 	if (fd >= 0 && n->fd < 0 && n->is_reg)
-		close(fd);
+		node_drop_fd(n);
+}
+
+/* An open of the file keeps its descriptor (handle mode) until its
+ * release: the requests on an open file (setattr, getattr, getxattr,
+ * release) then open nothing.  A file nothing holds keeps none, so no
+ * descriptor keeps a removed file's space. */
+void node_hold_fd(struct node *n)
+{
+	if (n->fd >= 0 || !n->is_reg)
+		return;
+	pthread_mutex_lock(&n->fdlock);
+	n->pfd_holds++;
+	pthread_mutex_unlock(&n->fdlock);
+}
+
+void node_drop_fd(struct node *n)
+{
+	if (n->fd >= 0 || !n->is_reg)
+		return;
+	pthread_mutex_lock(&n->fdlock);
+	assert(n->pfd_holds > 0);
+	if (!--n->pfd_holds && n->pfd >= 0) {
+		close(n->pfd);
+		n->pfd = -1;
+	}
+	pthread_mutex_unlock(&n->fdlock);
 }
 
 /* The engine's name for a node's data: in handle mode the handle itself in
@@ -244,15 +280,27 @@ int engine_open(struct node *n, wbc_file **out)
 int stat_node(struct node *n, struct stat *st)
 {
 	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		int err = -errno;
-		nfd_put(n, fd);
-		return err;
-	}
+	int err = fd < 0 ? -errno : stat_node_fd(n, fd, st);
 	nfd_put(n, fd);
+	return err;
+}
+
+/* The same, from a descriptor of the node's inode the caller holds. */
+int stat_node_fd(struct node *n, int fd, struct stat *st)
+{
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	node_attr(n, st);
+	return 0;
+}
+
+/* Complete @st, the backing inode's attributes just read, with what the
+ * cache holds of the node's data. */
+void node_attr(struct node *n, struct stat *st)
+{
 	atomic_store_explicit(&n->mode, st->st_mode, memory_order_relaxed);
 	if (!S_ISREG(st->st_mode))
-		return 0;
+		return;
 	uint64_t unwritten = 0;
 	pthread_mutex_lock(&n->lock);
 	struct wbc_file_info fi;
@@ -272,7 +320,6 @@ int stat_node(struct node *n, struct stat *st)
 		st->st_ctim = n->ctime;
 	pthread_mutex_unlock(&n->lock);
 	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);
-	return 0;
 }
 
 /* Data of the node changed through the engine now (write, truncate,
@@ -330,8 +377,11 @@ void node_free(struct node *n)
 {
 	if (n->fd >= 0)
 		close(n->fd);
+	if (n->pfd >= 0)
+		close(n->pfd);
 	free(n->fh);
 	pthread_mutex_destroy(&n->lock);
+	pthread_mutex_destroy(&n->fdlock);
 	free(n);
 }
 
@@ -352,9 +402,18 @@ int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 		close(fd);
 		return err;
 	}
+	return enter_node(fd, &st, e);
+}
+
+/* The node of the inode open at @fd (the caller's, given up here), whose
+ * attributes @st were just read: found, or made, with one more lookup,
+ * and the entry to answer with. */
+int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
 	struct file_handle *fh = M.handles ? handle_of(fd) : NULL;
 	pthread_mutex_lock(&M.lock);
-	struct node *n = find_locked(st.st_dev, st.st_ino);
+	struct node *n = find_locked(st->st_dev, st->st_ino);
 	if (n && n != &M.root && node_stale(n, fh)) {
 		/* the inode number was reused by a new inode (the old one is
 		 * gone): the old node lives on until the kernel forgets it,
@@ -378,30 +437,29 @@ int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 			free(fh);
 			return -ENOMEM;
 		}
-		n->dev = st.st_dev;
-		n->ino = st.st_ino;
+		n->dev = st->st_dev;
+		n->ino = st->st_ino;
 		n->fd = fd;
+		n->pfd = -1;
 		if ((n->fh = fh)) {
 			close(fd);         /* reopened from the handle when used */
 			n->fd = -1;
 		}
 		n->nlookup = 1;
-		n->is_reg = S_ISREG(st.st_mode);
-		atomic_init(&n->mode, st.st_mode);
+		n->is_reg = S_ISREG(st->st_mode);
+		atomic_init(&n->mode, st->st_mode);
 		atomic_init(&n->caps, -1);
 		n->gen = atomic_fetch_add(&M.next_gen, 1);
 		mutex_init_checked(&n->lock);
+		mutex_init_checked(&n->fdlock);
 		node_insert_locked(n);
 		pthread_mutex_unlock(&M.lock);
 	}
-	int err = stat_node(n, &e->attr);
-	if (err) {
-		forget_one(id_of(n), 1);   /* the kernel is told nothing */
-		return err;
-	}
+	node_attr(n, st);
+	e->attr = *st;
 	e->ino = id_of(n);
-	e->attr_timeout = 1.0;
-	e->entry_timeout = 1.0;
+	e->attr_timeout = M.attr_timeout;
+	e->entry_timeout = M.entry_timeout;
 	return 0;
 }
 

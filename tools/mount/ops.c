@@ -29,7 +29,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		/* a negative entry the kernel may cache: every change of the
 		 * namespace comes through this mount */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = 1.0;
+		e.entry_timeout = M.negative_timeout;
 		fuse_reply_entry(req, &e);
 	} else if (err) {
 		fuse_reply_err(req, -err);
@@ -59,7 +59,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (err)
 		fuse_reply_err(req, -err);
 	else
-		fuse_reply_attr(req, &st, 1.0);
+		fuse_reply_attr(req, &st, M.attr_timeout);
 }
 
 
@@ -117,11 +117,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	int err = 0;
 	struct stat st;
 	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+	if (fd < 0) {
 		fuse_reply_err(req, errno);
-		nfd_put(n, fd);
 		return;
 	}
+	/* an inode's type never changes: the node's last seen mode has it */
+	st.st_mode = atomic_load_explicit(&n->mode, memory_order_relaxed);
 	bool lnk = S_ISLNK(st.st_mode);
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
@@ -169,29 +170,34 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (to_set & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
-		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			err = -errno;
-		} else if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
+	}
+	if (err) {
+		nfd_put(n, fd);
+		fuse_reply_err(req, -err);
+		return;
+	}
+	if (!fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
 			/* the file's mtime from now on, also after writeback */
-			struct stat now;
 			pthread_mutex_lock(&n->lock);
-			if (n->wrote && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-				n->mtime = now.st_mtim;
+			if (n->wrote) {
+				n->mtime = st.st_mtim;
 				n->mtime_set = true;
 			}
 			pthread_mutex_unlock(&n->lock);
 		}
+		node_changed(n);
+		node_attr(n, &st);
+	} else {
+		err = -errno;
 	}
 	nfd_put(n, fd);
-	if (err) {
-		fuse_reply_err(req, -err);
-		return;
-	}
-	node_changed(n);
-	if ((err = stat_node(n, &st)))
+	if (err)
 		fuse_reply_err(req, -err);
 	else
-		fuse_reply_attr(req, &st, 1.0);
+		fuse_reply_attr(req, &st, M.attr_timeout);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -222,17 +228,32 @@ static void reply_entry_of(fuse_req_t req, struct node *parent, const char *name
  * root; otherwise the backing file system made it the daemon's).  In a
  * set-group-ID directory the group is the directory's, as the backing
  * file system already made it (and a new directory kept the bit). */
-static void own_new(fuse_req_t req, struct node *parent, const char *name)
+/* The owner and group to give a new entry in @parent (-1: the one the
+ * backing file system gave, the daemon's or the directory's); false when
+ * both are already right, as for a caller with the daemon's ids. */
+static bool new_owner(fuse_req_t req, struct node *parent, uid_t *uid, gid_t *gid)
 {
 	if (!M.as_root)
-		return;
+		return false;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	*uid = ctx->uid == geteuid() ? (uid_t)-1 : ctx->uid;
+	*gid = ctx->gid == getegid() ? (gid_t)-1 : ctx->gid;
 	struct stat pst;
+	int fd;
+	if (*gid != (gid_t)-1 && (fd = nfd(parent)) >= 0 &&
+	    !fstatat(fd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
+		*gid = (gid_t)-1;
+	return *uid != (uid_t)-1 || *gid != (gid_t)-1;
+}
+
+static void own_new(fuse_req_t req, struct node *parent, const char *name)
+{
+	uid_t uid;
+	gid_t gid;
+	if (!new_owner(req, parent, &uid, &gid))
+		return;
 	int fd = nfd(parent);
-	gid_t gid = ctx->gid;
-	if (fd >= 0 && !fstatat(fd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
-		gid = (gid_t)-1;
-	if (fd < 0 || fchownat(fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
+	if (fd < 0 || fchownat(fd, name, uid, gid, AT_SYMLINK_NOFOLLOW))
 		logmsg("chown of a new entry failed: %s", strerror(errno));
 }
 
@@ -343,7 +364,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
  */
 static bool open_direct(const struct fuse_file_info *fi)
 {
-	return M.dio == DIO_ALWAYS || (M.dio == DIO_AUTO && (fi->flags & O_ACCMODE) == O_WRONLY);
+	int acc = fi->flags & O_ACCMODE;
+	return M.dio == DIO_ALWAYS ||
+	       (M.dio == DIO_AUTO && (acc == O_WRONLY || (acc == O_RDWR && M.direct_mmap)));
 }
 
 static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
@@ -371,6 +394,7 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 	}
 	bool direct = open_direct(fi);
 	if (!err) {
+		node_hold_fd(n);
 		n->opens++;
 		if (!direct)
 			atomic_fetch_add(&n->kcache_opens, 1);
@@ -400,23 +424,41 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_open(req, fi);
 }
 
+/*
+ * create: the file is made with O_EXCL, so the daemon knows it made it
+ * (and owns it to the caller); an existing one (a race with another
+ * creator, the kernel having seen no entry) is opened as it is, unless
+ * the caller asked O_EXCL.  The descriptor the create returned gives the
+ * attributes and the node: five system calls for a new file.
+ */
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	struct node *p = node_of(parent);
 	int pf = nfd(p);
-	int fd = pf < 0 ? -1 : openat(pf, name, (fi->flags & (O_EXCL | O_TRUNC)) | O_CREAT |
-				      O_RDONLY | O_NOFOLLOW | O_CLOEXEC, mode);
+	const int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (fi->flags & O_TRUNC);
+	int fd = pf < 0 ? -1 : openat(pf, name, how | O_CREAT | O_EXCL, mode);
+	bool made = fd >= 0;
+	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL))
+		fd = openat(pf, name, how);
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
 		return;
 	}
-	close(fd);
-	own_new(req, p, name);
-	struct fuse_entry_param e;
-	int err = do_lookup(p, name, &e);
-	if (!err && !node_of(e.ino)->is_reg)
+	uid_t uid;
+	gid_t gid;
+	if (made && new_owner(req, p, &uid, &gid) && fchown(fd, uid, gid))
+		logmsg("chown of a new entry failed: %s", strerror(errno));
+	struct fuse_entry_param e = { 0 };
+	struct stat st;
+	int err = fstat(fd, &st) ? -errno : 0;
+	if (err)
+		close(fd);
+	else if (!S_ISREG(st.st_mode)) {
+		close(fd);
 		err = -EISDIR;
+	} else
+		err = enter_node(fd, &st, &e);   /* takes fd */
 	if (!err && !(err = open_common(req, node_of(e.ino), fi))) {
 		fuse_reply_create(req, &e, fi);
 		return;
@@ -566,6 +608,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_mutex_lock(&n->lock);
 	if (!open_direct(fi))
 		atomic_fetch_sub(&n->kcache_opens, 1);
+	node_drop_fd(n);
 	if (!--n->opens) {
 		struct wbc_file_info info;
 		if (n->wrote && !wbc_file_info(n->wf, &info)) {

@@ -64,8 +64,21 @@ static int parse_size_opt(const char *key, const char *val, uint64_t *out)
 }
 
 /* -o options: engine config, device options, FUSE options. */
+static int parse_seconds(const char *key, const char *val, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(val, &end);
+	if (errno || end == val || *end || !(v >= 0) || v > 1e9) {
+		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (seconds)\n", key, val);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-	       char *fuseopts, size_t fuselen, enum dio_mode *dio)
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct timeouts *tmo)
 {
 	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
 		char *val = strchr(kv, '=');
@@ -117,6 +130,14 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		int rc = -1;
+		double *secs = !strcmp(kv, "entry_timeout") ? &tmo->entry :
+			       !strcmp(kv, "attr_timeout") ? &tmo->attr :
+			       !strcmp(kv, "negative_timeout") ? &tmo->negative : NULL;
+		if (secs) {
+			if (parse_seconds(kv, val, secs))
+				return -1;
+			continue;
+		}
 		if (!strcmp(kv, "direct_io")) {
 			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {
 				*dio = !strcmp(val, "auto") ? DIO_AUTO : val[0] == '1' ? DIO_ALWAYS : DIO_NEVER;
