@@ -204,9 +204,10 @@ int cmd_mount(int argc, char **argv)
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
-	struct timeouts tmo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT };
+	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, false, 16, 4,
+			    false };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
-					   sizeof(fuseopts), &dio, &tmo))) {
+					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
 		return 2;
 	}
@@ -215,9 +216,11 @@ int cmd_mount(int argc, char **argv)
 	memset(&M, 0, sizeof(M));
 	M.foreground = foreground;
 	M.dio = dio;
-	M.entry_timeout = tmo.entry;
-	M.attr_timeout = tmo.attr;
-	M.negative_timeout = tmo.negative;
+	M.entry_timeout = mo.entry;
+	M.attr_timeout = mo.attr;
+	M.negative_timeout = mo.negative;
+	M.noflush = mo.noflush;
+	M.writeback_cache = mo.writeback_cache;
 	/* the kernel applied the caller's umask to every mode it sends */
 	umask(0);
 	M.root_fd = M.mount_fd = -1;
@@ -324,8 +327,9 @@ int cmd_mount(int argc, char **argv)
 		logmsg("no replier thread: throttled writes hold their worker");
 	detach_done();
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(lc, 16);
-	fuse_loop_cfg_set_idle_threads(lc, 4);
+	fuse_loop_cfg_set_max_threads(lc, mo.threads);
+	fuse_loop_cfg_set_idle_threads(lc, MINU(mo.idle_threads, mo.threads));
+	fuse_loop_cfg_set_clone_fd(lc, mo.clone_fd);
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	replier_stop();

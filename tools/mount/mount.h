@@ -159,6 +159,7 @@ struct mnt {
 	struct fuse_session *se;
 	enum dio_mode dio;           /* -o direct_io= */
 	double entry_timeout, attr_timeout, negative_timeout;   /* -o, seconds */
+	bool noflush, writeback_cache;   /* -o */
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
@@ -232,8 +233,15 @@ void conn_hook(struct fuse_session *se);
 
 /* options.c */
 #define TIMEOUT_DEFAULT 1.0
-struct timeouts { double entry, attr, negative; };
+/* The mount's own -o options. */
+struct mopts {
+	double entry, attr, negative;   /* seconds the kernel keeps what it learnt */
+	bool noflush;                   /* no FLUSH at close (errors: at fsync) */
+	bool writeback_cache;           /* the kernel's cache before the engine's */
+	unsigned threads, idle_threads;
+	bool clone_fd;
+};
 void mount_usage(FILE *out);
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct timeouts *tmo);
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct mopts *mo);
 #endif

@@ -18,7 +18,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = 1u << 20;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;   /* data is cached once, here */
+	/* data is cached once, here, unless -o writeback_cache=1 */
+	if (M.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	else
+		conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -366,10 +370,13 @@ static bool open_direct(const struct fuse_file_info *fi)
 {
 	int acc = fi->flags & O_ACCMODE;
 	return M.dio == DIO_ALWAYS ||
-	       (M.dio == DIO_AUTO && (acc == O_WRONLY || (acc == O_RDWR && M.direct_mmap)));
+	       (M.dio == DIO_AUTO && (acc == O_WRONLY ||
+				      (acc == O_RDWR && M.direct_mmap && !M.writeback_cache)));
 }
 
-static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+/* @made: the file was just made by this create (empty: O_TRUNC has
+ * nothing to do). */
+static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi, bool made)
 {
 	wbc_file *h;
 	pthread_mutex_lock(&n->lock);
@@ -379,7 +386,7 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 		if (err)
 			wbc_file_close(h);
 	}
-	if (!err && (fi->flags & O_TRUNC)) {
+	if (!err && (fi->flags & O_TRUNC) && !made) {
 		/* atomic O_TRUNC: the kernel sends no setattr before */
 		err = wbc_truncate(h, 0);
 		if (err) {
@@ -402,11 +409,15 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 	pthread_mutex_unlock(&n->lock);
 	if (err)
 		return err;
-	if (fi->flags & O_TRUNC)
+	if ((fi->flags & O_TRUNC) && !made)
 		kill_priv(req, n);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = direct;
 	fi->keep_cache = 0;
+	/* close sends no FLUSH where it has nothing to report: a read-only
+	 * open (or any, under -o noflush=1: writeback errors then reach
+	 * fsync only, as on a local file system) */
+	fi->noflush = M.noflush || (fi->flags & O_ACCMODE) == O_RDONLY;
 	return 0;
 }
 
@@ -417,7 +428,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int err = open_common(req, n, fi);
+	int err = open_common(req, n, fi, false);
 	if (err)
 		fuse_reply_err(req, -err);
 	else
@@ -459,7 +470,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		err = -EISDIR;
 	} else
 		err = enter_node(fd, &st, &e);   /* takes fd */
-	if (!err && !(err = open_common(req, node_of(e.ino), fi))) {
+	if (!err && !(err = open_common(req, node_of(e.ino), fi, made))) {
 		fuse_reply_create(req, &e, fi);
 		return;
 	}

@@ -78,7 +78,7 @@ static int parse_seconds(const char *key, const char *val, double *out)
 }
 
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct timeouts *tmo)
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct mopts *mo)
 {
 	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
 		char *val = strchr(kv, '=');
@@ -130,12 +130,29 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		int rc = -1;
-		double *secs = !strcmp(kv, "entry_timeout") ? &tmo->entry :
-			       !strcmp(kv, "attr_timeout") ? &tmo->attr :
-			       !strcmp(kv, "negative_timeout") ? &tmo->negative : NULL;
+		double *secs = !strcmp(kv, "entry_timeout") ? &mo->entry :
+			       !strcmp(kv, "attr_timeout") ? &mo->attr :
+			       !strcmp(kv, "negative_timeout") ? &mo->negative : NULL;
 		if (secs) {
 			if (parse_seconds(kv, val, secs))
 				return -1;
+			continue;
+		}
+		bool *flag = !strcmp(kv, "noflush") ? &mo->noflush :
+			     !strcmp(kv, "writeback_cache") ? &mo->writeback_cache :
+			     !strcmp(kv, "clone_fd") ? &mo->clone_fd : NULL;
+		if (flag) {
+			if (strcmp(val, "0") && strcmp(val, "1")) {
+				fprintf(stderr, "wbcache mount: bad value for %s: '%s' (0 or 1)\n", kv, val);
+				return -1;
+			}
+			*flag = val[0] == '1';
+			continue;
+		}
+		if (!strcmp(kv, "threads") || !strcmp(kv, "idle_threads")) {
+			if (parse_u64(kv, val, 1024, &v) || (!v && kv[0] == 't'))
+				return -1;
+			*(kv[0] == 't' ? &mo->threads : &mo->idle_threads) = (unsigned)v;
 			continue;
 		}
 		if (!strcmp(kv, "direct_io")) {
