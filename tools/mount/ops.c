@@ -369,9 +369,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 static bool open_direct(const struct fuse_file_info *fi)
 {
 	int acc = fi->flags & O_ACCMODE;
+	/* under -o writeback_cache=1 the kernel owns the times of every
+	 * regular file (it takes no mtime from the daemon's attributes) and
+	 * moves them only for writes through its cache: no open is direct */
+	if (M.writeback_cache)
+		return false;
 	return M.dio == DIO_ALWAYS ||
-	       (M.dio == DIO_AUTO && (acc == O_WRONLY ||
-				      (acc == O_RDWR && M.direct_mmap && !M.writeback_cache)));
+	       (M.dio == DIO_AUTO && (acc == O_WRONLY || (acc == O_RDWR && M.direct_mmap)));
 }
 
 /* @made: the file was just made by this create (empty: O_TRUNC has
