@@ -204,7 +204,7 @@ int cmd_mount(int argc, char **argv)
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
-	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, false, 16, 4,
+	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, false, 16, 16,
 			    false };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
@@ -267,6 +267,8 @@ int cmd_mount(int argc, char **argv)
 	M.hash = calloc(M.hsize, sizeof(*M.hash));
 	atomic_init(&M.next_gen, 1);
 	M.as_root = geteuid() == 0;
+	M.euid = geteuid();
+	M.egid = getegid();
 	if (!M.hash)
 		goto out;
 	pthread_mutex_lock(&M.lock);

@@ -127,6 +127,7 @@ struct node {
 	atomic_uint kcache_opens;    /* of them, through the kernel's page cache */
 	wbc_file *wf;                /* the node's engine handle while opens > 0 */
 	bool wrote;                  /* data went through the engine */
+	bool unlinked;               /* a link of it went through the mount */
 	bool size_known;
 	uint64_t size;               /* the engine's size of the data */
 	uint64_t unwritten;          /* bytes not yet written back, at the last release */
@@ -154,6 +155,8 @@ struct mnt {
 	wbc_dev *dev;
 	atomic_ullong next_gen;
 	bool as_root;                /* the daemon may chown */
+	uid_t euid;
+	gid_t egid;
 	bool handles;                /* nodes keep file handles, not descriptors */
 	bool foreground;
 	struct fuse_session *se;

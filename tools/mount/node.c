@@ -501,6 +501,7 @@ void after_unlink(dev_t dev, ino_t ino)
 	if (!n)
 		return;
 	pthread_mutex_lock(&n->lock);
+	n->unlinked = true;
 	if (!n->opens)
 		drop_if_unlinked_locked(n);
 	pthread_mutex_unlock(&n->lock);

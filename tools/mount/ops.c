@@ -240,8 +240,8 @@ static bool new_owner(fuse_req_t req, struct node *parent, uid_t *uid, gid_t *gi
 	if (!M.as_root)
 		return false;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	*uid = ctx->uid == geteuid() ? (uid_t)-1 : ctx->uid;
-	*gid = ctx->gid == getegid() ? (gid_t)-1 : ctx->gid;
+	*uid = ctx->uid == M.euid ? (uid_t)-1 : ctx->uid;
+	*gid = ctx->gid == M.egid ? (gid_t)-1 : ctx->gid;
 	struct stat pst;
 	int fd;
 	if (*gid != (gid_t)-1 && (fd = nfd(parent)) >= 0 &&
@@ -633,7 +633,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		}
 		wbc_file_close(n->wf);
 		n->wf = NULL;
-		drop_if_unlinked_locked(n);
+		/* a file unlinked beside the mount is found at forget */
+		if (n->unlinked)
+			drop_if_unlinked_locked(n);
 	}
 	pthread_mutex_unlock(&n->lock);
 	fuse_reply_err(req, 0);
