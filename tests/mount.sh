@@ -73,7 +73,13 @@ echo new >"$mt/gone"   # the name again: a new file, only its own data
 if [ -w /proc/sys/vm/drop_caches ]; then
 	cp "$top/model" "$mt/forgotten"
 	sync_before=$(stat -c %s "$bk/forgotten")
+	m_forgot=$(stat -c %.9Y "$mt/forgotten")
 	echo 2 >/proc/sys/vm/drop_caches
+	# forgotten with its data in the cache: kept as is, nothing written
+	for _ in $(seq 50); do
+		"$W" stat "$mt" | awk '/^ForgottenCached:/ { exit $2 >= 1 ? 0 : 1 }' && break
+		sleep 0.1
+	done
 	[ "$(stat -c %s "$mt/forgotten")" = 3000000 ] || fail "size after forget: $(stat -c %s "$mt/forgotten") (backing had $sync_before)"
 	cmp "$top/model" "$mt/forgotten" || fail "data after forget"
 fi
@@ -139,6 +145,8 @@ fi
 # ---- unmount by fusermount3: everything written back, exit 0
 do_umount || fail "unmount exit status $?: $(cat "$top/mount.log")"
 cmp "$top/model" "$bk/a" || fail "backing file differs after unmount"
+[ -z "${m_forgot:-}" ] || [ "$(stat -c %.9Y "$bk/forgotten")" = "$m_forgot" ] ||
+	fail "a forgotten file's mtime not put back at unmount"
 cmp "$top/model" "$bk/dir/r2" || fail "renamed file not written back"
 cmp "$top/t" "$bk/t" || fail "truncated file not written back"
 [ "$(cat "$bk/gone")" = new ] || fail "reused name written with old data"

@@ -108,6 +108,9 @@ struct node {
 	struct node *hnext;          /* M.lock */
 	uint64_t nlookup;            /* M.lock */
 	unsigned forgetting;         /* M.lock: forgets writing it back now */
+	bool ghost;                  /* M.lock: forgotten, data in the cache (node.c) */
+	struct node *gprev, *gnext;  /* M.lock: the ghosts, oldest first */
+	uint64_t gtime;              /* M.lock: when it became one (CLOCK_MONOTONIC ns) */
 	dev_t dev;
 	ino_t ino;
 	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
@@ -150,6 +153,8 @@ struct mnt {
 	pthread_mutex_t lock;        /* the table */
 	struct node **hash;
 	struct node *stale;          /* out of the table, not yet forgotten (hnext) */
+	struct node *ghead, *gtail;  /* the ghosts, oldest first */
+	size_t nghosts;
 	size_t hsize, n;
 	wbc_cache *cache;
 	wbc_dev *dev;
@@ -217,6 +222,8 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
 void after_unlink(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);
+void node_revive_locked(struct node *n);
+void ghost_stale(struct node *n);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops mount_ops;

@@ -405,6 +405,8 @@ int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 	return enter_node(fd, &st, e);
 }
 
+static void ghost_remove_locked(struct node *n);
+
 /* The node of the inode open at @fd (the caller's, given up here), whose
  * attributes @st were just read: found, or made, with one more lookup,
  * and the entry to answer with. */
@@ -414,17 +416,24 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
 	struct file_handle *fh = M.handles ? handle_of(fd) : NULL;
 	pthread_mutex_lock(&M.lock);
 	struct node *n = find_locked(st->st_dev, st->st_ino);
+	struct node *gone = NULL;
 	if (n && n != &M.root && node_stale(n, fh)) {
 		/* the inode number was reused by a new inode (the old one is
 		 * gone): the old node lives on until the kernel forgets it,
-		 * out of the table */
+		 * out of the table; a ghost is settled now */
 		remove_locked(n);
 		n->hashed = false;
 		n->hnext = M.stale;
 		M.stale = n;
+		if (n->ghost) {
+			ghost_remove_locked(n);
+			n->forgetting++;
+			gone = n;
+		}
 		n = NULL;
 	}
 	if (n) {
+		node_revive_locked(n);
 		n->nlookup++;
 		pthread_mutex_unlock(&M.lock);
 		close(fd);
@@ -435,6 +444,8 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
 			pthread_mutex_unlock(&M.lock);
 			close(fd);
 			free(fh);
+			if (gone)
+				ghost_stale(gone);
 			return -ENOMEM;
 		}
 		n->dev = st->st_dev;
@@ -455,6 +466,8 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
 		node_insert_locked(n);
 		pthread_mutex_unlock(&M.lock);
 	}
+	if (gone)
+		ghost_stale(gone);
 	node_attr(n, st);
 	e->attr = *st;
 	e->ino = id_of(n);
@@ -508,22 +521,70 @@ void after_unlink(dev_t dev, ino_t ino)
 }
 
 /*
- * The kernel dropped its last lookup of a node.  The node stays in the
- * table while its data is dropped (unlinked) or written back, so a lookup
- * meanwhile revives it instead of making a second node that would read the
- * backing file's stale size; it is freed by the last forget that finds it
- * unused.
+ * Ghosts.  A file the kernel forgets while its data is still in the cache
+ * (in handle mode, where the engine's name for the data is the inode's
+ * handle) stays in the table as a ghost: no lookup, no descriptor, its
+ * size and times kept, so a lookup meanwhile revives it with them.  The
+ * forget costs nothing; the file's data is written back by the flusher in
+ * its time.  A ghost is settled (written back if the flusher has not yet,
+ * its mtime put back on the backing file) and freed once it is a minute
+ * old, or at once beyond GHOST_MAX of them, a few at each forget; those
+ * left at unmount are settled then.  Without handles a node keeps a
+ * descriptor, and a forgotten file is written back at once.
  */
-void forget_one(fuse_ino_t ino, uint64_t nlookup)
+#define GHOST_MAX 65536
+#define GHOST_AGE_NS (60ull * 1000000000ull)
+#define GHOST_REAP 8
+
+static uint64_t mono_ns(void)
 {
-	struct node *n = node_of(ino);
-	pthread_mutex_lock(&M.lock);
-	if (n == &M.root || (n->nlookup -= nlookup) > 0) {
-		pthread_mutex_unlock(&M.lock);
-		return;
-	}
-	n->forgetting++;
-	pthread_mutex_unlock(&M.lock);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void ghost_add_locked(struct node *n)
+{
+	assert_held(&M.lock);
+	n->ghost = true;
+	n->gtime = mono_ns();
+	n->gnext = NULL;
+	n->gprev = M.gtail;
+	if (M.gtail)
+		M.gtail->gnext = n;
+	else
+		M.ghead = n;
+	M.gtail = n;
+	M.nghosts++;
+}
+
+static void ghost_remove_locked(struct node *n)
+{
+	assert_held(&M.lock);
+	if (n->gprev)
+		n->gprev->gnext = n->gnext;
+	else
+		M.ghead = n->gnext;
+	if (n->gnext)
+		n->gnext->gprev = n->gprev;
+	else
+		M.gtail = n->gprev;
+	n->gprev = n->gnext = NULL;
+	n->ghost = false;
+	M.nghosts--;
+}
+
+/* A node found by a lookup: a ghost no longer. */
+void node_revive_locked(struct node *n)
+{
+	if (n->ghost)
+		ghost_remove_locked(n);
+}
+
+/* Write back what a forgotten node still has in the cache and put its
+ * mtime back on the backing file (a gone file's data is dropped). */
+static void node_settle(struct node *n)
+{
 	pthread_mutex_lock(&n->lock);
 	drop_if_unlinked_locked(n);
 	if (n->wrote) {
@@ -540,9 +601,18 @@ void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		}
 	}
 	pthread_mutex_unlock(&n->lock);
+}
+
+/* One forgetting pass over @n ends (@linger: it may become a ghost);
+ * the node is freed when nothing holds it. */
+static void forget_done(struct node *n, bool linger)
+{
 	pthread_mutex_lock(&M.lock);
 	bool unused = !--n->forgetting && !n->nlookup;
-	if (unused && n->hashed) {
+	if (unused && linger && n->hashed) {
+		ghost_add_locked(n);
+		unused = false;
+	} else if (unused && n->hashed) {
 		remove_locked(n);
 	} else if (unused) {
 		struct node **pp = &M.stale;   /* rare: a reused inode number */
@@ -553,4 +623,60 @@ void forget_one(fuse_ino_t ino, uint64_t nlookup)
 	pthread_mutex_unlock(&M.lock);
 	if (unused)
 		node_free(n);
+}
+
+/* Settle and free the ghosts that are due. */
+static void ghosts_reap(void)
+{
+	for (int i = 0; i < GHOST_REAP; i++) {
+		pthread_mutex_lock(&M.lock);
+		struct node *n = M.ghead;
+		if (!n || (M.nghosts <= GHOST_MAX && mono_ns() - n->gtime < GHOST_AGE_NS)) {
+			pthread_mutex_unlock(&M.lock);
+			return;
+		}
+		ghost_remove_locked(n);
+		n->forgetting++;
+		pthread_mutex_unlock(&M.lock);
+		node_settle(n);
+		forget_done(n, false);
+	}
+}
+
+/* A ghost out of the table (its inode number taken by another inode):
+ * settled and freed now.  Caller: it made n->forgetting one more. */
+void ghost_stale(struct node *n)
+{
+	node_settle(n);
+	forget_done(n, false);
+}
+
+/*
+ * The kernel dropped its last lookup of a node.  The node stays in the
+ * table while its data is dropped (unlinked) or written back, or as a
+ * ghost (above), so a lookup meanwhile revives it instead of making a
+ * second node that would read the backing file's stale size; it is freed
+ * by the last forget that finds it unused.
+ */
+void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	struct node *n = node_of(ino);
+	pthread_mutex_lock(&M.lock);
+	if (n == &M.root || (n->nlookup -= nlookup) > 0) {
+		pthread_mutex_unlock(&M.lock);
+		return;
+	}
+	n->forgetting++;
+	pthread_mutex_unlock(&M.lock);
+	bool linger = false;
+	if (M.handles && n->is_reg) {
+		pthread_mutex_lock(&n->lock);
+		drop_if_unlinked_locked(n);
+		linger = n->wrote;
+		pthread_mutex_unlock(&n->lock);
+	}
+	if (!linger)
+		node_settle(n);
+	forget_done(n, linger);
+	ghosts_reap();
 }
