@@ -186,9 +186,18 @@ static void gen_name(const struct node *n, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64, n->gen);
 		return;
 	}
+	static const char hex[] = "0123456789abcdef";
 	int k = snprintf(buf, len, "h%x-", (unsigned)n->fh->handle_type);
-	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++)
-		k += snprintf(buf + k, len - (size_t)k, "%02x", n->fh->f_handle[i]);
+	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++) {
+		buf[k++] = hex[n->fh->f_handle[i] >> 4];
+		buf[k++] = hex[n->fh->f_handle[i] & 15];
+	}
+	buf[k] = '\0';
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
 struct file_handle *handle_of(int fd)
@@ -220,12 +229,12 @@ static struct file_handle *handle_parse(const char *name)
 	fh->handle_type = (int)type;
 	fh->handle_bytes = (unsigned)(hex / 2);
 	for (size_t i = 0; i < hex / 2; i++) {
-		unsigned b;
-		if (sscanf(name + pos + 2 * i, "%2x", &b) != 1) {
+		int hi = hexval(name[pos + 2 * i]), lo = hexval(name[pos + 2 * i + 1]);
+		if (hi < 0 || lo < 0) {
 			free(fh);
 			return NULL;
 		}
-		fh->f_handle[i] = (unsigned char)b;
+		fh->f_handle[i] = (unsigned char)(hi << 4 | lo);
 	}
 	return fh;
 }
