@@ -167,7 +167,7 @@ struct mnt {
 	struct fuse_session *se;
 	enum dio_mode dio;           /* -o direct_io= */
 	double entry_timeout, attr_timeout, negative_timeout;   /* -o, seconds */
-	bool noflush, writeback_cache;   /* -o */
+	bool noflush;                /* -o */
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
@@ -247,7 +247,6 @@ void conn_hook(struct fuse_session *se);
 struct mopts {
 	double entry, attr, negative;   /* seconds the kernel keeps what it learnt */
 	bool noflush;                   /* no FLUSH at close (errors: at fsync) */
-	bool writeback_cache;           /* the kernel's cache before the engine's */
 	unsigned threads, idle_threads;
 	bool clone_fd;
 };

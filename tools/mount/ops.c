@@ -18,11 +18,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = 1u << 20;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-	/* data is cached once, here, unless -o writeback_cache=1 */
-	if (M.writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
-		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
-	else
-		conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* data is cached once, here: no FUSE writeback cache (see the man
+	 * page, KERNEL CACHE) */
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -369,11 +367,6 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 static bool open_direct(const struct fuse_file_info *fi)
 {
 	int acc = fi->flags & O_ACCMODE;
-	/* under -o writeback_cache=1 the kernel owns the times of every
-	 * regular file (it takes no mtime from the daemon's attributes) and
-	 * moves them only for writes through its cache: no open is direct */
-	if (M.writeback_cache)
-		return false;
 	return M.dio == DIO_ALWAYS ||
 	       (M.dio == DIO_AUTO && (acc == O_WRONLY || (acc == O_RDWR && M.direct_mmap)));
 }

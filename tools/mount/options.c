@@ -149,7 +149,6 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		bool *flag = !strcmp(kv, "noflush") ? &mo->noflush :
-			     !strcmp(kv, "writeback_cache") ? &mo->writeback_cache :
 			     !strcmp(kv, "clone_fd") ? &mo->clone_fd : NULL;
 		if (flag) {
 			if (strcmp(val, "0") && strcmp(val, "1")) {
