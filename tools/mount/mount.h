@@ -12,7 +12,8 @@
  * symlinks or a concurrent rename.  The kernel checks permissions
  * (default_permissions).
  *
- * Data.  Under -o direct_io=auto (the default) write-only opens are
+ * Data.  Under -o direct_io=auto (the default) write-only opens, and
+ * read-write opens where the kernel maps direct_io files (conn.c), are
  * direct_io (the kernel's page cache is bypassed, data is cached once, in
  * the engine); other opens go through the kernel's page cache, write
  * through (so mmap works), and their writes reach the engine as well.  The engine's device is an
@@ -22,8 +23,8 @@
  * inode that was written, never a file that later took its name.  A file
  * whose last link goes (unlink, or rename over it) has its cached data
  * dropped once no handle is open; a node the kernel forgets after data went
- * through it is written back first, so a new node for the same inode never
- * sees stale data.
+ * through it stays as a ghost (node.c) or, without file handles, is written
+ * back first, so a new node for the same inode never sees stale data.
  *
  * Sizes.  A node remembers the size of its data in the engine (while open,
  * the engine's; after, the last one), and getattr reports it: data still in
@@ -41,7 +42,8 @@
  * files; ops.c the FUSE operations; reply.c the deferred writes and their
  * replier thread; stats.c the statistics (the daemon's and `wbcache
  * stat`) and the writeback of everything on request; options.c the -o
- * options; main.c `wbcache mount` (background mode) and `wbcache umount`.
+ * options; conn.c the flags negotiated past libfuse; main.c `wbcache
+ * mount` (background mode) and `wbcache umount`.
  * This header holds what they share.
  */
 #ifndef WBC_TOOLS_MOUNT_H
