@@ -536,9 +536,9 @@ void after_unlink(dev_t dev, ino_t ino)
  * size and times kept, so a lookup meanwhile revives it with them.  The
  * forget costs nothing; the file's data is written back by the flusher in
  * its time.  A ghost is settled (written back if the flusher has not yet,
- * its mtime put back on the backing file) and freed once it is a minute
- * old, or at once beyond GHOST_MAX of them, a few at each forget; those
- * left at unmount are settled then.  Without handles a node keeps a
+ * its mtime put back on the backing file) and freed by a later forget once
+ * it is a minute old, or at once beyond GHOST_MAX of them, a few at each
+ * forget; those left at unmount are settled then.  Without handles a node keeps a
  * descriptor, and a forgotten file is written back at once.
  */
 #define GHOST_MAX 65536

@@ -444,7 +444,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	struct node *p = node_of(parent);
 	int pf = nfd(p);
-	const int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (fi->flags & O_TRUNC);
+	/* O_NONBLOCK: an existing FIFO of the name must not block the worker */
+	const int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (fi->flags & O_TRUNC);
 	int fd = pf < 0 ? -1 : openat(pf, name, how | O_CREAT | O_EXCL, mode);
 	bool made = fd >= 0;
 	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL))
