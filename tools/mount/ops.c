@@ -229,10 +229,10 @@ static void reply_entry_of(fuse_req_t req, struct node *parent, const char *name
 /* Give a new entry the requesting user's ownership (the daemon runs as
  * root; otherwise the backing file system made it the daemon's).  In a
  * set-group-ID directory the group is the directory's, as the backing
- * file system already made it (and a new directory kept the bit). */
-/* The owner and group to give a new entry in @parent (-1: the one the
- * backing file system gave, the daemon's or the directory's); false when
- * both are already right, as for a caller with the daemon's ids. */
+ * file system already made it (and a new directory kept the bit).
+ * new_owner: the owner and group to give (-1: the one the backing file
+ * system gave, the daemon's or the directory's); false when both are
+ * already right, as for a caller with the daemon's ids. */
 static bool new_owner(fuse_req_t req, struct node *parent, uid_t *uid, gid_t *gid)
 {
 	if (!M.as_root)
@@ -353,16 +353,21 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 /*
  * Which opens bypass the kernel's page cache (direct_io).  Data is then
- * cached once, in the engine; but the kernel refuses a shared mapping
- * (mmap MAP_SHARED: databases, fio's mmap engine) of such a file, and
- * libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP.  By default
- * (direct_io=auto) a write-only open, which cannot be mapped, is direct —
- * streaming writers, cp, tar, fs_mark — and an open that can read goes
- * through the kernel's page cache, written through to the engine at each
- * write (no FUSE writeback cache: the engine's throttle stays the only
- * one), so mappings work.  The two stay coherent: a direct write to a
- * file that also has cached opens invalidates the kernel's pages it
- * covers, and an open never keeps the kernel's pages of a previous one.
+ * cached once, in the engine; but a kernel without
+ * FUSE_DIRECT_IO_ALLOW_MMAP (before 6.6; libfuse 3.14 cannot ask for it:
+ * conn.c does) refuses a shared mapping (mmap MAP_SHARED: databases,
+ * fio's mmap engine) of such a file.  By default (direct_io=auto) a
+ * write-only open, which cannot be mapped, is direct — streaming writers,
+ * cp, tar — and so is a read-write one where the kernel maps direct_io
+ * files (fs_mark, fio, databases: a small write is then one request, with
+ * no GETXATTR of security.capability before it); otherwise, and for
+ * read-only opens, the open goes through the kernel's page cache, written
+ * through to the engine at each write (no FUSE writeback cache: the
+ * engine's throttle stays the only one).  They stay coherent: a direct
+ * write to a file that also has cached opens invalidates the kernel's
+ * pages it covers (the kernel does too, with ALLOW_MMAP, around every
+ * direct I/O), and an open never keeps the kernel's pages of a previous
+ * one.
  */
 static bool open_direct(const struct fuse_file_info *fi)
 {
