@@ -159,8 +159,12 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		if (!strcmp(kv, "threads") || !strcmp(kv, "idle_threads")) {
-			if (parse_u64(kv, val, 1024, &v) || (!v && kv[0] == 't'))
+			if (parse_u64(kv, val, 1024, &v))
 				return -1;
+			if (!v && kv[0] == 't') {
+				fprintf(stderr, "wbcache mount: threads must be at least 1\n");
+				return -1;
+			}
 			*(kv[0] == 't' ? &mo->threads : &mo->idle_threads) = (unsigned)v;
 			continue;
 		}
