@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -65,6 +66,26 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 }
 
 
+/* chmod of the inode open at @fd (O_PATH): fchmodat2 with AT_EMPTY_PATH
+ * (Linux 6.6) walks no path; before it, through /proc/self/fd. */
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+static int chmod_fd(int fd, mode_t mode)
+{
+	static atomic_bool no_fchmodat2;
+	if (!atomic_load_explicit(&no_fchmodat2, memory_order_relaxed)) {
+		if (!syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH))
+			return 0;
+		if (errno != ENOSYS && errno != EINVAL)
+			return -1;
+		atomic_store_explicit(&no_fchmodat2, true, memory_order_relaxed);
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return chmod(path, mode);
+}
+
 /*
  * The kernel's rule for set-user-ID and set-group-ID files (it leaves the
  * work to the file system, FUSE_CAP_HANDLE_KILLPRIV): a write or truncate
@@ -97,8 +118,7 @@ static void kill_priv(fuse_req_t req, struct node *n)
 	    !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		mode_t kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
 		if (st.st_mode & kill) {
-			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-			if (chmod(path, st.st_mode & 07777 & ~kill))
+			if (chmod_fd(fd, st.st_mode & 07777 & ~kill))
 				logmsg("clearing set-id bits failed: %s", strerror(errno));
 			else {
 				atomic_store_explicit(&n->mode, st.st_mode & ~kill,
@@ -115,7 +135,6 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		       struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
-	char path[64];
 	int err = 0;
 	struct stat st;
 	int fd = nfd(n);
@@ -126,11 +145,10 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	/* an inode's type never changes: the node's last seen mode has it */
 	st.st_mode = atomic_load_explicit(&n->mode, memory_order_relaxed);
 	bool lnk = S_ISLNK(st.st_mode);
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
 		if (lnk)
 			err = -EOPNOTSUPP;
-		else if (chmod(path, attr->st_mode & 07777))
+		else if (chmod_fd(fd, attr->st_mode & 07777))
 			err = -errno;
 	}
 	if (!err && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
@@ -741,17 +759,12 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
  * descriptor (give it back with nfd_put()) or -errno. */
 static int xattr_path(struct node *n, char *path, size_t len)
 {
-	struct stat st;
-	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		int err = -errno;
-		nfd_put(n, fd);
-		return err;
-	}
-	if (S_ISLNK(st.st_mode)) {
-		nfd_put(n, fd);
+	/* an inode's type never changes: the node's last seen mode has it */
+	if (S_ISLNK(atomic_load_explicit(&n->mode, memory_order_relaxed)))
 		return -EPERM;
-	}
+	int fd = nfd(n);
+	if (fd < 0)
+		return -errno;
 	snprintf(path, len, "/proc/self/fd/%d", fd);
 	return fd;
 }
