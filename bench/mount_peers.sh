@@ -9,7 +9,11 @@
 #   randw    fio 4 KiB random writes, psync, RAND_MB file, end_fsync=1, IOPS
 #   tar      tar -x of /usr/include (tarred once), entries/s
 # Environment: WBCACHE_BENCH_DIR (/var/tmp/wbp), SIZE_MB (2048), FILES
-# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache).
+# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache), SYSTEMS
+# ("kernel wbcache hp ll"), TESTS ("dd fsmark randw tar"), WB_OPTS (more -o
+# options for wbcache; WB2_OPTS, when set, adds a second wbcache system
+# "wb2" with those options instead, to compare a lever in the same run;
+# WB2_BIN runs wb2 with another build's wbcache, e.g. an older commit's).
 set -eu
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -47,7 +51,8 @@ wait_mounted() { for _ in $(seq 100); do mountpoint -q "$mt" && return 0; sleep 
 up() {   # up SYSTEM -> the directory to run in
 	case $1 in
 	kernel) ;;
-	wbcache) "$W" mount "$bk" "$mt" -o "mem=$MEM" ;;
+	wbcache) "$W" mount "$bk" "$mt" -o "mem=$MEM${WB_OPTS:+,$WB_OPTS}" ;;
+	wb2) "${WB2_BIN:-$W}" mount "$bk" "$mt" -o "mem=$MEM${WB2_OPTS:+,$WB2_OPTS}" ;;
 	hp) "$HP" "$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
 	ll) "$LL" -f -o writeback -o source="$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
 	esac
@@ -55,7 +60,7 @@ up() {   # up SYSTEM -> the directory to run in
 down() {
 	case $1 in
 	kernel) sync ;;
-	wbcache) "$W" umount "$mt" ;;
+	wbcache|wb2) "$W" umount "$mt" ;;
 	*) fusermount3 -u "$mt"; wait "$peer_pid" 2>/dev/null || true; peer_pid= ;;
 	esac
 }
@@ -66,11 +71,15 @@ t_dd() {
 		awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") t = $(i-1); printf "%d\n", $1 / t / 1e6 }'
 	rm -f "$1/dd.out"
 }
+# The trees fs_mark and tar make stay until the end: on an ext4 without a
+# journal, inodes freed in the last 30 s (dirty_expire) are skipped, one
+# inode-table look-up each, by every inode allocation of the group, so a
+# run after another's rm -rf would pay for it (up to 2x, whoever runs).
 t_fsmark() {
-	mkdir -p "$1/fsm"
-	(cd "$DIR" && fs_mark -d "$1/fsm" -n "$FILES" -s 4096 -t 2 -S 0 -k -L 1) >"$DIR/fsmark.log" 2>&1 || true
+	local d=$1/fsm.$r.$sys
+	mkdir -p "$d"
+	(cd "$DIR" && fs_mark -d "$d" -n "$FILES" -s 4096 -t 2 -S 0 -k -L 1) >"$DIR/fsmark.log" 2>&1 || true
 	awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { printf "%d\n", v }' "$DIR/fsmark.log"
-	rm -rf "$1/fsm"
 }
 t_randw() {
 	fio --name=rw --directory="$1" --rw=randwrite --bs=4k --size="${RAND_MB}M" --ioengine=psync \
@@ -79,17 +88,18 @@ t_randw() {
 	rm -f "$1"/rw.*
 }
 t_tar() {
-	mkdir -p "$1/x"
-	local s e
-	s=$(date +%s.%N); tar xf "$DIR/include.tar" -C "$1/x"; e=$(date +%s.%N)
+	local d=$1/x.$r.$sys s e
+	mkdir -p "$d"
+	s=$(date +%s.%N); tar xf "$DIR/include.tar" -C "$d"; e=$(date +%s.%N)
 	awk -v n="$NTAR" -v s="$s" -v e="$e" 'BEGIN { printf "%d\n", n / (e - s) }'
-	rm -rf "$1/x"
 }
 
 declare -A R
-SYSTEMS="kernel wbcache hp ll"
+SYSTEMS=${SYSTEMS:-kernel wbcache hp ll}
+[ -n "${WB2_OPTS:-}${WB2_BIN:-}" ] && WB2_OPTS=${WB2_OPTS:-mem=$MEM} && case " $SYSTEMS " in *" wb2 "*) ;; *) SYSTEMS="$SYSTEMS wb2" ;; esac
+TESTS=${TESTS:-dd fsmark randw tar}
 for r in $(seq "$ROUNDS"); do
-	for test in dd fsmark randw tar; do
+	for test in $TESTS; do
 		for sys in $SYSTEMS; do
 			drop_caches; up $sys
 			v=$(t_$test "$(dir_of $sys)")
@@ -101,13 +111,17 @@ for r in $(seq "$ROUNDS"); do
 done
 echo
 echo "wbcache mount, FUSE peers and the kernel on $bk, median of $ROUNDS interleaved rounds"
-printf '%-44s %9s %9s %9s %9s %8s %8s\n' "workload" kernel wbcache hp "ll -o wb" "wb/hp" "wb/kern"
+med() { echo ${R[$1]:-} | tr ' ' '\n' | median; }
+hdr=$(printf '%-44s %9s %9s %9s %9s' "workload" kernel wbcache hp "ll -o wb")
+[ -n "${WB2_OPTS:-}" ] && hdr+=$(printf ' %9s %8s' wb2 "wb2/hp")
+printf '%s %8s %8s\n' "$hdr" "wb/hp" "wb/kern"
 row() {
-	local k w h l
-	k=$(echo ${R[$1.kernel]} | tr ' ' '\n' | median); w=$(echo ${R[$1.wbcache]} | tr ' ' '\n' | median)
-	h=$(echo ${R[$1.hp]} | tr ' ' '\n' | median); l=$(echo ${R[$1.ll]} | tr ' ' '\n' | median)
-	printf '%-44s %9s %9s %9s %9s %7.2fx %7.2fx\n' "$2" "$k" "$w" "$h" "$l" \
-		"$(ratio "$w" "$h")" "$(ratio "$w" "$k")"
+	case " $TESTS " in *" $1 "*) ;; *) return ;; esac
+	local k w h l line
+	k=$(med $1.kernel); w=$(med $1.wbcache); h=$(med $1.hp); l=$(med $1.ll)
+	line=$(printf '%-44s %9s %9s %9s %9s' "$2" "$k" "$w" "$h" "$l")
+	[ -n "${WB2_OPTS:-}" ] && line+=$(printf ' %9s %7.2fx' "$(med $1.wb2)" "$(ratio "$(med $1.wb2)" "$h")")
+	printf '%s %7.2fx %7.2fx\n' "$line" "$(ratio "$w" "$h")" "$(ratio "$w" "$k")"
 }
 row dd "dd ${SIZE_MB} MiB conv=fsync, MB/s"
 row fsmark "fs_mark 2 x $FILES x 4 KiB, -S 0, files/s"

@@ -14,7 +14,9 @@ mkdir -p "$out"
 extra_cleanup() { mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"; }
 
 # ---- bad options: clear message, non-zero exit, nothing mounted
-for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes" "mem=1T"; do
+for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes" "mem=1T" \
+	   "noflush=2" "entry_timeout=-1" "attr_timeout=x" "threads=0" "clone_fd=yes" "direct_io=maybe" \
+	   "writeback_cache=1"; do
 	msg=$("$W" mount "$bk" "$mt" -o "$bad" 2>&1); rc=$?
 	[ $rc -eq 2 ] || fail "-o $bad: exit $rc, not 2"
 	[ -n "$msg" ] || fail "-o $bad: no message"
@@ -73,7 +75,13 @@ echo new >"$mt/gone"   # the name again: a new file, only its own data
 if [ -w /proc/sys/vm/drop_caches ]; then
 	cp "$top/model" "$mt/forgotten"
 	sync_before=$(stat -c %s "$bk/forgotten")
+	m_forgot=$(stat -c %.9Y "$mt/forgotten")
 	echo 2 >/proc/sys/vm/drop_caches
+	# forgotten with its data in the cache: kept as is, nothing written
+	for _ in $(seq 50); do
+		"$W" stat "$mt" | awk '/^ForgottenCached:/ { exit $2 >= 1 ? 0 : 1 }' && break
+		sleep 0.1
+	done
 	[ "$(stat -c %s "$mt/forgotten")" = 3000000 ] || fail "size after forget: $(stat -c %s "$mt/forgotten") (backing had $sync_before)"
 	cmp "$top/model" "$mt/forgotten" || fail "data after forget"
 fi
@@ -139,6 +147,8 @@ fi
 # ---- unmount by fusermount3: everything written back, exit 0
 do_umount || fail "unmount exit status $?: $(cat "$top/mount.log")"
 cmp "$top/model" "$bk/a" || fail "backing file differs after unmount"
+[ -z "${m_forgot:-}" ] || [ "$(stat -c %.9Y "$bk/forgotten")" = "$m_forgot" ] ||
+	fail "a forgotten file's mtime not put back at unmount"
 cmp "$top/model" "$bk/dir/r2" || fail "renamed file not written back"
 cmp "$top/t" "$bk/t" || fail "truncated file not written back"
 [ "$(cat "$bk/gone")" = new ] || fail "reused name written with old data"
@@ -182,6 +192,16 @@ out=$(timeout 20 "$W" mount "$bk" "$mt" -o auto_unmount 2>&1); rc=$?
 [ $rc = 0 ] || fail "mount -o auto_unmount with captured output: exit $rc: $out"
 pid=$(daemon_pid)
 do_umount || fail "wbcache umount (auto_unmount)"
+
+# ---- the FUSE options: no FLUSH, nothing kept by the kernel, 2 workers
+# with their own descriptors; a name made beside the mount is seen at once
+do_mount "noflush=1,entry_timeout=0,attr_timeout=0,negative_timeout=0,threads=2,idle_threads=1,clone_fd=1"
+[ -e "$mt/beside" ] && fail "a name not yet made"
+echo made >"$bk/beside"
+[ "$(cat "$mt/beside" 2>/dev/null)" = made ] || fail "a name made beside the mount not seen (timeouts 0)"
+cp "$top/model" "$mt/opts" && cmp "$top/model" "$mt/opts" || fail "write and read back with noflush, 2 workers"
+do_umount || fail "wbcache umount (FUSE options)"
+cmp "$top/model" "$bk/opts" || fail "not written back (FUSE options)"
 
 # ---- a write error at unmount is reported with exit status 1
 mkdir "$top/tiny"

@@ -204,8 +204,9 @@ int cmd_mount(int argc, char **argv)
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
+	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, 16, 16, false };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
-					   sizeof(fuseopts), &dio))) {
+					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
 		return 2;
 	}
@@ -216,6 +217,10 @@ int cmd_mount(int argc, char **argv)
 	M.remote = remote;
 	M.foreground = foreground;
 	M.dio = dio;
+	M.entry_timeout = mo.entry;
+	M.attr_timeout = mo.attr;
+	M.negative_timeout = mo.negative;
+	M.noflush = mo.noflush;
 	/* the kernel applied the caller's umask to every mode it sends */
 	umask(0);
 	M.root_fd = M.mount_fd = -1;
@@ -250,6 +255,9 @@ int cmd_mount(int argc, char **argv)
 		}
 	}
 	M.root.fd = M.root_fd;
+	M.root.pfd = -1;
+	atomic_init(&M.root.mode, st.st_mode);
+	mutex_init_checked(&M.root.fdlock);
 	M.root.nlookup = 1;
 	M.root.dev = st.st_dev;
 	M.root.ino = st.st_ino;
@@ -259,6 +267,8 @@ int cmd_mount(int argc, char **argv)
 	M.hash = calloc(M.hsize, sizeof(*M.hash));
 	atomic_init(&M.next_gen, 1);
 	M.as_root = geteuid() == 0;
+	M.euid = geteuid();
+	M.egid = getegid();
 	if (!M.hash)
 		goto out;
 	pthread_mutex_lock(&M.lock);
@@ -335,14 +345,16 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
 		goto out;
 	}
+	conn_hook(se);
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
 	if (replier_start())
 		logmsg("no replier thread: throttled writes hold their worker");
 	detach_done();
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(lc, 16);
-	fuse_loop_cfg_set_idle_threads(lc, 4);
+	fuse_loop_cfg_set_max_threads(lc, mo.threads);
+	fuse_loop_cfg_set_idle_threads(lc, MINU(mo.idle_threads, mo.threads));
+	fuse_loop_cfg_set_clone_fd(lc, mo.clone_fd);
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	replier_stop();

@@ -12,7 +12,8 @@
  * symlinks or a concurrent rename.  The kernel checks permissions
  * (default_permissions).
  *
- * Data.  Under -o direct_io=auto (the default) write-only opens are
+ * Data.  Under -o direct_io=auto (the default) write-only opens, and
+ * read-write opens where the kernel maps direct_io files (conn.c), are
  * direct_io (the kernel's page cache is bypassed, data is cached once, in
  * the engine); other opens go through the kernel's page cache, write
  * through (so mmap works), and their writes reach the engine as well.  The engine's device is an
@@ -22,8 +23,8 @@
  * inode that was written, never a file that later took its name.  A file
  * whose last link goes (unlink, or rename over it) has its cached data
  * dropped once no handle is open; a node the kernel forgets after data went
- * through it is written back first, so a new node for the same inode never
- * sees stale data.
+ * through it stays as a ghost (node.c) or, without file handles, is written
+ * back first, so a new node for the same inode never sees stale data.
  *
  * Sizes.  A node remembers the size of its data in the engine (while open,
  * the engine's; after, the last one), and getattr reports it: data still in
@@ -41,7 +42,8 @@
  * files; ops.c the FUSE operations; reply.c the deferred writes and their
  * replier thread; stats.c the statistics (the daemon's and `wbcache
  * stat`) and the writeback of everything on request; options.c the -o
- * options; main.c `wbcache mount` (background mode) and `wbcache umount`.
+ * options; conn.c the flags negotiated past libfuse; main.c `wbcache
+ * mount` (background mode) and `wbcache umount`.
  * This header holds what they share.
  */
 #ifndef WBC_TOOLS_MOUNT_H
@@ -108,10 +110,18 @@ struct node {
 	struct node *hnext;          /* M.lock */
 	uint64_t nlookup;            /* M.lock */
 	unsigned forgetting;         /* M.lock: forgets writing it back now */
+	bool ghost;                  /* M.lock: forgotten, data in the cache (node.c) */
+	struct node *gprev, *gnext;  /* M.lock: the ghosts, oldest first */
+	uint64_t gtime;              /* M.lock: when it became one (CLOCK_MONOTONIC ns) */
 	dev_t dev;
 	ino_t ino;
 	int fd;                      /* O_PATH, O_NOFOLLOW; -1 when fh is used */
 	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
+	/* Handle mode, regular files: the descriptor nfd() opened, kept while
+	 * a request uses it or an open of the file lives (pfd_holds). */
+	pthread_mutex_t fdlock;      /* pfd, pfd_holds; taken with no other lock of the mount */
+	int pfd;
+	unsigned pfd_holds;
 	uint64_t gen;                /* unique per node (fallback engine name) */
 	bool is_reg;
 	bool hashed;                 /* M.lock: in the table (not replaced as stale) */
@@ -122,6 +132,7 @@ struct node {
 	atomic_uint kcache_opens;    /* of them, through the kernel's page cache */
 	wbc_file *wf;                /* the node's engine handle while opens > 0 */
 	bool wrote;                  /* data went through the engine */
+	bool unlinked;               /* a link of it went through the mount */
 	bool size_known;
 	uint64_t size;               /* the engine's size of the data */
 	uint64_t unwritten;          /* bytes not yet written back, at the last release */
@@ -144,11 +155,15 @@ struct mnt {
 	pthread_mutex_t lock;        /* the table */
 	struct node **hash;
 	struct node *stale;          /* out of the table, not yet forgotten (hnext) */
+	struct node *ghead, *gtail;  /* the ghosts, oldest first */
+	size_t nghosts;
 	size_t hsize, n;
 	wbc_cache *cache;
 	wbc_dev *dev;
 	atomic_ullong next_gen;
 	bool as_root;                /* the daemon may chown */
+	uid_t euid;
+	gid_t egid;
 	bool handles;                /* nodes keep file handles, not descriptors */
 	bool foreground;
 	struct fuse_session *se;
@@ -158,6 +173,10 @@ struct mnt {
 	 * with its options (rados_conf=, rados_id=, object_size=,
 	 * rados_timeout=), NULL: the backing files hold the data */
 	char *remote;
+	double entry_timeout, attr_timeout, negative_timeout;   /* -o, seconds */
+	bool noflush;                /* -o */
+	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
+	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
 
 extern struct mnt M;            /* main.c */
@@ -193,18 +212,25 @@ static inline fuse_ino_t id_of(struct node *n)
 void node_insert_locked(struct node *n);
 int nfd(struct node *n);
 void nfd_put(struct node *n, int fd);
+void node_hold_fd(struct node *n);
+void node_drop_fd(struct node *n);
 struct file_handle *handle_of(int fd);
 int open_backing(void *ctx, const char *name, int flags);
 int engine_open(struct node *n, wbc_file **out);
 int stat_node(struct node *n, struct stat *st);
+int stat_node_fd(struct node *n, int fd, struct stat *st);
+void node_attr(struct node *n, struct stat *st);
 void node_written_locked(struct node *n);
 void node_changed(struct node *n);
 void restore_mtime_locked(struct node *n);
 void node_free(struct node *n);
 int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
+int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
 void after_unlink(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);
+void node_revive_locked(struct node *n);
+void ghost_stale(struct node *n);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops mount_ops;
@@ -219,11 +245,22 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 size_t stats_text(char *buf, size_t len);
 int mount_sync(void);
 
+/* conn.c */
+void conn_hook(struct fuse_session *se);
+
 /* options.c */
+#define TIMEOUT_DEFAULT 1.0
+/* The mount's own -o options. */
+struct mopts {
+	double entry, attr, negative;   /* seconds the kernel keeps what it learnt */
+	bool noflush;                   /* no FLUSH at close (errors: at fsync) */
+	unsigned threads, idle_threads;
+	bool clone_fd;
+};
 void mount_usage(FILE *out);
 /* Set the backing file of @n to @size (a remote backend's files: the
  * metadata's size follows the data's).  0 or -errno. */
 int backing_set_size(struct node *n, uint64_t size);
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-	       char *fuseopts, size_t fuselen, enum dio_mode *dio);
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct mopts *mo);
 #endif

@@ -72,9 +72,10 @@ static void remove_locked(struct node *n)
  * O_PATH descriptor from it.  A directory's (or other non-file's) is
  * cached in a small per-thread ring keyed by the node's unique gen, so a
  * request that uses up to three nodes keeps them valid; a regular file's
- * is closed by nfd_put() when the request is done with it, so no
- * descriptor keeps a removed file's space (a thread's ring lives as long
- * as the thread, which may sleep for long).  The engine's descriptors
+ * is kept in the node while a request or an open holds it (pfd_holds)
+ * and closed when the last lets go, so no descriptor keeps a removed
+ * file's space (a thread's ring lives as long as the thread, which may
+ * sleep for long).  The engine's descriptors
  * are bounded too (WBC_OPENER_REOPEN).  Then the mount needs no
  * descriptor per file.
  * Without handles every node keeps its descriptor (RLIMIT_NOFILE bounds
@@ -108,8 +109,17 @@ int nfd(struct node *n)
 {
 	if (n->fd >= 0)
 		return n->fd;
-	if (n->is_reg)
-		return open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+	if (n->is_reg) {
+		pthread_mutex_lock(&n->fdlock);
+		if (n->pfd < 0)
+			n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+		int fd = n->pfd, e = errno;
+		if (fd >= 0)
+			n->pfd_holds++;
+		pthread_mutex_unlock(&n->fdlock);
+		errno = e;
+		return fd;
+	}
 	pthread_once(&nfd_once, nfd_key_create);
 	if (!pthread_getspecific(nfd_key))
 		pthread_setspecific(nfd_key, &nfd_ring);
@@ -137,7 +147,33 @@ int nfd(struct node *n)
 void nfd_put(struct node *n, int fd)
 {
 	if (fd >= 0 && n->fd < 0 && n->is_reg)
-		close(fd);
+		node_drop_fd(n);
+}
+
+/* An open of the file keeps its descriptor (handle mode) until its
+ * release: the requests on an open file (setattr, getattr, getxattr,
+ * release) then open nothing.  A file nothing holds keeps none, so no
+ * descriptor keeps a removed file's space. */
+void node_hold_fd(struct node *n)
+{
+	if (n->fd >= 0 || !n->is_reg)
+		return;
+	pthread_mutex_lock(&n->fdlock);
+	n->pfd_holds++;
+	pthread_mutex_unlock(&n->fdlock);
+}
+
+void node_drop_fd(struct node *n)
+{
+	if (n->fd >= 0 || !n->is_reg)
+		return;
+	pthread_mutex_lock(&n->fdlock);
+	assert(n->pfd_holds > 0);
+	if (!--n->pfd_holds && n->pfd >= 0) {
+		close(n->pfd);
+		n->pfd = -1;
+	}
+	pthread_mutex_unlock(&n->fdlock);
 }
 
 /* The engine's name for a node's data: in handle mode the handle itself in
@@ -150,9 +186,18 @@ static void gen_name(const struct node *n, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64, n->gen);
 		return;
 	}
+	static const char hex[] = "0123456789abcdef";
 	int k = snprintf(buf, len, "h%x-", (unsigned)n->fh->handle_type);
-	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++)
-		k += snprintf(buf + k, len - (size_t)k, "%02x", n->fh->f_handle[i]);
+	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++) {
+		buf[k++] = hex[n->fh->f_handle[i] >> 4];
+		buf[k++] = hex[n->fh->f_handle[i] & 15];
+	}
+	buf[k] = '\0';
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
 struct file_handle *handle_of(int fd)
@@ -184,12 +229,12 @@ static struct file_handle *handle_parse(const char *name)
 	fh->handle_type = (int)type;
 	fh->handle_bytes = (unsigned)(hex / 2);
 	for (size_t i = 0; i < hex / 2; i++) {
-		unsigned b;
-		if (sscanf(name + pos + 2 * i, "%2x", &b) != 1) {
+		int hi = hexval(name[pos + 2 * i]), lo = hexval(name[pos + 2 * i + 1]);
+		if (hi < 0 || lo < 0) {
 			free(fh);
 			return NULL;
 		}
-		fh->f_handle[i] = (unsigned char)b;
+		fh->f_handle[i] = (unsigned char)(hi << 4 | lo);
 	}
 	return fh;
 }
@@ -244,15 +289,27 @@ int engine_open(struct node *n, wbc_file **out)
 int stat_node(struct node *n, struct stat *st)
 {
 	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		int err = -errno;
-		nfd_put(n, fd);
-		return err;
-	}
+	int err = fd < 0 ? -errno : stat_node_fd(n, fd, st);
 	nfd_put(n, fd);
+	return err;
+}
+
+/* The same, from a descriptor of the node's inode the caller holds. */
+int stat_node_fd(struct node *n, int fd, struct stat *st)
+{
+	if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	node_attr(n, st);
+	return 0;
+}
+
+/* Complete @st, the backing inode's attributes just read, with what the
+ * cache holds of the node's data. */
+void node_attr(struct node *n, struct stat *st)
+{
 	atomic_store_explicit(&n->mode, st->st_mode, memory_order_relaxed);
 	if (!S_ISREG(st->st_mode))
-		return 0;
+		return;
 	uint64_t unwritten = 0;
 	pthread_mutex_lock(&n->lock);
 	struct wbc_file_info fi;
@@ -272,7 +329,6 @@ int stat_node(struct node *n, struct stat *st)
 		st->st_ctim = n->ctime;
 	pthread_mutex_unlock(&n->lock);
 	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);
-	return 0;
 }
 
 /* Data of the node changed through the engine now (write, truncate,
@@ -330,8 +386,11 @@ void node_free(struct node *n)
 {
 	if (n->fd >= 0)
 		close(n->fd);
+	if (n->pfd >= 0)
+		close(n->pfd);
 	free(n->fh);
 	pthread_mutex_destroy(&n->lock);
+	pthread_mutex_destroy(&n->fdlock);
 	free(n);
 }
 
@@ -352,20 +411,38 @@ int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 		close(fd);
 		return err;
 	}
+	return enter_node(fd, &st, e);
+}
+
+static void ghost_remove_locked(struct node *n);
+
+/* The node of the inode open at @fd (the caller's, given up here), whose
+ * attributes @st were just read: found, or made, with one more lookup,
+ * and the entry to answer with. */
+int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
 	struct file_handle *fh = M.handles ? handle_of(fd) : NULL;
 	pthread_mutex_lock(&M.lock);
-	struct node *n = find_locked(st.st_dev, st.st_ino);
+	struct node *n = find_locked(st->st_dev, st->st_ino);
+	struct node *gone = NULL;
 	if (n && n != &M.root && node_stale(n, fh)) {
 		/* the inode number was reused by a new inode (the old one is
 		 * gone): the old node lives on until the kernel forgets it,
-		 * out of the table */
+		 * out of the table; a ghost is settled now */
 		remove_locked(n);
 		n->hashed = false;
 		n->hnext = M.stale;
 		M.stale = n;
+		if (n->ghost) {
+			ghost_remove_locked(n);
+			n->forgetting++;
+			gone = n;
+		}
 		n = NULL;
 	}
 	if (n) {
+		node_revive_locked(n);
 		n->nlookup++;
 		pthread_mutex_unlock(&M.lock);
 		close(fd);
@@ -376,32 +453,35 @@ int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 			pthread_mutex_unlock(&M.lock);
 			close(fd);
 			free(fh);
+			if (gone)
+				ghost_stale(gone);
 			return -ENOMEM;
 		}
-		n->dev = st.st_dev;
-		n->ino = st.st_ino;
+		n->dev = st->st_dev;
+		n->ino = st->st_ino;
 		n->fd = fd;
+		n->pfd = -1;
 		if ((n->fh = fh)) {
 			close(fd);         /* reopened from the handle when used */
 			n->fd = -1;
 		}
 		n->nlookup = 1;
-		n->is_reg = S_ISREG(st.st_mode);
-		atomic_init(&n->mode, st.st_mode);
+		n->is_reg = S_ISREG(st->st_mode);
+		atomic_init(&n->mode, st->st_mode);
 		atomic_init(&n->caps, -1);
 		n->gen = atomic_fetch_add(&M.next_gen, 1);
 		mutex_init_checked(&n->lock);
+		mutex_init_checked(&n->fdlock);
 		node_insert_locked(n);
 		pthread_mutex_unlock(&M.lock);
 	}
-	int err = stat_node(n, &e->attr);
-	if (err) {
-		forget_one(id_of(n), 1);   /* the kernel is told nothing */
-		return err;
-	}
+	if (gone)
+		ghost_stale(gone);
+	node_attr(n, st);
+	e->attr = *st;
 	e->ino = id_of(n);
-	e->attr_timeout = 1.0;
-	e->entry_timeout = 1.0;
+	e->attr_timeout = M.attr_timeout;
+	e->entry_timeout = M.entry_timeout;
 	return 0;
 }
 
@@ -461,28 +541,77 @@ void after_unlink(dev_t dev, ino_t ino)
 	if (!n)
 		return;
 	pthread_mutex_lock(&n->lock);
+	n->unlinked = true;
 	if (!n->opens)
 		drop_if_unlinked_locked(n);
 	pthread_mutex_unlock(&n->lock);
 }
 
 /*
- * The kernel dropped its last lookup of a node.  The node stays in the
- * table while its data is dropped (unlinked) or written back, so a lookup
- * meanwhile revives it instead of making a second node that would read the
- * backing file's stale size; it is freed by the last forget that finds it
- * unused.
+ * Ghosts.  A file the kernel forgets while its data is still in the cache
+ * (in handle mode, where the engine's name for the data is the inode's
+ * handle) stays in the table as a ghost: no lookup, no descriptor, its
+ * size and times kept, so a lookup meanwhile revives it with them.  The
+ * forget costs nothing; the file's data is written back by the flusher in
+ * its time.  A ghost is settled (written back if the flusher has not yet,
+ * its mtime put back on the backing file) and freed by a later forget once
+ * it is a minute old, or at once beyond GHOST_MAX of them, a few at each
+ * forget; those left at unmount are settled then.  Without handles a node keeps a
+ * descriptor, and a forgotten file is written back at once.
  */
-void forget_one(fuse_ino_t ino, uint64_t nlookup)
+#define GHOST_MAX 65536
+#define GHOST_AGE_NS (60ull * 1000000000ull)
+#define GHOST_REAP 8
+
+static uint64_t mono_ns(void)
 {
-	struct node *n = node_of(ino);
-	pthread_mutex_lock(&M.lock);
-	if (n == &M.root || (n->nlookup -= nlookup) > 0) {
-		pthread_mutex_unlock(&M.lock);
-		return;
-	}
-	n->forgetting++;
-	pthread_mutex_unlock(&M.lock);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void ghost_add_locked(struct node *n)
+{
+	assert_held(&M.lock);
+	n->ghost = true;
+	n->gtime = mono_ns();
+	n->gnext = NULL;
+	n->gprev = M.gtail;
+	if (M.gtail)
+		M.gtail->gnext = n;
+	else
+		M.ghead = n;
+	M.gtail = n;
+	M.nghosts++;
+}
+
+static void ghost_remove_locked(struct node *n)
+{
+	assert_held(&M.lock);
+	if (n->gprev)
+		n->gprev->gnext = n->gnext;
+	else
+		M.ghead = n->gnext;
+	if (n->gnext)
+		n->gnext->gprev = n->gprev;
+	else
+		M.gtail = n->gprev;
+	n->gprev = n->gnext = NULL;
+	n->ghost = false;
+	M.nghosts--;
+}
+
+/* A node found by a lookup: a ghost no longer. */
+void node_revive_locked(struct node *n)
+{
+	if (n->ghost)
+		ghost_remove_locked(n);
+}
+
+/* Write back what a forgotten node still has in the cache and put its
+ * mtime back on the backing file (a gone file's data is dropped). */
+static void node_settle(struct node *n)
+{
 	pthread_mutex_lock(&n->lock);
 	drop_if_unlinked_locked(n);
 	if (n->wrote) {
@@ -499,9 +628,18 @@ void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		}
 	}
 	pthread_mutex_unlock(&n->lock);
+}
+
+/* One forgetting pass over @n ends (@linger: it may become a ghost);
+ * the node is freed when nothing holds it. */
+static void forget_done(struct node *n, bool linger)
+{
 	pthread_mutex_lock(&M.lock);
 	bool unused = !--n->forgetting && !n->nlookup;
-	if (unused && n->hashed) {
+	if (unused && linger && n->hashed) {
+		ghost_add_locked(n);
+		unused = false;
+	} else if (unused && n->hashed) {
 		remove_locked(n);
 	} else if (unused) {
 		struct node **pp = &M.stale;   /* rare: a reused inode number */
@@ -512,4 +650,60 @@ void forget_one(fuse_ino_t ino, uint64_t nlookup)
 	pthread_mutex_unlock(&M.lock);
 	if (unused)
 		node_free(n);
+}
+
+/* Settle and free the ghosts that are due. */
+static void ghosts_reap(void)
+{
+	for (int i = 0; i < GHOST_REAP; i++) {
+		pthread_mutex_lock(&M.lock);
+		struct node *n = M.ghead;
+		if (!n || (M.nghosts <= GHOST_MAX && mono_ns() - n->gtime < GHOST_AGE_NS)) {
+			pthread_mutex_unlock(&M.lock);
+			return;
+		}
+		ghost_remove_locked(n);
+		n->forgetting++;
+		pthread_mutex_unlock(&M.lock);
+		node_settle(n);
+		forget_done(n, false);
+	}
+}
+
+/* A ghost out of the table (its inode number taken by another inode):
+ * settled and freed now.  Caller: it made n->forgetting one more. */
+void ghost_stale(struct node *n)
+{
+	node_settle(n);
+	forget_done(n, false);
+}
+
+/*
+ * The kernel dropped its last lookup of a node.  The node stays in the
+ * table while its data is dropped (unlinked) or written back, or as a
+ * ghost (above), so a lookup meanwhile revives it instead of making a
+ * second node that would read the backing file's stale size; it is freed
+ * by the last forget that finds it unused.
+ */
+void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	struct node *n = node_of(ino);
+	pthread_mutex_lock(&M.lock);
+	if (n == &M.root || (n->nlookup -= nlookup) > 0) {
+		pthread_mutex_unlock(&M.lock);
+		return;
+	}
+	n->forgetting++;
+	pthread_mutex_unlock(&M.lock);
+	bool linger = false;
+	if (M.handles && n->is_reg) {
+		pthread_mutex_lock(&n->lock);
+		drop_if_unlinked_locked(n);
+		linger = n->wrote;
+		pthread_mutex_unlock(&n->lock);
+	}
+	if (!linger)
+		node_settle(n);
+	forget_done(n, linger);
+	ghosts_reap();
 }

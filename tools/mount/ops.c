@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -18,7 +19,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = 1u << 20;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;   /* data is cached once, here */
+	/* data is cached once, here: no FUSE writeback cache (see the man
+	 * page, KERNEL CACHE) */
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -29,7 +32,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		/* a negative entry the kernel may cache: every change of the
 		 * namespace comes through this mount */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = 1.0;
+		e.entry_timeout = M.negative_timeout;
 		fuse_reply_entry(req, &e);
 	} else if (err) {
 		fuse_reply_err(req, -err);
@@ -59,9 +62,29 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (err)
 		fuse_reply_err(req, -err);
 	else
-		fuse_reply_attr(req, &st, 1.0);
+		fuse_reply_attr(req, &st, M.attr_timeout);
 }
 
+
+/* chmod of the inode open at @fd (O_PATH): fchmodat2 with AT_EMPTY_PATH
+ * (Linux 6.6) walks no path; before it, through /proc/self/fd. */
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+static int chmod_fd(int fd, mode_t mode)
+{
+	static atomic_bool no_fchmodat2;
+	if (!atomic_load_explicit(&no_fchmodat2, memory_order_relaxed)) {
+		if (!syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH))
+			return 0;
+		if (errno != ENOSYS && errno != EINVAL)
+			return -1;
+		atomic_store_explicit(&no_fchmodat2, true, memory_order_relaxed);
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return chmod(path, mode);
+}
 
 /*
  * The kernel's rule for set-user-ID and set-group-ID files (it leaves the
@@ -95,8 +118,7 @@ static void kill_priv(fuse_req_t req, struct node *n)
 	    !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		mode_t kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
 		if (st.st_mode & kill) {
-			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-			if (chmod(path, st.st_mode & 07777 & ~kill))
+			if (chmod_fd(fd, st.st_mode & 07777 & ~kill))
 				logmsg("clearing set-id bits failed: %s", strerror(errno));
 			else {
 				atomic_store_explicit(&n->mode, st.st_mode & ~kill,
@@ -113,21 +135,20 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		       struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
-	char path[64];
 	int err = 0;
 	struct stat st;
 	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+	if (fd < 0) {
 		fuse_reply_err(req, errno);
-		nfd_put(n, fd);
 		return;
 	}
+	/* an inode's type never changes: the node's last seen mode has it */
+	st.st_mode = atomic_load_explicit(&n->mode, memory_order_relaxed);
 	bool lnk = S_ISLNK(st.st_mode);
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
 		if (lnk)
 			err = -EOPNOTSUPP;
-		else if (chmod(path, attr->st_mode & 07777))
+		else if (chmod_fd(fd, attr->st_mode & 07777))
 			err = -errno;
 	}
 	if (!err && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
@@ -171,29 +192,34 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (to_set & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
-		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 			err = -errno;
-		} else if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
+	}
+	if (err) {
+		nfd_put(n, fd);
+		fuse_reply_err(req, -err);
+		return;
+	}
+	if (!fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
 			/* the file's mtime from now on, also after writeback */
-			struct stat now;
 			pthread_mutex_lock(&n->lock);
-			if (n->wrote && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-				n->mtime = now.st_mtim;
+			if (n->wrote) {
+				n->mtime = st.st_mtim;
 				n->mtime_set = true;
 			}
 			pthread_mutex_unlock(&n->lock);
 		}
+		node_changed(n);
+		node_attr(n, &st);
+	} else {
+		err = -errno;
 	}
 	nfd_put(n, fd);
-	if (err) {
-		fuse_reply_err(req, -err);
-		return;
-	}
-	node_changed(n);
-	if ((err = stat_node(n, &st)))
+	if (err)
 		fuse_reply_err(req, -err);
 	else
-		fuse_reply_attr(req, &st, 1.0);
+		fuse_reply_attr(req, &st, M.attr_timeout);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -223,18 +249,33 @@ static void reply_entry_of(fuse_req_t req, struct node *parent, const char *name
 /* Give a new entry the requesting user's ownership (the daemon runs as
  * root; otherwise the backing file system made it the daemon's).  In a
  * set-group-ID directory the group is the directory's, as the backing
- * file system already made it (and a new directory kept the bit). */
-static void own_new(fuse_req_t req, struct node *parent, const char *name)
+ * file system already made it (and a new directory kept the bit).
+ * new_owner: the owner and group to give (-1: the one the backing file
+ * system gave, the daemon's or the directory's); false when both are
+ * already right, as for a caller with the daemon's ids. */
+static bool new_owner(fuse_req_t req, struct node *parent, uid_t *uid, gid_t *gid)
 {
 	if (!M.as_root)
-		return;
+		return false;
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	*uid = ctx->uid == M.euid ? (uid_t)-1 : ctx->uid;
+	*gid = ctx->gid == M.egid ? (gid_t)-1 : ctx->gid;
 	struct stat pst;
+	int fd;
+	if (*gid != (gid_t)-1 && (fd = nfd(parent)) >= 0 &&
+	    !fstatat(fd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
+		*gid = (gid_t)-1;
+	return *uid != (uid_t)-1 || *gid != (gid_t)-1;
+}
+
+static void own_new(fuse_req_t req, struct node *parent, const char *name)
+{
+	uid_t uid;
+	gid_t gid;
+	if (!new_owner(req, parent, &uid, &gid))
+		return;
 	int fd = nfd(parent);
-	gid_t gid = ctx->gid;
-	if (fd >= 0 && !fstatat(fd, "", &pst, AT_EMPTY_PATH) && (pst.st_mode & S_ISGID))
-		gid = (gid_t)-1;
-	if (fd < 0 || fchownat(fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW))
+	if (fd < 0 || fchownat(fd, name, uid, gid, AT_SYMLINK_NOFOLLOW))
 		logmsg("chown of a new entry failed: %s", strerror(errno));
 }
 
@@ -332,23 +373,32 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 /*
  * Which opens bypass the kernel's page cache (direct_io).  Data is then
- * cached once, in the engine; but the kernel refuses a shared mapping
- * (mmap MAP_SHARED: databases, fio's mmap engine) of such a file, and
- * libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP.  By default
- * (direct_io=auto) a write-only open, which cannot be mapped, is direct —
- * streaming writers, cp, tar, fs_mark — and an open that can read goes
- * through the kernel's page cache, written through to the engine at each
- * write (no FUSE writeback cache: the engine's throttle stays the only
- * one), so mappings work.  The two stay coherent: a direct write to a
- * file that also has cached opens invalidates the kernel's pages it
- * covers, and an open never keeps the kernel's pages of a previous one.
+ * cached once, in the engine; but a kernel without
+ * FUSE_DIRECT_IO_ALLOW_MMAP (before 6.6; libfuse 3.14 cannot ask for it:
+ * conn.c does) refuses a shared mapping (mmap MAP_SHARED: databases,
+ * fio's mmap engine) of such a file.  By default (direct_io=auto) a
+ * write-only open, which cannot be mapped, is direct — streaming writers,
+ * cp, tar — and so is a read-write one where the kernel maps direct_io
+ * files (fs_mark, fio, databases: a small write is then one request, with
+ * no GETXATTR of security.capability before it); otherwise, and for
+ * read-only opens, the open goes through the kernel's page cache, written
+ * through to the engine at each write (no FUSE writeback cache: the
+ * engine's throttle stays the only one).  They stay coherent: a direct
+ * write to a file that also has cached opens invalidates the kernel's
+ * pages it covers (the kernel does too, with ALLOW_MMAP, around every
+ * direct I/O), and an open never keeps the kernel's pages of a previous
+ * one.
  */
 static bool open_direct(const struct fuse_file_info *fi)
 {
-	return M.dio == DIO_ALWAYS || (M.dio == DIO_AUTO && (fi->flags & O_ACCMODE) == O_WRONLY);
+	int acc = fi->flags & O_ACCMODE;
+	return M.dio == DIO_ALWAYS ||
+	       (M.dio == DIO_AUTO && (acc == O_WRONLY || (acc == O_RDWR && M.direct_mmap)));
 }
 
-static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+/* @made: the file was just made by this create (empty: O_TRUNC has
+ * nothing to do). */
+static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi, bool made)
 {
 	wbc_file *h;
 	pthread_mutex_lock(&n->lock);
@@ -358,7 +408,7 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 		if (err)
 			wbc_file_close(h);
 	}
-	if (!err && (fi->flags & O_TRUNC)) {
+	if (!err && (fi->flags & O_TRUNC) && !made) {
 		/* atomic O_TRUNC: the kernel sends no setattr before */
 		err = wbc_truncate(h, 0);
 		if (err) {
@@ -373,6 +423,7 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 	}
 	bool direct = open_direct(fi);
 	if (!err) {
+		node_hold_fd(n);
 		n->opens++;
 		if (!direct)
 			atomic_fetch_add(&n->kcache_opens, 1);
@@ -380,11 +431,15 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 	pthread_mutex_unlock(&n->lock);
 	if (err)
 		return err;
-	if (fi->flags & O_TRUNC)
+	if ((fi->flags & O_TRUNC) && !made)
 		kill_priv(req, n);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = direct;
 	fi->keep_cache = 0;
+	/* close sends no FLUSH where it has nothing to report: a read-only
+	 * open (or any, under -o noflush=1: writeback errors then reach
+	 * fsync only, as on a local file system) */
+	fi->noflush = M.noflush || (fi->flags & O_ACCMODE) == O_RDONLY;
 	return 0;
 }
 
@@ -395,31 +450,50 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int err = open_common(req, n, fi);
+	int err = open_common(req, n, fi, false);
 	if (err)
 		fuse_reply_err(req, -err);
 	else
 		fuse_reply_open(req, fi);
 }
 
+/*
+ * create: the file is made with O_EXCL, so the daemon knows it made it
+ * (and owns it to the caller); an existing one (a race with another
+ * creator, the kernel having seen no entry) is opened as it is, unless
+ * the caller asked O_EXCL.  The descriptor the create returned gives the
+ * attributes and the node: five system calls for a new file.
+ */
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	struct node *p = node_of(parent);
 	int pf = nfd(p);
-	int fd = pf < 0 ? -1 : openat(pf, name, (fi->flags & (O_EXCL | O_TRUNC)) | O_CREAT |
-				      O_RDONLY | O_NOFOLLOW | O_CLOEXEC, mode);
+	/* O_NONBLOCK: an existing FIFO of the name must not block the worker */
+	const int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (fi->flags & O_TRUNC);
+	int fd = pf < 0 ? -1 : openat(pf, name, how | O_CREAT | O_EXCL, mode);
+	bool made = fd >= 0;
+	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL))
+		fd = openat(pf, name, how);
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
 		return;
 	}
-	close(fd);
-	own_new(req, p, name);
-	struct fuse_entry_param e;
-	int err = do_lookup(p, name, &e);
-	if (!err && !node_of(e.ino)->is_reg)
+	uid_t uid;
+	gid_t gid;
+	if (made && new_owner(req, p, &uid, &gid) && fchown(fd, uid, gid))
+		logmsg("chown of a new entry failed: %s", strerror(errno));
+	struct fuse_entry_param e = { 0 };
+	struct stat st;
+	int err = fstat(fd, &st) ? -errno : 0;
+	if (err)
+		close(fd);
+	else if (!S_ISREG(st.st_mode)) {
+		close(fd);
 		err = -EISDIR;
-	if (!err && !(err = open_common(req, node_of(e.ino), fi))) {
+	} else
+		err = enter_node(fd, &st, &e);   /* takes fd */
+	if (!err && !(err = open_common(req, node_of(e.ino), fi, made))) {
 		fuse_reply_create(req, &e, fi);
 		return;
 	}
@@ -568,6 +642,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_mutex_lock(&n->lock);
 	if (!open_direct(fi))
 		atomic_fetch_sub(&n->kcache_opens, 1);
+	node_drop_fd(n);
 	if (!--n->opens) {
 		struct wbc_file_info info;
 		if (n->wrote && !wbc_file_info(n->wf, &info)) {
@@ -581,7 +656,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		}
 		wbc_file_close(n->wf);
 		n->wf = NULL;
-		drop_if_unlinked_locked(n);
+		/* a file unlinked beside the mount is found at forget */
+		if (n->unlinked)
+			drop_if_unlinked_locked(n);
 	}
 	pthread_mutex_unlock(&n->lock);
 	fuse_reply_err(req, 0);
@@ -688,17 +765,12 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
  * descriptor (give it back with nfd_put()) or -errno. */
 static int xattr_path(struct node *n, char *path, size_t len)
 {
-	struct stat st;
-	int fd = nfd(n);
-	if (fd < 0 || fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		int err = -errno;
-		nfd_put(n, fd);
-		return err;
-	}
-	if (S_ISLNK(st.st_mode)) {
-		nfd_put(n, fd);
+	/* an inode's type never changes: the node's last seen mode has it */
+	if (S_ISLNK(atomic_load_explicit(&n->mode, memory_order_relaxed)))
 		return -EPERM;
-	}
+	int fd = nfd(n);
+	if (fd < 0)
+		return -errno;
 	snprintf(path, len, "/proc/self/fd/%d", fd);
 	return fd;
 }

@@ -39,6 +39,16 @@ void mount_usage(FILE *out)
 "                                     writer per file: a RADOS lock), the\n"
 "                                     metadata in BACKING_DIR; with\n"
 "     rados_conf=PATH, rados_id=NAME, object_size=SIZE, rados_timeout=SECONDS\n"
+"     direct_io=auto|1|0              opens that bypass the kernel's page cache\n"
+"                                     (auto: write-only and, where the kernel\n"
+"                                     maps such files, read-write ones)\n"
+"     entry_timeout=S, attr_timeout=S, negative_timeout=S\n"
+"                                     seconds the kernel keeps names, attributes\n"
+"                                     and absent names (default 1)\n"
+"     noflush=0|1                     1: close sends no FLUSH (writeback errors\n"
+"                                     reach fsync only); read-only opens never do\n"
+"     threads=N, idle_threads=N, clone_fd=0|1\n"
+"                                     FUSE workers (default 16, 16, 0)\n"
 "     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
 "     noatime, ...                    FUSE and mount options\n"
 "\n"
@@ -68,8 +78,21 @@ static int parse_size_opt(const char *key, const char *val, uint64_t *out)
 }
 
 /* -o options: engine config, device options, FUSE options. */
+static int parse_seconds(const char *key, const char *val, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(val, &end);
+	if (errno || end == val || *end || !(v >= 0) || v > 1e9) {
+		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (seconds)\n", key, val);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
-	       char *fuseopts, size_t fuselen, enum dio_mode *dio)
+	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct mopts *mo)
 {
 	for (char *save = NULL, *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
 		char *val = strchr(kv, '=');
@@ -154,6 +177,34 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		int rc = -1;
+		double *secs = !strcmp(kv, "entry_timeout") ? &mo->entry :
+			       !strcmp(kv, "attr_timeout") ? &mo->attr :
+			       !strcmp(kv, "negative_timeout") ? &mo->negative : NULL;
+		if (secs) {
+			if (parse_seconds(kv, val, secs))
+				return -1;
+			continue;
+		}
+		bool *flag = !strcmp(kv, "noflush") ? &mo->noflush :
+			     !strcmp(kv, "clone_fd") ? &mo->clone_fd : NULL;
+		if (flag) {
+			if (strcmp(val, "0") && strcmp(val, "1")) {
+				fprintf(stderr, "wbcache mount: bad value for %s: '%s' (0 or 1)\n", kv, val);
+				return -1;
+			}
+			*flag = val[0] == '1';
+			continue;
+		}
+		if (!strcmp(kv, "threads") || !strcmp(kv, "idle_threads")) {
+			if (parse_u64(kv, val, 1024, &v))
+				return -1;
+			if (!v && kv[0] == 't') {
+				fprintf(stderr, "wbcache mount: threads must be at least 1\n");
+				return -1;
+			}
+			*(kv[0] == 't' ? &mo->threads : &mo->idle_threads) = (unsigned)v;
+			continue;
+		}
 		if (!strcmp(kv, "direct_io")) {
 			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {
 				*dio = !strcmp(val, "auto") ? DIO_AUTO : val[0] == '1' ? DIO_ALWAYS : DIO_NEVER;

@@ -23,6 +23,9 @@ size_t stats_text(char *buf, size_t len)
 	pthread_mutex_lock(&D.lock);
 	uint64_t deferred_queued = D.queued, deferred_interrupted = D.interrupted;
 	pthread_mutex_unlock(&D.lock);
+	pthread_mutex_lock(&M.lock);
+	uint64_t ghosts = M.nghosts;
+	pthread_mutex_unlock(&M.lock);
 	int n = snprintf(buf, len,
 		"BdiWriteback:       %10" PRIu64 " kB\n"
 		"BdiReclaimable:     %10" PRIu64 " kB\n"
@@ -52,6 +55,7 @@ size_t stats_text(char *buf, size_t len)
 		"InboxPushRetries:   %10" PRIu64 "\n"
 		"DeferredReplies:    %10" PRIu64 "\n"
 		"InterruptedPauses:  %10" PRIu64 "\n"
+		"ForgottenCached:    %10" PRIu64 "\n"
 		"DaemonPid:          %10ld\n",
 		d.writeback_bytes >> 10, d.dirty_bytes >> 10, d.wb_thresh_bytes >> 10,
 		s.thresh_bytes >> 10, s.bg_thresh_bytes >> 10, d.dirtied_bytes >> 10,
@@ -60,7 +64,7 @@ size_t stats_text(char *buf, size_t len)
 		d.dirty_buckets, s.cached_bytes >> 10, s.mem_bytes >> 10, s.written_bytes >> 10,
 		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
 		s.paused_ns / 1000000, dd.list_lock_max_hold_ns / 1000,
-		dd.list_lock_max_cpu_ns / 1000, dd.list_lock_waits, dd.inbox_push_retries, deferred_queued, deferred_interrupted,
+		dd.list_lock_max_cpu_ns / 1000, dd.list_lock_waits, dd.inbox_push_retries, deferred_queued, deferred_interrupted, ghosts,
 		(long)getpid());
 	return n < 0 ? 0 : MINU((size_t)n, len - 1);
 }
