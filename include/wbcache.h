@@ -113,6 +113,10 @@ int wbc_cache_close_stats(wbc_cache *cache, struct wbc_stats *st);
  *                              errn=N (the first N writes fail),
  *                              stall=T+D, seed=N,
  *                              discard=1 (sizes only, reads zeros),
+ *                              send=1 (a write's data is copied when it
+ *                              is submitted, in the submitter's thread,
+ *                              as a network client's send; it completes
+ *                              when due),
  *                              seek=TIME (for experiments, the wbcache
  *                              lab: a disk head; an I/O that does not
  *                              begin where the one before it ended pays

@@ -620,6 +620,8 @@ int main(void)
 	static const struct bcase cases[] = {
 		{ "mem", "mem", false, 0, K_NONE },
 		{ "model", "model:lat=50us,qd=8,max_io=64K", false, 0, K_MODEL },
+		/* the model storing a write's data when it is submitted */
+		{ "model, send=1", "model:lat=50us,qd=8,max_io=64K,send=1", false, 0, K_MODEL },
 		{ "dir", "dir:%s,max_io=64K", false, 0, K_FILE },
 		{ "file", "file:%s/one,max_io=64K", true, 0, K_FILE },
 		{ "opener", NULL, false, 0, K_OPENER },

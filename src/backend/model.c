@@ -63,13 +63,14 @@ struct model_cfg {
 	double stall_at, stall_for; /* stall_for 0: none */
 	uint64_t seed;
 	bool discard;               /* keep sizes only, like null_blk */
+	bool send;                  /* writes' data taken at submission, as a network send */
 };
 
 struct pending {
 	uint64_t due_ns;
 	uint64_t seq;
 	struct wbc_io *io;
-	int res;                    /* injected error, else 0 */
+	int res;                    /* injected error, a sent write's result, else 0 */
 };
 
 struct model {
@@ -220,13 +221,18 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			if (!rc && u > 1)
 				rc = -EINVAL;
 			cfg->discard = u;
+		} else if (!strcmp(kv, "send")) {
+			rc = wbc_parse_size(v, &u);
+			if (!rc && u > 1)
+				rc = -EINVAL;
+			cfg->send = u;
 		} else {
 			rc = -EINVAL;
 		}
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
 				 "qd=N seek=TIME max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N stall=T+D seed=N "
-				 "discard=0|1, "
+				 "discard=0|1 send=0|1, "
 				 "and the device tunables)",
 				 kv, v);
 	}
@@ -399,6 +405,11 @@ static bool queue_locked(struct model *m, struct wbc_io *io, uint64_t now_ns)
 			res = -EIO;
 		}
 	}
+	/* send=1: a write's data is taken now, in the submitter's thread, as
+	 * a network client's send copies it into the socket; it completes
+	 * (is acknowledged) when due */
+	if (cfg->send && io->op == WBC_IO_WRITE && !res)
+		res = (int)mem_backend_rw(m->mem, io);
 	struct pending p = { .due_ns = ns_add(m->t0, wbc_secs_to_ns(done)), .seq = m->seq++,
 			     .io = io, .res = res };
 	q_push(m, p);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# wbcache lab --quick: every experiment runs both policies to the end and
+# gives its table row, its chart and each run's figures and timeline; the
+# runs differ in the switches the experiment names.  Whether an effect
+# reproduced is timing (doc/lab.md, make bench), not asserted here.
+# Bad input gets a clear error and exit 2.
+set -u
+BUILD=${WBCACHE_BUILD:-build/release}
+W=$BUILD/wbcache
+fail() { echo "FAIL: $*" >&2; exit 1; }
+dir=$(mktemp -d /var/tmp/wbc-lab-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+names="dirty-list remote stacked jbod chunk"
+
+expect_err() {   # expect_err WHAT ARGS... : exit 2 and a message on stderr
+	local what=$1; shift
+	out=$($W lab "$@" 2>&1 >/dev/null); rc=$?
+	[ $rc -eq 2 ] || fail "$what: exit $rc, expected 2"
+	[ -n "$out" ] || fail "$what: no message"
+}
+expect_err "unknown experiment" nosuch
+expect_err "experiment 0" 0
+expect_err "unknown option" --frob
+expect_err "--out without a directory" --out
+expect_err "--out that cannot be made" --out /proc/wbc-lab/x stacked
+
+$W lab --help | grep -q -- "--quick" || fail "lab --help"
+list=$($W lab --list) || fail "lab --list failed"
+for n in $names; do
+	echo "$list" | grep -q "^$n: " || fail "--list lacks $n"
+done
+# each experiment's two policies differ in their switch, and only there
+echo "$list" | grep -q "dirty_list=list" && echo "$list" | grep -q "dirty_list=buckets" ||
+	fail "dirty-list runs do not switch dirty_list"
+echo "$list" | grep -q "file_lock=file" && echo "$list" | grep -q "file_lock=page" ||
+	fail "remote runs do not switch file_lock"
+echo "$list" | grep -q "stack_throttle=global" && echo "$list" | grep -q "stack_throttle=local" ||
+	fail "stacked runs do not switch stack_throttle"
+echo "$list" | grep -q "throttle=2011" && echo "$list" | grep -q "throttle=current" ||
+	fail "jbod runs do not switch throttle"
+echo "$list" | grep -q "chunk=4M" && echo "$list" | grep -q "chunk=bw" ||
+	fail "chunk runs do not switch chunk"
+
+out=$($W lab --quick --out "$dir/out" all 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "lab --quick all: exit $rc"
+for n in $names; do
+	echo "$out" | grep -Eq "^$n +.*(reproduced|NOT reproduced)" || fail "no table row for $n"
+	python3 - "$dir/out/$n.svg" <<'P' || fail "$n.svg is not a chart of the runs"
+import sys, xml.dom.minidom as m
+d = m.parse(sys.argv[1])
+lines = d.getElementsByTagName("polyline")
+# three panels (throughput, dirty, lock holds) for each run drawn
+assert len(lines) >= 6 and len(lines) % 3 == 0, len(lines)
+assert all(len(l.getAttribute("points").split()) >= 2 for l in lines)
+P
+	for j in "$dir/out/$n"-*.json; do
+		python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["secs"] > 0 and d["bytes"] > 0' "$j" ||
+			fail "$j: no figures"
+	done
+	ls "$dir/out/$n"-*.csv >/dev/null 2>&1 || fail "$n: no timelines"
+done
+# one experiment by number runs that one alone
+out=$($W lab --quick --out "$dir/one" 3) || fail "lab 3 failed"
+[ -e "$dir/one/stacked.svg" ] && [ ! -e "$dir/one/jbod.svg" ] || fail "lab 3 ran other experiments"
+echo "lab: ok"
