@@ -40,6 +40,14 @@ echo hello >"$mt/small"
 mkdir "$mt/d" && cp "$top/model" "$mt/d/b" || fail "a file in a directory"
 cmp "$top/model" "$mt/a" || fail "read back differs"
 getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1 || fail "sync through the mount"
+# wbcache stat shows the remote transport: a window, round trips measured
+st=$("$W" stat "$mt") || fail "wbcache stat"
+echo "$st" | grep -E '^Remote'
+win=$(echo "$st" | awk '/^RemoteWindow:/ {print $2}')
+rtt=$(echo "$st" | awk '/^RemoteBaseRttUs:/ {print $2}')
+[ "${win:-0}" -gt 0 ] || fail "stat: no RemoteWindow"
+[ "${rtt:-0}" -gt 0 ] || fail "stat: no RemoteBaseRttUs after writes"
+"$W" stat --json "$mt" | grep -q '"RemoteWindow_kB"' || fail "stat --json: no RemoteWindow_kB"
 n=$(objs | wc -l)
 echo "objects after sync: $n"
 [ "$n" -ge 10 ] || fail "expected the files' objects in the pool: $(objs)"

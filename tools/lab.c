@@ -135,22 +135,26 @@ static void build_dirty_list(struct lab_run *runs, int *n, bool quick)
 	static const char *pol[2] = { "list", "buckets" };
 	static const char *lab[2][2] = { { "old, writeback off", "old, writeback running" },
 					 { "new, writeback off", "new, writeback running" } };
-	unsigned files = quick ? 15000 : 150000;
 	for (int p = 0; p < 2; p++) {
 		for (int wb = 0; wb < 2; wb++) {
 			struct lab_run *r = new_run(runs, n, lab[p][wb], p ? NEW_COLOR : OLD_COLOR,
 						    wb ? SOLID : DASHED, "fsmark");
 			arg(r, "--dev");
-			arg(r, "model:bw=2G,dirty_list=%s", pol[p]);
+			arg(r, "model:bw=2G,discard=1,dirty_list=%s", pol[p]);
 			arg(r, "--threads");
 			arg(r, "2");
 			arg(r, "--files");
-			arg(r, "%u", files);
+			arg(r, "100000000");
+			arg(r, "--time");
+			arg(r, "%s", quick ? "1" : "5");
+			/* 1 KiB files in 1 KiB pages: with writeback off every
+			 * file of the run stays in the cache, and this many fit */
+			arg(r, "--page-size");
+			arg(r, "1K");
 			arg(r, "--file-size");
-			arg(r, "4K");
-			/* room for every file: only writeback's own work differs */
+			arg(r, "1K");
 			arg(r, "--mem");
-			arg(r, "%s", quick ? "1G" : "4G");
+			arg(r, "%s", quick ? "1G" : "6G");
 			arg(r, "--dirty-ratio");
 			arg(r, "60");
 			arg(r, "--dirty-background-ratio");
@@ -670,6 +674,8 @@ static const char *fmt_v(char *buf, size_t len, double v, bool more, const char 
 	const char *ge = more ? ">" : "";
 	if (isnan(v))
 		snprintf(buf, len, "-");
+	else if (v >= 10000)
+		snprintf(buf, len, "%s%.0fk %s", ge, v / 1000, unit);
 	else if (v >= 100)
 		snprintf(buf, len, "%s%.0f %s", ge, v, unit);
 	else

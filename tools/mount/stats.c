@@ -5,6 +5,7 @@
  * prints the statistics.
  */
 #include "mount.h"
+#include "wbcache_backend.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -66,6 +67,22 @@ size_t stats_text(char *buf, size_t len)
 		s.paused_ns / 1000000, dd.list_lock_max_hold_ns / 1000,
 		dd.list_lock_max_cpu_ns / 1000, dd.list_lock_waits, dd.inbox_push_retries, deferred_queued, deferred_interrupted, ghosts,
 		(long)getpid());
+	/* a remote backend (-o backend=rados:): its transport */
+	struct wbc_backend_stats bs;
+	if (n >= 0 && (size_t)n < len && !wbc_dev_backend_stats(M.dev, &bs)) {
+		int k = snprintf(buf + n, len - (size_t)n,
+			"RemoteWindow:       %10" PRIu64 " kB\n"
+			"RemoteInflight:     %10" PRIu64 " kB\n"
+			"RemoteQueued:       %10" PRIu64 " kB\n"
+			"RemoteRttUs:        %10" PRIu64 "\n"
+			"RemoteBaseRttUs:    %10" PRIu64 "\n"
+			"RemoteConnected:    %10u\n"
+			"RemoteReconnects:   %10" PRIu64 "\n",
+			bs.window_bytes >> 10, bs.inflight_bytes >> 10, bs.queued_bytes >> 10,
+			bs.rtt_ns / 1000, bs.min_rtt_ns / 1000, bs.connected, bs.reconnects);
+		if (k > 0)
+			n += k;
+	}
 	return n < 0 ? 0 : MINU((size_t)n, len - 1);
 }
 
