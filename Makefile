@@ -178,6 +178,7 @@ bench: deps-install
 	WBCACHE_BUILD=$(BUILD) bench/stacked.sh
 	WBCACHE_BUILD=$(BUILD) bench/nbd.sh
 	WBCACHE_BUILD=$(BUILD) bench/rados.sh
+	$(BUILD)/wbcache lab --out $(BUILD)/bench/lab all
 	$(BUILD)/bench/isolation
 	$(BUILD)/bench/overwrite
 	$(BUILD)/bench/manyfiles
