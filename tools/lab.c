@@ -213,6 +213,11 @@ static void build_remote(struct lab_run *runs, int *n, bool quick)
 		arg(r, "32M");
 		arg(r, "--mem");
 		arg(r, "512M");
+		/* writeback all the time, as an NFS client's */
+		arg(r, "--dirty-expire-centisecs");
+		arg(r, "100");
+		arg(r, "--dirty-writeback-centisecs");
+		arg(r, "10");
 		arg(r, "--time");
 		arg(r, "%s", quick ? "3" : "20");
 	}
