@@ -76,6 +76,23 @@ void window_sample(struct vegas_window *w, bool write, size_t len, uint64_t sent
 /* The bytes it lets be in flight now. */
 uint64_t window_bytes(const struct vegas_window *w);
 
+/* The I/Os a remote backend holds until its window has room: reads first
+ * (someone waits for them), then writes, each in submission order, linked
+ * through backend_data[0].  Under the backend's own lock. */
+struct remote_queue {
+	struct wbc_io *rq_head, *rq_tail, *wq_head, *wq_tail;
+	uint64_t bytes;             /* queued, for wbc_backend_stats */
+};
+void rqueue_add(struct remote_queue *q, struct wbc_io *io);
+/* The next queued I/O (NULL: none), without taking it. */
+struct wbc_io *rqueue_peek(const struct remote_queue *q);
+/* Move up to @max queued I/Os that fit into window @w (window_take) to
+ * @take; sets w->limited when one did not fit.  Returns how many. */
+unsigned rqueue_take(struct remote_queue *q, struct vegas_window *w, struct wbc_io **take,
+		     unsigned max);
+/* Take every queued I/O (none will be sent): the chain, reads first. */
+struct wbc_io *rqueue_take_all(struct remote_queue *q);
+
 /* rados: files striped over objects of a Ceph pool (librados), @spec
  * "POOL[/PREFIX][,opts]" (after "rados:"; see rados.c). */
 int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,

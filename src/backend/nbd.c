@@ -207,8 +207,7 @@ struct nbe {
 	pthread_mutex_t lock;       /* the queues and flags below */
 	pthread_cond_t flush_cond;
 	/* I/Os waiting for the window, linked through backend_data[0] */
-	struct wbc_io *rq_head, *rq_tail, *wq_head, *wq_tail;
-	uint64_t queued_bytes;
+	struct remote_queue q;        /* waiting for room in the window */
 	struct nbd_flushreq *flushq;
 	unsigned nup;               /* connections up */
 	bool sleeping;              /* the thread waits in poll: wake it */
@@ -518,14 +517,7 @@ static void finish(struct nbe *b)
 static struct wbc_io *take_all_locked(struct nbe *b)
 {
 	assert_held(&b->lock);
-	struct wbc_io *head = b->rq_head;
-	if (head)
-		b->rq_tail->backend_data[0] = b->wq_head;
-	else
-		head = b->wq_head;
-	b->rq_head = b->rq_tail = b->wq_head = b->wq_tail = NULL;
-	b->queued_bytes = 0;
-	return head;
+	return rqueue_take_all(&b->q);
 }
 
 static void conn_down(struct nbe *b, struct nbd_conn *c, uint64_t now, const char *why)
@@ -662,29 +654,12 @@ static bool pull_work(struct nbe *b, uint64_t now)
 {
 	for (;;) {
 		struct wbc_io *take[TAKE_BATCH];
-		unsigned n = 0;
 		pthread_mutex_lock(&b->lock);
 		b->sleeping = false;
 		bool stop = b->stop;
 		struct nbd_flushreq *flushes = b->flushq;
 		b->flushq = NULL;
-		while (n < TAKE_BATCH) {
-			bool read = b->rq_head != NULL;
-			struct wbc_io *io = read ? b->rq_head : b->wq_head;
-			if (!io)
-				break;
-			if (!window_fits(&b->win, io->len)) {
-				b->win.limited = true;
-				break;
-			}
-			struct wbc_io **head = read ? &b->rq_head : &b->wq_head;
-			if (!(*head = io->backend_data[0]))
-				*(read ? &b->rq_tail : &b->wq_tail) = NULL;
-			io->backend_data[0] = NULL;
-			b->queued_bytes -= io->len;
-			window_take(&b->win, io->len);
-			take[n++] = io;
-		}
+		unsigned n = rqueue_take(&b->q, &b->win, take, TAKE_BATCH);
 		pthread_mutex_unlock(&b->lock);
 		atomic_store_explicit(&b->st_inflight, b->win.inflight_bytes, memory_order_relaxed);
 		while (flushes) {
@@ -738,8 +713,7 @@ static void *nbd_main(void *arg)
 		int ms = timer_ms(b, now);
 		pthread_mutex_lock(&b->lock);
 		bool ready = b->stop || b->flushq || b->done || b->failed_head ||
-			     ((b->rq_head || b->wq_head) &&
-			      window_fits(&b->win, (b->rq_head ? b->rq_head : b->wq_head)->len));
+			     (rqueue_peek(&b->q) && window_fits(&b->win, rqueue_peek(&b->q)->len));
 		if (ready)
 			ms = 0;
 		else
@@ -810,18 +784,8 @@ static int nbd_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned
 		*queued = 0;
 		return -EIO;   /* no server: the engine retries later */
 	}
-	for (unsigned i = 0; i < n; i++) {
-		struct wbc_io *io = ios[i];
-		bool read = io->op == WBC_IO_READ;
-		struct wbc_io **tail = read ? &b->rq_tail : &b->wq_tail;
-		io->backend_data[0] = NULL;
-		if (*tail)
-			(*tail)->backend_data[0] = io;
-		else
-			*(read ? &b->rq_head : &b->wq_head) = io;
-		*tail = io;
-		b->queued_bytes += io->len;
-	}
+	for (unsigned i = 0; i < n; i++)
+		rqueue_add(&b->q, ios[i]);
 	bool k = kick_locked(b);
 	pthread_mutex_unlock(&b->lock);
 	if (k)
@@ -900,7 +864,7 @@ static void nbd_stats(void *ctx, struct wbc_backend_stats *st)
 	st->connected = atomic_load_explicit(&b->st_up, memory_order_relaxed);
 	st->conns = b->nconns;
 	pthread_mutex_lock(&b->lock);
-	st->queued_bytes = b->queued_bytes;
+	st->queued_bytes = b->q.bytes;
 	pthread_mutex_unlock(&b->lock);
 }
 

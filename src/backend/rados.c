@@ -140,8 +140,7 @@ struct rbe {
 
 	pthread_mutex_t lock;       /* queues, done list, flags */
 	pthread_cond_t cond;        /* the completion thread waits here */
-	struct wbc_io *rq_head, *rq_tail, *wq_head, *wq_tail;
-	uint64_t queued_bytes;
+	struct remote_queue q;        /* waiting for room in the window */
 	struct rpiece *done;        /* pieces librados completed */
 	struct wbc_io *failed;      /* completed without a request */
 	bool sleeping, stop;
@@ -490,24 +489,7 @@ static void *rados_main(void *arg)
 		b->done = NULL;
 		b->failed = NULL;
 		struct wbc_io *take[TAKE_BATCH];
-		unsigned nt = 0;
-		while (nt < TAKE_BATCH) {
-			bool read = b->rq_head != NULL;
-			struct wbc_io *io = read ? b->rq_head : b->wq_head;
-			if (!io)
-				break;
-			if (!window_fits(&b->win, io->len)) {
-				b->win.limited = true;
-				break;
-			}
-			struct wbc_io **head = read ? &b->rq_head : &b->wq_head;
-			if (!(*head = io->backend_data[0]))
-				*(read ? &b->rq_tail : &b->wq_tail) = NULL;
-			io->backend_data[0] = NULL;
-			b->queued_bytes -= io->len;
-			window_take(&b->win, io->len);
-			take[nt++] = io;
-		}
+		unsigned nt = rqueue_take(&b->q, &b->win, take, TAKE_BATCH);
 		if (!done && !failed && !nt) {
 			if (b->stop && !b->win.inflight_ios)
 				break;
@@ -662,18 +644,8 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 		}
 	}
 	pthread_mutex_lock(&b->lock);
-	for (unsigned i = 0; i < n; i++) {
-		struct wbc_io *io = ios[i];
-		bool read = io->op == WBC_IO_READ;
-		struct wbc_io **tail = read ? &b->rq_tail : &b->wq_tail;
-		io->backend_data[0] = NULL;
-		if (*tail)
-			(*tail)->backend_data[0] = io;
-		else
-			*(read ? &b->rq_head : &b->wq_head) = io;
-		*tail = io;
-		b->queued_bytes += io->len;
-	}
+	for (unsigned i = 0; i < n; i++)
+		rqueue_add(&b->q, ios[i]);
 	bool wake = b->sleeping;
 	b->sleeping = false;
 	pthread_mutex_unlock(&b->lock);
@@ -957,7 +929,7 @@ static void rados_stats(void *ctx, struct wbc_backend_stats *st)
 	st->connected = atomic_load_explicit(&b->st_up, memory_order_relaxed);
 	st->conns = 1;
 	pthread_mutex_lock(&b->lock);
-	st->queued_bytes = b->queued_bytes;
+	st->queued_bytes = b->q.bytes;
 	pthread_mutex_unlock(&b->lock);
 }
 

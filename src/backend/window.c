@@ -151,3 +151,57 @@ uint64_t window_bytes(const struct vegas_window *w)
 {
 	return w->fixed ? (uint64_t)w->fixed * w->max_io : w->cwnd;
 }
+
+void rqueue_add(struct remote_queue *q, struct wbc_io *io)
+{
+	bool read = io->op == WBC_IO_READ;
+	struct wbc_io **tail = read ? &q->rq_tail : &q->wq_tail;
+	io->backend_data[0] = NULL;
+	if (*tail)
+		(*tail)->backend_data[0] = io;
+	else
+		*(read ? &q->rq_head : &q->wq_head) = io;
+	*tail = io;
+	q->bytes += io->len;
+}
+
+struct wbc_io *rqueue_peek(const struct remote_queue *q)
+{
+	return q->rq_head ? q->rq_head : q->wq_head;
+}
+
+unsigned rqueue_take(struct remote_queue *q, struct vegas_window *w, struct wbc_io **take,
+		     unsigned max)
+{
+	unsigned n = 0;
+	while (n < max) {
+		bool read = q->rq_head != NULL;
+		struct wbc_io *io = read ? q->rq_head : q->wq_head;
+		if (!io)
+			break;
+		if (!window_fits(w, io->len)) {
+			w->limited = true;
+			break;
+		}
+		struct wbc_io **head = read ? &q->rq_head : &q->wq_head;
+		if (!(*head = io->backend_data[0]))
+			*(read ? &q->rq_tail : &q->wq_tail) = NULL;
+		io->backend_data[0] = NULL;
+		q->bytes -= io->len;
+		window_take(w, io->len);
+		take[n++] = io;
+	}
+	return n;
+}
+
+struct wbc_io *rqueue_take_all(struct remote_queue *q)
+{
+	struct wbc_io *head = q->rq_head;
+	if (head)
+		q->rq_tail->backend_data[0] = q->wq_head;
+	else
+		head = q->wq_head;
+	q->rq_head = q->rq_tail = q->wq_head = q->wq_tail = NULL;
+	q->bytes = 0;
+	return head;
+}
