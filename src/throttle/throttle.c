@@ -525,25 +525,37 @@ void throttle_2011_step(const struct dom *d, double wb_dirty, double wb_thresh, 
 	st->again = !maxpause && !passgood;
 }
 
+/* The start of each round of balance_dirty_pages (either rule): the
+ * writer's domain and its group's, the flushers woken over the background
+ * threshold, the device's bandwidth estimate brought up to @now. */
+static void balance_domains(struct wbc_dev *dev, struct wbc_group *grp, struct dom *gd,
+			    struct dom *md, uint64_t now)
+{
+	dom_writer(dev, gd, now);
+	if (grp)
+		dom_group(grp, md);
+	if (over_bg_thresh(dev->cache))
+		wakeup_flusher_threads(dev->cache, false);
+	bandwidth_update(dev, now);
+}
+
+/* strict_limit: the device's own pages are over its freerun (the middle
+ * of its share of the background and dirty thresholds) */
+static bool dev_strict_over(struct wbc_dev *dev, const struct dom *gd)
+{
+	double wb_dirty = (double)ctr_unclean(&dev->ctr);
+	double t = dev_wb_thresh(dev, gd->thresh);
+	return wb_dirty > (t + t * gd->bg_thresh / gd->thresh) / 2;
+}
+
 /* balance_dirty_pages under THE 2011 RULE (throttle=2011). */
 static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
 {
-	struct wbc_cache *c = dev->cache;
 	for (;;) {
 		uint64_t now = wbc_now_ns();
 		struct dom gd, md = { 0 };
-		dom_writer(dev, &gd, now);
-		if (grp)
-			dom_group(grp, &md);
-		if (over_bg_thresh(c))
-			wakeup_flusher_threads(c, false);
-		bandwidth_update(dev, now);
-		bool strict_over = false;
-		if (dev->strict_limit) {
-			double wb_dirty = (double)ctr_unclean(&dev->ctr);
-			double t = dev_wb_thresh(dev, gd.thresh);
-			strict_over = wb_dirty > (t + t * gd.bg_thresh / gd.thresh) / 2;
-		}
+		balance_domains(dev, grp, &gd, &md, now);
+		bool strict_over = dev->strict_limit && dev_strict_over(dev, &gd);
 		if (dom_freerun(&gd) && (!grp || dom_freerun(&md)) && !strict_over) {
 			long intv = poll_interval(gd.dirty, gd.thresh);
 			if (grp)
@@ -589,24 +601,14 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 	for (;;) {
 		uint64_t now = wbc_now_ns();
 		struct dom gd, md = { 0 };
-		dom_writer(dev, &gd, now);
-		if (grp)
-			dom_group(grp, &md);
-		if (over_bg_thresh(c))
-			wakeup_flusher_threads(c, false);
-		bandwidth_update(dev, now);
+		balance_domains(dev, grp, &gd, &md, now);
 
-		bool strict_over = false;
 		double wb_thresh = 0;
 		/* a local thread's domain is its device's: its strict line */
 		bool strict = dev->strict_limit && !tls.local;
 		if (tls.local && gd.dirty > gd.bg_thresh && ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);   /* the device's own background */
-		if (strict) {
-			double wb_dirty = (double)ctr_unclean(&dev->ctr);
-			wb_thresh = dev_wb_thresh(dev, gd.thresh);
-			strict_over = wb_dirty > (wb_thresh + wb_thresh * gd.bg_thresh / gd.thresh) / 2;
-		}
+		bool strict_over = strict && dev_strict_over(dev, &gd);
 		if (dom_freerun(&gd) && (!grp || dom_freerun(&md)) && !strict_over) {
 			long intv = poll_interval(gd.dirty, gd.thresh);
 			if (grp)
