@@ -864,6 +864,6 @@ int cmd_lab(int argc, char **argv)
 		if (rows[i].ok && rows[i].x.extra[0])
 			printf("\n%s: %s\n", rows[i].e->name, rows[i].x.extra);
 	if (quick)
-		printf("\n(--quick: sizes a tenth of the full experiments'; the effects need the full runs)\n");
+		printf("\n(--quick: short runs, seconds an experiment; the effects need the full runs)\n");
 	return failed ? 1 : 0;
 }
