@@ -548,6 +548,21 @@ static bool dev_strict_over(struct wbc_dev *dev, const struct dom *gd)
 	return wb_dirty > (t + t * gd->bg_thresh / gd->thresh) / 2;
 }
 
+/* Below freerun (the writer's domain and its group's): no pause; the
+ * next check after poll_interval's pages.  True when it passed. */
+static bool freerun_pass(const struct dom *gd, const struct dom *md, uint64_t now)
+{
+	if (!dom_freerun(gd) || (md && !dom_freerun(md)))
+		return false;
+	long intv = poll_interval(gd->dirty, gd->thresh);
+	if (md)
+		intv = WBC_MIN(intv, poll_interval(md->dirty, md->thresh));
+	tls.nr_dirtied = 0;
+	tls.nr_dirtied_pause = intv;
+	tls.paused_when = now;
+	return true;
+}
+
 /* balance_dirty_pages under THE 2011 RULE (throttle=2011). */
 static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
 {
@@ -556,15 +571,8 @@ static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
 		struct dom gd, md = { 0 };
 		balance_domains(dev, grp, &gd, &md, now);
 		bool strict_over = dev->strict_limit && dev_strict_over(dev, &gd);
-		if (dom_freerun(&gd) && (!grp || dom_freerun(&md)) && !strict_over) {
-			long intv = poll_interval(gd.dirty, gd.thresh);
-			if (grp)
-				intv = WBC_MIN(intv, poll_interval(md.dirty, md.thresh));
-			tls.nr_dirtied = 0;
-			tls.nr_dirtied_pause = intv;
-			tls.paused_when = now;
+		if (!strict_over && freerun_pass(&gd, grp ? &md : NULL, now))
 			return 0;
-		}
 		/* the kernel started background writeback when none ran */
 		if (ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);
@@ -609,15 +617,8 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		if (tls.local && gd.dirty > gd.bg_thresh && ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);   /* the device's own background */
 		bool strict_over = strict && dev_strict_over(dev, &gd);
-		if (dom_freerun(&gd) && (!grp || dom_freerun(&md)) && !strict_over) {
-			long intv = poll_interval(gd.dirty, gd.thresh);
-			if (grp)
-				intv = WBC_MIN(intv, poll_interval(md.dirty, md.thresh));
-			tls.nr_dirtied = 0;
-			tls.nr_dirtied_pause = intv;
-			tls.paused_when = now;
+		if (!strict_over && freerun_pass(&gd, grp ? &md : NULL, now))
 			return 0;
-		}
 		/* pass: this writer's device holds little of its share (a pipe
 		 * through a domain filled by some other, slower or stalled,
 		 * device): enough for PASS_WINDOW of its bandwidth, at most
