@@ -604,6 +604,7 @@ static void ghost_remove_locked(struct node *n)
 /* A node found by a lookup: a ghost no longer. */
 void node_revive_locked(struct node *n)
 {
+	assert_held(&M.lock);
 	if (n->ghost)
 		ghost_remove_locked(n);
 }
