@@ -357,6 +357,17 @@ ssize_t wbc_pwrite_nowait(wbc_file *f, const void *buf, size_t len, uint64_t off
  * Returns 0, -EINVAL for a size over 2^62, or the backend's -errno. */
 int wbc_truncate(wbc_file *f, uint64_t size);
 
+/* Remove file @name of @dev: its cached pages are dropped, never written,
+ * and the backend deletes what it stores for it (the backend's remove
+ * operation: a RADOS pool's objects, the mem backend's buffer).  The file
+ * must not be open: -EBUSY if a handle is.  A later wbc_file_open() of the
+ * name finds no file (or, with WBC_O_CREAT, a new empty one).  Returns 0,
+ * -ENOENT (no such file), -EBUSY, -EINVAL (a bad name), -EOPNOTSUPP (the
+ * backend cannot remove files: dir: and nbd: files are removed by their
+ * owners, the directory or the export), or the backend's -errno (the
+ * file's data is gone from the cache then, what the backend kept stays). */
+int wbc_file_remove(wbc_dev *dev, const char *name);
+
 /* Current file size, including data still in the cache; -EBADF if closed. */
 int64_t wbc_file_size(wbc_file *f);
 

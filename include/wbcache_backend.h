@@ -188,6 +188,14 @@ struct wbc_backend_ops {
 	 * transport, for wbc_dev_backend_stats().  Any thread, any time but
 	 * during destroy; it must not wait for I/O. */
 	void (*stats)(void *ctx, struct wbc_backend_stats *st);
+
+	/* Optional (NULL, or beyond a shorter table's size: files cannot be
+	 * removed, wbc_file_remove() answers -EOPNOTSUPP).  Remove the file
+	 * @file is open on and everything stored for it; no I/O on it is in
+	 * flight and none follows, only close().  A backend whose files live
+	 * apart from the cache's (a pool of objects) needs it: nothing else
+	 * ever deletes them. */
+	int (*remove)(void *ctx, void *file);
 };
 
 /*

@@ -126,7 +126,9 @@ struct inode {
 	uint64_t hash;              /* wbc_name_hash(name), fixed */
 	/* its name_shard's lock */
 	struct inode *hash_next;
-	struct inode **hash_pprev;  /* the pointer that points here: O(1) unhash */
+	/* the pointer that points here: O(1) unhash; NULL once unhashed
+	 * (inode_unhash: a removed file) */
+	struct inode **hash_pprev;
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };

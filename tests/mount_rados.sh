@@ -4,7 +4,8 @@
 # reads back after a remount from RADOS (BACKING_DIR holds only sparse
 # files of the right sizes, no data); each file's objects are named by its
 # backing inode's file handle, so a rename keeps its data; an unlinked
-# file's objects go (all but its empty first one); a truncate reaches the
+# file's objects go, every one, also those of a file removed before its
+# writeback, and of a whole tree at the end; a truncate reaches the
 # backing file's size; bad backend options exit 2 with nothing mounted.
 # Skips (77) where FUSE or the test cluster cannot be used here.
 set -u
@@ -69,6 +70,11 @@ rm "$mt/renamed" || fail "rm"
 getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1
 after=$(objs | wc -l)
 echo "objects: $before before the unlink, $after after"
-[ $((before - after)) -ge 4 ] || fail "the unlinked file's objects are still there"
+[ $((before - after)) -eq 5 ] || fail "the unlinked file's 5 objects are not all gone: $before -> $after"
+# a file removed while its data is only in the cache, and a whole tree
+for i in 1 2 3; do echo "tmp $i" >"$mt/tmp$i"; rm "$mt/tmp$i" || fail "rm tmp$i"; done
+rm -r "$mt/small" "$mt/d" || fail "rm -r"
 do_umount || fail "umount: $(cat "$top/umount.log")"
+left=$(objs)
+[ -z "$left" ] || fail "objects left in the pool after every file was removed: $left"
 echo "mount_rados: ok"

@@ -244,6 +244,41 @@ static void test_truncate(void)
 	free(data);
 }
 
+static void test_remove(void)
+{
+	printf("3b. remove: every object goes, the name opens anew\n");
+	size_t len = 3 * MiB + 5000;
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 11);
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "gone", WBC_O_CREAT, &f), 0);
+	write_all(f, data, len, 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	/* dirty pages past what was written back: dropped, never written */
+	write_all(f, data, MiB, 5 * MiB);
+	CHECK_EQ(obj_size("gone", 3), 5000);
+	CHECK_EQ(wbc_file_remove(dev, "gone"), -EBUSY);          /* open */
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_file_remove(dev, "gone"), 0);
+	for (uint64_t i = 0; i <= 6; i++)
+		CHECK_EQ(obj_size("gone", i), -ENOENT);
+	CHECK_EQ(wbc_file_remove(dev, "gone"), -ENOENT);
+	CHECK_EQ(wbc_file_open(dev, "gone", 0, &f), -ENOENT);
+	CHECK_EQ(wbc_file_open(dev, "gone", WBC_O_CREAT, &f), 0);   /* a new one */
+	CHECK_EQ(wbc_file_size(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_file_remove(dev, "gone"), 0);
+	struct wbc_stats st;
+	CHECK_EQ(wbc_stats(c, &st), 0);
+	CHECK_EQ(st.dirty_bytes, 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	CHECK_EQ(obj_size("gone", 0), -ENOENT);
+	free(data);
+}
+
 static void test_dead_cache_leftovers(void)
 {
 	printf("4. what a dead cache left past the size\n");
@@ -438,6 +473,7 @@ int main(void)
 	test_specs();
 	test_data();
 	test_truncate();
+	test_remove();
 	test_dead_cache_leftovers();
 	test_lock();
 	test_osd_killed();

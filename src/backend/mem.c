@@ -131,6 +131,26 @@ static void mem_close(void *ctx, void *obj)
 	(void)obj;
 }
 
+/* Out of the table and freed: the engine calls only close (which does
+ * nothing) on it afterwards. */
+static int mem_remove(void *ctx, void *obj)
+{
+	struct mem *m = ctx;
+	struct mobj *o = obj;
+	struct mem_shard *s = shard_of(m, o->hash);
+	pthread_mutex_lock(&s->lock);
+	struct mobj **pp = &s->hash[o->hash & (s->hash_size - 1)];
+	while (*pp && *pp != o)
+		pp = &(*pp)->next;
+	if (*pp) {
+		*pp = o->next;
+		s->nr--;
+	}
+	pthread_mutex_unlock(&s->lock);
+	mobj_free(o);
+	return 0;
+}
+
 /* Caller holds o->lock for writing (an rwlock: not assertable). */
 static int resize_locked(struct mem *m, struct mobj *o, uint64_t size)
 {
@@ -256,6 +276,7 @@ static const struct wbc_backend_ops mem_ops = {
 	.submit = mem_submit,
 	.resize = mem_resize,
 	.destroy = mem_destroy,
+	.remove = mem_remove,
 };
 
 int mem_backend_new(bool discard, const struct wbc_backend_ops **ops, void **ctx)

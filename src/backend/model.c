@@ -452,6 +452,12 @@ static void model_close(void *ctx, void *obj)
 	m->mem_ops->close(m->mem, obj);
 }
 
+static int model_remove(void *ctx, void *obj)
+{
+	struct model *m = ctx;
+	return m->mem_ops->remove(m->mem, obj);
+}
+
 static int model_resize(void *ctx, void *obj, uint64_t size)
 {
 	struct model *m = ctx;
@@ -496,6 +502,7 @@ static const struct wbc_backend_ops model_ops = {
 	.resize = model_resize,
 	.destroy = model_destroy,
 	.stats = model_stats,
+	.remove = model_remove,
 };
 
 /* The model behind @dev, or NULL. */

@@ -49,6 +49,9 @@
  * holding it; up it only records the size (nothing lies beyond the size
  * while the file is open).
  *
+ * Removal (wbc_file_remove): every object of the file, object 0 last, its
+ * lock going with it.
+ *
  * Locking: one writer per file across machines.  open() takes an
  * exclusive RADOS lock (cls_lock "wbcache") on object 0, cookie unique to
  * this device (host, pid, a random number), without expiry; a cache that
@@ -103,6 +106,7 @@ struct rfile {
 	pthread_mutex_t extent_lock;/* raising the extent (a synchronous op) */
 	atomic_bool fenced;         /* our lock was broken: writes fail */
 	bool lock_shared;           /* another handle of this backend holds it */
+	bool removed;               /* by remove(): close has nothing to write */
 };
 
 struct rpiece {
@@ -869,7 +873,7 @@ static void rados_close_file(void *ctx, void *file)
 	pthread_mutex_lock(&b->files_lock);
 	list_del_init(&f->node);
 	pthread_mutex_unlock(&b->files_lock);
-	if (!atomic_load(&f->fenced) && !f->lock_shared) {
+	if (!atomic_load(&f->fenced) && !f->lock_shared && !f->removed) {
 		pthread_mutex_lock(&f->lock);
 		uint64_t size = f->size;
 		bool dirty = size != f->durable;
@@ -916,6 +920,40 @@ static int rados_resize(void *ctx, void *file, uint64_t size)
 	pthread_mutex_lock(&f->lock);
 	f->size = f->durable = size;
 	pthread_mutex_unlock(&f->lock);
+	return 0;
+}
+
+/* Remove every object of @f, object 0 last (its lock, ours, goes with
+ * it).  Out of the keeper's list first: there is no lock to re-assert. */
+static int rbe_remove(void *ctx, void *file)
+{
+	struct rbe *b = ctx;
+	struct rfile *f = file;
+	if (atomic_load(&f->fenced))
+		return -EIO;
+	if (f->lock_shared)
+		return -EBUSY;
+	pthread_mutex_lock(&b->files_lock);
+	list_del_init(&f->node);
+	pthread_mutex_unlock(&b->files_lock);
+	pthread_mutex_lock(&f->lock);
+	uint64_t end = WBC_MAX(WBC_MAX(f->size, f->durable), f->extent);
+	pthread_mutex_unlock(&f->lock);
+	int r = trim_objects(f, 0, 0, 1, (end + b->objsize - 1) / b->objsize);
+	if (!r) {
+		char o[OID_MAX];
+		oid(f, 0, o);
+		r = rados_remove(b->io, o);
+		if (r == -ENOENT)
+			r = 0;
+	}
+	if (r < 0) {   /* the file stays, locked: back on the keeper's list */
+		pthread_mutex_lock(&b->files_lock);
+		list_add(&f->node, &b->files);
+		pthread_mutex_unlock(&b->files_lock);
+		return rerr(r);
+	}
+	f->removed = true;
 	return 0;
 }
 
@@ -976,6 +1014,7 @@ static const struct wbc_backend_ops rados_ops = {
 	.caps = rados_caps,
 	.open = rados_open,
 	.close = rados_close_file,
+	.remove = rbe_remove,
 	.submit = rados_submit,
 	.flush = rados_flush,
 	.resize = rados_resize,

@@ -75,6 +75,19 @@ int backend_flush(struct backend *be, void *obj, bool datasync)
 	return be->ops->flush(be->ctx, obj, datasync ? WBC_FLUSH_DATASYNC : 0);
 }
 
+bool backend_can_remove(const struct backend *be)
+{
+	return be->ops->size >= offsetof(struct wbc_backend_ops, remove) + sizeof(be->ops->remove) &&
+	       be->ops->remove;
+}
+
+int backend_remove(struct backend *be, void *obj)
+{
+	if (!backend_can_remove(be))
+		return -EOPNOTSUPP;
+	return be->ops->remove(be->ctx, obj);
+}
+
 void backend_destroy(struct backend *be)
 {
 	be->ops->destroy(be->ctx);

@@ -90,6 +90,9 @@ void backend_close(struct backend *be, void *obj);
 int backend_resize(struct backend *be, void *obj, uint64_t size);
 int backend_flush(struct backend *be, void *obj, bool datasync);
 void backend_destroy(struct backend *be);
+/* The backend's remove operation: -EOPNOTSUPP where it has none. */
+int backend_remove(struct backend *be, void *obj);
+bool backend_can_remove(const struct backend *be);
 /* Read @len bytes at @off of @obj synchronously through submit; returns
  * bytes read (short at end of object) or -errno. */
 ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, uint64_t off);

@@ -767,6 +767,59 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	return err;
 }
 
+/*
+ * Remove a file: the one handle (ours) open, the I/O paths shut out
+ * (rwsem), no writeback in flight (sizing, as truncate), every page
+ * dropped, then the backend's remove, and the inode out of the name table
+ * so that the name opens anew.  The inode lives on until our handle's
+ * close; with no page and i_size == backend_size that close does nothing
+ * but the backend's close.
+ */
+int wbc_file_remove(wbc_dev *dev, const char *name)
+{
+	if (!dev || !name || !name_ok(dev->be, name))
+		return -EINVAL;
+	if (!backend_can_remove(dev->be))
+		return -EOPNOTSUPP;
+	wbc_file *h;
+	int err = handle_open(dev, name, false, NULL, false, &h);
+	if (err)
+		return err;
+	struct inode *ino = handle_get(h)->inode;
+	pthread_rwlock_wrlock(&ino->rwsem);
+	pthread_mutex_lock(&ino->lock);
+	if (ino->nr_cached_handles + ino->nr_direct_handles > 1) {
+		pthread_mutex_unlock(&ino->lock);
+		pthread_rwlock_unlock(&ino->rwsem);
+		wbc_file_close(h);
+		return -EBUSY;
+	}
+	while (ino->sizing)
+		inode_wait_locked(ino);
+	ino->sizing = true;
+	while (ino->nr_writeback)
+		inode_wait_locked(ino);
+	drop_pages_from_locked(ino, 0);
+	ino->i_size = 0;
+	pthread_mutex_unlock(&ino->lock);
+	err = backend_remove(dev->be, ino->obj);
+	pthread_mutex_lock(&ino->lock);
+	/* removed or not, nothing is cached: the backend's size stands
+	 * (no resize at the last iput) */
+	if (err)
+		ino->i_size = ino->backend_size;
+	else
+		ino->backend_size = 0;
+	ino->sizing = false;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+	if (!err)
+		inode_unhash(ino);
+	pthread_rwlock_unlock(&ino->rwsem);
+	wbc_file_close(h);
+	return err;
+}
+
 /* ------------------------------------------------------------------ */
 /* fsync                                                                */
 

@@ -496,10 +496,12 @@ void iput(struct inode *ino)
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}
-	*ino->hash_pprev = ino->hash_next;
-	if (ino->hash_next)
-		ino->hash_next->hash_pprev = ino->hash_pprev;
-	s->n--;
+	if (ino->hash_pprev) {   /* not unhashed by inode_unhash */
+		*ino->hash_pprev = ino->hash_next;
+		if (ino->hash_next)
+			ino->hash_next->hash_pprev = ino->hash_pprev;
+		s->n--;
+	}
 	pthread_mutex_unlock(&s->lock);
 
 	/* No handle, no list, no bio: nothing can reach it but reclaim. */
@@ -513,6 +515,24 @@ void iput(struct inode *ino)
 	backend_close(dev->be, ino->obj);
 	if (!teardown_defer_inode(ino))
 		inode_free(s, ino);
+}
+
+/* Take @ino out of its device's name table (a removed file): a later
+ * iget of the name opens the backend anew.  The references held stay
+ * good; the last iput frees it without unhashing it again. */
+void inode_unhash(struct inode *ino)
+{
+	struct name_shard *s = shard_of(ino->dev, ino->hash);
+	pthread_mutex_lock(&s->lock);
+	if (ino->hash_pprev) {
+		*ino->hash_pprev = ino->hash_next;
+		if (ino->hash_next)
+			ino->hash_next->hash_pprev = ino->hash_pprev;
+		ino->hash_next = NULL;
+		ino->hash_pprev = NULL;
+		s->n--;
+	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 /*

@@ -503,11 +503,20 @@ void drop_if_unlinked_locked(struct node *n)
 	nfd_put(n, fd);
 	if (!gone)
 		return;
+	/* a remote backend's objects are removed with the data (nothing
+	 * else would ever delete them); elsewhere the backing file is the
+	 * data, gone with its last link */
+	char name[256];
+	gen_name(n, name, sizeof(name));
 	wbc_file *h;
-	if (engine_open(n, &h) == 0) {
+	int err = M.remote ? wbc_file_remove(M.dev, name) : -EOPNOTSUPP;
+	if (err && err != -ENOENT && engine_open(n, &h) == 0) {
 		wbc_truncate(h, 0);          /* drops dirty pages: never written */
 		wbc_file_close(h);
 	}
+	if (err && err != -ENOENT && err != -EOPNOTSUPP)
+		logmsg("cannot remove the data of an unlinked file (%s): %s", name,
+		       wbc_strerror(err));
 	n->wrote = false;
 	n->size_known = false;
 	n->mtime_set = false;
