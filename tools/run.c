@@ -819,12 +819,37 @@ static void report(double secs)
 }
 
 /*
+ * Is @name a file this run wrote: one fname() makes for this process, its
+ * kind (dd, rand, fsm), the pid and two numbers ("dd.1234.0.0")?
+ */
+static bool run_file_name(const char *name)
+{
+	static const char *const kinds[] = { "dd", "rand", "fsm" };
+	char pid[32];
+	size_t np = (size_t)snprintf(pid, sizeof(pid), ".%d.", (int)getpid());
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		size_t n = strlen(kinds[k]);
+		if (strncmp(name, kinds[k], n) || strncmp(name + n, pid, np))
+			continue;
+		const char *p = name + n + np;
+		size_t a = strspn(p, "0123456789");
+		if (!a || p[a] != '.')
+			return false;
+		p += a + 1;
+		size_t b = strspn(p, "0123456789");
+		return b && !p[b];
+	}
+	return false;
+}
+
+/*
  * Remove this run's files from @dir: the entries directly in it whose
- * names carry ".PID." (fname()).  No shell and no walk below @dir: the
- * directory is read through its descriptor and each entry unlinked
- * relative to it, and unlinkat() removes a symbolic link itself, never
- * what it points to (a directory, which a run never makes, fails with
- * EISDIR and is left alone).
+ * names are this run's (run_file_name()), nothing else, so that a
+ * directory of other data (a dir: device) keeps it.  No shell and no walk
+ * below @dir: the directory is read through its descriptor and each entry
+ * unlinked relative to it, and unlinkat() removes a symbolic link itself,
+ * never what it points to (a directory, which a run never makes, fails
+ * with EISDIR and is left alone).
  * Returns 0 or the first -errno.
  */
 static int remove_run_files(const char *dir)
@@ -838,14 +863,12 @@ static int remove_run_files(const char *dir)
 		close(dfd);
 		return e;
 	}
-	char tag[32];
-	snprintf(tag, sizeof(tag), ".%d.", (int)getpid());
 	int err = 0;
 	struct dirent *de;
 	/* an entry unlinked while the directory is read: POSIX lets readdir
 	 * return the others once each, which is all this needs */
 	while ((de = readdir(d)))
-		if (strstr(de->d_name, tag) && unlinkat(dfd, de->d_name, 0) && errno != ENOENT &&
+		if (run_file_name(de->d_name) && unlinkat(dfd, de->d_name, 0) && errno != ENOENT &&
 		    errno != EISDIR && !err)
 			err = -errno;
 	closedir(d);
@@ -1331,11 +1354,17 @@ int cmd_run(int argc, char **argv)
 		else
 			printf("plot: %s\n", o->plot);
 	}
-	if (!o->keep && uses_dir) {
-		int e = remove_run_files(o->dir);
+	/* the files the workload wrote into directories: DIR (the default
+	 * device) and every dir:PATH[,opts] --dev (the path ends at a comma) */
+	for (unsigned d = 0; d < o->ndev && !o->keep; d++) {
+		if (strncmp(o->devs[d], "dir:", 4))
+			continue;
+		char *path = strndup(o->devs[d] + 4, strcspn(o->devs[d] + 4, ","));
+		int e = path ? remove_run_files(path) : -ENOMEM;
 		if (e)
 			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
-				o->dir, strerror(-e));
+				path ? path : o->devs[d] + 4, strerror(-e));
+		free(path);
 	}
 	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);
