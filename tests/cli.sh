@@ -11,6 +11,17 @@ trap 'rm -rf "$dir"' EXIT
 $W --help | grep -q "run" || fail "--help does not list run"
 $W --version | grep -Eq '^wbcache [0-9]+\.[0-9]+' || fail "--version"
 $W run --help | grep -q -- "--dir" || fail "run --help"
+# every option run parses (its table in tools/run.c) is in run --help and
+# in wbcache(1)
+opts=$(grep -o '{ "[a-z-]*", [01], 0, O_' tools/run.c | sed 's/{ "\([a-z-]*\)".*/\1/')
+[ "$(echo "$opts" | wc -w)" -ge 20 ] || fail "cannot read run's options from tools/run.c"
+help=$($W run --help)
+for o in $opts; do
+	echo "$help" | grep -q -- "--$o\b" || fail "run --help lacks --$o"
+	# roff writes --no-fsync as \-\-no\-fsync
+	grep -Eq -- "$(printf '%s' "--$o" | sed 's/-/\\\\-/g')([^a-z\\]|\$)" man/wbcache.1 ||
+		fail "wbcache(1) lacks --$o"
+done
 
 expect_err() {   # expect_err WHAT ARGS... : exit 2 and a message on stderr
 	local what=$1; shift
