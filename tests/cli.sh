@@ -11,6 +11,17 @@ trap 'rm -rf "$dir"' EXIT
 $W --help | grep -q "run" || fail "--help does not list run"
 $W --version | grep -Eq '^wbcache [0-9]+\.[0-9]+' || fail "--version"
 $W run --help | grep -q -- "--dir" || fail "run --help"
+# every option run parses (its table in tools/run.c) is in run --help and
+# in wbcache(1)
+opts=$(grep -o '{ "[a-z-]*", [01], 0, O_' tools/run.c | sed 's/{ "\([a-z-]*\)".*/\1/')
+[ "$(echo "$opts" | wc -w)" -ge 20 ] || fail "cannot read run's options from tools/run.c"
+help=$($W run --help)
+for o in $opts; do
+	echo "$help" | grep -q -- "--$o\b" || fail "run --help lacks --$o"
+	# roff writes --no-fsync as \-\-no\-fsync
+	grep -Eq -- "$(printf '%s' "--$o" | sed 's/-/\\\\-/g')([^a-z\\]|\$)" man/wbcache.1 ||
+		fail "wbcache(1) lacks --$o"
+done
 
 expect_err() {   # expect_err WHAT ARGS... : exit 2 and a message on stderr
 	local what=$1; shift
@@ -71,6 +82,18 @@ for m in global local direct; do
 		fail "stacked $m: nothing reached the device under it: $out"
 done
 $W run --help | grep -q "stack:N/NAME" || fail "run --help does not name stack:"
+# threads on devices, as run --help and wbcache(1) say: thread i on the
+# (i mod N)-th device the writers write to (not one a stack: device
+# stands on); jbod: --threads on each, device by device
+devs_of() { echo "$1" | awk '/^thread  device/ {t=1; next} t && NF == 0 {exit} t {printf "%s ", $2}'; }
+out=$($W run dd --dev mem --dev mem --threads 3 --size 3M --mem 8M --quiet) || fail "dd on two devices: $out"
+[ "$(devs_of "$out")" = "0 1 0 " ] || fail "dd, 3 threads on 2 devices: $(devs_of "$out")"
+out=$($W run dd --dev mem --dev stack:0/img --dev mem --threads 3 --size 3M --mem 8M --quiet) ||
+	fail "dd on a stacked device and another: $out"
+[ "$(devs_of "$out")" = "1 2 1 " ] || fail "dd, 3 threads beside a stack: $(devs_of "$out")"
+out=$($W run jbod --dev mem --dev mem --threads 2 --time 0.3 --file-size 4M --mem 8M --quiet) ||
+	fail "jbod on two devices: $out"
+[ "$(devs_of "$out")" = "0 0 1 1 " ] || fail "jbod, 2 threads on each of 2 devices: $(devs_of "$out")"
 expect_err "stack over no device" run dd --dev stack:3/img
 expect_err "bad stack option" run dd --dev mem --dev stack:0/img,stack_throttle=maybe
 expect_err "fsmark on one file" run fsmark --dev mem --dev stack:0/img
@@ -104,12 +127,30 @@ abs=$(cd "$(dirname "$W")" && pwd)/wbcache
 	fail "run left files behind in a quoted directory"
 mkdir "$dir/d" "$dir/outside"
 echo keep > "$dir/outside/f"
-# links with this run's names (the pid is the shell's, which the run takes over)
-sh -c 'ln -s "$1/outside/f" "$1/d/f.$$.0" && ln -s "$1/outside" "$1/d/d.$$.0" &&
+# links with this run's names (the pid is the shell's, which the run takes
+# over; names of a second thread and of another workload, which this run
+# does not open), and a name that only carries the pid
+sh -c 'ln -s "$1/outside/f" "$1/d/dd.$$.1.0" && ln -s "$1/outside" "$1/d/rand.$$.0.0" &&
+	echo keep > "$1/d/notes.$$.0" &&
 	exec "$2" run dd --dir "$1/d" --size 1M --mem 16M --quiet' sh "$dir" "$abs" >/dev/null ||
 	fail "run with links in its directory"
-[ -z "$(ls -A "$dir/d")" ] || fail "run left its names behind: $(ls -A "$dir/d")"
+left=$(ls -A "$dir/d")
+case $left in notes.*.0) ;; *) fail "run left its names behind, or removed another's: $left" ;; esac
 [ "$(cat "$dir/outside/f")" = keep ] || fail "the clean-up followed a link"
+
+# a dir: device: the run removes its own files from it (--keep: leaves
+# them), never the directory's other files
+mkdir "$dir/dev"
+echo keep > "$dir/dev/mine"
+echo keep > "$dir/dev/dd.1.0.0"
+$W run randwrite --dev "dir:$dir/dev,qd=4" --time 0.3 --file-size 4M --mem 16M --quiet >/dev/null ||
+	fail "randwrite on a dir: device"
+[ "$(ls -A "$dir/dev" | sort | tr '\n' ' ')" = "dd.1.0.0 mine " ] ||
+	fail "dir: device after the run: $(ls -A "$dir/dev")"
+$W run fsmark --dev "dir:$dir/dev" --files 3 --mem 16M --quiet --keep >/dev/null ||
+	fail "fsmark --keep on a dir: device"
+[ "$(ls -A "$dir/dev" | grep -c '^fsm\.[0-9]*\.0\.[0-2]$')" = 3 ] ||
+	fail "--keep did not keep the files on a dir: device: $(ls -A "$dir/dev")"
 
 # a store that fails every write (on_error=retry, the default): the run
 # ends with the error and a non-zero exit once retry_timeout is over; what

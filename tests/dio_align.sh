@@ -52,9 +52,10 @@ expect_refused "file: of a file there" dd --dev "file:$mnt/img" --page-size 1K -
 [ -z "$(ls -A "$mnt" | grep -v '^lost+found$\|^img$')" ] && [ ! -s "$mnt/img" ] ||
 	fail "a refused run wrote: $(ls -l "$mnt")"
 
+# (--keep: the files stay, to be counted)
 out=$(timeout $LIMIT "$W" run fsmark --page-size 4K --dev "dir:$mnt" --files 100 --file-size 1000 \
-	--mem 64K --quiet 2>&1) || fail "4 KiB pages: $out"
+	--mem 64K --quiet --keep 2>&1) || fail "4 KiB pages: $out"
 out=$(timeout $LIMIT "$W" run fsmark --page-size 512 --dev "dir:$mnt,direct=0" --files 100 \
-	--file-size 1000 --mem 64K --quiet 2>&1) || fail "512-byte pages, direct=0: $out"
+	--file-size 1000 --mem 64K --quiet --keep 2>&1) || fail "512-byte pages, direct=0: $out"
 [ "$(ls "$mnt" | grep -c '^fsm\.')" = 200 ] || fail "the runs that work wrote $(ls "$mnt" | grep -c '^fsm\.') files"
 echo "dio_align: ok"

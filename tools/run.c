@@ -819,12 +819,37 @@ static void report(double secs)
 }
 
 /*
+ * Is @name a file this run wrote: one fname() makes for this process, its
+ * kind (dd, rand, fsm), the pid and two numbers ("dd.1234.0.0")?
+ */
+static bool run_file_name(const char *name)
+{
+	static const char *const kinds[] = { "dd", "rand", "fsm" };
+	char pid[32];
+	size_t np = (size_t)snprintf(pid, sizeof(pid), ".%d.", (int)getpid());
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		size_t n = strlen(kinds[k]);
+		if (strncmp(name, kinds[k], n) || strncmp(name + n, pid, np))
+			continue;
+		const char *p = name + n + np;
+		size_t a = strspn(p, "0123456789");
+		if (!a || p[a] != '.')
+			return false;
+		p += a + 1;
+		size_t b = strspn(p, "0123456789");
+		return b && !p[b];
+	}
+	return false;
+}
+
+/*
  * Remove this run's files from @dir: the entries directly in it whose
- * names carry ".PID." (fname()).  No shell and no walk below @dir: the
- * directory is read through its descriptor and each entry unlinked
- * relative to it, and unlinkat() removes a symbolic link itself, never
- * what it points to (a directory, which a run never makes, fails with
- * EISDIR and is left alone).
+ * names are this run's (run_file_name()), nothing else, so that a
+ * directory of other data (a dir: device) keeps it.  No shell and no walk
+ * below @dir: the directory is read through its descriptor and each entry
+ * unlinked relative to it, and unlinkat() removes a symbolic link itself,
+ * never what it points to (a directory, which a run never makes, fails
+ * with EISDIR and is left alone).
  * Returns 0 or the first -errno.
  */
 static int remove_run_files(const char *dir)
@@ -838,14 +863,12 @@ static int remove_run_files(const char *dir)
 		close(dfd);
 		return e;
 	}
-	char tag[32];
-	snprintf(tag, sizeof(tag), ".%d.", (int)getpid());
 	int err = 0;
 	struct dirent *de;
 	/* an entry unlinked while the directory is read: POSIX lets readdir
 	 * return the others once each, which is all this needs */
 	while ((de = readdir(d)))
-		if (strstr(de->d_name, tag) && unlinkat(dfd, de->d_name, 0) && errno != ENOENT &&
+		if (run_file_name(de->d_name) && unlinkat(dfd, de->d_name, 0) && errno != ENOENT &&
 		    errno != EISDIR && !err)
 			err = -errno;
 	closedir(d);
@@ -858,58 +881,101 @@ static int remove_run_files(const char *dir)
 static void run_usage(FILE *out)
 {
 	fprintf(out,
-"usage: wbcache run [WORKLOAD] [options]\n"
+"usage: wbcache run [WORKLOAD] [--dev SPEC]... [options]\n"
 "\n"
 "workloads:\n"
-"  dd          sequential streams, one file per thread (default)\n"
-"  randwrite   random --bs writes over a --file-size file per thread\n"
-"  fsmark      many small files per thread: create, write --file-size, close\n"
-"  randrw      random --bs reads and writes (--rwmix percent writes) over a\n"
-"              --file-size file per thread (NFS's 70/30 job: --bs 8K --threads 4)\n"
-"  jbod        --threads random writers on each of several devices\n"
-"  (none)      the demonstration: dd, 1 GiB, on dir:DIR, with a trace and a plot\n"
+"  dd          --threads streams of sequential --bs writes, a file each: --size\n"
+"              in all, or for --time; then fsync (the default workload)\n"
+"  randwrite   random --bs writes over a --file-size file per thread, for --time\n"
+"              (default 10 s); then fsync\n"
+"  randrw      randwrite with reads: --rwmix percent of the operations write,\n"
+"              the rest read (NFS's 70/30 job: --bs 8K --threads 4)\n"
+"  jbod        randwrite with --threads writers on each device\n"
+"  fsmark      per thread --files small files: create, write --file-size,\n"
+"              close; no fsync; until the files are done or --time is up\n"
+"  (none)      the demonstration: dd on dir:DIR (or the --dev devices), with\n"
+"              --trace DIR/run-trace.csv and --plot DIR/run-plot.svg\n"
 "\n"
-"options:\n"
-"  --dev SPEC         a device (repeat for several): mem, model:bw=200M,lat=1ms,qd=32,\n"
-"                     file:PATH, dir:PATH, an NBD export (nbd://HOST[:PORT]/EXPORT,\n"
-"                     nbd+unix:///EXPORT?socket=PATH; then ,conns=N,window=fixed:N),\n"
-"                     stack:N/NAME (a stacked device over file NAME of the N-th\n"
-"                     --dev, from 0: writers write to it, not to the device under\n"
-"                     it; stack_throttle=global|local|direct);\n"
-"                     default dir:DIR; jbod default: four model\n"
-"                     devices at 25/50/100/200 MB/s.  Any spec takes the device\n"
-"                     tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
-"                     strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS\n"
-"                     (retry: writers fail once every write has failed that long;\n"
-"                     default 30); for experiments (wbcache lab), old policies:\n"
-"                     dirty_list=buckets|list, file_lock=page|file,\n"
-"                     max_inflight=N, chunk=bw|SIZE, throttle=current|2011;\n"
-"                     the model's seek=TIME, send=1 and discard=1\n"
-"  --dir DIR          data directory (default $WBCACHE_DIR or " DEFAULT_DIR ")\n"
-"  --threads N        writers (jbod: per device; default 1, jbod 2)\n"
-"  --size SIZE        dd: total bytes (default 1G)\n"
-"  --time SECONDS     run this long (randwrite, jbod, randrw default 10)\n"
-"  --bs SIZE          bytes per write (dd 1M, others 4K)\n"
-"  --file-size SIZE   randwrite/jbod/randrw file (default 1G), fsmark file (default 4K)\n"
+"threads and devices:\n"
+"  The writers write to every --dev but those a stack:N/NAME device stands on\n"
+"  (device N); these, in --dev order, are the targets.  Thread i writes to\n"
+"  target i mod (number of targets): --dev A --dev B --threads 3 puts threads\n"
+"  0 and 2 on A and thread 1 on B; a target beyond --threads gets no writer.\n"
+"  jbod: --threads writers on every target, device by device (thread i on\n"
+"  target i / --threads).  The threads on a device of one file (file:, NBD,\n"
+"  stack:) each write a region of it of their own, one after another (dd:\n"
+"  --size / --threads, around and around with --time; the others:\n"
+"  --file-size); a file grows to hold them, an NBD export must already.\n"
+"  fsmark needs devices of many files.  The report gives each thread's device.\n"
+"\n"
+"options (SIZE: bytes, or with K, M, G, T: powers of 1024):\n"
+"  --dev SPEC         a device, up to 16 (see devices below); default dir:DIR,\n"
+"                     jbod: four model devices at 25/50/100/200 MB/s\n"
+"  --dir DIR          data directory: the default device dir:DIR (made if\n"
+"                     missing) and the demonstration's trace and plot\n"
+"                     (default $WBCACHE_DIR, else " DEFAULT_DIR ")\n"
+"  --threads N        writers, 1..1024 (default 1; jbod: per device, default 2)\n"
+"  --size SIZE        dd, the demonstration: bytes in all, split evenly over the\n"
+"                     threads (default 1G; with --time, only the regions of a\n"
+"                     device of one file); the other workloads ignore it\n"
+"  --time SECONDS     run this long (a decimal number): dd instead of --size;\n"
+"                     randwrite, randrw, jbod (default 10); fsmark: at most that\n"
+"  --bs SIZE          bytes per write and read, up to 1G (default dd 1M, others\n"
+"                     4K); random offsets are multiples of it; fsmark writes each\n"
+"                     file in pieces of it\n"
+"  --file-size SIZE   randwrite, randrw, jbod: each thread's file, at least --bs\n"
+"                     (default 1G); fsmark: each file (default 4K)\n"
 "  --files N          fsmark: files per thread (default 10000)\n"
-"  --rwmix N          randrw: percent of operations that write (default 30)\n"
-"  --fsync-every SIZE dd, randwrite, randrw: fdatasync after each SIZE written\n"
-"                     per thread; the report gives the fsyncs' latencies\n"
-"  --no-fsync         dd: skip the final fsync\n"
-"  --deadline SECONDS give up after this long, final fsync included: report what\n"
-"                     was done (\"finished\": false in --json) and exit 3\n"
-"  --no-layout        random workloads: write into empty files (by default each\n"
-"                     file is written in full and synced first, as fio does)\n"
-"  --mem SIZE         cache memory budget (default 256M)\n"
-"  --page-size SIZE   cache page size (default 4K)\n"
-"  --dirty-ratio N, --dirty-background-ratio N, --dirty-bytes SIZE,\n"
-"  --dirty-background-bytes SIZE, --dirty-expire-centisecs N,\n"
-"  --dirty-writeback-centisecs N      the kernel's tunables, same meaning\n"
-"  --trace FILE.csv   100 ms timeline;  --plot FILE.svg  the timeline as a chart\n"
+"  --rwmix N          randrw: percent of operations that write, 0..100\n"
+"                     (default 30)\n"
+"  --fsync-every SIZE dd, randwrite, randrw, jbod: fdatasync after each SIZE a\n"
+"                     thread writes; the report gives the fsyncs' latencies\n"
+"  --no-fsync         no final fsync (dd, randwrite, randrw, jbod; fsmark has\n"
+"                     none): the rest is written back at close, after the report\n"
+"  --no-layout        randwrite, randrw, jbod: write into empty files (default:\n"
+"                     each file is written in full and synced first, untimed, as\n"
+"                     fio lays out; a device of one file is not laid out)\n"
+"  --deadline SECONDS give up when the writers, final fsync included, run longer\n"
+"                     (counted from their start, after the layout): report what\n"
+"                     was done, write --trace, --plot and --json (\"finished\":\n"
+"                     false) and exit 3, without writeback or removing files\n"
+"  --mem SIZE         the cache's memory (default 256M; at least 16 pages)\n"
+"  --page-size SIZE   the cache's page size, a power of two 512..1M (default 4K)\n"
+"  --dirty-ratio N (20), --dirty-background-ratio N (10): percent of the cache;\n"
+"  --dirty-bytes SIZE, --dirty-background-bytes SIZE (0: the ratio's);\n"
+"  --dirty-expire-centisecs N (3000); --dirty-writeback-centisecs N (500; 0:\n"
+"                     no periodic writeback): the kernel's tunables, same meaning\n"
+"  --trace FILE.csv   the 100 ms timeline: thresholds, dirty, pauses, each\n"
+"                     device's dirty, bandwidth and throughput, operations per\n"
+"                     second, the longest list-lock hold\n"
+"  --plot FILE.svg    the timeline as a chart\n"
 "  --json FILE        the report's figures as one JSON object (for scripts)\n"
-"  --lat-log FILE     dd, randwrite, randrw: every write's latency (fio's log\n"
-"                     format: msec, nsec, 1, bytes); the report gives p50/p99/max\n"
-"  --quiet            no live status line;  --keep  leave written files\n");
+"  --lat-log FILE     dd, randwrite, randrw, jbod: every write's latency (fio's\n"
+"                     log format: msec, nsec, 1, bytes); the report gives\n"
+"                     p50/p99/max\n"
+"  --quiet            no live status line (on a terminal), no layout message\n"
+"  --keep             leave the files the workload wrote in DIR and on dir:\n"
+"                     devices (default: removed at the end)\n"
+"  --help             this text\n"
+"\n"
+"devices (every option: wbc_dev_add(3)):\n"
+"  mem; model[:bw=SIZE,lat=TIME,iops=N,qd=N,...] (model:bw=200M,lat=1ms,qd=32);\n"
+"  file:PATH (a file or block device) or dir:PATH (an existing directory),\n"
+"  then ,qd=N,max_io=SIZE,direct=0; an NBD export (nbd://HOST[:PORT]/EXPORT,\n"
+"  nbd+unix:///EXPORT?socket=PATH; then ,conns=N,window=fixed:N); a Ceph pool\n"
+"  (rados:POOL[/PREFIX], then ,conf=PATH,id=NAME); stack:N/NAME (a stacked\n"
+"  device over file NAME of the N-th --dev, from 0: writers write to it, not\n"
+"  to the device under it; stack_throttle=global|local|direct).  Any spec\n"
+"  takes the device tunables too: min_ratio=N, max_ratio=N, max_bytes=SIZE,\n"
+"  strict_limit=0|1, on_error=retry|drop, retry_timeout=SECONDS (retry:\n"
+"  writers fail once every write has failed that long; default 30); for\n"
+"  experiments (wbcache lab), old policies: dirty_list=buckets|list,\n"
+"  file_lock=page|file, max_inflight=N, chunk=bw|SIZE, throttle=current|2011;\n"
+"  the model's seek=TIME, send=1 and discard=1\n"
+"\n"
+"exit status: 0; 1 the run failed (a write, the writeback, the layout, DIR);\n"
+"2 a bad workload, option, spec or cache configuration (one line says why);\n"
+"3 --deadline passed\n");
 }
 
 static int bad(const char *what, const char *val)
@@ -1331,11 +1397,17 @@ int cmd_run(int argc, char **argv)
 		else
 			printf("plot: %s\n", o->plot);
 	}
-	if (!o->keep && uses_dir) {
-		int e = remove_run_files(o->dir);
+	/* the files the workload wrote into directories: DIR (the default
+	 * device) and every dir:PATH[,opts] --dev (the path ends at a comma) */
+	for (unsigned d = 0; d < o->ndev && !o->keep; d++) {
+		if (strncmp(o->devs[d], "dir:", 4))
+			continue;
+		char *path = strndup(o->devs[d] + 4, strcspn(o->devs[d] + 4, ","));
+		int e = path ? remove_run_files(path) : -ENOMEM;
 		if (e)
 			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
-				o->dir, strerror(-e));
+				path ? path : o->devs[d] + 4, strerror(-e));
+		free(path);
 	}
 	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);

@@ -1,8 +1,10 @@
 /*
  * wbcache command-line tool.
  *
- *   wbcache run [options]     stream writes through the engine (see --help)
- *   wbcache rados-unlock SPEC NAME   break the RADOS lock on a file
+ *   wbcache run [WORKLOAD] [options]   drive a workload through the engine (run.c)
+ *   wbcache lab [options] [NAME...|all]  replay writeback problems (lab.c)
+ *   wbcache mount | umount | stat      the FUSE file system (mount/)
+ *   wbcache rados-unlock SPEC NAME     break the RADOS lock on a file
  *   wbcache --help | --version
  */
 #ifndef _GNU_SOURCE
@@ -29,17 +31,19 @@ static void usage(FILE *out)
 "usage: wbcache COMMAND [options]\n"
 "\n"
 "commands:\n"
-"  run [WORKLOAD]   drive a workload (dd, randwrite, fsmark, jbod) through the\n"
-"                   engine and report; no workload: the demonstration\n"
-"                   (wbcache run --help lists the options)\n"
+"  run [WORKLOAD] [--dev SPEC]... [options]\n"
+"                   drive a workload (dd, randwrite, randrw, fsmark, jbod)\n"
+"                   through the engine and report; no workload: the\n"
+"                   demonstration (wbcache run --help lists the options)\n"
 "  mount BACKING_DIR MOUNTPOINT [-o OPTS] [-f]\n"
 "                   a FUSE file system over BACKING_DIR whose data goes\n"
 "                   through the engine (wbcache mount --help)\n"
-"  lab [NAME...|all] [--quick]\n"
+"  lab [--quick] [--out DIR] [--list] [NAME...|all]\n"
 "                   replay five historical Linux writeback problems, old\n"
 "                   policy against new, with a table and charts\n"
 "                   (wbcache lab --help)\n"
-"  stat MOUNTPOINT  live statistics of a mount\n"
+"  stat [--json] MOUNTPOINT\n"
+"                   live statistics of a mount (--json: as one JSON object)\n"
 "  umount MOUNTPOINT\n"
 "                   write everything back, unmount, wait for the daemon\n"
 "  rados-unlock SPEC NAME\n"
@@ -48,7 +52,10 @@ static void usage(FILE *out)
 "                   a cache that died holding it.  A cache still running\n"
 "                   stops writing the file (its writes fail, kept at risk)\n"
 "\n"
-"  --help, --version\n");
+"  --help, --version\n"
+"\n"
+"exit status: 0; 1 the command failed; 2 a bad command line; 3 a run that\n"
+"passed its --deadline\n");
 }
 
 /* wbcache rados-unlock SPEC NAME: 0 broken (or not locked), 1 failed,
