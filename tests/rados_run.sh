@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # wbcache run on a rados device (the Ceph test cluster, tests/ceph.h's:
 # tests/run passes it in WBCACHE_CEPH_DIR, else one is started here): dd
-# and randwrite with --fsync-every run and report the transport; bad specs
+# and randwrite with --fsync-every run and report the transport, and leave
+# no object behind (fsmark's 40 with --keep); bad specs
 # exit 2 with a message.  wbcache rados-unlock breaks a lock another
 # client holds on a file (taken here with `rados lock get`, as a cache
 # that died would have left it), says whose, and says "not locked" after.
@@ -34,6 +35,15 @@ out=$($W run randwrite --dev "$spec" --file-size 16M --time 1 --fsync-every 256K
 	fail "randwrite: $out"
 echo "$out" | grep -E "^randwrite:|fsyncs"
 echo "$out" | grep -q "^fsyncs: " || fail "randwrite: no fsync line"
+# the runs' objects are gone (not --keep); --keep leaves them
+objs() { rados -c "$conf" -p wbc ls | grep -c "^run$$/"; }
+[ "$(objs)" = 0 ] || fail "objects left by runs without --keep: $(objs)"
+out=$($W run fsmark --dev "$spec" --files 20 --file-size 8K --threads 2 --quiet) || fail "fsmark: $out"
+[ "$(objs)" = 0 ] || fail "objects left by fsmark: $(objs)"
+out=$($W run fsmark --dev "$spec" --files 20 --file-size 8K --threads 2 --quiet --keep) ||
+	fail "fsmark --keep: $out"
+[ "$(objs)" = 40 ] || fail "fsmark --keep: $(objs) objects, expected 40"
+rados -c "$conf" -p wbc ls | grep "^run$$/" | xargs -r -n 50 rados -c "$conf" -p wbc rm
 
 expect_err() {   # expect_err WHAT ARGS... : exit 2 and a message on stderr
 	local what=$1; shift

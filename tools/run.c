@@ -852,6 +852,48 @@ static bool run_file_name(const char *name)
  * with EISDIR and is left alone).
  * Returns 0 or the first -errno.
  */
+/* The files the workload wrote on rados: devices, whose objects outlive
+ * the run: removed through a small cache of their own once the run's
+ * cache has written everything back (wbc_file_remove; fsmark's files are
+ * numbered from 0, the first missing one ends them). */
+static void remove_remote_files(const struct opts *o)
+{
+	for (unsigned d = 0; d < o->ndev; d++) {
+		if (strncmp(o->devs[d], "rados:", 6))
+			continue;
+		struct wbc_config cfg;
+		wbc_config_init(&cfg);
+		cfg.mem_bytes = 1 << 20;
+		wbc_cache *c;
+		wbc_dev *dev;
+		int e = wbc_cache_open(&cfg, &c);
+		if (!e && (e = wbc_dev_add(c, o->devs[d], &dev)))
+			wbc_cache_close(c);
+		for (unsigned i = 0; !e && i < R.nw; i++) {
+			if (R.w[i].dev_idx != d)
+				continue;
+			static const char *const kinds[] = { "dd", "rand", "fsm" };
+			for (unsigned k = 0; k < 3 && !e; k++)
+				for (uint64_t n = 0;; n++) {
+					char name[96];
+					fname(name, sizeof(name), kinds[k], R.w[i].id, n);
+					int r = wbc_file_remove(dev, name);
+					if (r == -ENOENT)
+						break;
+					if (r) {
+						e = r;
+						break;
+					}
+				}
+		}
+		if (!e)
+			e = wbc_cache_close(c);
+		if (e)
+			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
+				o->devs[d], wbc_strerror(e));
+	}
+}
+
 static int remove_run_files(const char *dir)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -954,8 +996,8 @@ static void run_usage(FILE *out)
 "                     log format: msec, nsec, 1, bytes); the report gives\n"
 "                     p50/p99/max\n"
 "  --quiet            no live status line (on a terminal), no layout message\n"
-"  --keep             leave the files the workload wrote in DIR and on dir:\n"
-"                     devices (default: removed at the end)\n"
+"  --keep             leave the files the workload wrote in DIR and on dir: and\n"
+"                     rados: devices (default: removed at the end)\n"
 "  --help             this text\n"
 "\n"
 "devices (every option: wbc_dev_add(3)):\n"
@@ -1409,6 +1451,8 @@ int cmd_run(int argc, char **argv)
 				path ? path : o->devs[d] + 4, strerror(-e));
 		free(path);
 	}
+	if (!o->keep)
+		remove_remote_files(o);
 	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);
 		free(R.w[i].fsyncs);
