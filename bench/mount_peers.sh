@@ -8,9 +8,13 @@
 #   fsmark   fs_mark 2 threads x FILES files of 4 KiB, -S 0, files/s
 #   randw    fio 4 KiB random writes, psync, RAND_MB file, end_fsync=1, IOPS
 #   tar      tar -x of /usr/include (tarred once), entries/s
+#   list     ls -lR of /usr/include, extracted once into the backing
+#            directory beforehand (caches dropped: every entry looked up),
+#            entries/s
+#   du       du -s of the same tree (caches dropped), entries/s
 # Environment: WBCACHE_BENCH_DIR (/var/tmp/wbp), SIZE_MB (2048), FILES
 # (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache), SYSTEMS
-# ("kernel wbcache hp ll"), TESTS ("dd fsmark randw tar"), WB_OPTS (more -o
+# ("kernel wbcache hp ll"), TESTS ("dd fsmark randw tar list du"), WB_OPTS (more -o
 # options for wbcache; WB2_OPTS, when set, adds a second wbcache system
 # "wb2" with those options instead, to compare a lever in the same run;
 # WB2_BIN runs wb2 with another build's wbcache, e.g. an older commit's).
@@ -38,6 +42,7 @@ bk=$DIR/b mt=$DIR/m
 mkdir -p "$bk" "$mt"
 tar cf "$DIR/include.tar" -C /usr include 2>/dev/null
 NTAR=$(tar tf "$DIR/include.tar" | wc -l)
+mkdir -p "$bk/list" && tar xf "$DIR/include.tar" -C "$bk/list"
 peer_pid=
 cleanup() {
 	mountpoint -q "$mt" && { fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt"; }
@@ -94,10 +99,22 @@ t_tar() {
 	awk -v n="$NTAR" -v s="$s" -v e="$e" 'BEGIN { printf "%d\n", n / (e - s) }'
 }
 
+t_list() {
+	local s e
+	s=$(date +%s.%N); ls -lR "$1/list" >/dev/null; e=$(date +%s.%N)
+	awk -v n="$NTAR" -v s="$s" -v e="$e" 'BEGIN { printf "%d\n", n / (e - s) }'
+}
+
+t_du() {
+	local s e
+	s=$(date +%s.%N); du -s "$1/list" >/dev/null; e=$(date +%s.%N)
+	awk -v n="$NTAR" -v s="$s" -v e="$e" 'BEGIN { printf "%d\n", n / (e - s) }'
+}
+
 declare -A R
 SYSTEMS=${SYSTEMS:-kernel wbcache hp ll}
 [ -n "${WB2_OPTS:-}${WB2_BIN:-}" ] && WB2_OPTS=${WB2_OPTS:-mem=$MEM} && case " $SYSTEMS " in *" wb2 "*) ;; *) SYSTEMS="$SYSTEMS wb2" ;; esac
-TESTS=${TESTS:-dd fsmark randw tar}
+TESTS=${TESTS:-dd fsmark randw tar list du}
 for r in $(seq "$ROUNDS"); do
 	for test in $TESTS; do
 		for sys in $SYSTEMS; do
@@ -127,3 +144,5 @@ row dd "dd ${SIZE_MB} MiB conv=fsync, MB/s"
 row fsmark "fs_mark 2 x $FILES x 4 KiB, -S 0, files/s"
 row randw "fio 4 KiB randwrite psync ${RAND_MB}M, IOPS"
 row tar "tar -x /usr/include ($NTAR entries), entries/s"
+row list "ls -lR /usr/include ($NTAR entries), entries/s"
+row du "du -s /usr/include ($NTAR entries), entries/s"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The mount behaves as a local file system does, in its default
 # (background) mode: O_TRUNC, sizes and times of cached data (explicit
-# mtimes kept, no mtime moved by writeback), inode numbers reused by the
+# mtimes kept, no mtime moved by writeback; the same in a directory
+# listing's attributes), inode numbers reused by the
 # backing file system, symlink times, sparse files' blocks, O_DSYNC and
 # RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
 # removed file, `wbcache umount` returning once the data is in the backing
@@ -174,6 +175,22 @@ head -c 1000 /dev/zero >"$mt/r2"; sync_all; stat "$mt/r2" >/dev/null
 rm "$bk/r2"   # removed beside the mount
 held=$(removed_held)
 [ "$held" = 0 ] || fail "the daemon holds $held descriptors of a file removed in BACKING_DIR"
+
+# ---- a listing's attributes (READDIRPLUS) are the cache's: sizes of data
+# not yet written back, an explicit mtime, after the kernel forgot them
+mkdir "$mt/ls"
+for i in $(seq 300); do head -c $((i * 37)) /dev/zero >"$mt/ls/f$i"; done
+touch -d 2001-02-03 "$mt/ls/f7"
+[ "$(stat -c %s "$bk/ls/f300")" = 0 ] || fail "listing: the data is already in BACKING_DIR"
+echo 2 >/proc/sys/vm/drop_caches
+attr_expire
+bad=$(find "$mt/ls" -type f -printf '%f %s\n' | awk '{ if ($2 != substr($1, 2) * 37) print }')
+[ -z "$bad" ] || fail "listing: sizes not the cache's: $(echo "$bad" | head -3)"
+[ "$(find "$mt/ls" -type f | wc -l)" = 300 ] || fail "listing: not 300 files"
+[ "$(find "$mt/ls" -name f7 -printf '%TY')" = 2001 ] || fail "listing: explicit mtime"
+ls -l "$mt/ls" >/dev/null && ls -l "$mt/ls" >/dev/null || fail "ls -l twice"
+[ "$(stat -c %s "$mt/ls/f300")" = 11100 ] || fail "stat after listing"
+rm -r "$mt/ls" || fail "rm -r after listing"
 
 # ---- wbcache umount returns once the data is in BACKING_DIR
 head -c 64000000 /dev/urandom >"$top/model"

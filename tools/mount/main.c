@@ -204,7 +204,8 @@ int cmd_mount(int argc, char **argv)
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
-	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, 16, 16, false };
+	struct mopts mo = { .entry = TIMEOUT_DEFAULT, .attr = TIMEOUT_DEFAULT, .negative = TIMEOUT_DEFAULT,
+			     .threads = 16, .idle_threads = 16 };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
@@ -221,6 +222,7 @@ int cmd_mount(int argc, char **argv)
 	M.attr_timeout = mo.attr;
 	M.negative_timeout = mo.negative;
 	M.noflush = mo.noflush;
+	M.readdirplus = !mo.no_readdirplus;
 	/* the kernel applied the caller's umask to every mode it sends */
 	umask(0);
 	M.root_fd = M.mount_fd = -1;

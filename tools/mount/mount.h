@@ -175,6 +175,7 @@ struct mnt {
 	char *remote;
 	double entry_timeout, attr_timeout, negative_timeout;   /* -o, seconds */
 	bool noflush;                /* -o */
+	bool readdirplus;            /* -o readdirplus= (default 1) */
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
@@ -256,6 +257,7 @@ struct mopts {
 	bool noflush;                   /* no FLUSH at close (errors: at fsync) */
 	unsigned threads, idle_threads;
 	bool clone_fd;
+	bool no_readdirplus;            /* -o readdirplus=0 */
 };
 void mount_usage(FILE *out);
 /* Set the backing file of @n to @size (a remote backend's files: the

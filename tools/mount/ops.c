@@ -22,6 +22,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* data is cached once, here: no FUSE writeback cache (see the man
 	 * page, KERNEL CACHE) */
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* libfuse asks for READDIRPLUS (and the kernel's adaptive use of it)
+	 * since op_readdirplus exists */
+	if (!M.readdirplus)
+		conn->want &= ~(unsigned)(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -689,10 +693,19 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_open(req, fi);
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+/*
+ * READDIR and READDIRPLUS.  With plus, each entry but "." and ".." is
+ * looked up as LOOKUP would (a node with one more lookup, the attributes
+ * with the cache's size and times), so that `ls -l`, find, du, rsync and
+ * tar read a directory's attributes in one request per buffer instead of
+ * a LOOKUP per entry.  An entry that does not fit is looked up again by
+ * the next call: its lookup is given back (forget_one).  One that vanished
+ * between readdir and the lookup goes without attributes (node id 0: the
+ * kernel then looks it up itself, if asked).
+ */
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
 {
-	(void)ino;
 	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
 	char *buf = calloc(1, size ? size : 1);
 	if (!buf) {
@@ -717,10 +730,28 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		struct stat st = { .st_ino = d->entry->d_ino,
 				   .st_mode = (mode_t)d->entry->d_type << 12 };
-		size_t n = fuse_add_direntry(req, buf + used, size - used, d->entry->d_name, &st,
-					     d->entry->d_off);
-		if (n > size - used)
-			break;
+		const char *name = d->entry->d_name;
+		size_t n;
+		if (plus) {
+			struct fuse_entry_param e;
+			bool dots = name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]));
+			if (dots || do_lookup(node_of(ino), name, &e)) {
+				memset(&e, 0, sizeof(e));
+				e.attr = st;
+			}
+			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+						   d->entry->d_off);
+			if (n > size - used) {
+				if (e.ino)
+					forget_one(e.ino, 1);
+				break;
+			}
+		} else {
+			n = fuse_add_direntry(req, buf + used, size - used, name, &st,
+					      d->entry->d_off);
+			if (n > size - used)
+				break;
+		}
 		used += n;
 		d->offset = d->entry->d_off;
 		d->entry = NULL;
@@ -730,6 +761,18 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	else
 		fuse_reply_buf(req, buf, used);
 	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -923,6 +966,7 @@ const struct fuse_lowlevel_ops mount_ops = {
 	.release = op_release,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
 	.releasedir = op_releasedir,
 	.fsyncdir = op_fsyncdir,
 	.statfs = op_statfs,

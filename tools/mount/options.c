@@ -47,6 +47,8 @@ void mount_usage(FILE *out)
 "                                     and absent names (default 1)\n"
 "     noflush=0|1                     1: close sends no FLUSH (writeback errors\n"
 "                                     reach fsync only); read-only opens never do\n"
+"     readdirplus=0|1                 1: a directory listing carries each\n"
+"                                     entry's attributes (default 1)\n"
 "     threads=N, idle_threads=N, clone_fd=0|1\n"
 "                                     FUSE workers (default 16, 16, 0)\n"
 "     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
@@ -186,13 +188,14 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		bool *flag = !strcmp(kv, "noflush") ? &mo->noflush :
-			     !strcmp(kv, "clone_fd") ? &mo->clone_fd : NULL;
+			     !strcmp(kv, "clone_fd") ? &mo->clone_fd :
+			     !strcmp(kv, "readdirplus") ? &mo->no_readdirplus : NULL;
 		if (flag) {
 			if (strcmp(val, "0") && strcmp(val, "1")) {
 				fprintf(stderr, "wbcache mount: bad value for %s: '%s' (0 or 1)\n", kv, val);
 				return -1;
 			}
-			*flag = val[0] == '1';
+			*flag = (val[0] == '1') != (flag == &mo->no_readdirplus);
 			continue;
 		}
 		if (!strcmp(kv, "threads") || !strcmp(kv, "idle_threads")) {
