@@ -204,7 +204,8 @@ int cmd_mount(int argc, char **argv)
 	char devopts[512] = "", fuseopts[256] = "";
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
-	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, 16, 16, false };
+	struct mopts mo = { TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, TIMEOUT_DEFAULT, false, 16, 16, false,
+			     URING_OFF };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
@@ -348,6 +349,20 @@ int cmd_mount(int argc, char **argv)
 	conn_hook(se);
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
+	if (mo.uring != URING_OFF) {
+		/* INIT is answered here, before the mount is reported up, so
+		 * uring=1 fails the mount with its reason */
+		char why[256];
+		rc = uring_begin(se, mo.threads, mo.uring == URING_ON, why, sizeof(why));
+		if (rc && mo.uring == URING_ON) {
+			fprintf(stderr, "wbcache mount: -o uring=1: %s\n", why);
+			fuse_session_unmount(se);
+			status = 2;
+			goto out;
+		}
+		if (rc)
+			logmsg("-o uring=auto: requests go through /dev/fuse: %s", why);
+	}
 	if (replier_start())
 		logmsg("no replier thread: throttled writes hold their worker");
 	detach_done();
@@ -358,6 +373,8 @@ int cmd_mount(int argc, char **argv)
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	replier_stop();
+	/* the rings close before the unmount, which waits for their entries */
+	uring_end();
 	fuse_session_unmount(se);
 	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
 		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
