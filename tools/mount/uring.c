@@ -8,8 +8,8 @@
  * and puts a request on the queue of the CPU its caller runs on; the
  * daemon's answer and its fetch of the next request are one command
  * (COMMIT_AND_FETCH).  Here each queue has one thread pinned to that CPU,
- * with its own ring and RING_DEPTH entries, so a request is served on the
- * CPU that issued it, with one system call per request.
+ * with its own ring and entries, so a request is served on the CPU that
+ * issued it, with one system call per request.
  *
  * The wire (include/uapi/linux/fuse.h, fs/fuse/dev_uring.c).  An entry is
  * a header buffer (struct ring_header: the fuse_in_header, then the op's
@@ -49,9 +49,11 @@
  * helper) goes on the queue's commit list and wakes the ring thread
  * through its eventfd; only the ring thread touches its ring (it is made
  * IORING_SETUP_SINGLE_ISSUER).  An entry stays the request's until its
- * answer is committed: a queue whose entries all wait for deferred
- * answers holds further requests of its CPU in the kernel until one is
- * answered.
+ * answer is committed, so requests answered later (throttled writes, a
+ * helper's) hold entries: a queue starts with CHUNK of them and registers
+ * CHUNK more whenever fewer than LOW_WATER wait in the kernel, up to
+ * CHUNK * MAX_CHUNKS; past that, further requests of its CPU wait in the
+ * kernel until one is answered.
  *
  * Helpers.  A ring thread must not wait long, and must never wait for the
  * kernel: a request that waits for writeback or for the backing store
@@ -127,9 +129,16 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
 #define FATTR_SIZE (1u << 3)     /* fuse_setattr_in.valid, offset 0 */
 #define WRITE_IN_FLAGS 32        /* fuse_write_in.flags: the open's flags */
 
-/* Entries per queue: requests of one CPU in the daemon at once, deferred
- * (throttled) writes included. */
-#define RING_DEPTH 16
+/* A queue's entries (its CPU's requests in the daemon at once, deferred
+ * writes included): registered CHUNK at a time, a chunk more whenever
+ * fewer than LOW_WATER wait in the kernel, at most MAX_CHUNKS.  The
+ * payload buffers are mapped without reserve: an entry costs memory only
+ * as far as requests filled it. */
+#define CHUNK 16
+#define MAX_CHUNKS 16
+#define LOW_WATER 4
+/* the ring: room for every entry's command and a chunk's registration */
+#define RING_SQES 512
 /* The request is rebuilt in front of the payload: room for the in header
  * and the largest op header. */
 #define PREFIX 256u
@@ -156,6 +165,13 @@ struct ent {
 	struct ent *next;            /* q->lock: the commit list */
 };
 
+struct chunk {
+	struct ent ents[CHUNK];
+	struct ring_header *hdrs;
+	void *area;                  /* the entries' buffers */
+	size_t area_len;
+};
+
 struct uq {
 	unsigned qid;
 	pthread_t thread;
@@ -164,10 +180,11 @@ struct uq {
 	bool ring_made;
 	int efd;
 	uint64_t efd_val;            /* the eventfd read's target */
-	struct ent *ents;
-	void *area;                  /* the entries' buffers */
-	size_t area_len;
-	struct ring_header *hdrs;
+	/* the entries: chunks[0..nchunks), each published (release) once
+	 * set up, for answers from other threads to find */
+	struct chunk *chunks[MAX_CHUNKS];
+	atomic_uint nchunks;
+	unsigned waiting;            /* owner: entries whose command is in the kernel */
 	pthread_mutex_t lock;        /* commits, stop */
 	struct ent *commits;
 	bool stop;
@@ -189,8 +206,6 @@ static struct {
 
 static struct uq *Q;
 static unsigned nq;
-static struct ent **all;         /* every entry, for answers from elsewhere */
-static unsigned nall;
 static size_t payload_len;
 static struct fuse_session *sess;
 static int fuse_fd;
@@ -356,7 +371,8 @@ static void arm_wake(struct uq *q)
 /* The ring thread: commit @e's answer with its next submission. */
 static void commit_here(struct uq *q, struct ent *e)
 {
-	sqe_cmd(q, e, CMD_COMMIT_AND_FETCH);
+	if (sqe_cmd(q, e, CMD_COMMIT_AND_FETCH))
+		q->waiting++;
 }
 
 /* Another thread answered @e: its ring thread commits it. */
@@ -403,6 +419,7 @@ static void arrived(struct uq *q, struct ent *e)
 	memcpy(&unique, h->in_out + 8, 8);
 	memcpy(&nodeid, h->in_out + 16, 8);
 	e->commit_id = h->io.commit_id;
+	q->waiting--;
 	atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
 	if (len < IN_HEADER + psz || len - IN_HEADER - psz > OP_IN_MAX || psz > payload_len) {
 		logmsg("io_uring: a malformed request (opcode %u, length %u, payload %u)",
@@ -438,11 +455,14 @@ static void arrived(struct uq *q, struct ent *e)
 static void ended(struct ent *e, int res)
 {
 	static atomic_bool told;
+	e->q->waiting--;
 	if (res != -ENOTCONN && res != -ECANCELED && res != -ENODEV && res != -ECONNABORTED &&
 	    !atomic_exchange(&told, true))
 		logmsg("io_uring: a ring entry's command failed: %s", strerror(-res));
 	atomic_store_explicit(&e->unique, 0, memory_order_relaxed);
 }
+
+static void grow(struct uq *q);
 
 static void ring_loop(struct uq *q)
 {
@@ -482,15 +502,16 @@ static void ring_loop(struct uq *q)
 			io_uring_submit(&q->ring);
 			return;
 		}
+		if (q->waiting < LOW_WATER && n &&
+		    atomic_load_explicit(&q->nchunks, memory_order_relaxed) < MAX_CHUNKS)
+			grow(q);
 	}
 }
 
 /* Make the ring (and its eventfd), in the thread that will use it. */
 static int ring_make(struct uq *q)
 {
-	unsigned entries = 1;
-	while (entries < RING_DEPTH + 2)
-		entries <<= 1;
+	unsigned entries = RING_SQES;
 	struct io_uring_params p = { .flags = IORING_SETUP_SQE128 | IORING_SETUP_SINGLE_ISSUER |
 					      IORING_SETUP_DEFER_TASKRUN };
 	int rc = io_uring_queue_init_params(entries, &q->ring, &p);
@@ -512,34 +533,66 @@ static int ring_make(struct uq *q)
 	return rc;
 }
 
-/* Register the queue's entries; 0, or -errno with the reason in q->why.
- * After a failure the connection's io_uring is off (see poison). */
-static int ring_register(struct uq *q)
+/* Set up CHUNK entries more and prepare their REGISTERs (submitted with
+ * the ring's next submission); 0, or -errno with the reason in q->why. */
+static int add_chunk(struct uq *q)
 {
+	unsigned k = atomic_load_explicit(&q->nchunks, memory_order_relaxed);
+	if (k >= MAX_CHUNKS)
+		return -ENOSPC;
+	struct chunk *c = calloc(1, sizeof(*c));
 	size_t one = ((PREFIX + payload_len) + 4095) & ~(size_t)4095;
-	q->area_len = one * RING_DEPTH;
-	q->area = mmap(NULL, q->area_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	q->hdrs = aligned_alloc(64, sizeof(struct ring_header) * RING_DEPTH);
-	if (q->area == MAP_FAILED || !q->hdrs) {
-		if (q->area == MAP_FAILED)
-			q->area = NULL;
+	if (c) {
+		c->area_len = one * CHUNK;
+		c->area = mmap(NULL, c->area_len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		c->hdrs = aligned_alloc(64, sizeof(struct ring_header) * CHUNK);
+	}
+	if (!c || c->area == MAP_FAILED || !c->hdrs) {
+		if (c && c->area != MAP_FAILED)
+			munmap(c->area, c->area_len);
+		if (c)
+			free(c->hdrs);
+		free(c);
 		snprintf(q->why, sizeof(q->why), "no memory for the ring's buffers");
 		return -ENOMEM;
 	}
-	for (unsigned i = 0; i < RING_DEPTH; i++) {
-		struct ent *e = &q->ents[i];
+	for (unsigned i = 0; i < CHUNK; i++) {
+		struct ent *e = &c->ents[i];
 		e->q = q;
-		e->hdr = &q->hdrs[i];
-		e->buf = (char *)q->area + i * one;
+		e->hdr = &c->hdrs[i];
+		e->buf = (char *)c->area + i * one;
 		e->iov[0] = (struct iovec){ e->hdr, sizeof(*e->hdr) };
 		e->iov[1] = (struct iovec){ e->buf + PREFIX, payload_len };
 		struct io_uring_sqe *sqe = sqe_cmd(q, e, CMD_REGISTER);
+		if (!sqe)
+			break;   /* never: the ring has room */
 		sqe->addr = (uint64_t)(uintptr_t)e->iov;
 		sqe->len = 2;
+		q->waiting++;
 	}
+	q->chunks[k] = c;
+	atomic_store_explicit(&q->nchunks, k + 1, memory_order_release);
+	return 0;
+}
+
+/* Few entries left in the kernel: register a chunk more. */
+static void grow(struct uq *q)
+{
+	static atomic_bool told;
+	if (add_chunk(q) && !atomic_exchange(&told, true))
+		logmsg("io_uring: queue %u: no more ring entries: %s", q->qid, q->why);
+}
+
+/* Register the queue's first entries; 0, or -errno with the reason in
+ * q->why.  After a failure the connection's io_uring is off (see poison). */
+static int ring_register(struct uq *q)
+{
+	int rc = add_chunk(q);
+	if (rc)
+		return rc;
 	arm_wake(q);
-	int rc = io_uring_submit(&q->ring);
+	rc = io_uring_submit(&q->ring);
 	if (rc < 0) {
 		snprintf(q->why, sizeof(q->why), "io_uring_submit: %s", strerror(-rc));
 		return rc;
@@ -656,17 +709,17 @@ static void free_all(void)
 			pthread_join(q->thread, NULL);
 		if (q->efd >= 0)
 			close(q->efd);
-		if (q->area)
-			munmap(q->area, q->area_len);
-		free(q->hdrs);
-		free(q->ents);
+		for (unsigned k = 0; k < atomic_load(&q->nchunks); k++) {
+			struct chunk *c = q->chunks[k];
+			munmap(c->area, c->area_len);
+			free(c->hdrs);
+			free(c);
+		}
 		pthread_mutex_destroy(&q->lock);
 	}
 	free(Q);
 	Q = NULL;
-	free(all);
-	all = NULL;
-	nq = nall = 0;
+	nq = 0;
 	free(H.threads);
 	H.threads = NULL;
 }
@@ -705,14 +758,13 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 	fuse_fd = fuse_session_fd(se);
 	nq = possible_cpus();
 	Q = calloc(nq, sizeof(*Q));
-	all = calloc((size_t)nq * RING_DEPTH, sizeof(*all));
 	H.max = helpers ? helpers : 1;
 	H.threads = calloc(H.max, sizeof(*H.threads));
 	S.phase = PH_WAIT;
 	S.reported = 0;
 	int rc = 0;
 	unsigned started = 0;
-	if (!Q || !all || !H.threads) {
+	if (!Q || !H.threads) {
 		snprintf(why, len, "out of memory");
 		rc = -ENOMEM;
 	}
@@ -721,14 +773,6 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 		q->qid = i;
 		q->efd = -1;
 		mutex_init_checked(&q->lock);
-		q->ents = calloc(RING_DEPTH, sizeof(*q->ents));
-		if (!q->ents) {
-			snprintf(why, len, "out of memory");
-			rc = -ENOMEM;
-			break;
-		}
-		for (unsigned k = 0; k < RING_DEPTH; k++)
-			all[nall++] = &q->ents[k];
 		int err = pthread_create(&q->thread, NULL, ring_main, q);
 		if (err) {
 			snprintf(why, len, "cannot start a ring thread: %s", strerror(err));
@@ -806,6 +850,26 @@ void uring_end(void)
 	free_all();
 }
 
+/* The entry holding the request @unique, claimed (its unique exchanged
+ * for 0), or NULL: a look at every entry, for answers from threads other
+ * than the request's handler (the replier's, a few per throttled write). */
+static struct ent *find(uint64_t unique)
+{
+	for (unsigned i = 0; i < nq; i++) {
+		struct uq *q = &Q[i];
+		unsigned n = atomic_load_explicit(&q->nchunks, memory_order_acquire);
+		for (unsigned k = 0; k < n; k++)
+			for (unsigned j = 0; j < CHUNK; j++) {
+				struct ent *e = &q->chunks[k]->ents[j];
+				uint64_t want = unique;
+				if (atomic_load_explicit(&e->unique, memory_order_relaxed) == unique &&
+				    atomic_compare_exchange_strong(&e->unique, &want, 0))
+					return e;
+			}
+	}
+	return NULL;
+}
+
 /*
  * conn.c's writev hook: the answer @iov (the fuse_out_header first) to a
  * request that came through a ring goes back through it.  Returns the
@@ -824,13 +888,7 @@ ssize_t uring_reply(const struct iovec *iov, int count)
 	struct ent *e = handling;
 	uint64_t want = unique;
 	if (!e || !atomic_compare_exchange_strong(&e->unique, &want, 0)) {
-		e = NULL;
-		for (unsigned i = 0; i < nall && !e; i++) {
-			want = unique;
-			if (atomic_load_explicit(&all[i]->unique, memory_order_relaxed) == unique &&
-			    atomic_compare_exchange_strong(&all[i]->unique, &want, 0))
-				e = all[i];
-		}
+		e = find(unique);
 		if (!e)
 			return -1;
 	}
