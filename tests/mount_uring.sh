@@ -18,6 +18,7 @@ cd "$(dirname "$0")/.."
 P=/sys/module/fuse/parameters/enable_uring
 [ -e "$P" ] || { echo "skip: the kernel has no FUSE over io_uring ($P: Linux 6.14+, CONFIG_FUSE_IO_URING)"; exit 77; }
 old=$(cat "$P")
+unset WBCACHE_TEST_MOUNT_OPTS   # the options here are the test
 . tests/mountlib.bash
 bgpids=
 extra_cleanup() {
@@ -135,7 +136,7 @@ cmp "$top/model" "$bk/synced" && cmp "$top/model" "$bk/dsync" || fail "data afte
 
 # ---- a throttled writer keeps going (its answers come from the replier)
 # while metadata answers
-do_mount "uring=1,mem=16M,dirty_bytes=4M,dirty_background_bytes=1M"
+do_mount "uring=1,mem=16M,dirty_bytes=2M,dirty_background_bytes=1M,qd=1,max_io=64K"
 head -c 150000000 /dev/urandom >"$top/big" 2>/dev/null || head -c 150000000 /dev/zero >"$top/big"
 (timeout 300 dd if="$top/big" of="$mt/big" bs=1M status=none; echo $? >"$top/dd.rc") &
 bgpids=$!

@@ -349,6 +349,8 @@ int cmd_mount(int argc, char **argv)
 	conn_hook(se);
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
+	if (replier_start())
+		logmsg("no replier thread: throttled writes hold their worker");
 	if (mo.uring != URING_OFF) {
 		/* INIT is answered here, before the mount is reported up, so
 		 * uring=1 fails the mount with its reason */
@@ -356,6 +358,7 @@ int cmd_mount(int argc, char **argv)
 		rc = uring_begin(se, mo.threads, mo.uring == URING_ON, why, sizeof(why));
 		if (rc && mo.uring == URING_ON) {
 			fprintf(stderr, "wbcache mount: -o uring=1: %s\n", why);
+			replier_stop();
 			fuse_session_unmount(se);
 			status = 2;
 			goto out;
@@ -363,8 +366,6 @@ int cmd_mount(int argc, char **argv)
 		if (rc)
 			logmsg("-o uring=auto: requests go through /dev/fuse: %s", why);
 	}
-	if (replier_start())
-		logmsg("no replier thread: throttled writes hold their worker");
 	detach_done();
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, mo.threads);
@@ -372,6 +373,7 @@ int cmd_mount(int argc, char **argv)
 	fuse_loop_cfg_set_clone_fd(lc, mo.clone_fd);
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
+	uring_quiesce();
 	replier_stop();
 	/* the rings close before the unmount, which waits for their entries */
 	uring_end();

@@ -256,10 +256,11 @@ size_t conn_uring_payload(void);
 /* uring.c: FUSE over io_uring.  uring_begin reads and answers INIT (call
  * it after conn_hook, before the session loop): 0 when requests come
  * through the rings, else -errno with the reason in @why (INIT answered
- * without io_uring, unless @required).  uring_end after the loop and
- * replier_stop. */
+ * without io_uring, unless @required).  After the loop: uring_quiesce
+ * (no more requests handled), replier_stop, uring_end. */
 enum uring_mode { URING_OFF, URING_AUTO, URING_ON };
 int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *why, size_t len);
+void uring_quiesce(void);
 void uring_end(void);
 ssize_t uring_reply(const struct iovec *iov, int count);
 bool uring_on_ring(void);

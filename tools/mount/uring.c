@@ -70,13 +70,17 @@
  * orders the start and the end (the threads' phases).
  *
  * Lifetimes.  The queues, their rings, entries and buffers live from
- * uring_begin to uring_end.  uring_end runs after libfuse's loop has
- * ended and the replier is stopped (no answer can come later): it stops
- * the helpers (each finishes its jobs, answering), then each ring thread
- * submits the commits it holds and ends, closing its ring (the kernel
- * then cancels the commands still waiting); the buffers are freed after
- * the threads are joined, because the kernel copies a request into them
- * only in the context of their ring's thread.
+ * uring_begin to uring_end.  The end, once libfuse's loop has ended:
+ * uring_quiesce makes the ring threads handle no more requests (one that
+ * comes is left to the kernel, which ends it when the connection goes)
+ * and waits until each has finished the ones it was handling, then stops
+ * the helpers (each finishes its jobs, answering); the replier then
+ * answers what it holds (replier_stop), through the ring threads, which
+ * still commit; uring_end then ends each ring thread once it has
+ * submitted the commits it holds, closing its ring (the kernel then
+ * cancels the commands still waiting).  The buffers are freed after the
+ * threads are joined, because the kernel copies a request into them only
+ * in the context of their ring's thread.
  */
 #include "mount.h"
 
@@ -185,8 +189,10 @@ struct uq {
 	struct chunk *chunks[MAX_CHUNKS];
 	atomic_uint nchunks;
 	unsigned waiting;            /* owner: entries whose command is in the kernel */
-	pthread_mutex_t lock;        /* commits, stop */
+	pthread_mutex_t lock;        /* commits, quiet, stop */
+	pthread_cond_t cond;         /* quiet */
 	struct ent *commits;
+	bool quiet;                  /* it handles no more requests */
 	bool stop;
 	int rc;                      /* S.lock: the start's result */
 	char why[160];               /* S.lock: its reason */
@@ -210,6 +216,7 @@ static size_t payload_len;
 static struct fuse_session *sess;
 static int fuse_fd;
 static atomic_bool active;
+static atomic_bool serving;      /* the ring threads handle requests */
 static atomic_ullong offloaded;
 static __thread struct uq *my_q;        /* a ring thread's queue */
 static __thread struct ent *handling;   /* the entry this thread handles */
@@ -234,6 +241,7 @@ static struct {
 
 static void handle(struct ent *e);
 static void commit_elsewhere(struct ent *e);
+static void wake(struct uq *q);
 
 static void *helper_main(void *unused)
 {
@@ -383,9 +391,7 @@ static void commit_elsewhere(struct ent *e)
 	e->next = q->commits;
 	q->commits = e;
 	pthread_mutex_unlock(&q->lock);
-	uint64_t one = 1;
-	while (write(q->efd, &one, sizeof(one)) < 0 && errno == EINTR)
-		;
+	wake(q);
 }
 
 /* Run the request @e holds through libfuse in this thread. */
@@ -421,6 +427,8 @@ static void arrived(struct uq *q, struct ent *e)
 	e->commit_id = h->io.commit_id;
 	q->waiting--;
 	atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
+	if (!atomic_load_explicit(&serving, memory_order_acquire))
+		return;   /* ending: left to the kernel's abort of the connection */
 	if (len < IN_HEADER + psz || len - IN_HEADER - psz > OP_IN_MAX || psz > payload_len) {
 		logmsg("io_uring: a malformed request (opcode %u, length %u, payload %u)",
 		       opcode, len, psz);
@@ -498,6 +506,12 @@ static void ring_loop(struct uq *q)
 				arrived(q, e);
 		}
 		io_uring_cq_advance(&q->ring, n);
+		if (!atomic_load_explicit(&serving, memory_order_acquire) && !q->quiet) {
+			pthread_mutex_lock(&q->lock);
+			q->quiet = true;
+			pthread_cond_broadcast(&q->cond);
+			pthread_mutex_unlock(&q->lock);
+		}
 		if (stop) {
 			io_uring_submit(&q->ring);
 			return;
@@ -667,6 +681,10 @@ static void *ring_main(void *arg)
 		my_q = q;
 		ring_loop(q);
 		my_q = NULL;
+		pthread_mutex_lock(&q->lock);
+		q->quiet = true;
+		pthread_cond_broadcast(&q->cond);
+		pthread_mutex_unlock(&q->lock);
 	}
 	if (q->ring_made)
 		io_uring_queue_exit(&q->ring);
@@ -716,6 +734,7 @@ static void free_all(void)
 			free(c);
 		}
 		pthread_mutex_destroy(&q->lock);
+		pthread_cond_destroy(&q->cond);
 	}
 	free(Q);
 	Q = NULL;
@@ -773,6 +792,7 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 		q->qid = i;
 		q->efd = -1;
 		mutex_init_checked(&q->lock);
+		pthread_cond_init(&q->cond, NULL);
 		int err = pthread_create(&q->thread, NULL, ring_main, q);
 		if (err) {
 			snprintf(why, len, "cannot start a ring thread: %s", strerror(err));
@@ -822,14 +842,30 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 		return rc;
 	}
 	atomic_store(&active, true);
+	atomic_store(&serving, true);
 	set_phase(PH_RUN);
 	return 0;
 }
 
-void uring_end(void)
+static void wake(struct uq *q)
 {
-	if (!atomic_load(&active))
+	uint64_t one = 1;
+	while (write(q->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+void uring_quiesce(void)
+{
+	if (!atomic_load(&active) || !atomic_exchange(&serving, false))
 		return;
+	for (unsigned i = 0; i < nq; i++) {
+		struct uq *q = &Q[i];
+		wake(q);
+		pthread_mutex_lock(&q->lock);
+		while (!q->quiet)
+			pthread_cond_wait(&q->cond, &q->lock);
+		pthread_mutex_unlock(&q->lock);
+	}
 	pthread_mutex_lock(&H.lock);
 	H.stop = true;
 	pthread_cond_broadcast(&H.cond);
@@ -837,14 +873,19 @@ void uring_end(void)
 	pthread_mutex_unlock(&H.lock);
 	for (unsigned i = 0; i < nh; i++)
 		pthread_join(H.threads[i], NULL);
+}
+
+void uring_end(void)
+{
+	if (!atomic_load(&active))
+		return;
+	uring_quiesce();
 	for (unsigned i = 0; i < nq; i++) {
 		struct uq *q = &Q[i];
 		pthread_mutex_lock(&q->lock);
 		q->stop = true;
 		pthread_mutex_unlock(&q->lock);
-		uint64_t one = 1;
-		while (write(q->efd, &one, sizeof(one)) < 0 && errno == EINTR)
-			;
+		wake(q);
 	}
 	atomic_store(&active, false);
 	free_all();
