@@ -55,16 +55,18 @@
  * CHUNK * MAX_CHUNKS; past that, further requests of its CPU wait in the
  * kernel until one is answered.
  *
- * Helpers.  A ring thread must not wait long, and must never wait for the
- * kernel: a request that waits for writeback or for the backing store
- * (FSYNC, FSYNCDIR, FALLOCATE, a truncate, the root's sync attribute,
- * O_DSYNC writes) and a direct write that invalidates
- * the kernel's cached pages (ops.c: invalidating a dirty page sends a
- * write to the queue of the invalidating thread's CPU) go to a helper
- * thread (grown on demand up to threads=), which answers as any other
- * thread does.
+ * Helpers.  A ring thread must not wait long (its CPU's other requests
+ * wait behind it), and must never wait for the kernel: a request that
+ * waits for writeback (FSYNC, FSYNCDIR, the root's sync attribute,
+ * O_DSYNC writes, FALLOCATE's zeros through the throttle) and a direct
+ * write that invalidates the kernel's cached pages (ops.c: invalidating
+ * a dirty page sends a write to the queue of the invalidating thread's
+ * CPU) go to a helper thread (grown on demand up to threads=), which
+ * answers as any other thread does.  Shorter waits stay on the ring
+ * thread: a read from the store, a write into a page under writeback, a
+ * truncate.
  *
- * Locks.  q->lock (a queue's commit list and stop flag) and H.lock (the
+ * Locks.  q->lock (a queue's commit list, quiet and stop flags) and H.lock (the
  * helpers' jobs) are taken with no other lock held, nothing nests under
  * them, and neither is held across a system call that waits.  S.lock
  * orders the start and the end (the threads' phases).
@@ -122,15 +124,11 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
 
 /* Opcodes (fuse.h) the ring threads hand to a helper, and the fields of
  * their op headers that decide it. */
-#define OP_SETATTR 4
-#define OP_OPEN 14
 #define OP_WRITE 16
 #define OP_FSYNC 20
 #define OP_GETXATTR 22
 #define OP_FSYNCDIR 30
-#define OP_CREATE 35
 #define OP_FALLOCATE 43
-#define FATTR_SIZE (1u << 3)     /* fuse_setattr_in.valid, offset 0 */
 #define WRITE_IN_FLAGS 32        /* fuse_write_in.flags: the open's flags */
 
 /* A queue's entries (its CPU's requests in the daemon at once, deferred
@@ -332,12 +330,6 @@ static bool may_wait(const struct ent *e, uint32_t opcode, uint64_t nodeid, cons
 	case OP_GETXATTR:   /* the root's sync attribute: everything written back */
 		return nodeid == FUSE_ROOT_ID &&
 		       !strncmp(e->buf + PREFIX, SYNC_XATTR, sizeof(SYNC_XATTR));
-	case OP_SETATTR:
-	case OP_OPEN:
-	case OP_CREATE:
-		if (op_len >= 4)
-			memcpy(&v, op_in, 4);
-		return opcode == OP_SETATTR ? (v & FATTR_SIZE) : (v & O_TRUNC);
 	case OP_WRITE:
 		if (op_len >= WRITE_IN_FLAGS + 4)
 			memcpy(&v, op_in + WRITE_IN_FLAGS, 4);
