@@ -14,6 +14,9 @@
 # options for wbcache; WB2_OPTS, when set, adds a second wbcache system
 # "wb2" with those options instead, to compare a lever in the same run;
 # WB2_BIN runs wb2 with another build's wbcache, e.g. an older commit's).
+# For wbcache and wb2 each round also prints the daemon's CPU time (user +
+# system, seconds, up to before the unmount's writeback), and the summary
+# its medians.
 set -eu
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -57,10 +60,16 @@ up() {   # up SYSTEM -> the directory to run in
 	ll) "$LL" -f -o writeback -o source="$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
 	esac
 }
+# the CPU seconds the daemon serving $mt has used
+daemon_cpu() {
+	local pid
+	pid=$("$W" stat "$mt" | awk '/^DaemonPid:/ { print $2 }')
+	awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / hz }' "/proc/$pid/stat"
+}
 down() {
 	case $1 in
 	kernel) sync ;;
-	wbcache|wb2) "$W" umount "$mt" ;;
+	wbcache|wb2) cpu=$(daemon_cpu); "$W" umount "$mt" ;;
 	*) fusermount3 -u "$mt"; wait "$peer_pid" 2>/dev/null || true; peer_pid= ;;
 	esac
 }
@@ -103,9 +112,11 @@ for r in $(seq "$ROUNDS"); do
 		for sys in $SYSTEMS; do
 			drop_caches; up $sys
 			v=$(t_$test "$(dir_of $sys)")
+			cpu=
 			down $sys
 			R[$test.$sys]+="$v "
-			echo "round $r $test $sys: $v"
+			[ -n "$cpu" ] && R[$test.$sys.cpu]+="$cpu "
+			echo "round $r $test $sys: $v${cpu:+ (daemon CPU ${cpu}s)}"
 		done
 	done
 done
@@ -127,3 +138,12 @@ row dd "dd ${SIZE_MB} MiB conv=fsync, MB/s"
 row fsmark "fs_mark 2 x $FILES x 4 KiB, -S 0, files/s"
 row randw "fio 4 KiB randwrite psync ${RAND_MB}M, IOPS"
 row tar "tar -x /usr/include ($NTAR entries), entries/s"
+echo
+echo "the daemon's CPU seconds per run, medians"
+for test in $TESTS; do
+	line=$(printf '%-10s' "$test")
+	for sys in wbcache wb2; do
+		case " $SYSTEMS " in *" $sys "*) line+=$(printf ' %s %6s' "$sys" "$(med $test.$sys.cpu)") ;; esac
+	done
+	echo "$line"
+done

@@ -180,6 +180,7 @@ struct uq {
 	bool started;
 	struct io_uring ring;
 	bool ring_made;
+	bool fixed;                  /* /dev/fuse is the ring's file 0 */
 	int efd;
 	uint64_t efd_val;            /* the eventfd read's target */
 	/* the entries: chunks[0..nchunks), each published (release) once
@@ -351,7 +352,12 @@ static struct io_uring_sqe *sqe_cmd(struct uq *q, struct ent *e, uint32_t op)
 	}
 	memset(sqe, 0, 128);
 	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = fuse_fd;
+	if (q->fixed) {
+		sqe->fd = 0;
+		sqe->flags = IOSQE_FIXED_FILE;
+	} else {
+		sqe->fd = fuse_fd;
+	}
 	sqe->cmd_op = op;
 	sqe->user_data = (uint64_t)(uintptr_t)e;
 	struct ring_cmd c = { .qid = (uint16_t)q->qid, .commit_id = e ? e->commit_id : 0 };
@@ -531,6 +537,11 @@ static int ring_make(struct uq *q)
 		return rc;
 	}
 	q->ring_made = true;
+	/* /dev/fuse as a fixed file, and the ring's own descriptor
+	 * registered: no descriptor look-ups per command (either may fail:
+	 * then without) */
+	q->fixed = !io_uring_register_files(&q->ring, &fuse_fd, 1);
+	io_uring_register_ring_fd(&q->ring);
 	q->efd = eventfd(0, EFD_CLOEXEC);
 	if (q->efd < 0) {
 		rc = -errno;
