@@ -45,8 +45,27 @@ echo plain >"$mt/plain"
 do_umount || fail "umount (auto, N)"
 [ "$(cat "$bk/plain")" = plain ] || fail "data of the auto mount"
 
-# ---- enable_uring=Y: the rings serve requests
+# ---- enable_uring=Y; a registration that fails after INIT asked for
+# io_uring (the kernel then waits for the rings): auto falls back to
+# /dev/fuse (requests must not wait for ever), uring=1 fails
 echo Y >"$P" || skip "cannot set $P"
+WBCACHE_MOUNT_URING_FAIL=1 do_mount "uring=auto"
+echo fallback >"$mt/fallback" &
+w=$!
+for _ in $(seq 100); do alive $w || break; sleep 0.1; done
+alive $w && { kill -9 $w; fail "a write waits for rings that failed to register"; }
+[ "$(statv UringQueues)" = 0 ] || fail "rings in use after their registration failed"
+do_umount || fail "umount (auto, failed registration)"
+[ "$(cat "$bk/fallback")" = fallback ] || fail "data of the fallback mount"
+msg=$(WBCACHE_MOUNT_URING_FAIL=1 "$W" mount "$bk" "$mt" -o uring=1 2>&1); rc=$?
+[ $rc = 2 ] || fail "uring=1 with a failed registration: exit $rc, not 2 ($msg)"
+echo "$msg" | grep -q "registration failed" || fail "uring=1 with a failed registration: $msg"
+mountpoint -q "$mt" && fail "uring=1 with a failed registration mounted anyway"
+do_mount "uring=auto"
+[ "$(statv UringQueues)" = "$ncpu" ] || fail "uring=auto with enable_uring=Y uses no rings"
+do_umount || fail "umount (auto, Y)"
+
+# ---- the rings serve requests
 do_mount "uring=1,mem=256M"
 q=$(statv UringQueues)
 [ "$q" = "$ncpu" ] || fail "UringQueues $q, not one per possible CPU ($ncpu)"

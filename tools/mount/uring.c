@@ -38,7 +38,9 @@
  * kernel must refuse (queue id out of range), so the connection falls
  * back to /dev/fuse rather than hang.  uring=1 turns any failure into
  * the mount's failure (exit 2, with the reason); uring=auto logs it and
- * serves /dev/fuse.
+ * serves /dev/fuse.  (WBCACHE_MOUNT_URING_FAIL=1 in the daemon's
+ * environment makes the last queue's registration fail that way, for
+ * the tests.)
  *
  * Who answers.  A ring thread serves its completions in order.  An answer
  * the handling thread gives while it handles the request (the usual case)
@@ -605,6 +607,11 @@ static void grow(struct uq *q)
  * q->why.  After a failure the connection's io_uring is off (see poison). */
 static int ring_register(struct uq *q)
 {
+	const char *fail = getenv("WBCACHE_MOUNT_URING_FAIL");
+	if (fail && !strcmp(fail, "1") && q->qid == nq - 1) {
+		snprintf(q->why, sizeof(q->why), "registration failed (WBCACHE_MOUNT_URING_FAIL)");
+		return -EIO;
+	}
 	int rc = add_chunk(q);
 	if (rc)
 		return rc;
