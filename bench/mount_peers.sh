@@ -9,7 +9,8 @@
 #   randw    fio 4 KiB random writes, psync, RAND_MB file, end_fsync=1, IOPS
 #   tar      tar -x of /usr/include (tarred once), entries/s
 # Environment: WBCACHE_BENCH_DIR (/var/tmp/wbp), SIZE_MB (2048), FILES
-# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache), SYSTEMS
+# (5000), RAND_MB (256), ROUNDS (2; the systems' order reverses every
+# other round), MEM (1G: the mount's cache), SYSTEMS
 # ("kernel wbcache hp ll"), TESTS ("dd fsmark randw tar"), WB_OPTS (more -o
 # options for wbcache; WB2_OPTS, when set, adds a second wbcache system
 # "wb2" with those options instead, to compare a lever in the same run;
@@ -107,9 +108,15 @@ declare -A R
 SYSTEMS=${SYSTEMS:-kernel wbcache hp ll}
 [ -n "${WB2_OPTS:-}${WB2_BIN:-}" ] && WB2_OPTS=${WB2_OPTS:-mem=$MEM} && case " $SYSTEMS " in *" wb2 "*) ;; *) SYSTEMS="$SYSTEMS wb2" ;; esac
 TESTS=${TESTS:-dd fsmark randw tar}
+# the systems' order reverses every other round: a run right after
+# another's can be faster or slower for it (the backing file system's
+# state), which an even number of rounds then cancels in the medians
+REVERSED=$(echo $SYSTEMS | tr ' ' '\n' | tac | tr '\n' ' ')
 for r in $(seq "$ROUNDS"); do
+	order=$SYSTEMS
+	[ $((r % 2)) = 0 ] && order=$REVERSED
 	for test in $TESTS; do
-		for sys in $SYSTEMS; do
+		for sys in $order; do
 			drop_caches; up $sys
 			v=$(t_$test "$(dir_of $sys)")
 			cpu=
