@@ -235,7 +235,8 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct job *head, *tail;
-	unsigned n, idle, max;
+	unsigned queued;             /* jobs in the queue */
+	unsigned n, idle, max;       /* helpers: started, waiting, at most */
 	bool stop;
 	pthread_t *threads;
 } H = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
@@ -262,6 +263,7 @@ static void *helper_main(void *unused)
 		H.head = j->next;
 		if (!H.head)
 			H.tail = NULL;
+		H.queued--;
 		pthread_mutex_unlock(&H.lock);
 		if (j->e) {
 			handle(j->e);
@@ -277,12 +279,12 @@ static void *helper_main(void *unused)
 	return NULL;
 }
 
-/* Queue @j for a helper, starting one if none is idle: false if there
- * is none to run it. */
+/* Queue @j for a helper, starting one if every idle one has a job
+ * already: false if there is none to run it. */
 static bool helper_queue(struct job *j)
 {
 	pthread_mutex_lock(&H.lock);
-	if (!H.idle && H.n < H.max && !H.stop &&
+	if (H.queued >= H.idle && H.n < H.max && !H.stop &&
 	    !pthread_create(&H.threads[H.n], NULL, helper_main, NULL))
 		H.n++;
 	bool ok = H.n > 0 && !H.stop;
@@ -293,6 +295,7 @@ static bool helper_queue(struct job *j)
 		else
 			H.head = j;
 		H.tail = j;
+		H.queued++;
 		pthread_cond_signal(&H.cond);
 	}
 	pthread_mutex_unlock(&H.lock);
