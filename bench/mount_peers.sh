@@ -13,11 +13,15 @@
 #            entries/s
 #   du       du -s of the same tree (caches dropped), entries/s
 # Environment: WBCACHE_BENCH_DIR (/var/tmp/wbp), SIZE_MB (2048), FILES
-# (5000), RAND_MB (256), ROUNDS (2), MEM (1G: the mount's cache), SYSTEMS
+# (5000), RAND_MB (256), ROUNDS (2; the systems' order reverses every
+# other round), MEM (1G: the mount's cache), SYSTEMS
 # ("kernel wbcache hp ll"), TESTS ("dd fsmark randw tar list du"), WB_OPTS (more -o
 # options for wbcache; WB2_OPTS, when set, adds a second wbcache system
 # "wb2" with those options instead, to compare a lever in the same run;
 # WB2_BIN runs wb2 with another build's wbcache, e.g. an older commit's).
+# For wbcache and wb2 each round also prints the daemon's CPU time (user +
+# system, seconds, up to before the unmount's writeback), and the summary
+# its medians.
 set -eu
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -62,10 +66,16 @@ up() {   # up SYSTEM -> the directory to run in
 	ll) "$LL" -f -o writeback -o source="$bk" "$mt" >/dev/null 2>&1 & peer_pid=$!; wait_mounted ;;
 	esac
 }
+# the CPU seconds the daemon serving $mt has used
+daemon_cpu() {
+	local pid
+	pid=$("$W" stat "$mt" | awk '/^DaemonPid:/ { print $2 }')
+	awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / hz }' "/proc/$pid/stat"
+}
 down() {
 	case $1 in
 	kernel) sync ;;
-	wbcache|wb2) "$W" umount "$mt" ;;
+	wbcache|wb2) cpu=$(daemon_cpu); "$W" umount "$mt" ;;
 	*) fusermount3 -u "$mt"; wait "$peer_pid" 2>/dev/null || true; peer_pid= ;;
 	esac
 }
@@ -115,14 +125,22 @@ declare -A R
 SYSTEMS=${SYSTEMS:-kernel wbcache hp ll}
 [ -n "${WB2_OPTS:-}${WB2_BIN:-}" ] && WB2_OPTS=${WB2_OPTS:-mem=$MEM} && case " $SYSTEMS " in *" wb2 "*) ;; *) SYSTEMS="$SYSTEMS wb2" ;; esac
 TESTS=${TESTS:-dd fsmark randw tar list du}
+# the systems' order reverses every other round: a run right after
+# another's can be faster or slower for it (the backing file system's
+# state), which an even number of rounds then cancels in the medians
+REVERSED=$(echo $SYSTEMS | tr ' ' '\n' | tac | tr '\n' ' ')
 for r in $(seq "$ROUNDS"); do
+	order=$SYSTEMS
+	[ $((r % 2)) = 0 ] && order=$REVERSED
 	for test in $TESTS; do
-		for sys in $SYSTEMS; do
+		for sys in $order; do
 			drop_caches; up $sys
 			v=$(t_$test "$(dir_of $sys)")
+			cpu=
 			down $sys
 			R[$test.$sys]+="$v "
-			echo "round $r $test $sys: $v"
+			[ -n "$cpu" ] && R[$test.$sys.cpu]+="$cpu "
+			echo "round $r $test $sys: $v${cpu:+ (daemon CPU ${cpu}s)}"
 		done
 	done
 done
@@ -146,3 +164,12 @@ row randw "fio 4 KiB randwrite psync ${RAND_MB}M, IOPS"
 row tar "tar -x /usr/include ($NTAR entries), entries/s"
 row list "ls -lR /usr/include ($NTAR entries), entries/s"
 row du "du -s /usr/include ($NTAR entries), entries/s"
+echo
+echo "the daemon's CPU seconds per run, medians"
+for test in $TESTS; do
+	line=$(printf '%-10s' "$test")
+	for sys in wbcache wb2; do
+		case " $SYSTEMS " in *" $sys "*) line+=$(printf ' %s %6s' "$sys" "$(med $test.$sys.cpu)") ;; esac
+	done
+	echo "$line"
+done

@@ -54,9 +54,13 @@ wait_gone() {
 # daemon_pid: the pid of the daemon serving $mt
 daemon_pid() { awk '/^DaemonPid:/ {print $2}' <("$W" stat "$mt"); }
 
-# do_mount [OPTS]: mount in the default mode; returns when it is up
+# do_mount [OPTS]: mount in the default mode; returns when it is up.
+# WBCACHE_TEST_MOUNT_OPTS: options added to every do_mount (uring=1 runs
+# the mount tests over io_uring)
 do_mount() {
-	"$W" mount "$bk" "$mt" ${1:+-o "$1"} 2>"$top/mount.log"
+	local o=${1:-}
+	[ -n "${WBCACHE_TEST_MOUNT_OPTS:-}" ] && o=${o:+$o,}$WBCACHE_TEST_MOUNT_OPTS
+	"$W" mount "$bk" "$mt" ${o:+-o "$o"} 2>"$top/mount.log"
 	local rc=$?
 	if [ $rc -ne 0 ]; then
 		grep -q "fuse: device not found\|Operation not permitted\|failed to open /dev/fuse" \

@@ -205,7 +205,7 @@ int cmd_mount(int argc, char **argv)
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
 	struct mopts mo = { .entry = TIMEOUT_DEFAULT, .attr = TIMEOUT_DEFAULT, .negative = TIMEOUT_DEFAULT,
-			     .threads = 16, .idle_threads = 16 };
+			     .threads = 16, .idle_threads = 16, .uring = URING_OFF };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
@@ -352,6 +352,21 @@ int cmd_mount(int argc, char **argv)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
 	if (replier_start())
 		logmsg("no replier thread: throttled writes hold their worker");
+	if (mo.uring != URING_OFF) {
+		/* INIT is answered here, before the mount is reported up, so
+		 * uring=1 fails the mount with its reason */
+		char why[256];
+		rc = uring_begin(se, mo.threads, mo.uring == URING_ON, why, sizeof(why));
+		if (rc && mo.uring == URING_ON) {
+			fprintf(stderr, "wbcache mount: -o uring=1: %s\n", why);
+			replier_stop();
+			fuse_session_unmount(se);
+			status = 2;
+			goto out;
+		}
+		if (rc)
+			logmsg("-o uring=auto: requests go through /dev/fuse: %s", why);
+	}
 	detach_done();
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, mo.threads);
@@ -359,7 +374,10 @@ int cmd_mount(int argc, char **argv)
 	fuse_loop_cfg_set_clone_fd(lc, mo.clone_fd);
 	int lrc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
+	uring_quiesce();
 	replier_stop();
+	/* the rings close before the unmount, which waits for their entries */
+	uring_end();
 	fuse_session_unmount(se);
 	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
 		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));

@@ -64,6 +64,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "wbcache.h"
@@ -248,6 +249,24 @@ int mount_sync(void);
 
 /* conn.c */
 void conn_hook(struct fuse_session *se);
+bool conn_uring_offered(void);
+void conn_uring_want(bool want);
+bool conn_uring_granted(void);
+size_t conn_uring_payload(void);
+
+/* uring.c: FUSE over io_uring.  uring_begin reads and answers INIT (call
+ * it after conn_hook, before the session loop): 0 when requests come
+ * through the rings, else -errno with the reason in @why (INIT answered
+ * without io_uring, unless @required).  After the loop: uring_quiesce
+ * (no more requests handled), replier_stop, uring_end. */
+enum uring_mode { URING_OFF, URING_AUTO, URING_ON };
+int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *why, size_t len);
+void uring_quiesce(void);
+void uring_end(void);
+ssize_t uring_reply(const struct iovec *iov, int count);
+bool uring_on_ring(void);
+bool uring_later(void (*fn)(void *), void *arg);
+void uring_stats(unsigned *queues, uint64_t *requests, uint64_t *helped);
 
 /* options.c */
 #define TIMEOUT_DEFAULT 1.0
@@ -258,6 +277,7 @@ struct mopts {
 	unsigned threads, idle_threads;
 	bool clone_fd;
 	bool no_readdirplus;            /* -o readdirplus=0 */
+	enum uring_mode uring;          /* -o uring= */
 };
 void mount_usage(FILE *out);
 /* Set the backing file of @n to @size (a remote backend's files: the

@@ -523,8 +523,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+/* @inval: a direct write to a file that also has opens through the
+ * kernel's page cache (decided once, by op_write) */
+static void write_now(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi, bool inval)
 {
 	struct node *n = node_of(ino);
 	wbc_file *h = (wbc_file *)(uintptr_t)fi->fh;
@@ -541,8 +543,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	 * is in: it is written here, not by the replier, which must never
 	 * wait for the kernel (invalidating a dirty page sends a write that
 	 * may itself be paused, for the replier to finish). */
-	bool direct = !fi->writepage && open_direct(fi);
-	bool inval = direct && atomic_load_explicit(&n->kcache_opens, memory_order_relaxed);
 	ssize_t r = dsync || inval ? wbc_pwrite(h, buf, size, (uint64_t)off) :
 				     wbc_pwrite_nowait(h, buf, size, (uint64_t)off, &pause);
 	if (r > 0 && dsync) {
@@ -562,6 +562,44 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_lowlevel_notify_inval_inode(M.se, ino, off, (off_t)r);
 	write_after(req, h, (size_t)r, buf + r, pause ? size - (size_t)r : 0,
 		    (uint64_t)off + (uint64_t)r, pause);
+}
+
+/* A write that waits (O_DSYNC) or invalidates the kernel's pages, which
+ * may send writes to the queue of this thread's CPU: off a ring thread
+ * (uring.c), to a helper.  The data stays in the ring entry's buffer
+ * until the answer. */
+struct write_job {
+	fuse_req_t req;
+	fuse_ino_t ino;
+	const char *buf;
+	size_t size;
+	off_t off;
+	struct fuse_file_info fi;
+	bool inval;
+};
+
+static void write_job_run(void *arg)
+{
+	struct write_job *j = arg;
+	write_now(j->req, j->ino, j->buf, j->size, j->off, &j->fi, j->inval);
+	free(j);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	bool inval = !fi->writepage && open_direct(fi) &&
+		     atomic_load_explicit(&node_of(ino)->kcache_opens, memory_order_relaxed);
+	if ((inval || (fi->flags & O_DSYNC)) && uring_on_ring()) {
+		struct write_job *j = malloc(sizeof(*j));
+		if (j) {
+			*j = (struct write_job){ req, ino, buf, size, off, *fi, inval };
+			if (uring_later(write_job_run, j))
+				return;
+			free(j);
+		}
+	}
+	write_now(req, ino, buf, size, off, fi, inval);
 }
 
 /*

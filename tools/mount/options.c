@@ -51,6 +51,11 @@ void mount_usage(FILE *out)
 "                                     entry's attributes (default 1)\n"
 "     threads=N, idle_threads=N, clone_fd=0|1\n"
 "                                     FUSE workers (default 16, 16, 0)\n"
+"     uring=auto|1|0                  requests through io_uring, one queue and\n"
+"                                     thread per CPU (Linux 6.14+, the fuse\n"
+"                                     module's enable_uring=Y); auto: where the\n"
+"                                     kernel offers it; 1: or fail; 0: never\n"
+"                                     (default)\n"
 "     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
 "     noatime, ...                    FUSE and mount options\n"
 "\n"
@@ -207,6 +212,15 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			}
 			*(kv[0] == 't' ? &mo->threads : &mo->idle_threads) = (unsigned)v;
 			continue;
+		}
+		if (!strcmp(kv, "uring")) {
+			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {
+				mo->uring = !strcmp(val, "auto") ? URING_AUTO :
+					    val[0] == '1' ? URING_ON : URING_OFF;
+				continue;
+			}
+			fprintf(stderr, "wbcache mount: bad value for uring: '%s' (auto, 1 or 0)\n", val);
+			return -1;
 		}
 		if (!strcmp(kv, "direct_io")) {
 			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# FUSE over io_uring (-o uring=): with the fuse module's enable_uring at N,
+# uring=1 fails with a reason and exit 2 and uring=auto mounts over
+# /dev/fuse; at Y (set here, the old value restored at the end) requests
+# go through the rings (wbcache stat counts them) and real work runs
+# through them, checked in BACKING_DIR after unmount: tar -x and diff -r,
+# fio --verify=crc32c (psync and io_uring engines), concurrent mkdir and
+# rmdir, fsync'd and O_DSYNC data on the store before unmount, a
+# throttled writer that keeps going while metadata answers, 40 writers
+# stuck on a full store while metadata answers on every CPU, direct writes
+# beside cached and mapped opens (answered by a helper thread), writers
+# stuck on a full store that die at SIGKILL (INTERRUPT through /dev/fuse
+# for requests on the rings), SIGTERM with requests on the rings.
+# Skips (77) when not root or the kernel has no FUSE over io_uring.
+set -u
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "skip: needs root (the fuse module's enable_uring)"; exit 77; }
+P=/sys/module/fuse/parameters/enable_uring
+[ -e "$P" ] || { echo "skip: the kernel has no FUSE over io_uring ($P: Linux 6.14+, CONFIG_FUSE_IO_URING)"; exit 77; }
+old=$(cat "$P")
+unset WBCACHE_TEST_MOUNT_OPTS   # the options here are the test
+. tests/mountlib.bash
+bgpids=
+extra_cleanup() {
+	[ -n "$bgpids" ] && kill -9 $bgpids 2>/dev/null
+	mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"
+	echo "$old" >"$P"
+}
+ncpu=$(awk -F'[-,]' '{ n = 0; for (i = 1; i <= NF; i += 2) n += (i < NF ? $(i+1) : $i) - $i + 1 } END { print n }' \
+	/sys/devices/system/cpu/possible 2>/dev/null)
+statv() { "$W" stat "$mt" | awk -v k="^$1:" '$0 ~ k { print $2 }'; }
+
+# ---- enable_uring=N: uring=1 fails with a reason, exit 2, nothing mounted;
+# auto mounts through /dev/fuse; a bad value is refused
+echo N >"$P"
+msg=$("$W" mount "$bk" "$mt" -o uring=1 2>&1); rc=$?
+[ $rc = 2 ] || fail "uring=1 with enable_uring=N: exit $rc, not 2 ($msg)"
+echo "$msg" | grep -q "enable_uring" || fail "uring=1 with enable_uring=N: no reason: $msg"
+mountpoint -q "$mt" && fail "uring=1 with enable_uring=N mounted anyway"
+msg=$("$W" mount "$bk" "$mt" -o uring=maybe 2>&1); rc=$?
+[ $rc = 2 ] && [ -n "$msg" ] || fail "uring=maybe: exit $rc ($msg)"
+do_mount "uring=auto"
+echo plain >"$mt/plain"
+[ "$(statv UringQueues)" = 0 ] || fail "uring=auto with enable_uring=N uses rings"
+do_umount || fail "umount (auto, N)"
+[ "$(cat "$bk/plain")" = plain ] || fail "data of the auto mount"
+
+# ---- enable_uring=Y; a registration that fails after INIT asked for
+# io_uring (the kernel then waits for the rings): auto falls back to
+# /dev/fuse (requests must not wait for ever), uring=1 fails
+echo Y >"$P" || skip "cannot set $P"
+WBCACHE_MOUNT_URING_FAIL=1 "$W" mount "$bk" "$mt" -o uring=auto 2>"$top/mount.log" ||
+	fail "uring=auto with a failed registration: $(cat "$top/mount.log")"
+timeout -s KILL 10 sh -c "echo fallback >'$mt/fallback'" ||
+	fail "a write waits for rings that failed to register"
+pid=$(daemon_pid)
+[ "$(statv UringQueues)" = 0 ] || fail "rings in use after their registration failed"
+do_umount || fail "umount (auto, failed registration)"
+[ "$(cat "$bk/fallback")" = fallback ] || fail "data of the fallback mount"
+msg=$(WBCACHE_MOUNT_URING_FAIL=1 "$W" mount "$bk" "$mt" -o uring=1 2>&1); rc=$?
+[ $rc = 2 ] || fail "uring=1 with a failed registration: exit $rc, not 2 ($msg)"
+echo "$msg" | grep -q "registration failed" || fail "uring=1 with a failed registration: $msg"
+mountpoint -q "$mt" && fail "uring=1 with a failed registration mounted anyway"
+do_mount "uring=auto"
+[ "$(statv UringQueues)" = "$ncpu" ] || fail "uring=auto with enable_uring=Y uses no rings"
+do_umount || fail "umount (auto, Y)"
+
+# ---- the rings serve requests
+do_mount "uring=1,mem=256M"
+q=$(statv UringQueues)
+[ "$q" = "$ncpu" ] || fail "UringQueues $q, not one per possible CPU ($ncpu)"
+r0=$(statv UringRequests)
+mkdir "$mt/many"
+for i in $(seq 300); do echo "$i" >"$mt/many/f$i"; done
+r1=$(statv UringRequests)
+[ $((r1 - r0)) -ge 600 ] || fail "300 new files took $((r1 - r0)) requests through the rings"
+# a request from each CPU is served (by that CPU's queue)
+for c in $(seq 0 $((ncpu - 1))); do
+	taskset -c "$c" sh -c "echo cpu$c >'$mt/cpu$c'" 2>/dev/null
+done
+
+# tar -x of a tree; checked after unmount
+tree=/usr/include
+[ -d "$tree" ] || tree=/usr/share/doc
+tar -C "$(dirname "$tree")" -cf "$top/tree.tar" "$(basename "$tree")" 2>/dev/null
+mkdir "$mt/x"
+tar -C "$mt/x" -xf "$top/tree.tar" || fail "tar -x through the rings"
+
+# fio with verification, psync and io_uring engines
+if command -v fio >/dev/null; then
+	for eng in psync io_uring; do
+		fio --name=v$eng --directory="$mt" --rw=randwrite --bs=4k --size=24M --ioengine=$eng \
+		    --iodepth=8 --numjobs=2 --verify=crc32c --verify_fatal=1 --end_fsync=1 \
+		    >"$top/fio.$eng" 2>&1 || fail "fio $eng: $(tail -5 "$top/fio.$eng")"
+	done
+fi
+
+# two concurrent mkdir/rmdir loops: on one name (races: EEXIST, ENOENT)
+# and each on its own names (every call succeeds)
+(for i in $(seq 400); do mkdir "$mt/race" 2>/dev/null; rmdir "$mt/race" 2>/dev/null; done; echo done >"$top/l1") &
+l1=$!
+(for i in $(seq 400); do mkdir "$mt/race" 2>/dev/null; rmdir "$mt/race" 2>/dev/null; done; echo done >"$top/l2") &
+l2=$!
+bgpids="$l1 $l2"
+for i in $(seq 300); do mkdir "$mt/own$i" && rmdir "$mt/own$i" || fail "mkdir/rmdir own$i"; done
+wait $l1 $l2
+bgpids=
+[ -e "$top/l1" ] && [ -e "$top/l2" ] || fail "a mkdir/rmdir loop did not finish"
+rmdir "$mt/race" 2>/dev/null
+[ -z "$(ls "$mt" | grep -E '^(race|own)')" ] || fail "left over: $(ls "$mt" | grep -E '^(race|own)')"
+
+# fsync'd data is on the store before unmount; O_DSYNC writes too
+head -c 3000000 /dev/urandom >"$top/model"
+dd if="$top/model" of="$mt/synced" bs=64k conv=fsync status=none || fail "dd conv=fsync"
+cmp "$top/model" "$bk/synced" || fail "fsync'd data not on the store"
+dd if="$top/model" of="$mt/dsync" bs=64k oflag=dsync status=none || fail "dd oflag=dsync"
+cmp "$top/model" "$bk/dsync" || fail "O_DSYNC data not on the store"
+
+# direct writes beside a cached open, and beside a shared mapping with
+# dirty pages (the kernel writes those back when the write invalidates
+# them: a helper thread answers the direct write, the ring the
+# write-back)
+python3 - "$mt/coh" <<'PY' || fail "direct writes beside cached and mapped opens"
+import mmap, os, sys
+p = sys.argv[1]
+with open(p, "wb") as f:
+    f.write(b"a" * 65536)
+r = os.open(p, os.O_RDONLY)              # through the kernel's page cache
+assert os.pread(r, 16, 0) == b"a" * 16
+w = os.open(p, os.O_WRONLY)              # direct
+for i in range(50):
+    os.pwrite(w, bytes([65 + i % 26]) * 4096, 0)
+    got = os.pread(r, 4096, 0)
+    assert got == bytes([65 + i % 26]) * 4096, (i, got[:8])
+m = os.open(p, os.O_RDWR)
+mm = mmap.mmap(m, 65536)
+for i in range(50):
+    mm[8192:8192 + 4096] = bytes([97 + i % 26]) * 4096   # dirty a mapped page
+    os.pwrite(w, b"Z" * 4096, 8192)                       # direct write over it
+    assert os.pread(r, 4096, 8192) in (b"Z" * 4096, bytes([97 + i % 26]) * 4096)
+mm.close()
+for fd in (r, w, m):
+    os.close(fd)
+PY
+r2=$(statv UringRequests)
+[ $((r2 - r1)) -ge 10000 ] || fail "the work took only $((r2 - r1)) requests through the rings"
+# every CPU's file is there, and nothing went wrong
+for c in $(seq 0 $((ncpu - 1))); do
+	[ "$(cat "$mt/cpu$c" 2>/dev/null)" = "cpu$c" ] || fail "a file made from CPU $c"
+done
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+diff -r --no-dereference "$tree" "$bk/x/$(basename "$tree")" >"$top/diff" || fail "tar tree differs: $(head -5 "$top/diff")"
+for i in $(seq 300); do [ "$(cat "$bk/many/f$i")" = "$i" ] || fail "many/f$i"; done
+cmp "$top/model" "$bk/synced" && cmp "$top/model" "$bk/dsync" || fail "data after unmount"
+
+# ---- a throttled writer keeps going (its answers come from the replier)
+# while metadata answers
+do_mount "uring=1,mem=16M,dirty_bytes=2M,dirty_background_bytes=1M,qd=1,max_io=64K"
+head -c 150000000 /dev/urandom >"$top/big" 2>/dev/null || head -c 150000000 /dev/zero >"$top/big"
+(timeout 300 dd if="$top/big" of="$mt/big" bs=1M status=none; echo $? >"$top/dd.rc") &
+bgpids=$!
+for i in $(seq 20); do
+	timeout 20 ls "$mt" >/dev/null || fail "ls did not answer beside a throttled writer"
+	timeout 20 stat "$mt/big" >/dev/null || fail "stat did not answer beside a throttled writer"
+	sleep 0.1
+done
+wait $bgpids
+bgpids=
+[ "$(cat "$top/dd.rc")" = 0 ] || fail "the throttled writer failed or hung: $(cat "$top/dd.rc")"
+[ "$(statv DeferredReplies)" -gt 0 ] || fail "the writer was never throttled (DeferredReplies 0)"
+do_umount || fail "umount after the throttled writer"
+cmp "$top/big" "$bk/big" || fail "the throttled writer's data"
+rm -f "$top/big" "$bk/big"
+
+# ---- 40 writers stuck on a full store (more than a queue's first
+# entries) while metadata answers on every CPU; they die at SIGKILL (the
+# INTERRUPT comes through /dev/fuse for a request on a ring); SIGTERM ends
+# the daemon
+mkdir "$top/tiny"
+if mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null; then
+	bk=$top/tiny
+	do_mount "uring=1,mem=64M,retry_timeout=60"
+	head -c 15000000 /dev/zero >"$bk/filler"
+	# more writers than a queue's first entries: each holds one
+	for i in $(seq 40); do
+		dd if=/dev/zero of="$mt/t$i" bs=1M count=1000 status=none 2>/dev/null &
+		bgpids="$bgpids $!"
+	done
+	# metadata answers on every CPU within 3 s all along (each paused
+	# writer holds a ring entry: the queues must grow)
+	for i in $(seq 20); do
+		for c in $(seq 0 $((ncpu - 1))); do
+			timeout 3 taskset -c "$c" ls "$mt" >/dev/null ||
+				fail "ls on CPU $c did not answer in 3 s beside 40 writers stuck on a full store"
+		done
+		sleep 0.25
+	done
+	[ "$(statv DeferredReplies)" -ge 40 ] || fail "the writers were not all paused"
+	kill -9 $bgpids
+	for d in $bgpids; do
+		for _ in $(seq 100); do alive "$d" || break; sleep 0.1; done
+		alive "$d" && fail "a writer paused on a full store still ran 10 s after SIGKILL"
+	done
+	wait $bgpids 2>/dev/null
+	bgpids=
+	rm -f "$bk/filler" "$mt"/t*
+	echo after >"$mt/after" || fail "a write after the writers died"
+	# SIGTERM with a writer on the rings: the daemon ends
+	dd if=/dev/zero of="$mt/last" bs=1M count=8 status=none 2>/dev/null &
+	bgpids=$!
+	sleep 0.2
+	kill -TERM "$pid"
+	wait_gone "$pid" 600 || fail "the daemon did not end at SIGTERM"
+	pid=
+	for _ in $(seq 300); do alive "$bgpids" || break; sleep 0.1; done
+	alive "$bgpids" && fail "a writer still ran 30 s after the daemon ended"
+	wait $bgpids 2>/dev/null
+	bgpids=
+	mountpoint -q "$mt" && fail "still mounted after SIGTERM"
+	[ "$(cat "$bk/after")" = after ] || fail "data written after the writers died"
+	umount "$top/tiny"
+fi
+echo "mount_uring tests passed"
