@@ -97,12 +97,7 @@ paused 24 || fail "the writers were not paused"
 timeout 10 ls "$mt" >/dev/null || fail "ls did not answer with 24 writers paused"
 timeout 10 stat "$mt/k1" >/dev/null || fail "stat did not answer with 24 writers paused"
 timeout 10 "$W" stat "$mt" >/dev/null || fail "wbcache stat did not answer with 24 writers paused"
-kill -9 $dpids
-for d in $dpids; do
-	for _ in $(seq 100); do alive "$d" || break; sleep 0.1; done
-	alive "$d" && fail "a paused writer survived SIGKILL for 10 s (state $(awk '{print $3}' /proc/$d/stat))"
-done
-wait $dpids 2>/dev/null
+kill_wait "a paused writer" $dpids
 rm -f "$bk/filler"
 do_umount || fail "wbcache umount once space was freed: $(cat "$top/umount.log")"
 

@@ -196,12 +196,7 @@ if mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null; then
 		sleep 0.25
 	done
 	[ "$(statv DeferredReplies)" -ge 40 ] || fail "the writers were not all paused"
-	kill -9 $bgpids
-	for d in $bgpids; do
-		for _ in $(seq 100); do alive "$d" || break; sleep 0.1; done
-		alive "$d" && fail "a writer paused on a full store still ran 10 s after SIGKILL"
-	done
-	wait $bgpids 2>/dev/null
+	kill_wait "a writer paused on a full store" $bgpids
 	bgpids=
 	rm -f "$bk/filler" "$mt"/t*
 	echo after >"$mt/after" || fail "a write after the writers died"

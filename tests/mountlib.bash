@@ -41,6 +41,17 @@ trap cleanup EXIT
 # alive PID: the process runs (a zombie has ended: the daemon is not our
 # child, and the init of a container may not reap it)
 alive() { [ -r "/proc/$1/stat" ] && ! awk '{exit $3 == "Z" ? 0 : 1}' "/proc/$1/stat" 2>/dev/null; }
+# kill_wait WHAT PID...: SIGKILL them; each must be gone within 10 s
+kill_wait() {
+	local what=$1 d
+	shift
+	kill -9 "$@"
+	for d in "$@"; do
+		for _ in $(seq 100); do alive "$d" || break; sleep 0.1; done
+		alive "$d" && fail "$what survived SIGKILL for 10 s (state $(awk '{print $3}' /proc/$d/stat))"
+	done
+	wait "$@" 2>/dev/null
+}
 # wait_gone PID [TENTHS]: wait until the process has ended
 wait_gone() {
 	local i
