@@ -90,7 +90,9 @@
  * only to ask whether a request was interrupted (fuse_req_interrupted,
  * which takes the session's lock, one libfuse never holds while it calls
  * the mount), and the replier calls the engine and answers requests with
- * D.lock released.
+ * D.lock released.  uring.c's locks (a queue's q->lock, the helpers'
+ * H.lock, the start's S.lock) are leaves too: taken with none of these
+ * held, none taken under them (uring.c's header).
  */
 #ifdef NDEBUG
 #define assert_held(m) ((void)(m))
