@@ -46,8 +46,8 @@ typedef struct wbc_file wbc_file;
 struct wbc_config {
 	uint64_t mem_bytes;                /* page arena size; rounded down to pages */
 	uint32_t page_size;                /* power of two, 512 .. 1 MiB; default 4096 */
-	uint32_t dirty_ratio;              /* 1..100 (percent); default 20 */
-	uint64_t dirty_bytes;              /* 0 = use dirty_ratio */
+	uint32_t dirty_ratio;              /* 0..100 (percent; 0 only with dirty_bytes); default 20 */
+	uint64_t dirty_bytes;              /* 0 = use dirty_ratio; else at least 2 pages */
 	uint32_t dirty_background_ratio;   /* 0..100 (percent); default 10 */
 	uint64_t dirty_background_bytes;   /* 0 = use dirty_background_ratio */
 	uint32_t dirty_expire_centisecs;   /* age at which dirty data is written; default 3000 */
@@ -59,13 +59,20 @@ struct wbc_config {
 void wbc_config_init(struct wbc_config *cfg);
 
 /*
+ * NULL when wbc_cache_open() would accept @cfg's values, else why it would
+ * refuse them with -EINVAL: one line of text, static, in the sysctls'
+ * names.  (Whether the memory can be had is known only at the open.)
+ */
+const char *wbc_config_check(const struct wbc_config *cfg);
+
+/*
  * Open a cache.  The page arena (cfg->mem_bytes) is allocated here, once;
  * the cache never allocates page memory afterwards.
  * Returns 0 and sets *out, or -EINVAL for a bad configuration (page size not
  * a power of two or out of range, fewer than 16 pages, ratio above 100,
- * dirty limit of zero), -ENOMEM when the arena cannot be allocated or
- * would not fit in the machine's memory together with its page
- * descriptors (checked before anything is mapped: a refused open commits
+ * dirty limit of zero or below two pages: wbc_config_check() says which),
+ * -ENOMEM when the arena cannot be allocated or would not fit in the
+ * machine's memory together with its page descriptors (checked before anything is mapped: a refused open commits
  * no memory).
  */
 int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out);

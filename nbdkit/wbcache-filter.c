@@ -219,18 +219,10 @@ static int wbcache_config_complete(nbdkit_next_config_complete *next, nbdkit_bac
 {
 	cfg_defaults();
 	uint64_t ps = cfg.page_size;
-	if (cfg.mem_bytes / ps < 16) {
-		nbdkit_error("wbcache-mem: %" PRIu64 " bytes is fewer than 16 pages of %" PRIu64
-			     " bytes (wbcache-page-size)", cfg.mem_bytes, ps);
-		return -1;
-	}
-	if (!cfg.dirty_bytes && !cfg.dirty_ratio) {
-		nbdkit_error("wbcache-dirty-ratio=0 needs wbcache-dirty-bytes: the dirty limit would be zero");
-		return -1;
-	}
-	if (cfg.dirty_bytes && cfg.dirty_bytes < 2 * ps) {
-		nbdkit_error("wbcache-dirty-bytes: %" PRIu64 " is below two pages (%" PRIu64 " bytes)",
-			     cfg.dirty_bytes, 2 * ps);
+	const char *why = wbc_config_check(&cfg);
+	if (why) {
+		nbdkit_error("wbcache: bad cache configuration (wbcache-mem, wbcache-page-size, "
+			     "wbcache-dirty-*): %s", why);
 		return -1;
 	}
 	if (max_io % ps) {

@@ -6,42 +6,51 @@
 
 #include <limits.h>
 
+/* refused by the check, with a reason, and by the open alike */
+#define CHECK_REFUSED(cfgp, cp)                                                     \
+	do {                                                                          \
+		const char *why_ = wbc_config_check(cfgp);                            \
+		CHECK(why_ != NULL && why_[0]);                                       \
+		CHECK_EQ(wbc_cache_open(cfgp, cp), -EINVAL);                          \
+	} while (0)
+
 int main(void)
 {
 	struct wbc_config cfg;
 	wbc_cache *c = NULL;
 
 	/* configuration */
-	CHECK_EQ(wbc_cache_open(NULL, &c), -EINVAL);
+	CHECK_REFUSED(NULL, &c);
 	cfg = t_config(1 << 20, 3000);
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* not a power of two */
+	CHECK_REFUSED(&cfg, &c);          /* not a power of two */
 	cfg = t_config(1 << 20, 0);
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);
+	CHECK_REFUSED(&cfg, &c);
 	cfg = t_config(1 << 20, 256);
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* below 512 */
+	CHECK_REFUSED(&cfg, &c);          /* below 512 */
 	cfg = t_config(64 << 20, 2 << 20);
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* above 1 MiB */
+	CHECK_REFUSED(&cfg, &c);          /* above 1 MiB */
 	cfg = t_config(0, 4096);
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* zero budget */
+	CHECK_REFUSED(&cfg, &c);          /* zero budget */
 	cfg = t_config(15 * 4096, 4096);
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* fewer than 16 pages */
+	CHECK_REFUSED(&cfg, &c);          /* fewer than 16 pages */
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_ratio = 101;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);
+	CHECK_REFUSED(&cfg, &c);
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_background_ratio = 200;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);
+	CHECK_REFUSED(&cfg, &c);
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_ratio = 0;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* no dirty limit at all */
+	CHECK_REFUSED(&cfg, &c);          /* no dirty limit at all */
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_bytes = 100;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), -EINVAL);          /* below two pages */
+	CHECK_REFUSED(&cfg, &c);          /* below two pages */
 	CHECK(c == NULL);
 
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_ratio = 0;
 	cfg.dirty_bytes = 64 << 10;                             /* bytes instead of ratio */
+	CHECK(wbc_config_check(&cfg) == NULL);
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	struct wbc_stats st;
 	CHECK_EQ(wbc_stats(c, &st), 0);

@@ -101,6 +101,27 @@ expect_err "bad rwmix" run randrw --rwmix 101
 out=$($W run dd --dev model:bw=200M --size 16M --fsync-every 4M --mem 16M --quiet) || fail "fsync-every: $out"
 echo "$out" | grep -q "^fsyncs: 4, p50 " || fail "fsync-every: 16M in 4M steps is 4 fsyncs: $out"
 expect_err "bad fsync-every" run dd --fsync-every 0
+# an option the workload would ignore is refused, with the workloads it fits
+expect_msg() {   # expect_msg WHAT PATTERN ARGS... : exit 2 and PATTERN on stderr
+	local what=$1 pat=$2; shift 2
+	out=$($W "$@" 2>&1 >/dev/null); rc=$?
+	[ $rc -eq 2 ] || fail "$what: exit $rc, expected 2"
+	echo "$out" | grep -q -- "$pat" || fail "$what: '$out' lacks '$pat'"
+}
+expect_msg "rwmix on dd" "--rwmix does not apply to dd (only to randrw)" run dd --rwmix 50
+expect_msg "files on randwrite" "--files does not apply to randwrite" run randwrite --files 10
+expect_msg "files on the demonstration" "--files does not apply to dd, the demonstration" run --files 3
+expect_msg "size on fsmark" "--size does not apply to fsmark (only to dd)" run fsmark --size 1M
+expect_msg "file-size on dd" "--file-size does not apply to dd" run dd --file-size 1M
+expect_msg "no-layout on dd" "only to randwrite, jbod, randrw" run dd --no-layout
+for o in "--lat-log $dir/lat" "--fsync-every 1M" --no-fsync; do
+	expect_msg "$o on fsmark" "does not apply to fsmark" run fsmark $o
+done
+# a bad cache configuration names its fault
+expect_msg "dirty-ratio 0" "dirty_ratio 0 needs dirty_bytes" run dd --dirty-ratio 0
+expect_msg "dirty-bytes 1K" "dirty_bytes must be at least two pages" run dd --dirty-bytes 1K
+expect_msg "mem 16K" "at least 16 pages" run dd --mem 16K
+expect_msg "page size 3000" "power of two" run dd --page-size 3000
 expect_err "bad workload" run frobnicate
 expect_err "bad model spec" run dd --dev model:bw=fast
 expect_err "bad threads" run dd --threads 0

@@ -22,6 +22,11 @@ for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_
 	[ -n "$msg" ] || fail "-o $bad: no message"
 	mountpoint -q "$mt" && fail "-o $bad mounted anyway"
 done
+# a refused cache configuration says which value is at fault
+msg=$("$W" mount "$bk" "$mt" -o dirty_ratio=0 2>&1)
+echo "$msg" | grep -q "dirty_ratio 0 needs dirty_bytes" || fail "-o dirty_ratio=0: '$msg'"
+msg=$("$W" mount "$bk" "$mt" -o mem=32K 2>&1)
+echo "$msg" | grep -q "at least 16 pages" || fail "-o mem=32K: '$msg'"
 "$W" mount "$top/nonexistent" "$mt" 2>/dev/null && fail "missing backing dir accepted"
 "$W" mount "$bk" "$top/nonexistent" 2>/dev/null && fail "missing mount point accepted"
 

@@ -123,12 +123,12 @@ bad() {
 	grep -q -- "$want" "$T/bad.out" || fail "$*: no message with '$want': $(cat "$T/bad.out")"
 }
 bad "wbcache-mem" wbcache-mem=lots
-bad "fewer than 16 pages" wbcache-mem=32K
+bad "at least 16 pages" wbcache-mem=32K
 bad "wbcache-page-size.*power of two" wbcache-page-size=3000
 bad "wbcache-page-size.*out of range" wbcache-page-size=2M
 bad "wbcache-dirty-ratio.*out of range" wbcache-dirty-ratio=101
-bad "needs wbcache-dirty-bytes" wbcache-dirty-ratio=0
-bad "wbcache-dirty-bytes.*below two pages" wbcache-dirty-bytes=4K
+bad "dirty_ratio 0 needs dirty_bytes" wbcache-dirty-ratio=0
+bad "dirty_bytes must be at least two pages" wbcache-dirty-bytes=4K
 bad "wbcache-dirty-background-ratio" wbcache-dirty-background-ratio=-1
 bad "wbcache-dirty-expire-centisecs" wbcache-dirty-expire-centisecs=soon
 bad "wbcache-on-error.*retry or drop" wbcache-on-error=ignore

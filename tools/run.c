@@ -950,7 +950,8 @@ static void run_usage(FILE *out)
 "  --file-size); a file grows to hold them, an NBD export must already.\n"
 "  fsmark needs devices of many files.  The report gives each thread's device.\n"
 "\n"
-"options (SIZE: bytes, or with K, M, G, T: powers of 1024):\n"
+"options (SIZE: bytes, or with K, M, G, T: powers of 1024; an option for\n"
+"other workloads than the one run is refused):\n"
 "  --dev SPEC         a device, up to 16 (see devices below); default dir:DIR,\n"
 "                     jbod: four model devices at 25/50/100/200 MB/s\n"
 "  --dir DIR          data directory: the default device dir:DIR (made if\n"
@@ -959,7 +960,7 @@ static void run_usage(FILE *out)
 "  --threads N        writers, 1..1024 (default 1; jbod: per device, default 2)\n"
 "  --size SIZE        dd, the demonstration: bytes in all, split evenly over the\n"
 "                     threads (default 1G; with --time, only the regions of a\n"
-"                     device of one file); the other workloads ignore it\n"
+"                     device of one file); refused by the other workloads\n"
 "  --time SECONDS     run this long (a decimal number): dd instead of --size;\n"
 "                     randwrite, randrw, jbod (default 10); fsmark: at most that\n"
 "  --bs SIZE          bytes per write and read, up to 1G (default dd 1M, others\n"
@@ -1129,7 +1130,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	optind = first;
 	opterr = 0;   /* one line of our own (bad_option), not getopt's and the usage */
 	/* ":": a missing value is told apart from an unknown option */
+	uint64_t given = 0;   /* bit (code - O_DEV): the options given */
 	while (!rc && (c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
+		if (c >= O_DEV && c < O_HELP)
+			given |= 1ull << (c - O_DEV);
 		switch (c) {
 		case O_DEV:
 			if (o->ndev == RUN_MAX_DEVS) {
@@ -1186,6 +1190,28 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "wbcache: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
+	/* an option the workload would ignore is refused, not dropped */
+	static const struct { int code; const char *name; unsigned wls; } only[] = {
+		{ O_SIZE, "--size", 1u << WL_DD },
+		{ O_FILES, "--files", 1u << WL_FSMARK },
+		{ O_RWMIX, "--rwmix", 1u << WL_RANDRW },
+		{ O_FSZ, "--file-size", ~(1u << WL_DD) },
+		{ O_FSYNC_EVERY, "--fsync-every", ~(1u << WL_FSMARK) },
+		{ O_LATLOG, "--lat-log", ~(1u << WL_FSMARK) },
+		{ O_NOFSYNC, "--no-fsync", ~(1u << WL_FSMARK) },
+		{ O_NOLAYOUT, "--no-layout", 1u << WL_RANDWRITE | 1u << WL_RANDRW | 1u << WL_JBOD },
+	};
+	for (size_t i = 0; i < sizeof(only) / sizeof(only[0]); i++)
+		if ((given >> (only[i].code - O_DEV) & 1) && !(only[i].wls >> o->wl & 1)) {
+			char list[64] = "";
+			for (unsigned w = 0; w < WL_NR; w++)
+				if (only[i].wls >> w & 1)
+					snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+						 list[0] ? ", " : "", wl_names[w]);
+			fprintf(stderr, "wbcache: %s does not apply to %s%s (only to %s)\n", only[i].name,
+				wl_names[o->wl], o->demo ? ", the demonstration" : "", list);
+			return 2;
+		}
 	o->time_s = t;
 	o->rwmix = (unsigned)rwmix;
 	o->threads = threads ? (unsigned)threads : (o->wl == WL_JBOD ? 2 : 1);
@@ -1317,8 +1343,9 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	}
 	if (err) {
-		fprintf(stderr, "wbcache: bad cache configuration: %s (page size a power of two "
-			"512..1M, at least 16 pages, ratios 0..100)\n", wbc_strerror(err));
+		const char *why = wbc_config_check(&o->cfg);
+		fprintf(stderr, "wbcache: bad cache configuration: %s\n",
+			why ? why : wbc_strerror(err));
 		return 2;
 	}
 	for (unsigned d = 0; d < o->ndev; d++) {

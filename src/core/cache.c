@@ -24,20 +24,28 @@ void wbc_config_init(struct wbc_config *cfg)
 	cfg->dirty_writeback_centisecs = 500;
 }
 
-static int config_check(const struct wbc_config *cfg)
+const char *wbc_config_check(const struct wbc_config *cfg)
 {
+	if (!cfg)
+		return "no configuration";
 	uint32_t ps = cfg->page_size;
 	if (ps < MIN_PAGE_SIZE || ps > MAX_PAGE_SIZE || (ps & (ps - 1)))
-		return -EINVAL;
+		return "the page size must be a power of two from 512 to 1M";
 	if (cfg->mem_bytes / ps < MIN_PAGES)
-		return -EINVAL;
+		return "the memory must hold at least 16 pages";
 	if (cfg->dirty_ratio > 100 || cfg->dirty_background_ratio > 100)
-		return -EINVAL;
+		return "a ratio is a percentage: 0 to 100";
 	if (!cfg->dirty_bytes && !cfg->dirty_ratio)
-		return -EINVAL;   /* a zero dirty limit could never make progress */
+		return "dirty_ratio 0 needs dirty_bytes (a zero dirty limit could never "
+		       "make progress)";
 	if (cfg->dirty_bytes && cfg->dirty_bytes < 2 * (uint64_t)ps)
-		return -EINVAL;   /* the kernel's floor: two pages */
-	return 0;
+		return "dirty_bytes must be at least two pages";   /* the kernel's floor */
+	return NULL;
+}
+
+static int config_check(const struct wbc_config *cfg)
+{
+	return wbc_config_check(cfg) ? -EINVAL : 0;
 }
 
 /* The calls the lower layers make up: page_alloc's, when no page can be

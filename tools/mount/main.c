@@ -279,7 +279,13 @@ int cmd_mount(int argc, char **argv)
 
 	rc = wbc_cache_open(&cfg, &M.cache);
 	if (rc) {
-		fprintf(stderr, "wbcache mount: bad cache configuration: %s\n", wbc_strerror(rc));
+		const char *why = rc == -EINVAL ? wbc_config_check(&cfg) : NULL;
+		if (why)
+			fprintf(stderr, "wbcache mount: bad cache configuration: %s\n", why);
+		else
+			fprintf(stderr, "wbcache mount: cannot open a cache of %llu MiB: %s%s\n",
+				(unsigned long long)(cfg.mem_bytes >> 20), wbc_strerror(rc),
+				rc == -ENOMEM ? " (mem= may not exceed the machine's memory)" : "");
 		goto out;
 	}
 	char msg[256];
