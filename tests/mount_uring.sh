@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FUSE over io_uring (-o uring=): with the fuse module's enable_uring at N,
-# uring=1 fails with a reason and exit 2 and uring=auto mounts over
-# /dev/fuse; at Y (set here, the old value restored at the end) requests
+# uring=1 fails with a reason and exit 2 and uring=auto (the default)
+# mounts over /dev/fuse; at Y the default uses the rings, uring=0 does not; (set here, the old value restored at the end) requests
 # go through the rings (wbcache stat counts them) and real work runs
 # through them, checked in BACKING_DIR after unmount: tar -x and diff -r,
 # fio --verify=crc32c (psync and io_uring engines), concurrent mkdir and
@@ -39,11 +39,13 @@ echo "$msg" | grep -q "enable_uring" || fail "uring=1 with enable_uring=N: no re
 mountpoint -q "$mt" && fail "uring=1 with enable_uring=N mounted anyway"
 msg=$("$W" mount "$bk" "$mt" -o uring=maybe 2>&1); rc=$?
 [ $rc = 2 ] && [ -n "$msg" ] || fail "uring=maybe: exit $rc ($msg)"
-do_mount "uring=auto"
-echo plain >"$mt/plain"
-[ "$(statv UringQueues)" = 0 ] || fail "uring=auto with enable_uring=N uses rings"
-do_umount || fail "umount (auto, N)"
-[ "$(cat "$bk/plain")" = plain ] || fail "data of the auto mount"
+for o in uring=auto ""; do   # "": the default, auto
+	do_mount "$o"
+	echo plain >"$mt/plain"
+	[ "$(statv UringQueues)" = 0 ] || fail "'$o' with enable_uring=N uses rings"
+	do_umount || fail "umount ('$o', N)"
+	[ "$(cat "$bk/plain")" = plain ] || fail "data of the '$o' mount"
+done
 
 # ---- enable_uring=Y; a registration that fails after INIT asked for
 # io_uring (the kernel then waits for the rings): auto falls back to
@@ -61,9 +63,14 @@ msg=$(WBCACHE_MOUNT_URING_FAIL=1 "$W" mount "$bk" "$mt" -o uring=1 2>&1); rc=$?
 [ $rc = 2 ] || fail "uring=1 with a failed registration: exit $rc, not 2 ($msg)"
 echo "$msg" | grep -q "registration failed" || fail "uring=1 with a failed registration: $msg"
 mountpoint -q "$mt" && fail "uring=1 with a failed registration mounted anyway"
-do_mount "uring=auto"
-[ "$(statv UringQueues)" = "$ncpu" ] || fail "uring=auto with enable_uring=Y uses no rings"
-do_umount || fail "umount (auto, Y)"
+for o in uring=auto ""; do
+	do_mount "$o"
+	[ "$(statv UringQueues)" = "$ncpu" ] || fail "'$o' with enable_uring=Y uses no rings"
+	do_umount || fail "umount ('$o', Y)"
+done
+do_mount "uring=0"
+[ "$(statv UringQueues)" = 0 ] || fail "uring=0 with enable_uring=Y uses rings"
+do_umount || fail "umount (uring=0, Y)"
 
 # ---- the rings serve requests
 do_mount "uring=1,mem=256M"

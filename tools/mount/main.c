@@ -205,7 +205,7 @@ int cmd_mount(int argc, char **argv)
 	char *optcopy = opts ? strdup(opts) : NULL;
 	enum dio_mode dio = DIO_AUTO;
 	struct mopts mo = { .entry = TIMEOUT_DEFAULT, .attr = TIMEOUT_DEFAULT, .negative = TIMEOUT_DEFAULT,
-			     .threads = 16, .idle_threads = 16, .uring = URING_OFF };
+			     .threads = 16, .idle_threads = 16, .uring = URING_AUTO };
 	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
@@ -358,7 +358,14 @@ int cmd_mount(int argc, char **argv)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);
 	if (replier_start())
 		logmsg("no replier thread: throttled writes hold their worker");
-	if (mo.uring != URING_OFF) {
+	/* auto where the module offers nothing: /dev/fuse alone, no rings
+	 * made (said where -o uring=auto was asked for) */
+	if (mo.uring == URING_AUTO && !uring_enabled()) {
+		if (mo.uring_given)
+			logmsg("-o uring=auto: requests go through /dev/fuse: the kernel does not "
+			       "offer FUSE over io_uring (/sys/module/fuse/parameters/enable_uring "
+			       "is not Y)");
+	} else if (mo.uring != URING_OFF) {
 		/* INIT is answered here, before the mount is reported up, so
 		 * uring=1 fails the mount with its reason */
 		char why[256];

@@ -256,6 +256,9 @@ void conn_uring_want(bool want);
 bool conn_uring_granted(void);
 size_t conn_uring_payload(void);
 
+/* Whether the fuse module offers FUSE over io_uring to new mounts (its
+ * enable_uring parameter is Y); false where the kernel has none. */
+bool uring_enabled(void);
 /* uring.c: FUSE over io_uring.  uring_begin reads and answers INIT (call
  * it after conn_hook, before the session loop): 0 when requests come
  * through the rings, else -errno with the reason in @why (INIT answered
@@ -280,6 +283,7 @@ struct mopts {
 	bool clone_fd;
 	bool no_readdirplus;            /* -o readdirplus=0 */
 	enum uring_mode uring;          /* -o uring= */
+	bool uring_given;               /* ... given, not the default */
 };
 void mount_usage(FILE *out);
 /* Set the backing file of @n to @size (a remote backend's files: the

@@ -53,9 +53,9 @@ void mount_usage(FILE *out)
 "                                     FUSE workers (default 16, 16, 0)\n"
 "     uring=auto|1|0                  requests through io_uring, one queue and\n"
 "                                     thread per CPU (Linux 6.14+, the fuse\n"
-"                                     module's enable_uring=Y); auto: where the\n"
-"                                     kernel offers it; 1: or fail; 0: never\n"
-"                                     (default)\n"
+"                                     module's enable_uring=Y); auto (default):\n"
+"                                     where the kernel offers it; 1: or fail;\n"
+"                                     0: never\n"
 "     allow_other, allow_root, auto_unmount, ro, nodev, nosuid, noexec,\n"
 "     noatime, ...                    FUSE and mount options\n"
 "\n"
@@ -217,6 +217,7 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			if (!strcmp(val, "auto") || !strcmp(val, "1") || !strcmp(val, "0")) {
 				mo->uring = !strcmp(val, "auto") ? URING_AUTO :
 					    val[0] == '1' ? URING_ON : URING_OFF;
+				mo->uring_given = true;
 				continue;
 			}
 			fprintf(stderr, "wbcache mount: bad value for uring: '%s' (auto, 1 or 0)\n", val);

@@ -784,6 +784,15 @@ static unsigned possible_cpus(void)
 	return count;
 }
 
+bool uring_enabled(void)
+{
+	FILE *f = fopen("/sys/module/fuse/parameters/enable_uring", "re");
+	int c = f ? fgetc(f) : EOF;
+	if (f)
+		fclose(f);
+	return c == 'Y' || c == 'y' || c == '1';
+}
+
 int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *why, size_t len)
 {
 	sess = se;
