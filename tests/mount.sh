@@ -161,7 +161,7 @@ cmp "$top/t" "$bk/t" || fail "truncated file not written back"
 grep -q U "$bk/gone" && fail "unlinked data written"
 
 # ---- more files than the daemon may hold descriptors (root: file handles);
-# the foreground mode (-f)
+# the foreground mode (-f), ended by SIGTERM with a directory open
 if [ "$(id -u)" = 0 ]; then
 	( ulimit -n 256; exec "$W" mount "$bk" "$mt" -f ) 2>"$top/mount.log" &
 	fgpid=$!
@@ -173,8 +173,13 @@ if [ "$(id -u)" = 0 ]; then
 	n=$(ls /proc/$pid/fd | wc -l)
 	[ "$n" -lt 256 ] || fail "the daemon holds $n descriptors"
 	[ "$(cat "$mt/many/777")" = 777 ] || fail "file content with few descriptors"
-	do_umount || fail "unmount after many files: $(cat "$top/umount.log")"
-	wait "$fgpid" || fail "foreground mount exit status $?"
+	# ended by SIGTERM while a program holds a directory open: the
+	# handle the kernel never releases is freed at exit (a sanitizer
+	# build's leak check fails the exit status otherwise)
+	exec 3<"$mt/many"
+	do_umount TERM || fail "SIGTERM with a directory open"
+	exec 3<&-
+	wait "$fgpid" || fail "foreground mount exit status $? (SIGTERM): $(tail -5 "$top/mount.log")"
 	[ "$(ls "$bk/many" | wc -l)" = 1500 ] && [ "$(cat "$bk/many/1500")" = 1500 ] ||
 		fail "many files not written back"
 fi

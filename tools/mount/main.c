@@ -400,6 +400,7 @@ out:
 		fuse_remove_signal_handlers(se);
 		fuse_session_destroy(se);
 	}
+	dirs_close_all();
 	if (M.cache) {
 		/* everything is written back here.  An error met on the way
 		 * (a full file system, since freed) that left nothing at risk

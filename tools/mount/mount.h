@@ -92,7 +92,8 @@
  * the mount), and the replier calls the engine and answers requests with
  * D.lock released.  uring.c's locks (a queue's q->lock, the helpers'
  * H.lock, the start's S.lock) are leaves too: taken with none of these
- * held, none taken under them (uring.c's header).
+ * held, none taken under them (uring.c's header); so is ops.c's Dirs.lock
+ * (the open directory handles).
  */
 #ifdef NDEBUG
 #define assert_held(m) ((void)(m))
@@ -259,6 +260,9 @@ size_t conn_uring_payload(void);
 /* Whether the fuse module offers FUSE over io_uring to new mounts (its
  * enable_uring parameter is Y); false where the kernel has none. */
 bool uring_enabled(void);
+/* ops.c: close the directory handles the kernel never released (at exit,
+ * after the session loop). */
+void dirs_close_all(void);
 /* uring.c: FUSE over io_uring.  uring_begin reads and answers INIT (call
  * it after conn_hook, before the session loop): 0 when requests come
  * through the rings, else -errno with the reason in @why (INIT answered

@@ -712,7 +712,46 @@ struct dirh {
 	DIR *dp;
 	struct dirent *entry;
 	off_t offset;
+	struct dirh *prev, *next;   /* on Dirs.open, under Dirs.lock */
 };
+
+/* The open directory handles: those the kernel never released (the
+ * daemon ended by a signal while a program held a directory open) are
+ * closed at exit.  Dirs.lock is a leaf (mount.h). */
+static struct {
+	pthread_mutex_t lock;
+	struct dirh *open;
+} Dirs = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void dirh_link(struct dirh *d)
+{
+	pthread_mutex_lock(&Dirs.lock);
+	d->next = Dirs.open;
+	if (d->next)
+		d->next->prev = d;
+	Dirs.open = d;
+	pthread_mutex_unlock(&Dirs.lock);
+}
+
+static void dirh_free(struct dirh *d)
+{
+	pthread_mutex_lock(&Dirs.lock);
+	if (d->prev)
+		d->prev->next = d->next;
+	else
+		Dirs.open = d->next;
+	if (d->next)
+		d->next->prev = d->prev;
+	pthread_mutex_unlock(&Dirs.lock);
+	closedir(d->dp);
+	free(d);
+}
+
+void dirs_close_all(void)
+{
+	while (Dirs.open)
+		dirh_free(Dirs.open);
+}
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -727,8 +766,10 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, e);
 		return;
 	}
+	dirh_link(d);
 	fi->fh = (uint64_t)(uintptr_t)d;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		dirh_free(d);   /* interrupted: no RELEASEDIR will come */
 }
 
 /*
@@ -816,9 +857,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
-	closedir(d->dp);
-	free(d);
+	dirh_free((struct dirh *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
