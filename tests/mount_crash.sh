@@ -61,6 +61,15 @@ for k in $(seq "$KILLS"); do
 		python3 "$top/writer.py" "$mt" "$top/ack.log" $mode $((k * 10 + ${#mode})) 2>/dev/null &
 		wpids="$wpids $!"
 	done
+	# each writer has had a write acknowledged (an interpreter may take a
+	# second to start on a loaded machine), then the kill comes at a
+	# random point of the writes that follow
+	for _ in $(seq 600); do
+		[ "$(awk '{ print $1 }' "$top/ack.log" | sort -u | wc -l)" -ge 5 ] && break
+		sleep 0.1
+	done
+	[ "$(awk '{ print $1 }' "$top/ack.log" | sort -u | wc -l)" -ge 5 ] ||
+		fail "kill $k: a writer had no write acknowledged in 60 s: $(cut -d' ' -f1 "$top/ack.log" | sort | uniq -c)"
 	sleep "0.$((RANDOM % 5 + 1))"
 	kill -9 "$pid"
 	wait_gone "$pid" 100 || fail "the daemon survived kill -9"
