@@ -221,13 +221,6 @@ void node_hold_fd(struct node *n);
 void node_drop_fd(struct node *n);
 struct file_handle *handle_of(int fd);
 int open_backing(void *ctx, const char *name, int flags);
-/* The flags the engine's device opens files with (0: not known yet); a
- * descriptor of a file just made with them, offered to the next
- * engine_open of its node in this thread (fresh_drop closes it if not
- * taken). */
-int fresh_flags(void);
-void fresh_offer(int fd, int flags);
-void fresh_drop(void);
 int engine_open(struct node *n, wbc_file **out);
 int stat_node(struct node *n, struct stat *st);
 int stat_node_fd(struct node *n, int fd, struct stat *st);

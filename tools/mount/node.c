@@ -15,32 +15,6 @@
  * callback runs inside wbc_file_open, in the same thread). */
 static __thread struct node *opening;
 
-/* A descriptor of a file this thread just made (create), already open
- * with the flags the engine's device opens its files with: the opener
- * takes it instead of opening the file again (one open_by_handle_at and
- * one close less per create).  The flags: learnt from the opener's calls
- * (0 until the first). */
-static __thread struct { int fd; int flags; } fresh = { .fd = -1 };
-static _Atomic int backing_flags;
-
-int fresh_flags(void)
-{
-	return atomic_load_explicit(&backing_flags, memory_order_relaxed);
-}
-
-void fresh_offer(int fd, int flags)
-{
-	fresh.fd = fd;
-	fresh.flags = flags;
-}
-
-void fresh_drop(void)
-{
-	if (fresh.fd >= 0)
-		close(fresh.fd);
-	fresh.fd = -1;
-}
-
 static size_t hkey(dev_t dev, ino_t ino, size_t size)
 {
 	uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)ino * 0xc2b2ae3d27d4eb4full);
@@ -272,16 +246,6 @@ int open_backing(void *ctx, const char *name, int flags)
 {
 	(void)ctx;
 	int fd;
-	atomic_store_explicit(&backing_flags, flags, memory_order_relaxed);
-	if (fresh.fd >= 0 && fresh.flags == flags && opening) {
-		char want[32];
-		gen_name(opening, want, sizeof(want));
-		if (!strcmp(want, name)) {
-			fd = fresh.fd;
-			fresh.fd = -1;
-			return fd;
-		}
-	}
 	if (M.handles) {
 		/* any thread, any time: the name is the handle */
 		struct file_handle *fh = handle_parse(name);

@@ -473,17 +473,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	struct node *p = node_of(parent);
 	int pf = nfd(p);
-	/* O_NONBLOCK: an existing FIFO of the name must not block the worker.
-	 * A new file is made open as the engine's device opens its files
-	 * (read-write, O_DIRECT...; never O_NONBLOCK, which would make its
-	 * io_uring writes fail with EAGAIN), for the engine to take (dir:
-	 * devices; where the flags are not known yet, read-only) */
+	/* O_NONBLOCK: an existing FIFO of the name must not block the worker */
 	const int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (fi->flags & O_TRUNC);
-	const int dev_flags = M.remote ? 0 : fresh_flags();
-	int fd = pf < 0 ? -1 : openat(pf, name, (dev_flags ? dev_flags | O_NOFOLLOW | O_CLOEXEC : how) |
-				      O_CREAT | O_EXCL, mode);
-	if (fd < 0 && dev_flags && errno == EINVAL)   /* O_DIRECT refused here */
-		fd = openat(pf, name, how | O_CREAT | O_EXCL, mode);
+	int fd = pf < 0 ? -1 : openat(pf, name, how | O_CREAT | O_EXCL, mode);
 	bool made = fd >= 0;
 	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL))
 		fd = openat(pf, name, how);
@@ -503,19 +495,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	else if (!S_ISREG(st.st_mode)) {
 		close(fd);
 		err = -EISDIR;
-	} else {
-		/* the engine takes a copy of a descriptor made with its flags */
-		int keep = made && dev_flags && M.handles ? dup(fd) : -1;
+	} else
 		err = enter_node(fd, &st, &e);   /* takes fd */
-		if (keep >= 0)
-			fresh_offer(keep, dev_flags);
-	}
 	if (!err && !(err = open_common(req, node_of(e.ino), fi, made))) {
-		fresh_drop();
 		fuse_reply_create(req, &e, fi);
 		return;
 	}
-	fresh_drop();
 	if (e.ino)
 		forget_one(e.ino, 1);   /* the kernel is told of no entry */
 	fuse_reply_err(req, -err);
