@@ -224,6 +224,8 @@ install: all
 	install -m 644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -d $(DESTDIR)$(NBDKIT_FILTERDIR)
 	install -m 755 $(NBDKIT_FILTER) $(DESTDIR)$(NBDKIT_FILTERDIR)/
+	@# the dynamic linker learns of the new library (a real install, as root)
+	$(if $(DESTDIR),,if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi)
 
 clean:
 	rm -rf build

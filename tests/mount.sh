@@ -28,6 +28,14 @@ echo "$msg" | grep -q "dirty_ratio 0 needs dirty_bytes" || fail "-o dirty_ratio=
 msg=$("$W" mount "$bk" "$mt" -o mem=32K 2>&1)
 echo "$msg" | grep -q "at least 16 pages" || fail "-o mem=32K: '$msg'"
 "$W" mount "$top/nonexistent" "$mt" 2>/dev/null && fail "missing backing dir accepted"
+# a command line that is not whole: one line that says what is missing
+for args in "$bk" "$bk $mt -o"; do
+	msg=$("$W" mount $args 2>&1); rc=$?
+	[ $rc -eq 2 ] && [ "$(echo "$msg" | wc -l)" = 1 ] || fail "mount $args: exit $rc: $msg"
+done
+: >"$top/plain"
+msg=$("$W" mount "$top/plain" "$mt" 2>&1)
+[ "$msg" = "wbcache mount: $top/plain: not a directory" ] || fail "a file as BACKING_DIR: $msg"
 "$W" mount "$bk" "$top/nonexistent" 2>/dev/null && fail "missing mount point accepted"
 
 # ---- write, read back, verify; data in BACKING_DIR after fsync
@@ -183,6 +191,21 @@ if [ "$(id -u)" = 0 ]; then
 	[ "$(ls "$bk/many" | wc -l)" = 1500 ] && [ "$(cat "$bk/many/1500")" = 1500 ] ||
 		fail "many files not written back"
 fi
+
+# ---- a second mount on a wbcache mount is refused; after the daemon
+# is killed, a mount there is refused with the way out, and wbcache
+# umount clears the dead mount (exit 1: what was cached is lost)
+do_mount ""
+msg=$("$W" mount "$bk" "$mt" 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q "a wbcache mount already" || fail "a mount stacked: $rc $msg"
+[ "$(grep -c " $mt fuse.wbcache " /proc/self/mounts)" = 1 ] || fail "two mounts stacked on $mt"
+kill -9 "$pid"; wait_gone "$pid" 100 || fail "the daemon survived kill -9"
+msg=$("$W" mount "$bk" "$mt" 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q "fusermount3 -u" || fail "a mount on a dead one: $rc $msg"
+msg=$("$W" umount "$mt" 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$msg" | grep -q "daemon had ended" || fail "umount of a dead mount: $rc $msg"
+mountpoint -q "$mt" && fail "the dead mount is still there after wbcache umount"
+pid=
 
 # ---- unmount by SIGTERM writes back too
 do_mount "dirty_writeback_centisecs=0"

@@ -186,16 +186,21 @@ int cmd_mount(int argc, char **argv)
 			opts = argv[++i];
 		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
 			opts = argv[i] + 2;
+		} else if (!strcmp(argv[i], "-o")) {
+			fprintf(stderr, "wbcache mount: -o needs options (see wbcache mount --help)\n");
+			return 2;
 		} else if (argv[i][0] == '-' || npos == 2) {
-			fprintf(stderr, "wbcache mount: unexpected argument '%s'\n", argv[i]);
-			mount_usage(stderr);
+			fprintf(stderr, "wbcache mount: unexpected argument '%s' (see wbcache mount "
+				"--help)\n", argv[i]);
 			return 2;
 		} else {
 			pos[npos++] = argv[i];
 		}
 	}
 	if (npos != 2) {
-		mount_usage(stderr);
+		fprintf(stderr, "wbcache mount: %s (usage: wbcache mount BACKING_DIR MOUNTPOINT "
+			"[-o OPTS] [-f]; see --help)\n", npos ? "no MOUNTPOINT" : "no BACKING_DIR and "
+			"MOUNTPOINT");
 		return 2;
 	}
 	struct wbc_config cfg;
@@ -231,15 +236,34 @@ int cmd_mount(int argc, char **argv)
 	struct fuse_session *se = NULL;
 	struct stat st;
 	M.backing = realpath(pos[0], NULL);
-	if (!M.backing || stat(M.backing, &st) || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "wbcache mount: %s: %s\n", pos[0],
-			!M.backing || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
+	if (!M.backing || stat(M.backing, &st)) {
+		fprintf(stderr, "wbcache mount: %s: %s\n", pos[0], strerror(errno));
+		goto out;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wbcache mount: %s: not a directory\n", pos[0]);
 		goto out;
 	}
 	mountpoint = realpath(pos[1], NULL);
-	if (!mountpoint || stat(mountpoint, &st) || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "wbcache mount: mount point %s: %s\n", pos[1],
-			!mountpoint || errno ? strerror(errno ? errno : ENOTDIR) : "not a directory");
+	if (!mountpoint || stat(mountpoint, &st)) {
+		int e = errno;
+		fprintf(stderr, "wbcache mount: mount point %s: %s%s%s%s\n", pos[1], strerror(e),
+			e == ENOTCONN ? " (a mount whose daemon has ended: `fusermount3 -u " : "",
+			e == ENOTCONN ? pos[1] : "", e == ENOTCONN ? "` clears it)" : "");
+		goto out;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wbcache mount: mount point %s: not a directory\n", pos[1]);
+		goto out;
+	}
+	/* a second mount stacked on a wbcache mount would hide it: refused */
+	if (getxattr(mountpoint, STATS_XATTR, NULL, 0) >= 0 || errno == ENOTCONN) {
+		if (errno == ENOTCONN)
+			fprintf(stderr, "wbcache mount: mount point %s: a mount whose daemon has ended "
+				"is there (`fusermount3 -u %s` clears it)\n", mountpoint, mountpoint);
+		else
+			fprintf(stderr, "wbcache mount: %s is a wbcache mount already (`wbcache "
+				"umount %s` first)\n", mountpoint, mountpoint);
 		goto out;
 	}
 	M.root_fd = open(M.backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -454,6 +478,46 @@ out:
  * back first (a write error is reported and nothing is unmounted: the data
  * stays in the cache), then unmounts and waits for the daemon to end.
  */
+/* Whether /proc/self/mounts lists a wbcache mount at @path (which need
+ * not be reachable: its daemon may be gone). */
+static bool wbcache_mount_listed(const char *path)
+{
+	char abs[PATH_MAX + 2], cwd[PATH_MAX];
+	if (path[0] == '/')
+		snprintf(abs, sizeof(abs), "%s", path);
+	else if (getcwd(cwd, sizeof(cwd)))
+		snprintf(abs, sizeof(abs), "%s/%s", cwd, path);
+	else
+		return false;
+	size_t len = strlen(abs);
+	while (len > 1 && abs[len - 1] == '/')
+		abs[--len] = '\0';
+	FILE *f = fopen("/proc/self/mounts", "re");
+	if (!f)
+		return false;
+	char line[2 * PATH_MAX], dir[PATH_MAX], type[64];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%*s %4095s %63s", dir, type) != 2 || strcmp(type, "fuse.wbcache"))
+			continue;
+		/* the kernel writes space, tab, newline and backslash as \ooo */
+		char *w = dir;
+		for (const char *r = dir; *r; r++) {
+			unsigned o;
+			if (r[0] == '\\' && sscanf(r + 1, "%3o", &o) == 1) {
+				*w++ = (char)o;
+				r += 3;
+			} else {
+				*w++ = *r;
+			}
+		}
+		*w = '\0';
+		found = !strcmp(dir, abs);
+	}
+	fclose(f);
+	return found;
+}
+
 int cmd_umount(int argc, char **argv)
 {
 	if (argc != 2 || argv[1][0] == '-') {
@@ -466,6 +530,21 @@ int cmd_umount(int argc, char **argv)
 	const char *mnt = argv[1];
 	char buf[4096];
 	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
+	if (n < 0 && errno == ENOTCONN && wbcache_mount_listed(mnt)) {
+		/* the daemon is gone (killed, crashed): nothing can be written
+		 * back any more; the dead mount is cleared */
+		pid_t child;
+		char *fargv[] = { "fusermount3", "-u", (char *)mnt, NULL };
+		int ws = 0, rc = posix_spawnp(&child, "fusermount3", NULL, NULL, fargv, environ);
+		if (!rc)
+			while (waitpid(child, &ws, 0) < 0 && errno == EINTR)
+				;
+		bool cleared = !rc && WIFEXITED(ws) && !WEXITSTATUS(ws);
+		fprintf(stderr, "wbcache umount: %s: the mount's daemon had ended (killed or crashed): "
+			"%s; what it had not written back is lost (fsync'd data is on the store)\n",
+			mnt, cleared ? "unmounted" : "`fusermount3 -u` failed too");
+		return 1;
+	}
 	if (n < 0) {
 		fprintf(stderr, "wbcache umount: %s: %s\n", mnt,
 			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
