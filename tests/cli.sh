@@ -41,6 +41,8 @@ expect_err "stray argument" run extra
 expect_err "mount without directories" mount
 expect_err "mount with one directory" mount "$dir"
 expect_err "stat without a mount point" stat
+expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
+$W rados-unlock --help | grep -q "^usage: wbcache rados-unlock" || fail "rados-unlock --help"
 $W --help | grep -q "mount BACKING_DIR" || fail "--help does not list mount"
 $W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists no tunables"
 
@@ -117,6 +119,12 @@ expect_msg "no-layout on dd" "only to randwrite, jbod, randrw" run dd --no-layou
 for o in "--lat-log $dir/lat" "--fsync-every 1M" --no-fsync; do
 	expect_msg "$o on fsmark" "does not apply to fsmark" run fsmark $o
 done
+# an output file that cannot be written is refused before the run
+for o in --json --trace --plot --lat-log; do
+	expect_msg "$o in a missing directory" "$o $dir/none/x: cannot write it" run dd --dev mem --size 1M $o "$dir/none/x"
+done
+expect_msg "size 0" "bad value '0' for --size" run dd --size 0
+$W run -h | grep -q "^usage: wbcache run" || fail "run -h prints no usage"
 # a bad cache configuration names its fault
 expect_msg "dirty-ratio 0" "dirty_ratio 0 needs dirty_bytes" run dd --dirty-ratio 0
 expect_msg "dirty-bytes 1K" "dirty_bytes must be at least two pages" run dd --dirty-bytes 1K

@@ -52,6 +52,8 @@ cmp "$top/model" "$bk/synced" || fail "backing file differs after fsync"
 grep -q '^BdiReclaimable: *[1-9]' "$top/stat" || fail "stat shows no dirty data: $(cat "$top/stat")"
 grep -q '^b_dirty: *[1-9]' "$top/stat" || fail "stat shows no dirty files"
 "$W" stat "$top" 2>/dev/null && fail "stat of a non-mount succeeded"
+"$W" stat "$mt" --json | python3 -c 'import json, sys; json.load(sys.stdin)' ||
+	fail "wbcache stat MOUNTPOINT --json (options after the mount point)"
 "$W" stat --json "$mt" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

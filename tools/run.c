@@ -779,7 +779,7 @@ static void report(double secs)
 						(unsigned long long)o->bs);
 			}
 		if (!lf || fclose(lf))
-			fprintf(stderr, "wbcache: cannot write %s\n", o->lat_log);
+			fprintf(stderr, "wbcache: cannot write %s: %s\n", o->lat_log, strerror(errno));
 		if (ll && nl) {
 			qsort(ll, nl, sizeof(*ll), cmp_u64);
 			printf("write latency: %zu writes, p50 %.3f ms, p99 %.3f ms, max %.1f ms "
@@ -1131,7 +1131,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	opterr = 0;   /* one line of our own (bad_option), not getopt's and the usage */
 	/* ":": a missing value is told apart from an unknown option */
 	uint64_t given = 0;   /* bit (code - O_DEV): the options given */
-	while (!rc && (c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
+	while (!rc && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
 		if (c >= O_DEV && c < O_HELP)
 			given |= 1ull << (c - O_DEV);
 		switch (c) {
@@ -1144,7 +1144,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case O_DIR: o->dir = optarg; break;
 		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads); if (!rc && !threads) rc = bad("--threads", optarg); break;
-		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); break;
+		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); if (!rc && !o->size) rc = bad("--size", optarg); break;
 		case O_TIME: {
 			char *end;
 			t = strtod(optarg, &end);
@@ -1180,6 +1180,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_QUIET: o->quiet = true; break;
 		case O_NOLAYOUT: o->no_layout = true; break;
 		case O_KEEP: o->keep = true; break;
+		case 'h':
 		case O_HELP: run_usage(stdout); return 1;
 		default: return bad_option(c, argv, lo);
 		}
@@ -1285,7 +1286,7 @@ static _Noreturn void give_up(pthread_t sampler)
 	atomic_store(&R.abandon, true);
 	pthread_join(sampler, NULL);
 	uint64_t bytes = atomic_load(&R.bytes_done), ops = atomic_load(&R.ops_done);
-	printf("\n%s: did not finish in %.0f s (--deadline): %.1f MiB written, %llu operations; "
+	printf("\n%s: did not finish in %g s (--deadline): %.1f MiB written, %llu operations; "
 	       "giving up\n", wl_names[o->wl], o->deadline_s, (double)bytes / MiB,
 	       (unsigned long long)ops);
 	if (o->json) {
@@ -1334,6 +1335,21 @@ int cmd_run(int argc, char **argv)
 	if ((uses_dir || o->demo) && mkdir(o->dir, 0755) && errno != EEXIST) {
 		fprintf(stderr, "wbcache: cannot create %s: %s\n", o->dir, strerror(errno));
 		return 1;
+	}
+	/* the files the run writes at its end can be written: known before
+	 * the run, not after it */
+	const char *outs[][2] = { { "--trace", o->trace }, { "--plot", o->plot },
+				  { "--json", o->json }, { "--lat-log", o->lat_log } };
+	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+		if (!outs[i][1])
+			continue;
+		int fd = open(outs[i][1], O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			fprintf(stderr, "wbcache: %s %s: cannot write it: %s\n", outs[i][0], outs[i][1],
+				strerror(errno));
+			return 2;
+		}
+		close(fd);
 	}
 	int err = wbc_cache_open(&o->cfg, &R.cache);
 	if (err == -ENOMEM) {

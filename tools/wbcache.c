@@ -62,9 +62,15 @@ static void usage(FILE *out)
  * 2 usage. */
 static int cmd_rados_unlock(int argc, char **argv)
 {
+	static const char use[] = "usage: wbcache rados-unlock rados:POOL[/PREFIX][,conf=PATH,"
+				  "id=NAME] NAME\n";
+	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs(use, stdout);
+		return 0;
+	}
 	if (argc != 3 || strncmp(argv[1], "rados:", 6)) {
-		fprintf(stderr, "usage: wbcache rados-unlock rados:POOL[/PREFIX][,conf=PATH,id=NAME] "
-			"NAME\n");
+		fprintf(stderr, "wbcache rados-unlock: %s\n%s", argc != 3 ? "needs a SPEC and a NAME" :
+			"the SPEC must start with rados:", use);
 		return 2;
 	}
 	char msg[512];

@@ -129,22 +129,36 @@ static void print_json(char *text)
 
 int cmd_stat(int argc, char **argv)
 {
-	bool json = argc == 3 && !strcmp(argv[1], "--json");
-	if (json) {
-		argv++;
-		argc--;
+	static const char use[] = "usage: wbcache stat [--json] MOUNTPOINT\n"
+		"prints the live statistics of a wbcache mount (--json: as one JSON object)\n";
+	bool json = false, help = false;
+	const char *mnt = NULL, *bad = NULL;
+	for (int i = 1; i < argc; i++) {   /* in any order */
+		if (!strcmp(argv[i], "--json"))
+			json = true;
+		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			help = true;
+		else if (argv[i][0] == '-' || mnt)
+			bad = bad ? bad : argv[i];
+		else
+			mnt = argv[i];
 	}
-	if (argc != 2 || argv[1][0] == '-') {
-		bool help = argc == 2 && !strcmp(argv[1], "--help");
-		fprintf(help ? stdout : stderr,
-			"usage: wbcache stat [--json] MOUNTPOINT\n"
-			"prints the live statistics of a wbcache mount (--json: as one JSON object)\n");
-		return help ? 0 : 2;
+	if (help) {
+		fputs(use, stdout);
+		return 0;
+	}
+	if (bad || !mnt) {
+		if (bad)
+			fprintf(stderr, "wbcache stat: unexpected argument '%s'\n", bad);
+		else
+			fprintf(stderr, "wbcache stat: no MOUNTPOINT\n");
+		fputs(use, stderr);
+		return 2;
 	}
 	char buf[4096];
-	ssize_t n = getxattr(argv[1], STATS_XATTR, buf, sizeof(buf) - 1);
+	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
 	if (n < 0) {
-		fprintf(stderr, "wbcache stat: %s: %s\n", argv[1],
+		fprintf(stderr, "wbcache stat: %s: %s\n", mnt,
 			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
 		return 1;
 	}
