@@ -14,7 +14,16 @@
 #      fsyncs' latency, and the longest stall of the writer (the longest
 #      gap between two writes' completions);
 #   3. the same with the OSD killed (SIGKILL) at 10 s and started again at
-#      20 s: what each lost and how long its writer stalled.
+#      20 s: what each lost, how long its writer stalled, how long the OSD
+#      took to be up again (the kill to the monitor's "osd.0 ... boot",
+#      which varies with the machine's load) and how long the writer
+#      stalled after that (its stall less the OSD's time down; the stall
+#      begins in the fdatasync waiting at the kill, up to one fdatasync's
+#      time before it).  Before each of these runs the OSD is restarted
+#      and waited for: an OSD's start replays the write-ahead log of every
+#      small write since its last start (deferred writes: here all 4 KiB
+#      ones), so without it the first killed run's restart replayed the
+#      runs before it too (1 GB against 0.2 GB: 20 s of boot against 8).
 # Both start from empty storage (wbcache --no-layout, a fresh image), so
 # that every run writes the same way.  Latency timelines of 2 and 3 (the
 # longest write latency per 100 ms, both programs) go to
@@ -68,15 +77,33 @@ b=$(fio_json "$top/s.json" "int(j['write']['bw_bytes'] / 1e6)")
 printf '%-60s %8s %8s %s\n' "stream (MB/s)" wbcache fio "wbcache/fio"
 printf '%-60s %8s %8s %.2fx\n' "${SIZE_MB} MiB, 1 MiB writes + fsync (fio rados, iodepth 32)" "$a" "$b" "$(ratio "$a" "$b")"
 
-# randwrite KILL(0|1): one run of each, their logs in $top/{wb,rbd}-KILL.log
+monlog=$cl/log/mon.a.log
+boots() { grep -c ' osd\.0 .* boot$' "$monlog" || true; }
+# Kill the OSD and start it again, and wait until the pool takes writes:
+# a clean start for a run that kills it.
+fresh_osd() {
+	local nb
+	nb=$(boots)
+	scripts/ceph-test-cluster kill-osd "$cl" 0
+	scripts/ceph-test-cluster start-osd "$cl" 0
+	for _ in $(seq 1200); do [ "$(boots)" -gt "$nb" ] && break; sleep 0.1; done
+	for _ in $(seq 600); do timeout 5 rados -p wbc put .probe "$conf" 2>/dev/null && break; sleep 0.1; done
+	rados -p wbc rm .probe 2>/dev/null || true
+}
+# randwrite KILL(0|1): one run of each, their logs in $top/{wb,rbd}-KILL.log;
+# with KILL, the kill's time and the OSD's boot after it (seconds since
+# the epoch; the monitor's log in UTC) in $top/{wb,rbd}.down
 randwrite() {
-	local kill=$1 killer
+	local kill=$1 killer nb
 	for who in wb rbd; do
 		purge
 		[ $who = rbd ] && rbd create --size "${FILE_MB}M" wbc/img >/dev/null
 		killer=
 		if [ "$kill" = 1 ]; then
-			( sleep 10; scripts/ceph-test-cluster kill-osd "$cl" 0
+			fresh_osd
+			nb=$(boots)
+			( sleep 10; date +%s.%N >"$top/$who.down"
+			  scripts/ceph-test-cluster kill-osd "$cl" 0
 			  sleep 10; scripts/ceph-test-cluster start-osd "$cl" 0 ) &
 			killer=$!
 		fi
@@ -94,7 +121,13 @@ randwrite() {
 			mv "$top/rbdlat-$kill"_lat.1.log "$top/rbd-$kill.log"
 			rm -f "$top/rbdlat-$kill"_*.log
 		fi
-		[ -n "$killer" ] && wait "$killer"
+		if [ -n "$killer" ]; then
+			wait "$killer"
+			for _ in $(seq 1200); do [ "$(boots)" -gt "$nb" ] && break; sleep 0.1; done
+			grep ' osd\.0 .* boot$' "$monlog" | tail -n1 | cut -d' ' -f1 |
+				python3 -c 'import sys, datetime; print(datetime.datetime.strptime(sys.stdin.read().strip(), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp())' \
+				>>"$top/$who.down"
+		fi
 		[ $who = rbd ] && rbd rm wbc/img >/dev/null 2>&1
 	done
 	true
@@ -105,7 +138,7 @@ report() {
 	wb_mbs=$(mbs <"$top/wb-$k.out")
 	rbd_mbs=$(fio_json "$top/rbd-$k.json" "int(j['write']['bw_bytes'] / 1e6)")
 	python3 - "$top/wb-$k.log" "$top/rbd-$k.log" "$top/wb-$k.out" "$top/rbd-$k.json" \
-		"$wb_mbs" "$rbd_mbs" <<'EOF'
+		"$wb_mbs" "$rbd_mbs" "$k" "$top/wb.down" "$top/rbd.down" <<'EOF'
 import json, re, sys
 def lats(path):
     t, l = [], []
@@ -143,7 +176,18 @@ a, b = max(wl, default=0) / 1e6, max(rl, default=0) / 1e6
 print('%-34s %14.1f %14.1f' % ('write latency max (ms)', a, b))
 print('%-34s %14s %14s' % ('fsyncs: n, p50/p99/max (ms)', '%s, %s/%s/%s' % wf,
       '%d, %.1f/%.1f/%.1f' % rf))
-print('%-34s %14.1f %14.1f' % ('longest writer stall (s)', stall(wt, wend), stall(rt, rend)))
+ws, rs = stall(wt, wend), stall(rt, rend)
+print('%-34s %14.1f %14.1f' % ('longest writer stall (s)', ws, rs))
+if sys.argv[7] == '1':
+    def down(path):   # the kill to the OSD's boot, s
+        try:
+            v = [float(x) for x in open(path).read().split()]
+            return v[1] - v[0]
+        except (OSError, ValueError, IndexError):
+            return float('nan')
+    wd, rd = down(sys.argv[8]), down(sys.argv[9])
+    print('%-34s %14.1f %14.1f' % ('OSD killed to up again (s)', wd, rd))
+    print('%-34s %14.1f %14.1f' % ('writer stall after it was up (s)', ws - wd, rs - rd))
 print('%-34s %14s %14s' % ('lost', (lost.group(1) + ' MiB') if lost else '0',
       'errors %d' % j['error']))
 EOF

@@ -22,10 +22,18 @@
  *      lost), a writer to a mem device of the same cache finishes
  *      meanwhile; once the OSD is back fsync succeeds, a second handle
  *      sees the error once, and a fresh cache reads every byte back.
+ *   7. the OSD killed again, operations waiting (timeout= far off): each
+ *      device asks the monitor for the newest OSD map (the only way a
+ *      client learns of the OSD's return) again and again, while its lock
+ *      keeper waits on a lock renewal the dead OSD took: one device with
+ *      an fsync waiting on its writes, one with nothing but a truncate's
+ *      size write (a synchronous operation) waiting; both finish once the
+ *      OSD is back.
  */
 #include "testutil.h"
 #include "ceph.h"
 #include "wbcache_backend.h"
+#include "backend/backends.h"
 
 #include <pthread.h>
 #include <rados/librados.h>
@@ -456,6 +464,84 @@ static void test_osd_killed(void)
 	free(data);
 }
 
+struct truncate_job {
+	wbc_file *f;
+	uint64_t size;
+	int res;
+};
+
+static void *truncate_main(void *arg)
+{
+	struct truncate_job *j = arg;
+	j->res = wbc_truncate(j->f, j->size);
+	return NULL;
+}
+
+/* Wait for @dev's map watcher to ask twice more than @from.  The watcher
+ * asks each second while an operation waits; the bound of 20 s only ends
+ * the wait on a watcher that does not ask at all (the keeper's lock
+ * renewal on the dead OSD waits for timeout=, 120 s). */
+static void two_more_map_requests(wbc_dev *dev, uint64_t from, const char *what)
+{
+	for (int i = 0; i < 200 && rados_map_requests(dev) < from + 2; i++)
+		usleep(100 * 1000);
+	uint64_t n = rados_map_requests(dev) - from;
+	printf("    %s: %llu requests for the newest OSD map\n", what, (unsigned long long)n);
+	CHECK(n >= 2);
+}
+
+static void test_map_watch(void)
+{
+	printf("7. the OSD down, operations waiting: the newest OSD map asked for\n");
+	char *data = malloc(2 * MiB);
+	CHECK(data);
+	t_fill(data, 2 * MiB, 12);
+	wbc_cache *c = open_cache(64 * MiB);
+	/* the keepers renew every 0.1 s: a renewal waits on the dead OSD */
+	wbc_dev *da = add(c, "object_size=1M,timeout=120,lock_check=0.1");
+	wbc_dev *db = add(c, "object_size=1M,timeout=120,lock_check=0.1");
+	wbc_file *fa, *fb;
+	CHECK_EQ(wbc_file_open(da, "mapwatch-a", WBC_O_CREAT, &fa), 0);
+	CHECK_EQ(wbc_file_open(db, "mapwatch-b", WBC_O_CREAT, &fb), 0);
+	write_all(fa, data, MiB, 0);
+	write_all(fb, data, MiB, 0);
+	CHECK_EQ(wbc_fsync(fa), 0);
+	CHECK_EQ(wbc_fsync(fb), 0);
+	write_all(fa, data + MiB, MiB, MiB);
+	uint64_t ra = rados_map_requests(da), rb = rados_map_requests(db);
+
+	osd_down = true;
+	atexit(restart_osd);
+	t_ceph_ctl("kill-osd", "0");
+	struct fsync_job fj = { .f = fa };
+	struct truncate_job tj = { .f = fb, .size = 3 * MiB };
+	pthread_t tf, tt;
+	CHECK_EQ(pthread_create(&tf, NULL, fsync_main, &fj), 0);
+	CHECK_EQ(pthread_create(&tt, NULL, truncate_main, &tj), 0);
+	two_more_map_requests(da, ra, "an fsync waiting on its writes");
+	two_more_map_requests(db, rb, "a truncate waiting on its size write");
+	struct wbc_backend_stats bs;
+	CHECK_EQ(wbc_dev_backend_stats(da, &bs), 0);
+	CHECK(bs.inflight_bytes > 0);   /* the fsync's writes, still waiting */
+	CHECK_EQ(wbc_dev_backend_stats(db, &bs), 0);
+	CHECK_EQ(bs.inflight_bytes, 0);  /* no I/O: only the size write waits */
+
+	restart_osd();
+	pthread_join(tf, NULL);
+	pthread_join(tt, NULL);
+	printf("    OSD back: fsync %d, truncate %d\n", fj.res, tj.res);
+	CHECK_EQ(fj.res, 0);
+	CHECK_EQ(tj.res, 0);
+	CHECK_EQ(size_xattr("mapwatch-b"), 3 * MiB);
+	CHECK_EQ(wbc_file_close(fa), 0);
+	CHECK_EQ(wbc_file_close(fb), 0);
+	struct wbc_stats st;
+	wbc_cache_close_stats(c, &st);
+	CHECK_EQ(st.lost_bytes, 0);
+	check_file("mapwatch-a", "object_size=1M", data, 2 * MiB, 0, 2 * MiB);
+	free(data);
+}
+
 int main(void)
 {
 	char why[512];
@@ -477,6 +563,7 @@ int main(void)
 	test_dead_cache_leftovers();
 	test_lock();
 	test_osd_killed();
+	test_map_watch();
 	rados_ioctx_destroy(ioc);
 	rados_shutdown(cl);
 	printf("rados: ok\n");

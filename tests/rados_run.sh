@@ -2,10 +2,12 @@
 # wbcache run on a rados device (the Ceph test cluster, tests/ceph.h's:
 # tests/run passes it in WBCACHE_CEPH_DIR, else one is started here): dd
 # and randwrite with --fsync-every run and report the transport, and leave
-# no object behind (fsmark's 40 with --keep); bad specs
-# exit 2 with a message.  wbcache rados-unlock breaks a lock another
-# client holds on a file (taken here with `rados lock get`, as a cache
-# that died would have left it), says whose, and says "not locked" after.
+# no object behind (fsmark's 40 with --keep); randwrite's writeback CPU
+# counts the backend's completion thread and says librados' own threads
+# are not included; bad specs exit 2 with a message.  wbcache
+# rados-unlock breaks a lock another client holds on a file (taken here
+# with `rados lock get`, as a cache that died would have left it), says
+# whose, and says "not locked" after.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${WBCACHE_BUILD:-build/release}
@@ -35,6 +37,17 @@ out=$($W run randwrite --dev "$spec" --file-size 16M --time 1 --fsync-every 256K
 	fail "randwrite: $out"
 echo "$out" | grep -E "^randwrite:|fsyncs"
 echo "$out" | grep -q "^fsyncs: " || fail "randwrite: no fsync line"
+# writeback's CPU counts the backend's completion thread (issuing and
+# completing a librados operation per page here costs well over 1 us of
+# it; without it the figure read 0.00 to 0.03), and names librados' own threads
+# as not included
+line=$(echo "$out" | grep "^writeback CPU") || fail "randwrite: no writeback CPU line"
+echo "$line"
+echo "$line" | grep -q "; not included: librados' own threads, [0-9.]* s$" ||
+	fail "randwrite: librados' threads not named"
+us=$(echo "$line" | sed -n 's/.* s: \([0-9.]*\) us per page written back.*/\1/p')
+awk -v u="$us" 'BEGIN { exit !(u >= 1) }' ||
+	fail "randwrite: writeback CPU ${us:-?} us per page (the completion thread not counted?)"
 # the runs' objects are gone (not --keep); --keep leaves them
 objs() { rados -c "$conf" -p wbc ls | grep -c "^run$$/"; }
 [ "$(objs)" = 0 ] || fail "objects left by runs without --keep: $(objs)"

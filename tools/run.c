@@ -472,12 +472,23 @@ static void print_hist(unsigned d, const char *what, const uint64_t *hist)
 }
 /* CPU time (s) the process's threads named @prefix* have used so far:
  * schedstat's time on CPU (ns), else stat's utime + stime (ticks). */
-/* With @user_only, the user-space part (stat's utime) alone. */
+/* With @user_only, the user-space part (stat's utime) alone.  A name is
+ * comm with its newline ("wbc-rados\n": that name alone); @prefix "!":
+ * the threads that are not wbcache's (neither "wbc-*" nor named as the
+ * process: the writers): a library's. */
 static double threads_cpu_mode(const char *prefix, bool user_only)
 {
 	DIR *d = opendir("/proc/self/task");
 	double total = 0;
 	struct dirent *e;
+	char self[64] = "";
+	bool others = !strcmp(prefix, "!");
+	FILE *sf = others ? fopen("/proc/self/comm", "r") : NULL;
+	if (sf) {
+		if (!fgets(self, sizeof(self), sf))
+			self[0] = '\0';
+		fclose(sf);
+	}
 	while (d && (e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
@@ -489,7 +500,8 @@ static double threads_cpu_mode(const char *prefix, bool user_only)
 		if (!fgets(comm, sizeof(comm), f))
 			comm[0] = '\0';
 		fclose(f);
-		if (strncmp(comm, prefix, strlen(prefix)))
+		if (others ? !strncmp(comm, "wbc-", 4) || !strcmp(comm, self)
+			   : strncmp(comm, prefix, strlen(prefix)) != 0)
 			continue;
 		unsigned long long ns = 0, ut = 0, st = 0;
 		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
@@ -518,14 +530,27 @@ static double threads_cpu_mode(const char *prefix, bool user_only)
 
 /* writeback's CPU time and pages written back before the timed run
  * (the layout), left out of its cost per page */
-static double wb_cpu0, wb_user0;
+static double wb_cpu0, wb_user0, lib_cpu0;
 static struct rusage ru0;   /* the process's CPU time when the writers started */
 static uint64_t wb_bytes0;
 
 static double wb_threads_cpu(bool user_only)
 {
+	/* the rados backend's completion thread, not its lock keeper or map
+	 * watcher (wbc-rados-*) */
 	return threads_cpu_mode("wbc-flush", user_only) + threads_cpu_mode("wbc-reap", user_only) +
-	       threads_cpu_mode("wbc-model", user_only) + threads_cpu_mode("wbc-nbd", user_only);
+	       threads_cpu_mode("wbc-model", user_only) + threads_cpu_mode("wbc-nbd", user_only) +
+	       threads_cpu_mode("wbc-rados\n", user_only);
+}
+
+/* a rados device's operations are also librados' work, on its own
+ * threads (messenger, callbacks, timers): not counted above */
+static bool any_rados(void)
+{
+	for (unsigned d = 0; d < R.o.ndev; d++)
+		if (!strncmp(R.o.devs[d], "rados:", 6))
+			return true;
+	return false;
 }
 
 /* the report's figures, for --json */
@@ -794,12 +819,17 @@ static void report(double secs)
 	wbc_stats(R.cache, &ws);
 	double cpu = wb_threads_cpu(false) - wb_cpu0, user = wb_threads_cpu(true) - wb_user0;
 	uint64_t pages = ws.page_size ? (ws.written_back_bytes - wb_bytes0) / ws.page_size : 0;
-	if (pages)
+	if (pages) {
 		printf("writeback CPU (flushers + completion threads): %.2f s: %.2f us per page "
 		       "written back (%llu pages of %llu bytes); in user space (the engine, the "
-		       "rest is the kernel's I/O path): %.2f us per page\n", cpu,
+		       "rest is the kernel's I/O path): %.2f us per page", cpu,
 		       cpu * 1e6 / (double)pages, (unsigned long long)pages,
 		       (unsigned long long)ws.page_size, user * 1e6 / (double)pages);
+		if (any_rados())
+			printf("; not included: librados' own threads, %.2f s",
+			       threads_cpu_mode("!", false) - lib_cpu0);
+		printf("\n");
+	}
 	printf("fairness (Jain's index over thread throughputs): %.3f\n",
 	       sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0);
 	if (o->json) {
@@ -1430,6 +1460,7 @@ int cmd_run(int argc, char **argv)
 	wbc_stats(R.cache, &st);
 	wb_bytes0 = st.written_back_bytes;
 	wb_cpu0 = wb_threads_cpu(false);
+	lib_cpu0 = any_rados() ? threads_cpu_mode("!", false) : 0;
 	getrusage(RUSAGE_SELF, &ru0);
 	wb_user0 = wb_threads_cpu(true);
 	R.t0 = now_s();

@@ -69,7 +69,16 @@
  * policy takes over (on_error=retry keeps the pages dirty and at risk,
  * retries with backoff; fsync reports the error once per handle).  The
  * backend's stats report connected 0 from a transport failure until an
- * operation succeeds again.
+ * operation succeeds again.  A client learns of an OSD that restarted
+ * (at a new address) only from a newer OSD map, and librados asks for
+ * one on its own only every objecter_tick_interval (5 s), and then only
+ * for operations older than objecter_timeout (10 s): so a map watcher
+ * thread asks the monitor for the newest map every second while any
+ * operation is in flight (I/O, and the synchronous ones: size writes,
+ * lock renewals, removals, closes) and none has completed for a
+ * second.  It is a thread of its own because the others can wait on
+ * the dead OSD themselves (the keeper in a lock renewal, a flush in a
+ * size write).
  */
 #include "backends.h"
 
@@ -164,9 +173,33 @@ struct rbe {
 	atomic_uint st_up;
 	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
 	_Atomic uint64_t last_progress_ns;   /* the last completion (or issue from idle) */
+	atomic_uint sync_ops;       /* synchronous operations and closes in flight */
+
+	pthread_t watcher;          /* the map watcher */
+	bool watcher_started;
+	pthread_mutex_t watch_lock;
+	pthread_cond_t watch_cond;
+	bool watch_stop;            /* watch_lock */
+	_Atomic uint64_t map_requests;   /* the watcher's requests for a newer map */
 };
 
 static const struct wbc_backend_ops rados_ops;
+
+/* A synchronous operation (or a close's) begins: from idle, the stall
+ * clock starts now. */
+static void sync_begin(struct rbe *b)
+{
+	if (!atomic_fetch_add(&b->sync_ops, 1) &&
+	    !atomic_load_explicit(&b->st_inflight, memory_order_relaxed))
+		atomic_store_explicit(&b->last_progress_ns, wbc_now_ns(), memory_order_relaxed);
+}
+
+/* ... and is answered (an error too): progress. */
+static void sync_end(struct rbe *b)
+{
+	atomic_store_explicit(&b->last_progress_ns, wbc_now_ns(), memory_order_relaxed);
+	atomic_fetch_sub(&b->sync_ops, 1);
+}
 
 static void oid(const struct rfile *f, uint64_t idx, char *out)
 {
@@ -223,7 +256,9 @@ static int put_sizes(struct rfile *f, uint64_t size, uint64_t extent)
 		int n = snprintf(eb, sizeof(eb), "%llu", (unsigned long long)extent);
 		rados_write_op_setxattr(op, XATTR_EXTENT, eb, (size_t)n);
 	}
+	sync_begin(f->b);
 	int r = rados_write_op_operate(op, f->b->io, o, NULL, 0);
+	sync_end(f->b);
 	rados_release_write_op(op);
 	return r;
 }
@@ -236,6 +271,7 @@ static int trim_objects(struct rfile *f, uint64_t cut_obj, uint64_t cut_off, uin
 	struct rbe *b = f->b;
 	char o[OID_MAX];
 	int err = 0;
+	sync_begin(b);
 	if (cut_off) {
 		oid(f, cut_obj, o);
 		int r = rados_trunc(b->io, o, cut_off);
@@ -274,6 +310,7 @@ static int trim_objects(struct rfile *f, uint64_t cut_obj, uint64_t cut_off, uin
 			rados_aio_release(c[k]);
 		}
 	}
+	sync_end(b);
 	return err;
 }
 
@@ -553,7 +590,10 @@ static int take_lock(struct rfile *f, uint8_t flags)
 	char host[64] = "";
 	gethostname(host, sizeof(host) - 1);
 	snprintf(desc, sizeof(desc), "wbcache on %s, pid %d", host, (int)getpid());
-	return rados_lock_exclusive(f->b->io, o, LOCK_NAME, f->b->cookie, desc, NULL, flags);
+	sync_begin(f->b);
+	int r = rados_lock_exclusive(f->b->io, o, LOCK_NAME, f->b->cookie, desc, NULL, flags);
+	sync_end(f->b);
+	return r;
 }
 
 static void *keeper_main(void *arg)
@@ -565,23 +605,10 @@ static void *keeper_main(void *arg)
 	while (!b->keeper_stop) {
 		uint64_t now = wbc_now_ns();
 		wbc_cond_timedwait_ns(&b->keeper_cond, &b->files_lock,
-				      WBC_MIN(STALL_NS, next_check > now ? next_check - now : 0));
+				      next_check > now ? next_check - now : 0);
 		if (b->keeper_stop)
 			break;
 		now = wbc_now_ns();
-		/* operations in flight and none completing: ask the monitor
-		 * for the newest OSD map.  A client learns of an OSD that
-		 * restarted (at a new address) only from a newer map, and
-		 * nothing else makes it ask soon: without this, operations
-		 * sent to the dead instance waited for timeout= */
-		if (atomic_load_explicit(&b->st_inflight, memory_order_relaxed) &&
-		    now - atomic_load_explicit(&b->last_progress_ns, memory_order_relaxed) >
-		    STALL_NS) {
-			pthread_mutex_unlock(&b->files_lock);
-			rados_wait_for_latest_osdmap(b->cluster);
-			pthread_mutex_lock(&b->files_lock);
-			continue;
-		}
 		if (now < next_check)
 			continue;
 		next_check = now + b->keeper_ns;
@@ -598,6 +625,47 @@ static void *keeper_main(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&b->files_lock);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* the map watcher                                                      */
+
+/* Operations in flight and none answered for STALL_NS: ask the monitor
+ * for the newest OSD map, then again each STALL_NS while it lasts.  A
+ * client learns of an OSD that restarted (at a new address) only from a
+ * newer map; librados asks for one only every objecter_tick_interval
+ * (5 s), and only for operations older than objecter_timeout (10 s): a
+ * restarted OSD was found up to 5 s late, and operations sent to the dead
+ * instance within 10 s of its death waited for timeout=.  Its own thread:
+ * the keeper waits out a lock renewal sent to the dead OSD, which a map
+ * asked for here ends. */
+static void *watcher_main(void *arg)
+{
+	struct rbe *b = arg;
+	pthread_setname_np(pthread_self(), "wbc-rados-map");
+	uint64_t last_ask = 0;
+	pthread_mutex_lock(&b->watch_lock);
+	while (!b->watch_stop) {
+		uint64_t now = wbc_now_ns(), wait = STALL_NS;
+		if (atomic_load_explicit(&b->st_inflight, memory_order_relaxed) ||
+		    atomic_load(&b->sync_ops)) {
+			uint64_t due = WBC_MAX(atomic_load_explicit(&b->last_progress_ns,
+								    memory_order_relaxed),
+					       last_ask) + STALL_NS;
+			if (now >= due) {
+				pthread_mutex_unlock(&b->watch_lock);
+				rados_wait_for_latest_osdmap(b->cluster);
+				atomic_fetch_add(&b->map_requests, 1);
+				last_ask = wbc_now_ns();
+				pthread_mutex_lock(&b->watch_lock);
+				continue;
+			}
+			wait = due - now;
+		}
+		wbc_cond_timedwait_ns(&b->watch_cond, &b->watch_lock, wait);
+	}
+	pthread_mutex_unlock(&b->watch_lock);
 	return NULL;
 }
 
@@ -739,7 +807,9 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 	oid(f, 0, o);
 	uint64_t psize;
 	time_t pmtime;
+	sync_begin(b);
 	int r = rados_stat(b->io, o, &psize, &pmtime);
+	sync_end(b);
 	bool exists = r == 0;
 	if (r < 0 && r != -ENOENT) {
 		free_file(f);
@@ -784,8 +854,10 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 	}
 	uint64_t sz = 0, ext = 0;
 	if (exists) {
+		sync_begin(b);
 		if (!(r = get_u64_xattr(b->io, o, XATTR_SIZE, &sz)))
 			r = get_u64_xattr(b->io, o, XATTR_EXTENT, &ext);
+		sync_end(b);
 	}
 	/* what a cache that died left past the size: removed, so that an
 	 * extension reads zeros */
@@ -800,7 +872,9 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		r = put_sizes(f, 0, 0);
 	}
 	if (r < 0) {
+		sync_begin(b);
 		rados_unlock(b->io, o, LOCK_NAME, b->cookie);
+		sync_end(b);
 		free_file(f);
 		return rerr(r);
 	}
@@ -820,6 +894,7 @@ static void close_cb(rados_completion_t c, void *arg)
 	struct rbe *b = arg;
 	int r = rados_aio_get_return_value(c);
 	rados_aio_release(c);
+	sync_end(b);
 	pthread_mutex_lock(&b->lock);
 	if (r < 0 && r != -ENOENT && !b->close_err)
 		b->close_err = rerr(r);
@@ -840,6 +915,7 @@ static void close_op(struct rbe *b, struct rfile *f, int what, uint64_t size)
 	pthread_mutex_lock(&b->lock);
 	b->closing++;
 	pthread_mutex_unlock(&b->lock);
+	sync_begin(b);
 	if (what == 0) {
 		int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)size);
 		r = rados_aio_setxattr(b->io, o, c, XATTR_SIZE, sb, (size_t)n);
@@ -849,6 +925,7 @@ static void close_op(struct rbe *b, struct rfile *f, int what, uint64_t size)
 	if (r >= 0)
 		return;
 	rados_aio_release(c);
+	sync_end(b);
 	pthread_mutex_lock(&b->lock);
 	b->closing--;
 	pthread_mutex_unlock(&b->lock);
@@ -943,7 +1020,9 @@ static int rbe_remove(void *ctx, void *file)
 	if (!r) {
 		char o[OID_MAX];
 		oid(f, 0, o);
+		sync_begin(b);
 		r = rados_remove(b->io, o);
+		sync_end(b);
 		if (r == -ENOENT)
 			r = 0;
 	}
@@ -979,11 +1058,25 @@ static void free_rbe(struct rbe *b)
 		rados_shutdown(b->cluster);
 	pthread_mutex_destroy(&b->lock);
 	pthread_mutex_destroy(&b->files_lock);
+	pthread_mutex_destroy(&b->watch_lock);
+	pthread_cond_destroy(&b->watch_cond);
 	pthread_cond_destroy(&b->cond);
 	pthread_cond_destroy(&b->keeper_cond);
 	pthread_cond_destroy(&b->closing_cond);
 	free(b->pool);
 	free(b);
+}
+
+static void stop_watcher(struct rbe *b)
+{
+	if (!b->watcher_started)
+		return;
+	pthread_mutex_lock(&b->watch_lock);
+	b->watch_stop = true;
+	pthread_mutex_unlock(&b->watch_lock);
+	pthread_cond_signal(&b->watch_cond);
+	pthread_join(b->watcher, NULL);
+	b->watcher_started = false;
 }
 
 static void rados_destroy(void *ctx)
@@ -1005,6 +1098,7 @@ static void rados_destroy(void *ctx)
 		pthread_cond_signal(&b->keeper_cond);
 		pthread_join(b->keeper, NULL);
 	}
+	stop_watcher(b);
 	free_rbe(b);
 }
 
@@ -1164,6 +1258,8 @@ static struct rbe *new_rbe(void)
 		return NULL;
 	wbc_mutex_init(&b->lock);
 	wbc_mutex_init(&b->files_lock);
+	wbc_mutex_init(&b->watch_lock);
+	wbc_cond_init(&b->watch_cond);
 	pthread_cond_init(&b->cond, NULL);
 	wbc_cond_init(&b->keeper_cond);
 	pthread_cond_init(&b->closing_cond, NULL);
@@ -1204,6 +1300,15 @@ int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void
 			b->keeper_started = true;
 		}
 	}
+	if (!rc) {
+		if (pthread_create(&b->watcher, NULL, watcher_main, b)) {
+			snprintf(err, errlen, "cannot start the rados map thread");
+			rc = -EAGAIN;
+			rados_destroy(b);   /* stops the others, frees it */
+			return rc;
+		}
+		b->watcher_started = true;
+	}
 	if (rc) {
 		free_rbe(b);
 		return rc;
@@ -1219,6 +1324,13 @@ void rados_fail_writes(wbc_dev *dev, bool on)
 	struct rbe *b = wbc_dev_backend(dev, &ops);
 	if (ops == &rados_ops)
 		atomic_store(&b->fail_writes, on);
+}
+
+uint64_t rados_map_requests(wbc_dev *dev)
+{
+	const struct wbc_backend_ops *ops;
+	struct rbe *b = wbc_dev_backend(dev, &ops);
+	return ops == &rados_ops ? atomic_load(&b->map_requests) : 0;
 }
 
 /* ------------------------------------------------------------------ */
