@@ -29,6 +29,12 @@ expect_err() {   # expect_err WHAT ARGS... : exit 2 and a message on stderr
 	[ $rc -eq 2 ] || fail "$what: exit $rc, expected 2"
 	[ -n "$out" ] || fail "$what: no message"
 }
+expect_msg() {   # expect_msg WHAT PATTERN ARGS... : exit 2 and PATTERN on stderr
+	local what=$1 pat=$2; shift 2
+	out=$($W "$@" 2>&1 >/dev/null); rc=$?
+	[ $rc -eq 2 ] || fail "$what: exit $rc, expected 2"
+	echo "$out" | grep -q -- "$pat" || fail "$what: '$out' lacks '$pat'"
+}
 expect_err "no command"
 expect_err "unknown command" frobnicate
 expect_err "unknown option" run --frob
@@ -62,6 +68,35 @@ out=$($W run randwrite --dev model:bw=100M --time 1 --file-size 64M --mem 16M --
 echo "$out" | grep -q "fairness" || fail "randwrite printed no report"
 [ "$(wc -l < "$dir/r.csv")" -ge 5 ] || fail "trace too short"
 grep -q "dirty_ratelimit" "$dir/r.svg" || fail "plot has no legend"
+# the device rows count what was written back while the writers ran,
+# not the layout before them (1 GiB of it once showed a 50 MB/s device
+# at 234 MB/s): without a dirty page at the start, at most what the
+# writers wrote
+out=$($W run randwrite --dev model:bw=100M --time 1 --file-size 128M --mem 16M --quiet \
+	--json "$dir/r.json") || fail "randwrite --json: $out"
+jb=$(sed -n 's/.*"secs": [0-9.]*, "bytes": \([0-9]*\),.*/\1/p' "$dir/r.json")
+dw=$(sed -n 's/.*"spec": "model:bw=100M", "written_bytes": \([0-9]*\),.*/\1/p' "$dir/r.json")
+[ -n "$jb" ] && [ -n "$dw" ] || fail "randwrite --json: no bytes / written_bytes: $(cat "$dir/r.json")"
+[ "$dw" -le "$jb" ] || fail "device wrote back $dw bytes, more than the writers' $jb: the layout counted"
+# a run shorter than one 100 ms sample still has its timeline
+for i in 1 2 3; do
+	out=$($W run dd --dev mem --size 4K --bs 4K --quiet --trace "$dir/s.csv" --plot "$dir/s.svg" 2>&1) ||
+		fail "short run: $out"
+	echo "$out" | grep -q "cannot write" && fail "short run: $out"
+	[ "$(wc -l < "$dir/s.csv")" -ge 2 ] || fail "short run: a trace without a sample"
+	grep -q '</svg>' "$dir/s.svg" || fail "short run: no plot"
+done
+# a run given up at its --deadline writes its latency log too
+out=$($W run dd --dev model:bw=20M --size 1G --deadline 1 --lat-log "$dir/L" --quiet); rc=$?
+[ $rc = 3 ] || fail "--deadline: exit $rc, expected 3: $out"
+n=$(sed -n 's/.*: \([0-9.]*\) MiB written, \([0-9]*\) operations; giving up/\2/p' <<<"$out")
+[ -n "$n" ] && [ "$n" -gt 0 ] || fail "--deadline: no operations counted: $out"
+[ "$(wc -l < "$dir/L")" -ge "$n" ] || fail "--deadline: $(wc -l < "$dir/L") latencies for $n writes"
+# --dir: made with its parents; a file there is refused
+$W run dd --size 1M --dir "$dir/a/b/c" --quiet >/dev/null || fail "--dir with missing parents"
+[ -d "$dir/a/b/c" ] || fail "--dir was not made"
+touch "$dir/plain"
+expect_msg "--dir a file" "--dir $dir/plain: not a directory" run --size 1M --dir "$dir/plain"
 out=$($W run fsmark --dev mem --threads 2 --files 500 --mem 8M --quiet) || fail "fsmark: $out"
 echo "$out" | grep -q "files/s" || fail "fsmark printed no file rate"
 out=$($W run jbod --dev model:bw=50M --dev model:bw=100M --time 1 --file-size 16M --mem 16M --quiet) ||
@@ -104,12 +139,6 @@ out=$($W run dd --dev model:bw=200M --size 16M --fsync-every 4M --mem 16M --quie
 echo "$out" | grep -q "^fsyncs: 4, p50 " || fail "fsync-every: 16M in 4M steps is 4 fsyncs: $out"
 expect_err "bad fsync-every" run dd --fsync-every 0
 # an option the workload would ignore is refused, with the workloads it fits
-expect_msg() {   # expect_msg WHAT PATTERN ARGS... : exit 2 and PATTERN on stderr
-	local what=$1 pat=$2; shift 2
-	out=$($W "$@" 2>&1 >/dev/null); rc=$?
-	[ $rc -eq 2 ] || fail "$what: exit $rc, expected 2"
-	echo "$out" | grep -q -- "$pat" || fail "$what: '$out' lacks '$pat'"
-}
 expect_msg "rwmix on dd" "--rwmix does not apply to dd (only to randrw)" run dd --rwmix 50
 expect_msg "files on randwrite" "--files does not apply to randwrite" run randwrite --files 10
 expect_msg "files on the demonstration" "--files does not apply to dd, the demonstration" run --files 3

@@ -23,6 +23,10 @@ expect_err "experiment 0" 0
 expect_err "unknown option" --frob
 expect_err "--out without a directory" --out
 expect_err "--out that cannot be made" --out /proc/wbc-lab/x stacked
+touch "$dir/plain"
+out=$($W lab --quick --out "$dir/plain" stacked 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "--out a file: exit $rc, expected 2"
+[ "$out" = "wbcache lab: --out $dir/plain: not a directory" ] || fail "--out a file: '$out'"
 
 $W lab --help | grep -q -- "--quick" || fail "lab --help"
 list=$($W lab --list) || fail "lab --list failed"

@@ -656,24 +656,6 @@ static void free_runs(struct lab_run *runs, int n)
 	}
 }
 
-static int mkdir_p(const char *dir)
-{
-	char buf[4096];
-	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(buf, 0755) && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0755) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 static const char *fmt_v(char *buf, size_t len, double v, bool more, const char *unit)
 {
 	const char *ge = more ? ">" : "";
@@ -758,6 +740,10 @@ int cmd_lab(int argc, char **argv)
 		return 0;
 	}
 	int e = mkdir_p(out);
+	if (e == -ENOTDIR) {
+		fprintf(stderr, "wbcache lab: --out %s: not a directory\n", out);
+		return 2;
+	}
 	if (e) {
 		fprintf(stderr, "wbcache lab: cannot create %s: %s\n", out, strerror(-e));
 		return 2;

@@ -28,6 +28,8 @@
 
 #define DEFAULT_DIR "/var/tmp/wbcache"
 #define SAMPLE_NS (100ull * 1000 * 1000)
+#define LAT0 4096u             /* --lat-log records in a writer's first chunk */
+#define LAT_CHUNKS 40
 #define MiB (1024.0 * 1024.0)
 
 enum workload { WL_DD, WL_RANDWRITE, WL_FSMARK, WL_JBOD, WL_RANDRW };
@@ -77,8 +79,11 @@ struct worker {
 	uint64_t *fsyncs;          /* ns: latencies of --fsync-every's fdatasyncs */
 	size_t nfsyncs, fcap;
 	size_t npauses, cap;
-	struct lat { uint64_t t_ns, lat_ns; } *lats;   /* --lat-log */
-	size_t nlats, lcap;
+	/* --lat-log: chunk k holds LAT0 << k records and never moves, and
+	 * nlats is published after each record, so that a run given up at
+	 * its --deadline reads them while the writer may still add more */
+	struct lat { uint64_t t_ns, lat_ns; } *lats[LAT_CHUNKS];
+	atomic_size_t nlats;
 };
 
 static struct run {
@@ -93,6 +98,7 @@ static struct run {
 	size_t ns, scap;
 	atomic_uint workers_done;
 	uint64_t last_written[RUN_MAX_DEVS];
+	uint64_t written0[RUN_MAX_DEVS];    /* written back before the writers (the layout) */
 	/* operations done (writes, reads, files), for the timeline's rate */
 	atomic_uint_fast64_t ops_done, bytes_done;
 	uint64_t last_ops;
@@ -201,20 +207,28 @@ static int layout(void)
 	return err;
 }
 
+/* record @i of a writer's --lat-log: its chunk, and its place there */
+static unsigned lat_chunk(size_t i, size_t *at)
+{
+	size_t q = i / LAT0 + 1;                 /* chunk k holds q in [2^k, 2^(k+1)) */
+	unsigned k = 63u - (unsigned)__builtin_clzll(q);
+	*at = i - LAT0 * (((size_t)1 << k) - 1);
+	return k;
+}
+
 /* A write that began at @t0 (s) is done: recorded for --lat-log. */
 static void note_lat(struct worker *w, double t0)
 {
 	double t = now_s();
-	if (w->nlats == w->lcap) {
-		size_t cap = w->lcap ? w->lcap * 2 : 4096;
-		struct lat *v = realloc(w->lats, cap * sizeof(*v));
-		if (!v)
-			return;
-		w->lats = v;
-		w->lcap = cap;
-	}
-	w->lats[w->nlats++] = (struct lat){ .t_ns = (uint64_t)((t - R.t0) * 1e9),
-					    .lat_ns = (uint64_t)((t - t0) * 1e9) };
+	size_t n = atomic_load_explicit(&w->nlats, memory_order_relaxed), at;
+	unsigned k = lat_chunk(n, &at);
+	if (k >= LAT_CHUNKS)
+		return;
+	if (!w->lats[k] && !(w->lats[k] = malloc(((size_t)LAT0 << k) * sizeof(*w->lats[k]))))
+		return;
+	w->lats[k][at] = (struct lat){ .t_ns = (uint64_t)((t - R.t0) * 1e9),
+				       .lat_ns = (uint64_t)((t - t0) * 1e9) };
+	atomic_store_explicit(&w->nlats, n + 1, memory_order_release);
 }
 
 /* fdatasync @f and record how long it took (--fsync-every). */
@@ -430,6 +444,11 @@ static void *sampler_main(void *arg)
 		if (tty && R.ns % 2 == 0)
 			status_line();
 	}
+	/* the end of the run: a last sample, so that a run shorter than
+	 * one interval has a timeline too */
+	double t = now_s();
+	if (!R.ns || t - last >= SAMPLE_NS / 1e9 / 10)
+		take_sample(t - last, &prev);
 	if (tty)
 		fputs("\n", stderr);
 	return NULL;
@@ -616,12 +635,13 @@ static void write_json(const char *path, const struct json_fig *j)
 		if (dd.list_lock_max_hold_ns > max_ns)
 			max_ns = dd.list_lock_max_hold_ns;
 		waits += dd.list_lock_waits;
-		written += ds.written_back_bytes;
+		uint64_t wr = ds.written_back_bytes - R.written0[d];
+		written += wr;
 		fprintf(f, "%s\n  {\"spec\": ", d ? "," : "");
 		json_str(f, R.o.devs[d]);
 		fprintf(f, ", \"written_bytes\": %llu, \"list_lock_holds\": %llu, "
 			"\"list_lock_max_us\": %.1f, \"list_lock_p99_us\": %.1f, "
-			"\"list_lock_waits\": %llu}", (unsigned long long)ds.written_back_bytes,
+			"\"list_lock_waits\": %llu}", (unsigned long long)wr,
 			(unsigned long long)dd.list_lock_holds, (double)dd.list_lock_max_hold_ns / 1e3,
 			(double)wbc_lock_hold_percentile(&dd, 99) / 1e3,
 			(unsigned long long)dd.list_lock_waits);
@@ -632,6 +652,46 @@ static void write_json(const char *path, const struct json_fig *j)
 		(unsigned long long)waits);
 	if (fclose(f))
 		fprintf(stderr, "wbcache: cannot write %s: %s\n", path, strerror(errno));
+}
+
+/* --lat-log: every write's latency, in fio's (3.x) log format (msec,
+ * nsec, direction 1: write, bytes), and its p50/p99/max in the report.
+ * Also while writers still run (a run given up at its --deadline): each
+ * writer's records up to the count it published. */
+static void lat_log_write(void)
+{
+	const struct opts *o = &R.o;
+	size_t nl = 0, *n = calloc(R.nw ? R.nw : 1, sizeof(*n));
+	if (!n) {
+		fprintf(stderr, "wbcache: cannot write %s: %s\n", o->lat_log, strerror(ENOMEM));
+		return;
+	}
+	for (unsigned i = 0; i < R.nw; i++)
+		nl += n[i] = atomic_load_explicit(&R.w[i].nlats, memory_order_acquire);
+	uint64_t *ll = malloc((nl ? nl : 1) * sizeof(*ll));
+	FILE *lf = fopen(o->lat_log, "w");
+	size_t kl = 0;
+	for (unsigned i = 0; i < R.nw; i++)
+		for (size_t j = 0, at; j < n[i]; j++) {
+			unsigned k = lat_chunk(j, &at);
+			const struct lat *l = &R.w[i].lats[k][at];
+			if (ll)
+				ll[kl++] = l->lat_ns;
+			if (lf)
+				fprintf(lf, "%llu, %llu, 1, %llu\n",
+					(unsigned long long)(l->t_ns / 1000000),
+					(unsigned long long)l->lat_ns, (unsigned long long)o->bs);
+		}
+	if (!lf || fclose(lf))
+		fprintf(stderr, "wbcache: cannot write %s: %s\n", o->lat_log, strerror(errno));
+	if (ll && nl) {
+		qsort(ll, nl, sizeof(*ll), cmp_u64);
+		printf("write latency: %zu writes, p50 %.3f ms, p99 %.3f ms, max %.1f ms "
+		       "(log: %s)\n", nl, pct(ll, nl, 50), pct(ll, nl, 99), pct(ll, nl, 100),
+		       o->lat_log);
+	}
+	free(ll);
+	free(n);
 }
 
 static void report(double secs)
@@ -689,8 +749,9 @@ static void report(double secs)
 		for (size_t i = 0; i < R.ns; i++)
 			busy += R.s[i].dev[d].writeback > 0;
 		uint64_t p99 = wbc_lock_hold_percentile(&dd, 99);
+		uint64_t wr = ds.written_back_bytes - R.written0[d];
 		printf("%6u  %11.1f  %5.0f  %5.1f  %15llu  %6.1f  %6.1f  %13.1f  %s\n", d,
-		       (double)ds.written_back_bytes / MiB, (double)ds.written_back_bytes / secs / 1e6,
+		       (double)wr / MiB, (double)wr / secs / 1e6,
 		       R.ns ? 100.0 * (double)busy / (double)R.ns : 0,
 		       (unsigned long long)dd.list_lock_holds, (double)p99 / 1e3,
 		       (double)dd.list_lock_max_hold_ns / 1e3,
@@ -785,34 +846,8 @@ static void report(double secs)
 			       pct(fl, nf, 50), pct(fl, nf, 99), pct(fl, nf, 100));
 		free(fl);
 	}
-	if (o->lat_log) {
-		size_t nl = 0;
-		for (unsigned i = 0; i < R.nw; i++)
-			nl += R.w[i].nlats;
-		uint64_t *ll = malloc((nl ? nl : 1) * sizeof(*ll));
-		FILE *lf = fopen(o->lat_log, "w");
-		size_t kl = 0;
-		for (unsigned i = 0; i < R.nw; i++)
-			for (size_t j = 0; j < R.w[i].nlats; j++) {
-				if (ll)
-					ll[kl++] = R.w[i].lats[j].lat_ns;
-				/* fio's (3.x) log format: msec, nsec, direction (1: write), bytes */
-				if (lf)
-					fprintf(lf, "%llu, %llu, 1, %llu\n",
-						(unsigned long long)(R.w[i].lats[j].t_ns / 1000000),
-						(unsigned long long)R.w[i].lats[j].lat_ns,
-						(unsigned long long)o->bs);
-			}
-		if (!lf || fclose(lf))
-			fprintf(stderr, "wbcache: cannot write %s: %s\n", o->lat_log, strerror(errno));
-		if (ll && nl) {
-			qsort(ll, nl, sizeof(*ll), cmp_u64);
-			printf("write latency: %zu writes, p50 %.3f ms, p99 %.3f ms, max %.1f ms "
-			       "(log: %s)\n", nl, pct(ll, nl, 50), pct(ll, nl, 99), pct(ll, nl, 100),
-			       o->lat_log);
-		}
-		free(ll);
-	}
+	if (o->lat_log)
+		lat_log_write();
 	/* what writeback cost: the flushers' and the completion threads' CPU
 	 * time per page written back */
 	struct wbc_stats ws;
@@ -922,6 +957,27 @@ static void remove_remote_files(const struct opts *o)
 			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
 				o->devs[d], wbc_strerror(e));
 	}
+}
+
+int mkdir_p(const char *dir)
+{
+	char buf[4096];
+	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, 0755) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) && errno != EEXIST)
+		return -errno;
+	struct stat st;
+	if (stat(buf, &st))
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
 static int remove_run_files(const char *dir)
@@ -1323,6 +1379,8 @@ static _Noreturn void give_up(pthread_t sampler)
 		struct json_fig j = { .unfinished = true, .secs = secs, .bytes = bytes, .ops = ops };
 		write_json(o->json, &j);
 	}
+	if (o->lat_log)
+		lat_log_write();
 	if (o->trace && trace_csv(o->trace, R.s, R.ns))
 		fprintf(stderr, "wbcache: cannot write %s\n", o->trace);
 	if (o->plot && plot_svg(o->plot, "wbcache run (did not finish)", R.s, R.ns, o->devs))
@@ -1362,9 +1420,16 @@ int cmd_run(int argc, char **argv)
 			o->plot = plotbuf;
 		}
 	}
-	if ((uses_dir || o->demo) && mkdir(o->dir, 0755) && errno != EEXIST) {
-		fprintf(stderr, "wbcache: cannot create %s: %s\n", o->dir, strerror(errno));
-		return 1;
+	if (uses_dir || o->demo) {
+		int e = mkdir_p(o->dir);
+		if (e == -ENOTDIR) {
+			fprintf(stderr, "wbcache: --dir %s: not a directory\n", o->dir);
+			return 2;
+		}
+		if (e) {
+			fprintf(stderr, "wbcache: cannot create %s: %s\n", o->dir, strerror(-e));
+			return 1;
+		}
 	}
 	/* the files the run writes at its end can be written: known before
 	 * the run, not after it */
@@ -1459,6 +1524,11 @@ int cmd_run(int argc, char **argv)
 	}
 	wbc_stats(R.cache, &st);
 	wb_bytes0 = st.written_back_bytes;
+	for (unsigned d = 0; d < o->ndev; d++) {
+		struct wbc_dev_stats ds;
+		wbc_dev_stats(R.dev[d], &ds);
+		R.written0[d] = R.last_written[d] = ds.written_back_bytes;
+	}
 	wb_cpu0 = wb_threads_cpu(false);
 	lib_cpu0 = any_rados() ? threads_cpu_mode("!", false) : 0;
 	getrusage(RUSAGE_SELF, &ru0);
@@ -1530,7 +1600,8 @@ int cmd_run(int argc, char **argv)
 	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);
 		free(R.w[i].fsyncs);
-		free(R.w[i].lats);
+		for (unsigned k = 0; k < LAT_CHUNKS; k++)
+			free(R.w[i].lats[k]);
 	}
 	free(R.w);
 	free(R.s);

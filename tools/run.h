@@ -32,6 +32,10 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 /* plot.c: the timeline as CSV; 0 or -errno. */
 int trace_csv(const char *path, const struct sample *s, size_t n);
 
+/* run.c: make @dir and its missing parents; -ENOTDIR where it (or a
+ * parent) is there but not a directory.  0 or -errno. */
+int mkdir_p(const char *dir);
+
 int cmd_run(int argc, char **argv);
 int cmd_lab(int argc, char **argv);     /* lab.c */
 int cmd_mount(int argc, char **argv);   /* mount/main.c */

@@ -522,6 +522,10 @@ int cmd_umount(int argc, char **argv)
 {
 	if (argc != 2 || argv[1][0] == '-') {
 		bool help = argc == 2 && !strcmp(argv[1], "--help");
+		if (!help)
+			fprintf(stderr, argc < 2 ? "wbcache umount: no MOUNTPOINT\n" :
+				argc > 2 ? "wbcache umount: one MOUNTPOINT only\n" :
+				"wbcache umount: unknown option %s\n", argv[1]);
 		fprintf(help ? stdout : stderr,
 			"usage: wbcache umount MOUNTPOINT\n"
 			"writes everything back, unmounts and waits for the daemon to end\n");
