@@ -212,6 +212,10 @@ struct wbc_dev {
 	atomic_bool work_hint;
 	pthread_t thread;
 	bool thread_started;
+	/* what the flusher did, for tests: turns of its loop, passes
+	 * (wb_writeback calls) and files a pass put back untouched because
+	 * their device backs off after errors (retry_after) */
+	atomic_ullong flusher_turns, wb_passes, wb_backoff_skips;
 
 	/* [wb] the bio pool (writeback/pool.c) */
 	pthread_mutex_t io_lock __attribute__((aligned(64)));

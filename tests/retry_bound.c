@@ -22,6 +22,14 @@
  *      to another, healthy device writes on, also one with strict_limit
  *      (which the pass for nearly clean devices does not let through: it
  *      waited for ever, spinning).
+ *   6. The flushers beside a dead device (no periodic pass,
+ *      dirty_writeback_centisecs=0): the dead device's flusher, kicked by
+ *      every throttled writer of a healthy one before, sends its file
+ *      round at most twice a pass (it went round it up to 1,001 times);
+ *      the healthy device's flusher, with nothing dirty and the cache
+ *      over the background threshold with the dead device's pages,
+ *      waits (it could spin for ever holding its work lock on a retry
+ *      time left in the past, and a sync of the device waited on it).
  * No wall-clock assertion: a watchdog (alarm) only bounds a hang.
  */
 #include "testutil.h"
@@ -212,6 +220,38 @@ int main(void)
 		wbc_dev_stats(b, &ds);
 		printf("%llu MiB written back\n", (unsigned long long)ds.written_back_bytes / MiB);
 		CHECK(ds.written_back_bytes >= STREAM);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), -EIO);
+	}
+	/* 6. the flushers beside a dead device */
+	{
+		struct wbc_config cfg = t_config(16 * MiB, 4096);
+		cfg.dirty_writeback_centisecs = 0;
+		wbc_dev *b;
+		CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+		CHECK_EQ(wbc_dev_add(c, "model:errp=1,retry_timeout=1", &dev), 0);
+		CHECK_EQ(wbc_dev_add(c, "model:bw=1G", &b), 0);
+		CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &f), 0);
+		for (off = 0; (r = wbc_pwrite(f, chunk, CHUNK, off)) > 0;)
+			off += (uint64_t)r;
+		CHECK_EQ(r, -EIO);
+		unsigned long long p0 = atomic_load(&dev->wb_passes);
+		unsigned long long k0 = atomic_load(&dev->wb_backoff_skips);
+		t_stream(b, NULL, "b", STREAM, 5, 1);
+		unsigned long long passes = atomic_load(&dev->wb_passes) - p0;
+		unsigned long long skips = atomic_load(&dev->wb_backoff_skips) - k0;
+		printf("beside a dead device: its flusher: %llu passes, %llu files put back\n",
+		       passes, skips);
+		CHECK(skips <= 2 * passes);
+		for (int i = 0; i < 3; i++) {
+			CHECK_EQ(wbc_dev_sync(b), 0);
+			unsigned long long t0 = atomic_load(&b->flusher_turns);
+			struct timespec ts = { 0, 100 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+			unsigned long long turns = atomic_load(&b->flusher_turns) - t0;
+			printf("the healthy device's flusher, idle: %llu turns in 100 ms\n", turns);
+			CHECK(turns < 100);   /* spinning: millions */
+		}
 		CHECK_EQ(wbc_file_close(f), 0);
 		CHECK_EQ(wbc_cache_close(c), -EIO);
 	}

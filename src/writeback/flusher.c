@@ -70,6 +70,8 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	dirty_put_init(&put);
 	struct bio_plug plug = { .n = 0, .bytes = 0 };
 	long total = 0, skipped = 0, slice = c->wb_ops->slice_pages(dev);
+	uintptr_t first_backed_off = 0;
+	atomic_fetch_add_explicit(&dev->wb_passes, 1, memory_order_relaxed);
 	unsigned long files = 0;
 	/* Background: pages this pass may write before it looks at the
 	 * threshold again.  Summing the per-CPU counters for every file
@@ -113,8 +115,14 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			plug_flush(dev, &plug);
 		if (ctl.backed_off) {
 			dirty_put(dev, &put, ino, true, false);
-			if (++skipped > 1000)
+			atomic_fetch_add_explicit(&dev->wb_backoff_skips, 1, memory_order_relaxed);
+			/* the first file put back came round again: every file
+			 * left waits for its retry, another turn writes nothing
+			 * (compared as a number: it may be gone by now) */
+			if ((uintptr_t)ino == first_backed_off || ++skipped > 1000)
 				break;
+			if (!first_backed_off)
+				first_backed_off = (uintptr_t)ino;
 			continue;
 		}
 		if (ctl.size_dirty)
@@ -268,9 +276,11 @@ static void *flusher_main(void *arg)
 	uint64_t interval = c->cfg.dirty_writeback_centisecs * NS_PER_CENTISEC;
 	uint64_t next_periodic = wbc_now_ns() + interval;
 	uint64_t retry_at = 0;
+	bool kick_pending = false;
 
 	pthread_mutex_lock(&dev->work_lock);
 	while (!dev->stop) {
+		atomic_fetch_add_explicit(&dev->flusher_turns, 1, memory_order_relaxed);
 		if (!list_empty(&dev->work_list)) {
 			struct wb_work *w = container_of(dev->work_list.next, struct wb_work, list);
 			list_del_init(&w->list);
@@ -305,18 +315,27 @@ static void *flusher_main(void *arg)
 			pthread_mutex_lock(&dev->work_lock);
 			continue;
 		}
-		bool kicked = dev->kicked;
+		/* A pass that wrote nothing (every file waits for its retry
+		 * after errors, or is busy) is not repeated before retry_at,
+		 * kicks or not: a dead device beside live ones is kicked by
+		 * every throttled writer.  A kick that comes meanwhile is
+		 * served then. */
+		bool kicked = dev->kicked || kick_pending;
 		dev->kicked = false;
+		kick_pending = false;
 		long ndirty = ctr_dirty(&dev->ctr);
+		if (ndirty <= 0)
+			retry_at = 0;   /* nothing left to retry */
+		bool due = !retry_at || now >= retry_at;
 		bool over = ndirty > 0 && wb_over_bg_thresh(c);
-		if (ndirty > 0 && ((kicked || now >= retry_at) && over)) {
+		if (over && due) {
 			pthread_mutex_unlock(&dev->work_lock);
 			long n = wb_writeback(dev, WB_REASON_BACKGROUND, LONG_MAX);
 			retry_at = n ? 0 : wbc_now_ns() + BACKGROUND_RETRY_NS;
 			pthread_mutex_lock(&dev->work_lock);
 			if (n)
 				continue;
-		} else if (kicked && ndirty > 0) {
+		} else if (kicked && ndirty > 0 && due) {
 			/* a writer to this device is throttled while the cache
 			 * is under bg_thresh (the other pages are some other
 			 * device's, in writeback): write what this device has */
@@ -325,15 +344,27 @@ static void *flusher_main(void *arg)
 			retry_at = n ? 0 : wbc_now_ns() + BACKGROUND_RETRY_NS;
 			pthread_mutex_lock(&dev->work_lock);
 			continue;
+		} else if (kicked && ndirty > 0) {
+			kick_pending = true;
 		}
 		if (dev->kicked || !list_empty(&dev->work_list) || dev->start_all || dev->stop)
 			continue;
+		/* Wait for the next thing due: the periodic pass, a retry
+		 * (only while this device has dirty pages that one could
+		 * write), or a kick.  What is due already is done at the top
+		 * of the loop, and each of those moves its own time on: the
+		 * loop never turns without waiting or working (it once spun
+		 * under work_lock on a retry time left in the past while
+		 * another device's pages kept the cache over the threshold). */
+		now = wbc_now_ns();
 		uint64_t wake = interval ? next_periodic : UINT64_MAX;
-		if (retry_at && wb_over_bg_thresh(c))
+		if (retry_at && (kick_pending || wb_over_bg_thresh(c)))
 			wake = WBC_MIN(wake, retry_at);
+		if (wake <= now)
+			continue;
 		if (wake == UINT64_MAX)
 			pthread_cond_wait(&dev->work_cond, &dev->work_lock);
-		else if (wake > now)
+		else
 			wbc_cond_timedwait_ns(&dev->work_cond, &dev->work_lock, wake - now);
 	}
 	pthread_mutex_unlock(&dev->work_lock);
@@ -378,9 +409,13 @@ void flusher_kick(struct wbc_dev *dev, bool start_all)
 
 void wakeup_flusher_threads(struct wbc_cache *c, bool start_all)
 {
+	/* a dead device's pages wait for their retries (its flusher keeps
+	 * their time): a kick from the writers of the others would only
+	 * send it round them again */
+	uint64_t now = start_all ? 0 : wbc_now_ns();
 	pthread_mutex_lock(&c->dev_lock);
 	for (struct wbc_dev *d = c->devs; d; d = d->next)
-		if (ctr_dirty(&d->ctr) > 0)
+		if (ctr_dirty(&d->ctr) > 0 && (start_all || !dev_dead_error(d, now)))
 			flusher_kick(d, start_all);
 	pthread_mutex_unlock(&c->dev_lock);
 }
