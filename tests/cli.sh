@@ -152,6 +152,10 @@ done
 for o in --json --trace --plot --lat-log; do
 	expect_msg "$o in a missing directory" "$o $dir/none/x: cannot write it" run dd --dev mem --size 1M $o "$dir/none/x"
 done
+# ... and a run refused after that check leaves none of them behind
+expect_msg "refused with outputs" "at least 16 pages" run dd --dev mem --mem 16K \
+	--json "$dir/no.json" --trace "$dir/no.csv" --plot "$dir/no.svg" --lat-log "$dir/no.log"
+[ -z "$(ls "$dir"/no.* 2>/dev/null)" ] || fail "a refused run left files: $(ls "$dir"/no.*)"
 expect_msg "size 0" "bad value '0' for --size" run dd --size 0
 $W run -h | grep -q "^usage: wbcache run" || fail "run -h prints no usage"
 # a bad cache configuration names its fault

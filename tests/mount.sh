@@ -204,7 +204,8 @@ msg=$("$W" mount "$bk" "$mt" 2>&1); rc=$?
 kill -9 "$pid"; wait_gone "$pid" 100 || fail "the daemon survived kill -9"
 msg=$("$W" mount "$bk" "$mt" 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$msg" | grep -q "fusermount3 -u" || fail "a mount on a dead one: $rc $msg"
-msg=$("$W" umount "$mt" 2>&1); rc=$?
+# named as users name it: relative, through "./", a trailing slash
+msg=$(cd "$(dirname "$mt")" && "$W" umount "./$(basename "$mt")/" 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$msg" | grep -q "daemon had ended" || fail "umount of a dead mount: $rc $msg"
 mountpoint -q "$mt" && fail "the dead mount is still there after wbcache umount"
 pid=

@@ -1438,13 +1438,24 @@ int cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
 		if (!outs[i][1])
 			continue;
-		int fd = open(outs[i][1], O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		/* one that is not there is made and removed again: a run
+		 * refused later leaves no empty file; O_NONBLOCK: a FIFO
+		 * without a reader says ENXIO instead of stopping here */
+		const int how = O_WRONLY | O_CLOEXEC | O_NONBLOCK;
+		bool made = false;
+		int fd = open(outs[i][1], how);
+		if (fd < 0 && errno == ENOENT) {
+			fd = open(outs[i][1], how | O_CREAT | O_EXCL, 0644);
+			made = fd >= 0;
+		}
 		if (fd < 0) {
 			fprintf(stderr, "wbcache: %s %s: cannot write it: %s\n", outs[i][0], outs[i][1],
 				strerror(errno));
 			return 2;
 		}
 		close(fd);
+		if (made)
+			unlink(outs[i][1]);
 	}
 	int err = wbc_cache_open(&o->cfg, &R.cache);
 	if (err == -ENOMEM) {

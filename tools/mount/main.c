@@ -105,10 +105,11 @@ static bool detach_begin(int *status)
 		*status = 0;
 		return true;
 	}
-	int ws;
-	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+	int ws = 0;
+	pid_t w;
+	while ((w = waitpid(pid, &ws, 0)) < 0 && errno == EINTR)
 		;
-	*status = WIFEXITED(ws) && WEXITSTATUS(ws) ? WEXITSTATUS(ws) : 2;
+	*status = w == pid && WIFEXITED(ws) && WEXITSTATUS(ws) ? WEXITSTATUS(ws) : 2;
 	return true;
 }
 
@@ -257,8 +258,10 @@ int cmd_mount(int argc, char **argv)
 		goto out;
 	}
 	/* a second mount stacked on a wbcache mount would hide it: refused */
-	if (getxattr(mountpoint, STATS_XATTR, NULL, 0) >= 0 || errno == ENOTCONN) {
-		if (errno == ENOTCONN)
+	ssize_t gx = getxattr(mountpoint, STATS_XATTR, NULL, 0);
+	int gxe = gx < 0 ? errno : 0;
+	if (gx >= 0 || gxe == ENOTCONN) {
+		if (gxe == ENOTCONN)
 			fprintf(stderr, "wbcache mount: mount point %s: a mount whose daemon has ended "
 				"is there (`fusermount3 -u %s` clears it)\n", mountpoint, mountpoint);
 		else
@@ -482,16 +485,28 @@ out:
  * not be reachable: its daemon may be gone). */
 static bool wbcache_mount_listed(const char *path)
 {
-	char abs[PATH_MAX + 2], cwd[PATH_MAX];
-	if (path[0] == '/')
-		snprintf(abs, sizeof(abs), "%s", path);
-	else if (getcwd(cwd, sizeof(cwd)))
-		snprintf(abs, sizeof(abs), "%s/%s", cwd, path);
-	else
+	/* the kernel lists the mount point's canonical path: that of its
+	 * parent (still reachable), and its own name */
+	char parent[PATH_MAX], rp[PATH_MAX], abs[2 * PATH_MAX];
+	if (snprintf(parent, sizeof(parent), "%s", path) >= (int)sizeof(parent))
 		return false;
-	size_t len = strlen(abs);
-	while (len > 1 && abs[len - 1] == '/')
-		abs[--len] = '\0';
+	size_t len = strlen(parent);
+	while (len > 1 && parent[len - 1] == '/')
+		parent[--len] = '\0';
+	char *slash = strrchr(parent, '/');
+	const char *base = slash ? slash + 1 : parent;
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return false;   /* the root, or a name that is no mount point's own */
+	const char *pdir = ".";
+	if (slash == parent)
+		pdir = "/";
+	else if (slash) {
+		*slash = '\0';   /* base, after it, stays whole */
+		pdir = parent;
+	}
+	if (!realpath(pdir, rp))
+		return false;
+	snprintf(abs, sizeof(abs), "%s/%s", strcmp(rp, "/") ? rp : "", base);
 	FILE *f = fopen("/proc/self/mounts", "re");
 	if (!f)
 		return false;
@@ -518,6 +533,25 @@ static bool wbcache_mount_listed(const char *path)
 	return found;
 }
 
+/* `fusermount3 -u @mnt`: true when it ran and succeeded; else false and
+ * *err the reason it could not run (0 when it ran and failed). */
+static bool fusermount_u(const char *mnt, int *err)
+{
+	pid_t child, w = -1;
+	char *fargv[] = { "fusermount3", "-u", (char *)mnt, NULL };
+	int ws = 0;
+	*err = posix_spawnp(&child, "fusermount3", NULL, NULL, fargv, environ);
+	if (*err)
+		return false;
+	while ((w = waitpid(child, &ws, 0)) < 0 && errno == EINTR)
+		;
+	if (w != child) {
+		*err = errno;
+		return false;
+	}
+	return WIFEXITED(ws) && !WEXITSTATUS(ws);
+}
+
 int cmd_umount(int argc, char **argv)
 {
 	if (argc != 2 || argv[1][0] == '-') {
@@ -537,13 +571,8 @@ int cmd_umount(int argc, char **argv)
 	if (n < 0 && errno == ENOTCONN && wbcache_mount_listed(mnt)) {
 		/* the daemon is gone (killed, crashed): nothing can be written
 		 * back any more; the dead mount is cleared */
-		pid_t child;
-		char *fargv[] = { "fusermount3", "-u", (char *)mnt, NULL };
-		int ws = 0, rc = posix_spawnp(&child, "fusermount3", NULL, NULL, fargv, environ);
-		if (!rc)
-			while (waitpid(child, &ws, 0) < 0 && errno == EINTR)
-				;
-		bool cleared = !rc && WIFEXITED(ws) && !WEXITSTATUS(ws);
+		int rc;
+		bool cleared = fusermount_u(mnt, &rc);
 		fprintf(stderr, "wbcache umount: %s: the mount's daemon had ended (killed or crashed): "
 			"%s; what it had not written back is lost (fsync'd data is on the store)\n",
 			mnt, cleared ? "unmounted" : "`fusermount3 -u` failed too");
@@ -567,14 +596,8 @@ int cmd_umount(int argc, char **argv)
 			close(pidfd);
 		return 1;
 	}
-	pid_t child;
-	char *fargv[] = { "fusermount3", "-u", (char *)mnt, NULL };
-	int rc = posix_spawnp(&child, "fusermount3", NULL, NULL, fargv, environ);
-	int ws = 0;
-	if (!rc)
-		while (waitpid(child, &ws, 0) < 0 && errno == EINTR)
-			;
-	if (rc || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+	int rc;
+	if (!fusermount_u(mnt, &rc)) {
 		fprintf(stderr, "wbcache umount: %s: fusermount3 -u failed%s%s\n", mnt,
 			rc ? ": " : "", rc ? strerror(rc) : "");
 		if (pidfd >= 0)

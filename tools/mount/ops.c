@@ -447,6 +447,8 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 	return 0;
 }
 
+static void release_handle(struct node *n, struct fuse_file_info *fi);
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
@@ -457,8 +459,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int err = open_common(req, n, fi, false);
 	if (err)
 		fuse_reply_err(req, -err);
-	else
-		fuse_reply_open(req, fi);
+	else if (fuse_reply_open(req, fi) == -ENOENT)
+		release_handle(n, fi);   /* the open was interrupted */
 }
 
 /*
@@ -498,7 +500,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	} else
 		err = enter_node(fd, &st, &e);   /* takes fd */
 	if (!err && !(err = open_common(req, node_of(e.ino), fi, made))) {
-		fuse_reply_create(req, &e, fi);
+		if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+			/* interrupted: the kernel has neither the open nor the
+			 * entry (the file stays, as after any create) */
+			release_handle(node_of(e.ino), fi);
+			forget_one(e.ino, 1);
+		}
 		return;
 	}
 	if (e.ino)
@@ -677,9 +684,11 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	fuse_reply_err(req, -err);
 }
 
-static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/* The end of an open of @n: RELEASE, or an open whose answer found no
+ * caller (interrupted: fuse_reply_open/create gave -ENOENT, and no
+ * RELEASE will come). */
+static void release_handle(struct node *n, struct fuse_file_info *fi)
 {
-	struct node *n = node_of(ino);
 	wbc_file_close((wbc_file *)(uintptr_t)fi->fh);
 	pthread_mutex_lock(&n->lock);
 	if (!open_direct(fi))
@@ -703,6 +712,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			drop_if_unlinked_locked(n);
 	}
 	pthread_mutex_unlock(&n->lock);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	release_handle(node_of(ino), fi);
 	fuse_reply_err(req, 0);
 }
 
