@@ -30,6 +30,9 @@
  *      over the background threshold with the dead device's pages,
  *      waits (it could spin for ever holding its work lock on a retry
  *      time left in the past, and a sync of the device waited on it).
+ *   7. A group's limit filled by a dead device's pages: a writer to a
+ *      healthy device in the same group writes on (it was held until the
+ *      dead device came back: for ever here).
  * No wall-clock assertion: a watchdog (alarm) only bounds a hang.
  */
 #include "testutil.h"
@@ -252,6 +255,35 @@ int main(void)
 			printf("the healthy device's flusher, idle: %llu turns in 100 ms\n", turns);
 			CHECK(turns < 100);   /* spinning: millions */
 		}
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), -EIO);
+	}
+	/* 7. a group filled by a dead device's pages */
+	{
+		wbc_dev *b;
+		wbc_group *grp;
+		wbc_file *h;
+		c = open_cache(32 * MiB, 20);
+		CHECK_EQ(wbc_dev_add(c, "model:errp=1,retry_timeout=300ms", &dev), 0);
+		CHECK_EQ(wbc_dev_add(c, "model:bw=1G", &b), 0);
+		CHECK_EQ(wbc_group_create(c, 2 * MiB, 0, &grp), 0);
+		CHECK_EQ(wbc_file_open_group(dev, "a", WBC_O_CREAT, grp, &f), 0);
+		for (off = 0; (r = wbc_pwrite(f, chunk, CHUNK, off)) > 0;)
+			off += (uint64_t)r;
+		CHECK_EQ(r, -EIO);
+		struct wbc_group_stats gs;
+		CHECK_EQ(wbc_group_stats(grp, &gs), 0);
+		printf("a group of %llu KiB: %llu KiB of the dead device's; ", (unsigned long long)gs.limit_bytes / KiB,
+		       (unsigned long long)(gs.dirty_bytes + gs.writeback_bytes) / KiB);
+		CHECK(gs.dirty_bytes + gs.writeback_bytes >= gs.limit_bytes);
+		alarm(30);
+		CHECK_EQ(wbc_file_open_group(b, "b", WBC_O_CREAT, grp, &h), 0);
+		for (off = 0; off < 4 * MiB; off += CHUNK)
+			CHECK_EQ(wbc_pwrite(h, chunk, CHUNK, off), CHUNK);
+		CHECK_EQ(wbc_fsync(h), 0);
+		alarm(WATCHDOG_S);
+		printf("the healthy device's writer in it wrote 4 MiB\n");
+		CHECK_EQ(wbc_file_close(h), 0);
 		CHECK_EQ(wbc_file_close(f), 0);
 		CHECK_EQ(wbc_cache_close(c), -EIO);
 	}

@@ -221,6 +221,9 @@ void dom_group(struct wbc_group *g, struct dom *d)
 	dom_fill(d, (double)ctr_unclean(&g->ctr), (double)g->thresh, (double)g->bg_thresh);
 }
 
+static void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d,
+			     uint64_t now);
+
 long over_bg_pages(struct wbc_cache *c)
 {
 	long over = ctr_dirty(&c->ctr) - (long)c->bg_thresh;
@@ -333,7 +336,7 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 	}
 	if (grp) {
 		struct dom md;
-		dom_group(grp, &md);
+		dom_group_writer(grp, dev, &md, wbc_now_ns());
 		if (md.dirty > md.freerun || gd->dirty > gd->freerun)
 			pos = WBC_MIN(pos, pos_ratio_cubic(md.setpoint, md.dirty, md.limit));
 	}
@@ -342,12 +345,12 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 
 /* pos_ratio of a local-throttle thread: its device's domain @d alone
  * (and its group's line). */
-static double local_pos_ratio(struct wbc_group *grp, const struct dom *d)
+static double local_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp, const struct dom *d)
 {
 	double pos = pos_ratio_cubic(d->setpoint, d->dirty, d->limit);
 	if (grp) {
 		struct dom md;
-		dom_group(grp, &md);
+		dom_group_writer(grp, dev, &md, wbc_now_ns());
 		if (md.dirty > md.freerun)
 			pos = WBC_MIN(pos, pos_ratio_cubic(md.setpoint, md.dirty, md.limit));
 	}
@@ -470,6 +473,22 @@ static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
 	d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
 }
 
+/* Group @g's domain as a writer to @dev sees it: without the pages of
+ * dead devices but @dev, as the global one (a group's limit filled by a
+ * dead device's pages held the writers of a healthy device in it until
+ * the dead one came back).  The dead devices' pages are not counted by
+ * group: all of them are taken off, so while a device is dead a group
+ * may go over its own limit by up to the other groups' pages on it
+ * (the global limit still holds, and they are in the arena, which
+ * bounds memory all the same). */
+static void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d,
+			     uint64_t now)
+{
+	dom_group(g, d);
+	if (d->dirty > d->freerun)
+		d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
+}
+
 /* Pause the calling thread for @pause ns (or owe it, deferred) and count
  * it for the thread, the device and the cache. */
 static void pause_for(struct wbc_dev *dev, uint64_t pause)
@@ -533,7 +552,7 @@ static void balance_domains(struct wbc_dev *dev, struct wbc_group *grp, struct d
 {
 	dom_writer(dev, gd, now);
 	if (grp)
-		dom_group(grp, md);
+		dom_group_writer(grp, dev, md, now);
 	if (over_bg_thresh(dev->cache))
 		wakeup_flusher_threads(dev->cache, false);
 	bandwidth_update(dev, now);
@@ -649,7 +668,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		int err = dev_dead_error(dev, now);
 		if (err)
 			return err;
-		double pos = tls.local ? local_pos_ratio(grp, &gd)
+		double pos = tls.local ? local_pos_ratio(dev, grp, &gd)
 				       : writer_pos_ratio(dev, grp, &gd, &wb_thresh);
 		/* near the limit, each thread may take only a small part of
 		 * what is left before it checks again */
@@ -693,7 +712,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			return 0;
 		/* at or over the limit: pause again until below it */
 		dom_writer(dev, &gd, wbc_now_ns());
-		if (gd.dirty < gd.limit && (!grp || (dom_group(grp, &md), md.dirty < md.limit)))
+		if (gd.dirty < gd.limit && (!grp || (dom_group_writer(grp, dev, &md, wbc_now_ns()), md.dirty < md.limit)))
 			return 0;
 	}
 }

@@ -70,7 +70,7 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 	dirty_put_init(&put);
 	struct bio_plug plug = { .n = 0, .bytes = 0 };
 	long total = 0, skipped = 0, slice = c->wb_ops->slice_pages(dev);
-	uintptr_t first_backed_off = 0;
+	uintptr_t first_put_back = 0;
 	atomic_fetch_add_explicit(&dev->wb_passes, 1, memory_order_relaxed);
 	unsigned long files = 0;
 	/* Background: pages this pass may write before it looks at the
@@ -116,13 +116,14 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		if (ctl.backed_off) {
 			dirty_put(dev, &put, ino, true, false);
 			atomic_fetch_add_explicit(&dev->wb_backoff_skips, 1, memory_order_relaxed);
-			/* the first file put back came round again: every file
-			 * left waits for its retry, another turn writes nothing
-			 * (compared as a number: it may be gone by now) */
-			if ((uintptr_t)ino == first_backed_off || ++skipped > 1000)
+			/* the first file put back untouched came round again:
+			 * every file left waits (for its retry here), another
+			 * turn writes nothing (compared as a number: it may be
+			 * gone by now) */
+			if ((uintptr_t)ino == first_put_back || ++skipped > 1000)
 				break;
-			if (!first_backed_off)
-				first_backed_off = (uintptr_t)ino;
+			if (!first_put_back)
+				first_put_back = (uintptr_t)ino;
 			continue;
 		}
 		if (ctl.size_dirty)
@@ -130,6 +131,15 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		dirty_put(dev, &put, ino, ctl.still_dirty, ctl.nr_to_write <= 0);
 		if (put.n_redirty + put.n_more_io >= WB_BATCH)
 			dirty_put_commit(dev, &put);
+		/* dirty and nothing written: its size is being set (truncate,
+		 * fsync), its pages are busy; the pass comes back to it at
+		 * once (it went round such a file as long as a resize took) */
+		if (!n && ctl.still_dirty) {
+			if ((uintptr_t)ino == first_put_back)
+				break;
+			if (!first_put_back)
+				first_put_back = (uintptr_t)ino;
+		}
 		nr_pages -= n;
 		total += n;
 		bg_budget -= WBC_MAX(n, 1);

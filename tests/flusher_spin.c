@@ -1,0 +1,182 @@
+/*
+ * The flusher never goes round and round a file it cannot write.
+ *   1. A file whose size is being set: a truncate waits in the backend's
+ *      resize (held here until the test lets it go), with dirty pages
+ *      below the new size and the cache over its background threshold.
+ *      Writeback skips the file while its size is set; the flusher's pass
+ *      came back to it at once, over and over, for as long as the resize
+ *      took (900,000 list passes in 0.9 s).  Now the pass ends when the
+ *      file comes round again and the next waits for its retry: a few
+ *      passes while the resize lasts.  The resize then ends, and the
+ *      truncate and the data are right.
+ * (The dead-device cases are in retry_bound.c.)  No wall-clock assertion:
+ * the bound counts passes, a spin makes hundreds of thousands.
+ */
+#include "testutil.h"
+#include "internal.h"
+#include "wbcache_backend.h"
+
+#define KiB (1u << 10)
+#define MiB (1u << 20)
+#define PS 4096
+
+/* a backend that holds its writes while told to, and its resize until
+ * let go */
+static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static struct wbc_io *held[256];
+static int nheld;
+static bool hold_writes, hold_resize, in_resize;
+static uint64_t resized_to = UINT64_MAX;
+static int dummy;
+
+static void b_caps(void *ctx, struct wbc_backend_caps *c)
+{
+	(void)ctx;
+	c->max_io = PS;
+	c->queue_depth = 1;
+}
+
+static int b_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	(void)ctx; (void)name; (void)flags;
+	*file = &dummy;
+	*size = 0;
+	return 0;
+}
+
+static void b_close(void *ctx, void *file) { (void)ctx; (void)file; }
+
+static int b_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	(void)ctx; (void)queued;
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_io *io = ios[i];
+		pthread_mutex_lock(&lk);
+		bool hold = io->op == WBC_IO_WRITE && hold_writes && nheld < 256;
+		if (hold) {
+			held[nheld++] = io;
+			pthread_cond_broadcast(&cv);
+		}
+		pthread_mutex_unlock(&lk);
+		if (hold)
+			continue;
+		if (io->op == WBC_IO_READ)
+			for (int k = 0; k < io->iovcnt; k++)
+				memset(io->iov[k].iov_base, 0, io->iov[k].iov_len);
+		wbc_io_complete(io, (ssize_t)io->len);
+	}
+	return 0;
+}
+
+static int b_resize(void *ctx, void *file, uint64_t size)
+{
+	(void)ctx; (void)file;
+	pthread_mutex_lock(&lk);
+	in_resize = true;
+	pthread_cond_broadcast(&cv);
+	while (hold_resize)
+		pthread_cond_wait(&cv, &lk);
+	in_resize = false;
+	resized_to = size;
+	pthread_mutex_unlock(&lk);
+	return 0;
+}
+
+static void b_destroy(void *ctx) { (void)ctx; }
+
+static const struct wbc_backend_ops ops = {
+	.size = sizeof(ops), .name = "held", .caps = b_caps, .open = b_open, .close = b_close,
+	.submit = b_submit, .resize = b_resize, .destroy = b_destroy,
+};
+
+static wbc_file *f;
+
+static void *truncator(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(wbc_truncate(f, 1 * MiB), 0);
+	return NULL;
+}
+
+static uint64_t queue_io_passes(wbc_dev *dev)
+{
+	struct wbc_dev_debug d;
+	CHECK_EQ(wbc_dev_debug(dev, &d), 0);
+	return d.queue_io_passes;
+}
+
+int main(void)
+{
+	struct wbc_config cfg = t_config(16 * MiB, PS);
+	cfg.dirty_writeback_centisecs = 0;          /* no periodic pass */
+	cfg.dirty_background_bytes = 64 * PS;       /* 2 MiB dirty is well over it */
+	cfg.dirty_bytes = 8 * MiB;
+	wbc_cache *c;
+	wbc_dev *dev;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_backend(c, &ops, NULL, "", &dev), 0);
+	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &f), 0);
+
+	static char buf[2 * MiB];
+	t_fill(buf, sizeof(buf), 7);
+	pthread_mutex_lock(&lk);
+	hold_writes = true;
+	hold_resize = true;
+	pthread_mutex_unlock(&lk);
+	CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	/* the flusher has one write out (queue depth 1), held */
+	pthread_mutex_lock(&lk);
+	while (!nheld)
+		pthread_cond_wait(&cv, &lk);
+	pthread_mutex_unlock(&lk);
+	/* the truncate sets the size flag and waits for that write ... */
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, truncator, NULL), 0);
+	/* ... which ends now; the truncate goes on into the resize, held */
+	pthread_mutex_lock(&lk);
+	hold_writes = false;
+	while (!in_resize) {
+		for (int i = 0; i < nheld; i++)
+			wbc_io_complete(held[i], (ssize_t)held[i]->len);
+		nheld = 0;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&cv, &lk, &ts);
+	}
+	pthread_mutex_unlock(&lk);
+
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	uint64_t p0 = queue_io_passes(dev), s0 = atomic_load(&dev->wb_passes);
+	struct timespec ts = { 0, 200 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	uint64_t passes = atomic_load(&dev->wb_passes) - s0, lists = queue_io_passes(dev) - p0;
+	printf("1. while a resize is held (%llu KiB dirty): %llu writeback passes, %llu list "
+	       "passes in 200 ms\n", (unsigned long long)st.dirty_bytes / KiB,
+	       (unsigned long long)passes, (unsigned long long)lists);
+	CHECK(st.dirty_bytes > 0);
+	CHECK(lists < 1000);                        /* spinning: hundreds of thousands */
+
+	pthread_mutex_lock(&lk);
+	hold_resize = false;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&lk);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	pthread_mutex_lock(&lk);
+	CHECK_EQ(resized_to, 1 * MiB);
+	pthread_mutex_unlock(&lk);
+	static char rb[2 * MiB];
+	CHECK_EQ(wbc_pread(f, rb, sizeof(rb), 0), (ssize_t)(1 * MiB));
+	CHECK(!memcmp(rb, buf, 1 * MiB));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	printf("flusher_spin: ok\n");
+	return 0;
+}
