@@ -11,7 +11,11 @@ cd "$(dirname "$0")/.."
 . tests/mountlib.bash
 out=$top/outside
 mkdir -p "$out"
-extra_cleanup() { mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"; }
+extra_cleanup() {
+	mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"
+	mountpoint -q "$top/backing/sub" 2>/dev/null && umount -l "$top/backing/sub"
+	return 0
+}
 
 # ---- bad options: clear message, non-zero exit, nothing mounted
 for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes" "mem=1T" \
@@ -143,6 +147,17 @@ mv "$mt/abs" "$mt/abs2" && rm "$mt/abs2" "$mt/rel" || fail "rename/unlink of sym
 [ "$(snap)" = "$s0" ] || fail "an operation on a symlink reached the file outside"
 [ -z "$(ls -A "$out" | grep -v '^target$')" ] || fail "files appeared outside"
 [ "$(stat -c %U "$out/target")" = "$(id -un)" ] || fail "outside file changed owner"
+# ... nor through another file system mounted inside it (root: file
+# handles, decoded on the backing directory's file system, where one of
+# another names some other inode): it is not entered (EXDEV)
+if [ "$(id -u)" = 0 ] && mkdir "$bk/sub" && mount -t tmpfs -o size=1M tmpfs "$bk/sub" 2>/dev/null; then
+	echo inner >"$bk/sub/x"
+	msg=$(stat "$mt/sub" 2>&1) && fail "a file system mounted in BACKING_DIR was entered: $msg"
+	echo "$msg" | grep -q "Invalid cross-device link" || fail "a mount inside BACKING_DIR: '$msg'"
+	cat "$mt/sub/x" >/dev/null 2>&1 && fail "a file on a mount inside BACKING_DIR was read"
+	umount "$bk/sub"
+	rmdir "$bk/sub"
+fi
 
 # ---- fio verify (sequential and random) and fs_mark against the mount
 if command -v fio >/dev/null; then

@@ -316,10 +316,13 @@ int cmd_mount(int argc, char **argv)
 		goto out;
 	}
 	char msg[256];
+	/* before the device: the engine sizes the descriptors it keeps
+	 * from the limit it finds */
+	raise_fd_limit();
 	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	M.mount_fd = fsfd;
 	/* file handles: the daemon needs no descriptor per file */
-	struct file_handle *rfh = handle_of(M.root_fd);
+	struct file_handle *rfh = handle_of(M.root_fd, &M.mount_id);
 	if (rfh) {
 		int t = open_by_handle_at(M.mount_fd, rfh, O_PATH | O_CLOEXEC);
 		M.handles = t >= 0;
@@ -357,7 +360,6 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
 		goto out;
 	}
-	raise_fd_limit();
 
 	char fsname[PATH_MAX + 512], shown[PATH_MAX];
 	snprintf(shown, sizeof(shown), "%s", M.backing);
@@ -429,6 +431,14 @@ out:
 	}
 	dirs_close_all();
 	if (M.cache) {
+		/* libfuse's handlers are gone: a second Ctrl-C, SIGTERM or
+		 * a closed terminal would end the process in the middle of
+		 * the writeback below and lose what it had not written,
+		 * silently, the mount being gone.  They wait for it (kill -9
+		 * still ends it) */
+		signal(SIGINT, SIG_IGN);
+		signal(SIGTERM, SIG_IGN);
+		signal(SIGHUP, SIG_IGN);
 		/* everything is written back here.  An error met on the way
 		 * (a full file system, since freed) that left nothing at risk
 		 * and lost nothing is logged; data not written makes it 1. */

@@ -145,6 +145,10 @@ struct node {
 	 * explicitly, reported while the node lives and put back on the
 	 * backing file once its data is written (fsync, forget, unmount). */
 	bool mtime_set;
+	/* the engine's descriptor of the file is read-only (the daemon may
+	 * not write it): a writable open is refused (n->lock, and the
+	 * opener inside engine_open under it) */
+	bool backing_ro;
 	struct timespec mtime;
 	struct timespec ctime;       /* last write through the mount */
 };
@@ -155,6 +159,7 @@ struct mnt {
 	char *backing;
 	int root_fd;
 	int mount_fd;                /* O_RDONLY on the backing root: open_by_handle_at */
+	int mount_id;                /* the backing root's mount (handle mode) */
 	struct node root;
 	pthread_mutex_t lock;        /* the table */
 	struct node **hash;
@@ -219,9 +224,10 @@ int nfd(struct node *n);
 void nfd_put(struct node *n, int fd);
 void node_hold_fd(struct node *n);
 void node_drop_fd(struct node *n);
-struct file_handle *handle_of(int fd);
+struct file_handle *handle_of(int fd, int *mount_id);
 int open_backing(void *ctx, const char *name, int flags);
 int engine_open(struct node *n, wbc_file **out);
+int engine_open_wfd(struct node *n, int wfd, wbc_file **out);
 int stat_node(struct node *n, struct stat *st);
 int stat_node_fd(struct node *n, int fd, struct stat *st);
 void node_attr(struct node *n, struct stat *st);
@@ -232,6 +238,7 @@ void node_free(struct node *n);
 int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
 int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
+void before_unlink(dev_t dev, ino_t ino);
 void after_unlink(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);
 void node_revive_locked(struct node *n);

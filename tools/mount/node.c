@@ -14,6 +14,9 @@
 /* The node whose engine file the calling thread is opening (the opener
  * callback runs inside wbc_file_open, in the same thread). */
 static __thread struct node *opening;
+/* A writable descriptor of that node's file which the create that made
+ * it holds (-1: none), for the engine where a reopen would be refused */
+static __thread int opening_wfd = -1;
 
 static size_t hkey(dev_t dev, ino_t ino, size_t size)
 {
@@ -200,14 +203,13 @@ static int hexval(char c)
 	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-struct file_handle *handle_of(int fd)
+struct file_handle *handle_of(int fd, int *mount_id)
 {
 	struct file_handle *fh = malloc(sizeof(*fh) + MAX_HANDLE_SZ);
-	int mount_id;
 	if (!fh)
 		return NULL;
 	fh->handle_bytes = MAX_HANDLE_SZ;
-	if (name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH) || fh->handle_bytes > 120) {
+	if (name_to_handle_at(fd, "", fh, mount_id, AT_EMPTY_PATH) || fh->handle_bytes > 120) {
 		free(fh);
 		return NULL;
 	}
@@ -239,13 +241,39 @@ static struct file_handle *handle_parse(const char *name)
 	return fh;
 }
 
+static int open_backing_fd(const char *name, int flags);
+
 /* The opener of the engine's device: reopen the node's O_PATH descriptor
  * with @flags.  A file the daemon may only read is opened read-only (its
  * writes are refused by the kernel's permission check first). */
 int open_backing(void *ctx, const char *name, int flags)
 {
 	(void)ctx;
+	int fd = open_backing_fd(name, flags);
+	/* what the engine got: a read-only descriptor takes no write */
+	if (opening && fd >= 0)
+		opening->backing_ro = (flags & O_ACCMODE) != O_RDONLY &&
+				      (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY;
+	return fd;
+}
+
+static int open_backing_fd(const char *name, int flags)
+{
 	int fd;
+	if (opening && opening_wfd >= 0) {
+		/* a file this daemon made but may not write (mode 0444, the
+		 * daemon not root): the create's own descriptor, as a
+		 * reopen's permission check would refuse it */
+		char want[256];
+		gen_name(opening, want, sizeof(want));
+		if (!strcmp(want, name) && (fd = fcntl(opening_wfd, F_DUPFD_CLOEXEC, 0)) >= 0) {
+			if ((flags & O_DIRECT) && fcntl(fd, F_SETFL, O_DIRECT)) {
+				close(fd);
+				return -EINVAL;   /* the engine goes on without */
+			}
+			return fd;
+		}
+	}
 	if (M.handles) {
 		/* any thread, any time: the name is the handle */
 		struct file_handle *fh = handle_parse(name);
@@ -275,11 +303,20 @@ int open_backing(void *ctx, const char *name, int flags)
 /* A new engine handle on the node's data. */
 int engine_open(struct node *n, wbc_file **out)
 {
+	return engine_open_wfd(n, -1, out);
+}
+
+/* The same, where the caller holds a writable descriptor @wfd of the
+ * node's file (a create of a file the daemon may not write otherwise). */
+int engine_open_wfd(struct node *n, int wfd, wbc_file **out)
+{
 	char name[256];
 	gen_name(n, name, sizeof(name));
 	opening = n;
+	opening_wfd = wfd;
 	int err = wbc_file_open(M.dev, name, WBC_O_CREAT, out);
 	opening = NULL;
+	opening_wfd = -1;
 	return err;
 }
 
@@ -422,7 +459,17 @@ static void ghost_remove_locked(struct node *n);
 int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
-	struct file_handle *fh = M.handles ? handle_of(fd) : NULL;
+	int mnt = M.mount_id;
+	struct file_handle *fh = M.handles ? handle_of(fd, &mnt) : NULL;
+	if (M.handles && (!fh || mnt != M.mount_id)) {
+		/* another file system mounted inside BACKING_DIR: handles
+		 * are decoded on the backing directory's own (one of another
+		 * would name some inode there, even outside BACKING_DIR), so
+		 * the mount does not go into it */
+		free(fh);
+		close(fd);
+		return -EXDEV;
+	}
 	pthread_mutex_lock(&M.lock);
 	struct node *n = find_locked(st->st_dev, st->st_ino);
 	struct node *gone = NULL;
@@ -540,6 +587,31 @@ int backing_set_size(struct node *n, uint64_t size)
 
 /* After an unlink or a rename that may have removed the last link of the
  * inode (dev, ino). */
+/* An open file is about to lose a name through the mount: in handle mode
+ * it holds no descriptor of its own (the engine's may be closed when
+ * idle, and an unlinked inode with none is freed: its handle then says
+ * ESTALE), so one is opened now and kept until its last release
+ * (node_drop_fd). */
+void before_unlink(dev_t dev, ino_t ino)
+{
+	if (!M.handles)
+		return;
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(dev, ino);
+	pthread_mutex_unlock(&M.lock);
+	/* valid: the kernel holds a lookup on the name being removed */
+	if (!n || !n->is_reg)
+		return;
+	pthread_mutex_lock(&n->lock);
+	if (n->opens) {
+		pthread_mutex_lock(&n->fdlock);
+		if (n->pfd < 0 && n->pfd_holds > 0)
+			n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+		pthread_mutex_unlock(&n->fdlock);
+	}
+	pthread_mutex_unlock(&n->lock);
+}
+
 void after_unlink(dev_t dev, ino_t ino)
 {
 	pthread_mutex_lock(&M.lock);

@@ -337,6 +337,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, errno);
 		return;
 	}
+	if (S_ISREG(st.st_mode))
+		before_unlink(st.st_dev, st.st_ino);
 	if (unlinkat(fd, name, 0)) {
 		fuse_reply_err(req, errno);
 		return;
@@ -364,6 +366,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	}
 	bool had = !(flags & RENAME_EXCHANGE) &&
 		   !fstatat(npf, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
+	if (had)
+		before_unlink(victim.st_dev, victim.st_ino);
 	if (renameat2(pf, name, npf, newname, flags)) {
 		fuse_reply_err(req, errno);
 		return;
@@ -402,15 +406,29 @@ static bool open_direct(const struct fuse_file_info *fi)
 
 /* @made: the file was just made by this create (empty: O_TRUNC has
  * nothing to do). */
-static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi, bool made)
+static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi, bool made,
+		       int wfd)
 {
 	wbc_file *h;
 	pthread_mutex_lock(&n->lock);
-	int err = engine_open(n, &h);
+	int err = engine_open_wfd(n, wfd, &h);
 	if (!err && !n->opens) {
-		err = engine_open(n, &n->wf);
+		err = engine_open_wfd(n, wfd, &n->wf);
 		if (err)
 			wbc_file_close(h);
+	}
+	/* the engine could only read the file (the daemon may not write
+	 * it: not root, or a read-only backing file system): a writable
+	 * open is refused here, its writes would be accepted and never
+	 * written back */
+	if (!err && n->backing_ro &&
+	    ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))) {
+		wbc_file_close(h);
+		if (!n->opens) {
+			wbc_file_close(n->wf);
+			n->wf = NULL;
+		}
+		err = -EACCES;
 	}
 	if (!err && (fi->flags & O_TRUNC) && !made) {
 		/* atomic O_TRUNC: the kernel sends no setattr before */
@@ -456,7 +474,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int err = open_common(req, n, fi, false);
+	int err = open_common(req, n, fi, false, -1);
 	if (err)
 		fuse_reply_err(req, -err);
 	else if (fuse_reply_open(req, fi) == -ENOENT)
@@ -476,9 +494,15 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct node *p = node_of(parent);
 	int pf = nfd(p);
 	/* O_NONBLOCK: an existing FIFO of the name must not block the worker */
-	const int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (fi->flags & O_TRUNC);
-	int fd = pf < 0 ? -1 : openat(pf, name, how | O_CREAT | O_EXCL, mode);
+	int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (fi->flags & O_TRUNC);
+	/* a new file the daemon may not write (not root, no owner write
+	 * bit: cp or tar of a 0444 file, git's objects): made writable,
+	 * and the engine writes through this descriptor, as a reopen for
+	 * writing would be refused */
+	bool keep_w = (fi->flags & O_ACCMODE) != O_RDONLY && !(mode & S_IWUSR) && geteuid() != 0;
+	int fd = pf < 0 ? -1 : openat(pf, name, how | (keep_w ? O_RDWR : 0) | O_CREAT | O_EXCL, mode);
 	bool made = fd >= 0;
+	keep_w = keep_w && made;
 	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL))
 		fd = openat(pf, name, how);
 	if (fd < 0) {
@@ -491,15 +515,22 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		logmsg("chown of a new entry failed: %s", strerror(errno));
 	struct fuse_entry_param e = { 0 };
 	struct stat st;
+	int wfd = -1;
 	int err = fstat(fd, &st) ? -errno : 0;
 	if (err)
 		close(fd);
 	else if (!S_ISREG(st.st_mode)) {
 		close(fd);
 		err = -EISDIR;
-	} else
+	} else {
+		wfd = keep_w ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
 		err = enter_node(fd, &st, &e);   /* takes fd */
-	if (!err && !(err = open_common(req, node_of(e.ino), fi, made))) {
+	}
+	if (!err)
+		err = open_common(req, node_of(e.ino), fi, made, wfd);
+	if (wfd >= 0)
+		close(wfd);
+	if (!err) {
 		if (fuse_reply_create(req, &e, fi) == -ENOENT) {
 			/* interrupted: the kernel has neither the open nor the
 			 * entry (the file stays, as after any create) */
