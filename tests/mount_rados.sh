@@ -77,4 +77,16 @@ rm -r "$mt/small" "$mt/d" || fail "rm -r"
 do_umount || fail "umount: $(cat "$top/umount.log")"
 left=$(objs)
 [ -z "$left" ] || fail "objects left in the pool after every file was removed: $left"
+# a file still open when the daemon ends (SIGTERM: no release comes)
+# keeps its size for the next mount
+do_mount "$opts"
+exec 7>"$mt/held"
+head -c 300000 "$top/model" >&7
+do_umount TERM
+exec 7>&-
+do_mount "$opts"
+[ "$(stat -c %s "$mt/held")" = 300000 ] || fail "a file open at SIGTERM: size $(stat -c %s "$mt/held") after a remount"
+cmp -n 300000 "$top/model" "$mt/held" || fail "a file open at SIGTERM: its data after a remount"
+rm "$mt/held"
+do_umount || fail "umount: $(cat "$top/umount.log")"
 echo "mount_rados: ok"

@@ -446,6 +446,20 @@ out:
 		struct wbc_stats s;
 		if (err)
 			logmsg("a writeback error was met: %s", wbc_strerror(err));
+		/* data in RADOS: the sparse backing file keeps each file's
+		 * size for the next mount, set at the last release; files
+		 * still open (no release comes now) get theirs here */
+		for (size_t i = 0; M.remote && M.hash && i < M.hsize; i++)
+			for (struct node *n = M.hash[i]; n; n = n->hnext) {
+				struct wbc_file_info info;
+				if (n == &M.root || !n->is_reg)
+					continue;
+				pthread_mutex_lock(&n->lock);
+				if (n->opens && n->wf && n->wrote && !wbc_file_info(n->wf, &info) &&
+				    backing_set_size(n, info.size))
+					logmsg("cannot set the size of a backing file: %s", strerror(errno));
+				pthread_mutex_unlock(&n->lock);
+			}
 		/* a store that keeps failing is retried for its retry_timeout;
 		 * what is still unwritten then is counted lost */
 		err = wbc_cache_close_stats(M.cache, &s);
