@@ -251,6 +251,15 @@ do_mount "noflush=1,entry_timeout=0,attr_timeout=0,negative_timeout=0,threads=2,
 echo made >"$bk/beside"
 [ "$(cat "$mt/beside" 2>/dev/null)" = made ] || fail "a name made beside the mount not seen (timeouts 0)"
 cp "$top/model" "$mt/opts" && cmp "$top/model" "$mt/opts" || fail "write and read back with noflush, 2 workers"
+# a file written back counts its blocks once (it counted the data it had
+# in the cache at its last close on top of the backing file's blocks;
+# attr_timeout=0: each stat asks)
+head -c 4M /dev/urandom >"$mt/wb"
+b_cached=$(stat -c %b "$mt/wb")
+getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1 || fail "sync through the xattr"
+b_after=$(stat -c %b "$mt/wb") b_bk=$(stat -c %b "$bk/wb")
+[ "$b_cached" -ge 8192 ] && [ "$b_after" -ge 8192 ] && [ "$b_after" -le $((b_bk + 64)) ] ||
+	fail "4 MiB: $b_cached blocks cached, $b_after once written back (the backing file: $b_bk)"
 do_umount || fail "wbcache umount (FUSE options)"
 cmp "$top/model" "$bk/opts" || fail "not written back (FUSE options)"
 

@@ -56,7 +56,6 @@ truncate -s 1T "$mt/sparse"
 dd if=/dev/urandom of="$mt/sparse" bs=8k count=1 conv=notrunc status=none
 b=$(stat -c %b "$mt/sparse")
 [ "$b" -ge 16 ] && [ "$b" -lt 1024 ] || fail "1 TiB file with 8 KiB written reports $b blocks"
-
 # ---- fallocate: reserve, extend, punch, zero; other modes refused
 fallocate -l 10M "$mt/fa" || fail "fallocate"
 [ "$(stat -c %s "$mt/fa")" = 10485760 ] || fail "fallocate size $(stat -c %s "$mt/fa")"

@@ -355,6 +355,15 @@ void node_attr(struct node *n, struct stat *st)
 		unwritten = fi.unwritten_bytes;
 	} else if (n->size_known) {
 		st->st_size = (off_t)n->size;
+		/* what was unwritten at the last close: how much is left now
+		 * (it counted twice once written back: in the backing file's
+		 * blocks too) */
+		wbc_file *h;
+		if (n->unwritten && !engine_open(n, &h)) {
+			if (!wbc_file_info(h, &fi))
+				n->unwritten = fi.unwritten_bytes;
+			wbc_file_close(h);
+		}
 		unwritten = n->unwritten;
 	}
 	if (n->mtime_set)
