@@ -317,6 +317,7 @@ struct wbc_cache {
 	struct page *free_list;
 	uint64_t nr_free, clock_hand;
 	unsigned free_waiters;
+	uint64_t free_gen;          /* lru_lock: pages freed or cleaned (waiters' wakeups) */
 
 	atomic_llong nr_cached;     /* [mm] resident pages (changed with lru_lock) */
 

@@ -32,6 +32,7 @@ void page_free_locked(struct wbc_cache *c, struct page *p)
 	p->next_free = c->free_list;
 	c->free_list = p;
 	c->nr_free++;
+	c->free_gen++;
 	if (c->free_waiters)
 		pthread_cond_signal(&c->free_cond);
 }
@@ -102,9 +103,14 @@ static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
 
 void cache_wake_page_waiters(struct wbc_cache *c)
 {
+	/* the pages just cleaned before the look at the waiters; an
+	 * allocator registers before its last sweep (page_alloc_mode): it
+	 * sees the pages, or this sees it */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&c->page_waiters, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&c->lru_lock);
+	c->free_gen++;
 	pthread_cond_broadcast(&c->free_cond);
 	pthread_mutex_unlock(&c->lru_lock);
 }
@@ -131,10 +137,25 @@ struct page *page_try_alloc(struct wbc_cache *c)
 }
 
 /* page_alloc(); without @wait, NULL instead of a wait for writeback. */
+/* An allocator that waits is registered (free_waiters, page_waiters)
+ * from before its last sweep until it returns: a page freed or cleaned
+ * after that sweep wakes it, or moves free_gen, which it checks before
+ * it sleeps.  (Registered only at the wait, not its sweeps before, so
+ * the common allocation touches no shared counter.) */
+static void waiter_unregister_locked(struct wbc_cache *c, bool *registered)
+{
+	assert_held(&c->lru_lock);
+	if (!*registered)
+		return;
+	*registered = false;
+	c->free_waiters--;
+	atomic_fetch_sub(&c->page_waiters, 1);
+}
+
 static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 {
-	uint64_t swept = 0;
-	bool waited = false, dead_seen = false;
+	uint64_t swept = 0, gen = 0;
+	bool waited = false, dead_seen = false, registered = false;
 	pthread_mutex_lock(&c->lru_lock);
 	for (;;) {
 		struct page *p = c->free_list;
@@ -143,6 +164,7 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			c->nr_free--;
 			p->on_free = false;
 			p->next_free = NULL;
+			waiter_unregister_locked(c, &registered);
 			pthread_mutex_unlock(&c->lru_lock);
 			return p;
 		}
@@ -151,6 +173,7 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			if (++c->clock_hand == c->nr_pages)
 				c->clock_hand = 0;
 			if (try_reclaim_locked(c, p)) {
+				waiter_unregister_locked(c, &registered);
 				pthread_mutex_unlock(&c->lru_lock);
 				atomic_fetch_add(&c->st_reclaimed, 1);
 				return p;
@@ -169,6 +192,17 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			*err = -EAGAIN;
 			return NULL;
 		}
+		if (!registered) {
+			/* registered, then one more full turn: a page cleaned
+			 * before is found by it, one cleaned after wakes us */
+			registered = true;
+			c->free_waiters++;
+			atomic_fetch_add(&c->page_waiters, 1);
+			atomic_thread_fence(memory_order_seq_cst);
+			gen = c->free_gen;
+			swept = c->nr_pages;
+			continue;
+		}
 		if (!waited) {
 			waited = true;
 			atomic_fetch_add(&c->st_page_waits, 1);
@@ -179,17 +213,19 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 		 * held for its copy, and freed since). */
 		int e = c->alloc_ops->dead_error(c, wbc_now_ns());
 		if (e && dead_seen) {
+			pthread_mutex_lock(&c->lru_lock);
+			waiter_unregister_locked(c, &registered);
+			pthread_mutex_unlock(&c->lru_lock);
 			*err = e;
 			return NULL;
 		}
 		dead_seen = e != 0;
 		c->alloc_ops->wakeup_writeback(c, true);
 		pthread_mutex_lock(&c->lru_lock);
-		c->free_waiters++;
-		atomic_fetch_add(&c->page_waiters, 1);
-		wbc_cond_timedwait_ns(&c->free_cond, &c->lru_lock, PAGE_WAIT_NS);
-		atomic_fetch_sub(&c->page_waiters, 1);
-		c->free_waiters--;
+		/* a page freed or cleaned since the sweep: look again */
+		if (c->free_gen == gen)
+			wbc_cond_timedwait_ns(&c->free_cond, &c->lru_lock, PAGE_WAIT_NS);
+		gen = c->free_gen;
 		swept = 0;
 	}
 }
