@@ -99,6 +99,16 @@ static void *truncator(void *arg)
 	return NULL;
 }
 
+/* the truncate has the file's size flag (it waits for the held write) */
+static bool sizing(void)
+{
+	struct inode *ino = handle_get(f)->inode;
+	pthread_mutex_lock(&ino->lock);
+	bool s = ino->sizing;
+	pthread_mutex_unlock(&ino->lock);
+	return s;
+}
+
 static uint64_t queue_io_passes(wbc_dev *dev)
 {
 	struct wbc_dev_debug d;
@@ -133,6 +143,7 @@ int main(void)
 	/* the truncate sets the size flag and waits for that write ... */
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, truncator, NULL), 0);
+	CHECK(T_WAIT_UNTIL(sizing()));
 	/* ... which ends now; the truncate goes on into the resize, held */
 	pthread_mutex_lock(&lk);
 	hold_writes = false;
