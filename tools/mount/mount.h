@@ -81,10 +81,13 @@
  * assert that its caller holds the lock (a relock by the owner fails at
  * once).
  *
- * Lock order: none nests.  M.lock (the node table), a node's lock (its
- * engine handles, size and times) and D.lock (the deferred writes) are
- * each taken with no other of them held; the engine's calls made under a
- * node's lock take only the engine's own locks.  libfuse's locks: libfuse
+ * Lock order: none nests but one.  M.lock (the node table), a node's lock
+ * (its engine handles, size and times) and D.lock (the deferred writes)
+ * are each taken with no other of them held; the engine's calls made
+ * under a node's lock take only the engine's own locks.  A node's fdlock
+ * is the innermost: taken alone (nfd), or under that node's own lock
+ * (open, release and before_unlink take or drop its descriptor hold),
+ * nothing taken under it.  libfuse's locks: libfuse
  * may call the interrupt callback (deferred_interrupt, which takes D.lock)
  * with its request's own lock held; under D.lock the mount calls libfuse
  * only to ask whether a request was interrupted (fuse_req_interrupted,
@@ -123,7 +126,7 @@ struct node {
 	struct file_handle *fh;      /* handle mode: reopened per use (nfd) */
 	/* Handle mode, regular files: the descriptor nfd() opened, kept while
 	 * a request uses it or an open of the file lives (pfd_holds). */
-	pthread_mutex_t fdlock;      /* pfd, pfd_holds; taken with no other lock of the mount */
+	pthread_mutex_t fdlock;      /* pfd, pfd_holds; innermost (Lock order) */
 	int pfd;
 	unsigned pfd_holds;
 	uint64_t gen;                /* unique per node (fallback engine name) */
