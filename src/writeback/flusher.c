@@ -49,6 +49,18 @@ static void work_hint_update_locked(struct wbc_dev *dev)
 #define DRAIN_EVERY 4096
 #define BG_CHECK_PAGES 256
 
+/* A pass put @ino back untouched: true when it is the first such file
+ * come round again (the pass has seen every file it can take; compared
+ * as a number, the first may be gone by now), else remember the first. */
+static bool came_round(uintptr_t *first, struct inode *ino)
+{
+	if ((uintptr_t)ino == *first)
+		return true;
+	if (!*first)
+		*first = (uintptr_t)ino;
+	return false;
+}
+
 /*
  * Background, periodic and start-all writeback (WB_SYNC_NONE).
  * Returns the pages submitted.  Files come a queued bucket at a time and
@@ -120,10 +132,8 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			 * every file left waits (for its retry here), another
 			 * turn writes nothing (compared as a number: it may be
 			 * gone by now) */
-			if ((uintptr_t)ino == first_put_back || ++skipped > 1000)
+			if (came_round(&first_put_back, ino) || ++skipped > 1000)
 				break;
-			if (!first_put_back)
-				first_put_back = (uintptr_t)ino;
 			continue;
 		}
 		if (ctl.size_dirty)
@@ -134,12 +144,8 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		/* dirty and nothing written: its size is being set (truncate,
 		 * fsync), its pages are busy; the pass comes back to it at
 		 * once (it went round such a file as long as a resize took) */
-		if (!n && ctl.still_dirty) {
-			if ((uintptr_t)ino == first_put_back)
-				break;
-			if (!first_put_back)
-				first_put_back = (uintptr_t)ino;
-		}
+		if (!n && ctl.still_dirty && came_round(&first_put_back, ino))
+			break;
 		nr_pages -= n;
 		total += n;
 		bg_budget -= WBC_MAX(n, 1);
