@@ -103,6 +103,12 @@ struct inode {
 	/* [fs] size the backend object has (our view); raised by writeback's
 	 * completion */
 	uint64_t backend_size;
+	/* [fs] the backend's bytes from here on are not the file's while
+	 * backend_size is above it: a shrink the backend refused, its cut
+	 * still to come (inode_resize_locked).  Reads see zeros there, and
+	 * no page from there is written before the cut (it would undo
+	 * them).  UINT64_MAX: none */
+	uint64_t stale_from;
 	uint64_t writeback_index;   /* [wb] where the next cyclic pass starts */
 	uint64_t retry_after;       /* [wb] ns: no background retry before (errors) */
 	uint64_t nr_pages;          /* [mm] pages in the index */
@@ -226,6 +232,10 @@ struct wbc_dev {
 	struct iovec *iov_pool;
 	struct page **page_pool;
 	unsigned inflight, io_waiters;
+	/* io_lock: bios in flight by drain epoch, and the epoch new bios
+	 * count in (its low bit): a drain waits for the bios before it only
+	 * (dev_drain) */
+	unsigned inflight_ep[2], io_epoch;
 	unsigned nr_bios, bio_wake_batch;   /* fixed */
 	uint64_t busy_since;        /* io_lock: when inflight went 0 -> 1 */
 	uint64_t busy_ns;           /* io_lock: time with I/O in flight, total */

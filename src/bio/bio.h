@@ -61,6 +61,7 @@ struct wbc_bio {
 	struct page **pages;
 	unsigned nr_pages;
 	struct wbc_bio *next_free;
+	unsigned epoch;         /* the pool's drain epoch at bio_get (0 or 1) */
 	/* Release on submit, acquire on completion: orders the submitter's
 	 * stores for completion threads (visible to ThreadSanitizer, which
 	 * cannot see a backend's ordering through the kernel). */

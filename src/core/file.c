@@ -162,6 +162,8 @@ struct claim {
 	bool busy;          /* nosleep: -EAGAIN, the page is locked or under
 			     * writeback */
 	uint64_t isize;     /* i_size at claim, before this write */
+	uint64_t valid_end; /* the backend's bytes from here are not the file's:
+			     * backend_valid_end_locked at claim */
 };
 
 /*
@@ -229,6 +231,7 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 		}
 	}
 	cl->isize = ino->i_size;
+	cl->valid_end = backend_valid_end_locked(ino);
 	cl->dirtied = cl->newly = false;
 	if (p) {
 		uint32_t fl = pg_flags(p);
@@ -277,7 +280,7 @@ static void page_unlock(struct inode *ino, struct page *p, uint32_t set)
 }
 
 /* Read page @p's data from the backend; zeros past the backend's end and
- * past @isize. */
+ * past @isize (a claim's valid_end). */
 static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
 {
 	struct wbc_cache *c = ino->dev->cache;
@@ -301,8 +304,8 @@ static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
 #define READ_RUN 32
 
 /*
- * Read page @first (locked, not up to date, below @isize) from the
- * backend, and with it in the same I/O the pages after it up to @end
+ * Read page @first (locked, not up to date) from the backend, zeros past
+ * @isize (a claim's valid_end), and with it in the same I/O the pages after it up to @end
  * (bytes, the read's end) that are not up to date either: a read of many
  * pages is one round trip, not one per page.  The pages after the first
  * are claimed without waiting (a locked page, or no free page, ends the
@@ -314,6 +317,8 @@ static int fill_run(struct inode *ino, struct page *first, uint64_t isize, uint6
 	struct wbc_cache *c = ino->dev->cache;
 	size_t ps = c->page_size;
 	uint64_t pos = first->index << c->page_shift;
+	if (pos >= isize)   /* past what the backend holds of the file */
+		return fill_page(ino, first, isize);
 	uint64_t last = (WBC_MIN(end, isize) - 1) >> c->page_shift;
 	struct page *run[READ_RUN];
 	struct iovec iov[READ_RUN];
@@ -404,6 +409,18 @@ static void dio_range_unlock(struct inode *ino, struct dio_range *r)
 	pthread_mutex_unlock(&ino->lock);
 }
 
+/* Zero bytes [@from, @to) of what @iov describes. */
+static void iov_zero(const struct iovec *iov, int iovcnt, size_t from, size_t to)
+{
+	size_t at = 0;
+	for (int i = 0; i < iovcnt && at < to; i++) {
+		size_t s = WBC_MAX(from, at), e = WBC_MIN(to, at + iov[i].iov_len);
+		if (s < e)
+			memset((char *)iov[i].iov_base + (s - at), 0, e - s);
+		at += iov[i].iov_len;
+	}
+}
+
 static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, int iovcnt,
 			 uint64_t off)
 {
@@ -429,14 +446,21 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 	dio_range_lock(ino, &r);
 	ssize_t n;
 	pthread_mutex_lock(&ino->lock);
-	uint64_t isize = ino->i_size;
+	uint64_t isize = ino->i_size, valid = backend_valid_end_locked(ino);
+	/* a write past a refused shrink: the cut first, else it undoes the write */
+	bool cut = op == BIO_WRITE && stale_pending_locked(ino) && off + len > ino->stale_from;
 	pthread_mutex_unlock(&ino->lock);
 	if (op == BIO_READ && off >= isize) {
 		n = 0;
+	} else if (cut && (err = inode_sync_size(ino))) {
+		n = err;
 	} else {
 		n = backend_rw_sync(be, ino->obj, op, iov, iovcnt, off);
-		if (op == BIO_READ && n > 0)
+		if (op == BIO_READ && n > 0) {
 			n = (ssize_t)WBC_MIN((uint64_t)n, isize - off);   /* past the size: not the file's */
+			if (off + (uint64_t)n > valid)
+				iov_zero(iov, iovcnt, WBC_MAX(valid, off) - off, (size_t)n);
+		}
 	}
 	if (op == BIO_WRITE && n > 0) {
 		pthread_mutex_lock(&ino->lock);
@@ -492,7 +516,7 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 			page_unlock(ino, p, 0);
 			break;
 		}
-		if (!cl.uptodate && (err = fill_run(ino, p, isize, off + len))) {
+		if (!cl.uptodate && (err = fill_run(ino, p, cl.valid_end, off + len))) {
 			page_unlock(ino, p, 0);
 			break;
 		}
@@ -589,7 +613,7 @@ static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, 
 		page_unlock(ino, p, 0);
 	} else {
 		/* a partial write to a page not in the cache: read it first */
-		if ((err = fill_page(ino, p, cl.isize))) {
+		if ((err = fill_page(ino, p, cl.valid_end))) {
 			page_unlock(ino, p, 0);
 			return err;
 		}
@@ -733,7 +757,6 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 		return -EINVAL;
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
-	struct backend *be = ino->dev->be;
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
 	while (ino->sizing)
@@ -749,13 +772,13 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 		if (p && (pg_flags(p) & PG_UPTODATE))
 			memset(page_data(c, p) + tail, 0, c->page_size - tail);
 	}
+	/* the backend's bytes past @size stop being the file's now; if it
+	 * refuses the shrink they wait for a later cut, unseen */
+	if (size < ino->backend_size)
+		ino->stale_from = WBC_MIN(ino->stale_from, size);
 	ino->i_size = size;
-	pthread_mutex_unlock(&ino->lock);
-	int err = backend_resize(be, ino->obj, size);
-	pthread_mutex_lock(&ino->lock);
-	if (!err)
-		ino->backend_size = size;
-	else if (size > old_size)
+	int err = inode_resize_locked(ino, size);
+	if (err && size > old_size)
 		/* an extension the backend refuses (a device of fixed size)
 		 * leaves the file as it was: else every later writeback would
 		 * try to extend it again */
@@ -806,10 +829,12 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	pthread_mutex_lock(&ino->lock);
 	/* removed or not, nothing is cached: the backend's size stands
 	 * (no resize at the last iput) */
-	if (err)
+	if (err) {
 		ino->i_size = ino->backend_size;
-	else
+	} else {
 		ino->backend_size = 0;
+		ino->stale_from = UINT64_MAX;
+	}
 	ino->sizing = false;
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);

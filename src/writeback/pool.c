@@ -78,6 +78,8 @@ struct wbc_bio *bio_get(struct wbc_dev *dev, struct bio_plug *plug)
 		dev->bio_free_tail = &dev->bio_free;
 	if (!dev->inflight++)
 		dev->busy_since = wbc_now_ns();
+	b->epoch = dev->io_epoch & 1;
+	dev->inflight_ep[b->epoch]++;
 	bio_prefetch_free(dev, dev->bio_free);
 	pthread_mutex_unlock(&dev->io_lock);
 	b->iovcnt = 0;
@@ -99,12 +101,18 @@ void bio_put_chain(struct wbc_dev *dev, struct wbc_bio *b, struct wbc_bio *last,
 	dev->inflight -= n;
 	if (!dev->inflight)
 		dev->busy_ns += wbc_now_ns() - dev->busy_since;
+	bool emptied = false;
+	for (struct wbc_bio *x = b;; x = x->next_free) {
+		assert(dev->inflight_ep[x->epoch]);
+		emptied |= !--dev->inflight_ep[x->epoch];
+		if (x == last)
+			break;
+	}
 	/* Wake waiters in batches, not per bio: a writer that ran out of bios
 	 * resumes once a quarter of the pool is free (the kernel's sbitmap
-	 * wake batch), a drain when nothing is in flight.  Every bio in use
-	 * is in flight or about to be, so the batch always fills. */
-	if (dev->io_waiters && (dev->nr_bios - dev->inflight >= dev->bio_wake_batch ||
-				!dev->inflight))
+	 * wake batch), a drain when its epoch has nothing in flight.  Every
+	 * bio in use is in flight or about to be, so the batch always fills. */
+	if (dev->io_waiters && (dev->nr_bios - dev->inflight >= dev->bio_wake_batch || emptied))
 		pthread_cond_broadcast(&dev->io_cond);
 	pthread_mutex_unlock(&dev->io_lock);
 }
@@ -114,15 +122,33 @@ void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
 	bio_put_chain(dev, b, b, 1);
 }
 
-/* Wait until no bio of the device is in flight. */
-void dev_drain(struct wbc_dev *dev)
+static void wait_epoch_locked(struct wbc_dev *dev, unsigned e)
 {
-	pthread_mutex_lock(&dev->io_lock);
-	while (dev->inflight) {
+	assert_held(&dev->io_lock);
+	while (dev->inflight_ep[e]) {
 		dev->io_waiters++;
 		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
 		dev->io_waiters--;
 	}
+}
+
+/*
+ * Wait until every bio of the device in flight now has completed (its
+ * completion run to its end).  Not for those submitted meanwhile: they
+ * count in the other epoch, so a drain ends however busy the device stays
+ * (a sync among fsyncs that keep the device busy).  The other epoch is
+ * empty before the switch: a drain before this one may still wait there,
+ * and its bios are older still.
+ */
+void dev_drain(struct wbc_dev *dev)
+{
+	pthread_mutex_lock(&dev->io_lock);
+	unsigned e;
+	/* (another drain may switch while this one waits: look again) */
+	while (dev->inflight_ep[(e = dev->io_epoch & 1) ^ 1])
+		wait_epoch_locked(dev, e ^ 1);
+	dev->io_epoch++;
+	wait_epoch_locked(dev, e);
 	pthread_mutex_unlock(&dev->io_lock);
 }
 

@@ -96,13 +96,15 @@ static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_
 }
 
 /* Under ino->lock: the next page tagged @tag in [*idx, *end], wrapping
- * once to [0, cyc_start) for a cyclic pass. */
+ * once to [0, cyc_start) for a cyclic pass; none from the pages a cut
+ * to come would undo (stale_page_limit_locked). */
 static bool next_tagged_locked(struct inode *ino, enum pm_tag tag, uint64_t *idx, uint64_t *end,
 			       bool *wrapped, uint64_t cyc_start, uint64_t *first)
 {
 	assert_held(&ino->lock);
+	uint64_t lim = stale_page_limit_locked(ino, ino->dev->cache->page_shift);
 	for (;;) {
-		if (pm_next(&ino->map, *idx, tag, first) && *first <= *end)
+		if (pm_next(&ino->map, *idx, tag, first) && *first <= *end && *first < lim)
 			return true;
 		if (*wrapped)
 			return false;
@@ -120,8 +122,10 @@ static void pass_end_locked(struct inode *ino, struct wbc_ctl *ctl, uint64_t idx
 	if (ctl->range_cyclic)
 		ino->writeback_index = idx;
 	ctl->still_dirty = ino->nr_dirty > 0;
-	ctl->size_dirty = !ctl->still_dirty && !ino->nr_writeback &&
-			  ino->backend_size != ino->i_size;
+	/* a cut to come holds pages back: it is due even with pages dirty */
+	ctl->size_dirty = !ino->nr_writeback &&
+			  (stale_pending_locked(ino) ||
+			   (!ctl->still_dirty && ino->backend_size != ino->i_size));
 }
 
 /*
@@ -149,6 +153,10 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	struct wbc_bio *b = sync ? NULL : bio_get(dev, ctl->plug);
 
 	ctl->backed_off = false;
+	/* a sync writes every page: a refused shrink's cut comes first (a
+	 * failure is the file's error; the pages past it stay dirty) */
+	if (sync)
+		inode_cut_stale(ino);
 	wb_file_lock(ino);
 	pthread_mutex_lock(&ino->lock);
 	if (sync)
@@ -194,9 +202,9 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 			pthread_mutex_lock(&ino->lock);
 			continue;
 		}
-		uint64_t i = first;
+		uint64_t i = first, lim = stale_page_limit_locked(ino, c->page_shift);
 		while (b->nr_pages < maxp && b->iovcnt < IOV_MAX && ctl->nr_to_write > 0 &&
-		       i <= end) {
+		       i <= end && i < lim) {
 			struct page *p = pm_lookup(&ino->map, i);
 			if (!p || !pm_tag_get(&ino->map, i, tag))
 				break;
