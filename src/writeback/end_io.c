@@ -125,19 +125,19 @@ static void end_batch_settle(void)
 }
 
 /* Settle everything: sums, torn-down files (pages, then the inodes they
- * named: fs's teardown batch, open with this one), bios last (a drained
- * device runs no completion), page waiters. */
+ * named: fs's teardown batch, open with this one), page waiters, bios
+ * last (a drained device runs no completion). */
 static void end_batch_flush(void)
 {
 	if (!eb.dev)
 		return;
 	end_batch_settle();
 	inode_teardown_flush();
-	if (eb.nbios)
+	cache_wake_page_waiters(eb.dev->cache);
+	if (eb.nbios)   /* nothing of the device is touched after this */
 		bio_put_chain(eb.dev, eb.bios, eb.last, eb.nbios);
 	eb.bios = eb.last = NULL;
 	eb.nbios = 0;
-	cache_wake_page_waiters(eb.dev->cache);
 	eb.dev = NULL;
 	eb.group = NULL;
 }
