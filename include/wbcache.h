@@ -360,8 +360,9 @@ ssize_t wbc_pwritev(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t o
 ssize_t wbc_pwrite_nowait(wbc_file *f, const void *buf, size_t len, uint64_t off,
 			  uint64_t *pause_ns);
 
-/* Set the file size; the backend is resized before this returns.
- * Returns 0, -EINVAL for a size over 2^62, or the backend's -errno. */
+/* Set the file size; the backend is resized first, before this returns.
+ * Returns 0, -EINVAL for a size over 2^62, or the backend's -errno (the
+ * file is then as it was: size, data, dirty pages). */
 int wbc_truncate(wbc_file *f, uint64_t size);
 
 /* Remove file @name of @dev: its cached pages are dropped, never written,

@@ -103,12 +103,6 @@ struct inode {
 	/* [fs] size the backend object has (our view); raised by writeback's
 	 * completion */
 	uint64_t backend_size;
-	/* [fs] the backend's bytes from here on are not the file's while
-	 * backend_size is above it: a shrink the backend refused, its cut
-	 * still to come (inode_resize_locked).  Reads see zeros there, and
-	 * no page from there is written before the cut (it would undo
-	 * them).  UINT64_MAX: none */
-	uint64_t stale_from;
 	uint64_t writeback_index;   /* [wb] where the next cyclic pass starts */
 	uint64_t retry_after;       /* [wb] ns: no background retry before (errors) */
 	uint64_t nr_pages;          /* [mm] pages in the index */

@@ -23,12 +23,20 @@
  *   6. a stalled server (SIGSTOP) with timeout=1: fsync fails instead of
  *      waiting for ever, another device's writer finishes, and once the
  *      server runs again the data is written.
+ *   7. edges: an export whose size is not a whole number of pages takes
+ *      a write to its last bytes (the last page is not sent past the
+ *      end); fua=1 on a server that offers no FUA: written-back data the
+ *      server lost with its restart is an fsync error, not success; a
+ *      socket that never answers the handshake: the device's add fails
+ *      after timeout=, not never.
  */
 #include "testutil.h"
 #include "nbdkit.h"
 #include "wbcache_backend.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #define MiB (1u << 20)
 #define T_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -422,6 +430,67 @@ static void test_stall(void)
 	t_nbdkit_stop(&s);
 }
 
+static void test_edges(void)
+{
+	printf("7. edges\n");
+	/* the last bytes of an export of 1,000,000 bytes */
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "odd", (const char *[]){ "memory", "1000000", NULL });
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, s.uri, "");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 1000000);
+	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999990), 10);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, "0123456789", 10, 999990);
+	t_nbdkit_stop(&s);
+	printf("    the last 10 bytes of a 1,000,000-byte export: written\n");
+
+	/* fua=1, the server without FUA (the fua filter's default): writes
+	 * need its flush, and a restart loses what it did not flush */
+	t_nbdkit_start(&s, dir, "nofua", (const char *[]){ "--filter=fua", "memory", "64M",
+							   NULL });
+	c = open_cache(16 * MiB);
+	dev = add(c, s.uri, "fua=1,retry_timeout=600");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	char *data = malloc(8 * MiB);
+	CHECK(data);
+	t_fill(data, 8 * MiB, 19);
+	write_all(f, data, 8 * MiB, 0);          /* over the background threshold */
+	/* background writeback wrote down to its threshold and stopped: no
+	 * write in flight to fail at the kill, the written ones unflushed */
+	struct wbc_stats cs;
+	CHECK(T_WAIT_UNTIL((wbc_stats(c, &cs), cs.writeback_bytes == 0 &&
+			    cs.dirty_bytes <= cs.bg_thresh_bytes)));
+	t_nbdkit_kill(&s);
+	t_nbdkit_spawn(&s);                       /* empty again: the memory plugin */
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected > 0));
+	int r = wbc_fsync(f);
+	printf("    fua=1 without the server's FUA, its restart: fsync %d (%s)\n", r,
+	       wbc_strerror(r));
+	CHECK_EQ(r, -EIO);
+	CHECK_EQ(wbc_file_close(f), 0);
+	wbc_cache_close(c);
+	free(data);
+	t_nbdkit_stop(&s);
+
+	/* a socket that takes the connection and never says a word */
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	CHECK((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/mute.sock", dir) <
+	      sizeof(sa.sun_path));
+	char uri[sizeof(sa.sun_path) + 32];
+	snprintf(uri, sizeof(uri), "nbd+unix:///?socket=%s", sa.sun_path);
+	int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(ls >= 0 && !bind(ls, (struct sockaddr *)&sa, sizeof(sa)) && !listen(ls, 8));
+	c = open_cache(16 * MiB);
+	CHECK_EQ(add_err(c, uri, "timeout=1"), -ETIMEDOUT);
+	wbc_cache_close(c);
+	close(ls);
+}
+
 int main(void)
 {
 	if (!t_nbdkit_available()) {
@@ -435,6 +504,7 @@ int main(void)
 	test_faults();
 	test_drop();
 	test_stall();
+	test_edges();
 	t_rmdir(dir);
 	printf("nbd: ok\n");
 	return 0;

@@ -1,23 +1,16 @@
 /*
- * A shrink the backend refuses (its resize fails) must not let the bytes
- * it was to cut come back.  The truncate returns the error; the file is
- * the new size at once, and the backend still holds the old bytes past
- * it until a later cut succeeds.  Before that cut:
- *   1. a truncate that extends the file again reads zeros there (the
- *      backend is cut first, then extended), in the cache and in the
- *      backend;
- *   2. a write far past the cut, while the backend still refuses: reads
- *      see zeros up to it, not the old bytes; fsync fails (the cut, which
- *      must come before the write, is refused) and keeps the data dirty;
- *      once the backend takes resizes again fsync succeeds, and the
- *      backend holds zeros up to the write;
- *   3. the same through the flusher alone: while the backend refuses, no
- *      write past the cut reaches it (it would be cut after); once it
- *      takes resizes the flusher cuts, then writes, and the backend ends
- *      as the file is; the refused cuts are the file's error, reported
- *      once;
- *   4. a direct open, which writes back first: it fails while the cut is
- *      refused, then succeeds, and direct reads see zeros past the cut.
+ * A resize the backend refuses leaves the file as it was: the backend is
+ * resized first and the cache follows only once it has been.
+ *   1. a refused shrink to 0: -EIO, the size and every byte stay (cache
+ *      and backend); once the backend takes resizes, a shrink to 0 and an
+ *      extension back read zeros;
+ *   2. a refused shrink with dirty data past the new size: the data stays
+ *      (not dropped by a truncate that failed), the tail of the page the
+ *      size would have cut is not zeroed, and fsync writes it all;
+ *   3. a refused O_TRUNC open fails and leaves the file whole; so does a
+ *      close and reopen after a refused shrink (nothing pending to lose);
+ *   4. a refused extension keeps the old size;
+ *   5. the flusher writes a file whose shrink was refused, like any other.
  * The backend here (the public interface) keeps one file in memory.
  */
 #include "testutil.h"
@@ -33,8 +26,6 @@ static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char store[CAP];
 static uint64_t store_size;
 static bool fail_resize;
-static uint64_t refused, cut_at = UINT64_MAX;   /* a refused shrink's target */
-static unsigned long writes_past_cut;           /* while refused: must stay 0 */
 static int dummy;
 
 static void b_caps(void *ctx, struct wbc_backend_caps *c)
@@ -63,8 +54,6 @@ static int b_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *
 		struct wbc_io *io = ios[i];
 		CHECK(io->off + io->len <= CAP);
 		pthread_mutex_lock(&lk);
-		if (io->op == WBC_IO_WRITE && fail_resize && io->off + io->len > cut_at)
-			writes_past_cut++;
 		if (io->op == WBC_IO_WRITE && io->off > store_size)   /* a hole: zeros */
 			memset(store + store_size, 0, io->off - store_size);
 		uint64_t at = io->off;
@@ -99,7 +88,6 @@ static int b_resize(void *ctx, void *file, uint64_t size)
 	pthread_mutex_lock(&lk);
 	int err = 0;
 	if (fail_resize) {
-		refused++;
 		err = -EIO;
 	} else {
 		if (size > store_size)
@@ -117,11 +105,10 @@ static const struct wbc_backend_ops ops = {
 	.close = b_close, .submit = b_submit, .resize = b_resize, .destroy = b_destroy,
 };
 
-static void set_fail(bool on, uint64_t cut)
+static void set_fail(bool on)
 {
 	pthread_mutex_lock(&lk);
 	fail_resize = on;
-	cut_at = cut;
 	pthread_mutex_unlock(&lk);
 }
 
@@ -155,19 +142,19 @@ static bool all(const unsigned char *b, size_t n, int c)
 static unsigned char buf[4 * MiB], rb[4 * MiB];
 
 /* A file of @len bytes of 0xAA, written back; then a shrink to @to that the
- * backend refuses. */
+ * backend refuses, which changes nothing. */
 static void refused_shrink(wbc_file *f, size_t len, uint64_t to)
 {
-	set_fail(false, UINT64_MAX);
+	set_fail(false);
 	CHECK_EQ(wbc_truncate(f, 0), 0);
 	memset(buf, 0xAA, len);
 	CHECK_EQ(wbc_pwrite(f, buf, len, 0), (ssize_t)len);
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK(store_is(0, len, 0xAA));
-	set_fail(true, to);
+	set_fail(true);
 	CHECK_EQ(wbc_truncate(f, to), -EIO);
-	CHECK_EQ(wbc_file_size(f), (int64_t)to);   /* the file is the new size */
-	CHECK_EQ(backend_size(), len);              /* the backend is not */
+	CHECK_EQ(wbc_file_size(f), (int64_t)len);
+	CHECK_EQ(backend_size(), len);
 }
 
 static wbc_cache *c;
@@ -191,80 +178,64 @@ int main(void)
 {
 	wbc_file *f = open_cache(false);
 
-	/* 1. a refused shrink to 0, then an extension back to 1 MiB */
+	/* 1. a refused shrink to 0 */
 	refused_shrink(f, 1 * MiB, 0);
-	set_fail(false, UINT64_MAX);
+	CHECK_EQ(wbc_pread(f, rb, 2 * MiB, 0), (ssize_t)(1 * MiB));
+	CHECK(all(rb, 1 * MiB, 0xAA));
+	CHECK(store_is(0, 1 * MiB, 0xAA));
+	set_fail(false);
+	CHECK_EQ(wbc_truncate(f, 0), 0);
 	CHECK_EQ(wbc_truncate(f, 1 * MiB), 0);
 	CHECK_EQ(wbc_pread(f, rb, 1 * MiB, 0), (ssize_t)(1 * MiB));
 	CHECK(all(rb, 1 * MiB, 0));
-	CHECK_EQ(backend_size(), 1 * MiB);
 	CHECK(store_is(0, 1 * MiB, 0));
-	printf("1. refused shrink to 0, truncate back to 1 MiB: zeros in the cache and the backend\n");
+	printf("1. refused shrink to 0: size and bytes kept; then done: zeros when extended\n");
 
-	/* 2. a write past the cut while the backend refuses */
+	/* 2. dirty data past the refused size */
+	const uint64_t cut = 4096 + 100;
 	refused_shrink(f, 1 * MiB, 0);
-	CHECK_EQ(wbc_pwrite(f, "Z", 1, 1 * MiB - 1), 1);
+	memset(buf, 0xBB, 4096);
+	CHECK_EQ(wbc_pwrite(f, buf, 4096, 512 * KiB), 4096);
+	CHECK_EQ(wbc_truncate(f, cut), -EIO);
+	CHECK_EQ(wbc_file_size(f), 1 * MiB);
 	CHECK_EQ(wbc_pread(f, rb, 1 * MiB, 0), (ssize_t)(1 * MiB));
-	CHECK(all(rb, 1 * MiB - 1, 0) && rb[1 * MiB - 1] == 'Z');
-	CHECK_EQ(wbc_fsync(f), -EIO);
-	CHECK_EQ(wbc_pread(f, rb, 1 * MiB, 0), (ssize_t)(1 * MiB));
-	CHECK(rb[1 * MiB - 1] == 'Z');
-	pthread_mutex_lock(&lk);
-	CHECK_EQ(writes_past_cut, 0);
-	pthread_mutex_unlock(&lk);
-	set_fail(false, UINT64_MAX);
+	CHECK(all(rb, 512 * KiB, 0xAA) && all(rb + 512 * KiB, 4096, 0xBB) &&
+	      all(rb + 512 * KiB + 4096, 512 * KiB - 4096, 0xAA));
+	set_fail(false);
 	CHECK_EQ(wbc_fsync(f), 0);
-	CHECK_EQ(backend_size(), 1 * MiB);
-	CHECK(store_is(0, 1 * MiB - 1, 0) && store_is(1 * MiB - 1, 1 * MiB, 'Z'));
-	printf("2. write past a refused cut: zeros read; fsync -EIO until the backend cuts, "
-	       "then the backend holds zeros up to it\n");
+	CHECK(store_is(0, 512 * KiB, 0xAA) && store_is(512 * KiB, 512 * KiB + 4096, 0xBB) &&
+	      store_is(512 * KiB + 4096, 1 * MiB, 0xAA));
+	printf("2. refused shrink past dirty data: kept, tail not zeroed, written by fsync\n");
 
-	/* 3. the flusher alone: shrink to an offset inside a page, data 3 MiB on */
+	/* 3. O_TRUNC refused; a close and reopen after a refused shrink */
+	refused_shrink(f, 1 * MiB, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_file_open(dev, "f", WBC_O_TRUNC, &f), -EIO);
+	CHECK_EQ(wbc_file_open(dev, "f", 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 1 * MiB);
+	CHECK_EQ(wbc_pread(f, rb, 1 * MiB, 0), (ssize_t)(1 * MiB));
+	CHECK(all(rb, 1 * MiB, 0xAA));
+	printf("3. refused O_TRUNC open: -EIO, the file whole after a reopen\n");
+
+	/* 4. a refused extension */
+	CHECK_EQ(wbc_truncate(f, 2 * MiB), -EIO);
+	CHECK_EQ(wbc_file_size(f), 1 * MiB);
+	CHECK_EQ(wbc_fsync(f), 0);
+	printf("4. refused extension: the old size\n");
+
+	/* 5. the flusher alone */
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	f = open_cache(true);
-	const uint64_t cut = 10 * 4096 + 100, far = 3 * MiB;
-	refused_shrink(f, 2 * MiB, cut);
-	memset(buf, 0xBB, 8 * KiB);
-	CHECK_EQ(wbc_pwrite(f, buf, 8 * KiB, far), (ssize_t)(8 * KiB));
-	CHECK_EQ(wbc_pwrite(f, buf, 10, cut), 10);   /* in the page the cut falls in */
-	pthread_mutex_lock(&lk);
-	uint64_t r0 = refused;
-	pthread_mutex_unlock(&lk);
-	/* the flusher tries the cut (refused) and writes nothing past it */
-	CHECK(T_WAIT_UNTIL(({ pthread_mutex_lock(&lk); bool t = refused > r0 + 1;
-			      pthread_mutex_unlock(&lk); t; })));
-	pthread_mutex_lock(&lk);
-	unsigned long past = writes_past_cut;
-	uint64_t tries = refused - r0;
-	pthread_mutex_unlock(&lk);
-	CHECK_EQ(past, 0);
-	CHECK(store_is(0, 2 * MiB, 0xAA));
-	set_fail(false, UINT64_MAX);
-	CHECK(T_WAIT_UNTIL(backend_size() == far + 8 * KiB && store_is(far, far + 8 * KiB, 0xBB)));
-	CHECK(store_is(0, cut, 0xAA) && store_is(cut, cut + 10, 0xBB) &&
-	      store_is(cut + 10, far, 0));
-	CHECK_EQ(wbc_pread(f, rb, 4 * MiB, 0), (ssize_t)(far + 8 * KiB));
-	CHECK(all(rb, cut, 0xAA) && all(rb + cut, 10, 0xBB) && all(rb + cut + 10, far - cut - 10, 0));
-	CHECK_EQ(wbc_file_check_error(f), -EIO);   /* the refused cuts: reported once */
-	CHECK_EQ(wbc_file_check_error(f), 0);
-	printf("3. the flusher: %llu refused cuts, no write past the cut meanwhile; then cut "
-	       "and written, zeros between\n", (unsigned long long)tries);
-
-	/* 4. a direct open writes back first: refused, then done */
-	refused_shrink(f, 1 * MiB, 4096);
-	CHECK_EQ(wbc_pwrite(f, "Y", 1, 512 * KiB), 1);   /* held back by the cut */
+	refused_shrink(f, 1 * MiB, 0);
+	memset(buf, 0xCC, 8 * KiB);
+	CHECK_EQ(wbc_pwrite(f, buf, 8 * KiB, 3 * MiB), (ssize_t)(8 * KiB));
+	CHECK(T_WAIT_UNTIL(backend_size() == 3 * MiB + 8 * KiB &&
+			   store_is(3 * MiB, 3 * MiB + 8 * KiB, 0xCC)));
+	CHECK(store_is(0, 1 * MiB, 0xAA) && store_is(1 * MiB, 3 * MiB, 0));
+	printf("5. the flusher writes the file after a refused shrink\n");
+	set_fail(false);
 	CHECK_EQ(wbc_file_close(f), 0);
-	wbc_file *d;
-	CHECK_EQ(wbc_file_open(dev, "f", WBC_O_DIRECT, &d), -EIO);
-	set_fail(false, UINT64_MAX);
-	CHECK_EQ(wbc_file_open(dev, "f", WBC_O_DIRECT, &d), 0);
-	CHECK_EQ(wbc_pread(d, rb, 1 * MiB, 0), (ssize_t)(512 * KiB + 1));
-	CHECK(all(rb, 4096, 0xAA) && all(rb + 4096, 512 * KiB - 4096, 0) && rb[512 * KiB] == 'Y');
-	CHECK(store_is(4096, 512 * KiB, 0));
-	CHECK_EQ(wbc_file_close(d), 0);
-	printf("4. direct open: -EIO while the cut is refused, then zeros past it\n");
-
 	CHECK_EQ(wbc_cache_close(c), 0);
 	printf("truncate_fail: ok\n");
 	return 0;

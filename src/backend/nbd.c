@@ -228,6 +228,13 @@ struct nbe {
 
 static const struct wbc_backend_ops nbd_ops;
 
+/* Writes go with FUA (fua=1 and the server offers it): a completed
+ * write is durable, no flush needed, none lost with the connection. */
+static bool writes_fua(const struct nbe *b)
+{
+	return b->fua && b->can_fua;
+}
+
 /* ------------------------------------------------------------------ */
 /* congestion control                                                   */
 
@@ -353,7 +360,7 @@ static void send_cmd(struct nbe *b, struct nbd_cmd *cmd, void *buf, uint64_t off
 		cookie = nbd_aio_flush(conn->h, cb, 0);
 	else if (cmd->write)
 		cookie = nbd_aio_pwrite(conn->h, buf, cmd->len, off, cb,
-					b->fua && b->can_fua ? LIBNBD_CMD_FLAG_FUA : 0);
+					writes_fua(b) ? LIBNBD_CMD_FLAG_FUA : 0);
 	else
 		cookie = nbd_aio_pread(conn->h, buf, cmd->len, off, cb, 0);
 	if (cookie == -1) {
@@ -530,7 +537,7 @@ static void conn_down(struct nbe *b, struct nbd_conn *c, uint64_t now, const cha
 	/* anything libnbd did not call back (a handle closed while alive) */
 	while (!list_empty(&c->cmds))
 		cmd_finish(container_of(c->cmds.next, struct nbd_cmd, node), ENOTCONN);
-	if (was_up && c->last_write_gen > b->flushed_gen && b->can_flush && !b->fua)
+	if (was_up && c->last_write_gen > b->flushed_gen && b->can_flush && !writes_fua(b))
 		b->lost_unflushed = true;
 	c->state = C_DOWN;
 	c->retry_at_ns = now + c->backoff_ns;
@@ -799,7 +806,7 @@ static int nbd_flush_op(void *ctx, void *file, unsigned flags)
 	(void)file;
 	(void)flags;
 	struct nbe *b = ctx;
-	if (!b->can_flush || (b->fua && b->can_fua))
+	if (!b->can_flush || writes_fua(b))
 		return 0;   /* completed writes are durable already */
 	struct nbd_flushreq f = { .done = false };
 	pthread_mutex_lock(&b->lock);
@@ -972,15 +979,55 @@ static int parse_opts(char *opts, struct nbe *b, unsigned *conns, char *err, siz
 	return 0;
 }
 
-/* Connect @h to @uri, synchronously: 0, or -errno with a message. */
-static int connect_sync(struct nbd_handle *h, const char *uri, char *err, size_t errlen)
+/* Connect @h to @uri and wait for the handshake, at most timeout= (the
+ * background reconnects keep the same bound): 0, or -errno with a
+ * message. */
+static int connect_sync(struct nbd_handle *h, const struct nbe *b, char *err, size_t errlen)
 {
-	if (nbd_connect_uri(h, uri) == -1) {
-		int e = nbd_get_errno();
-		snprintf(err, errlen, "cannot connect to %s: %s", uri, nbd_get_error());
-		return e > 0 ? -e : -EIO;
+	uint64_t start = wbc_now_ns();
+	if (nbd_aio_connect_uri(h, b->uri) == -1)
+		goto failed;
+	while (!handle_ready(h)) {
+		if (!handle_alive(h))
+			goto failed;
+		uint64_t now = wbc_now_ns();
+		int ms = -1;
+		if (b->timeout_ns) {
+			if (now - start >= b->timeout_ns) {
+				snprintf(err, errlen, "cannot connect to %s: no answer within timeout=%g s",
+					 b->uri, (double)b->timeout_ns / 1e9);
+				return -ETIMEDOUT;
+			}
+			ms = (int)WBC_MIN((b->timeout_ns - (now - start) + MS_NS - 1) / MS_NS, 60000u);
+		}
+		unsigned dir = nbd_aio_get_direction(h);
+		struct pollfd p = {
+			.fd = nbd_aio_get_fd(h),
+			.events = (short)(((dir & LIBNBD_AIO_DIRECTION_READ) ? POLLIN : 0) |
+					  ((dir & LIBNBD_AIO_DIRECTION_WRITE) ? POLLOUT : 0)),
+		};
+		if (p.fd < 0)
+			goto failed;
+		int r = poll(&p, 1, ms);
+		if (r < 0 && errno != EINTR) {
+			snprintf(err, errlen, "cannot connect to %s: poll: %s", b->uri, strerror(errno));
+			return -errno;
+		}
+		if (r <= 0)
+			continue;
+		if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && nbd_aio_notify_read(h) == -1)
+			goto failed;
+		if ((p.revents & (POLLOUT | POLLHUP | POLLERR)) && handle_alive(h) &&
+		    nbd_aio_notify_write(h) == -1)
+			goto failed;
 	}
 	return 0;
+failed:;
+	int e = nbd_get_errno();
+	const char *why = nbd_get_error();
+	snprintf(err, errlen, "cannot connect to %s: %s", b->uri,
+		 why ? why : "the server closed the connection");
+	return e > 0 ? -e : -EIO;
 }
 
 int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
@@ -1018,7 +1065,7 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 	}
 	if (!rc) {
 		b->conns[0].h = h;
-		rc = connect_sync(h, b->uri, err, errlen);
+		rc = connect_sync(h, b, err, errlen);
 	}
 	if (!rc) {
 		int64_t size = nbd_get_size(h);
@@ -1056,7 +1103,7 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 		struct nbd_conn *c = &b->conns[i];
 		if (!(c->h = nbd_create()))
 			rc = -ENOMEM;
-		else if (!(rc = connect_sync(c->h, b->uri, err, errlen))) {
+		else if (!(rc = connect_sync(c->h, b, err, errlen))) {
 			c->state = C_UP;
 			c->was_up = true;
 			b->nup++;

@@ -162,8 +162,6 @@ struct claim {
 	bool busy;          /* nosleep: -EAGAIN, the page is locked or under
 			     * writeback */
 	uint64_t isize;     /* i_size at claim, before this write */
-	uint64_t valid_end; /* the backend's bytes from here are not the file's:
-			     * backend_valid_end_locked at claim */
 };
 
 /*
@@ -231,7 +229,6 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 		}
 	}
 	cl->isize = ino->i_size;
-	cl->valid_end = backend_valid_end_locked(ino);
 	cl->dirtied = cl->newly = false;
 	if (p) {
 		uint32_t fl = pg_flags(p);
@@ -280,7 +277,7 @@ static void page_unlock(struct inode *ino, struct page *p, uint32_t set)
 }
 
 /* Read page @p's data from the backend; zeros past the backend's end and
- * past @isize (a claim's valid_end). */
+ * past @isize. */
 static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
 {
 	struct wbc_cache *c = ino->dev->cache;
@@ -304,8 +301,8 @@ static int fill_page(struct inode *ino, struct page *p, uint64_t isize)
 #define READ_RUN 32
 
 /*
- * Read page @first (locked, not up to date) from the backend, zeros past
- * @isize (a claim's valid_end), and with it in the same I/O the pages after it up to @end
+ * Read page @first (locked, not up to date, below @isize) from the
+ * backend, and with it in the same I/O the pages after it up to @end
  * (bytes, the read's end) that are not up to date either: a read of many
  * pages is one round trip, not one per page.  The pages after the first
  * are claimed without waiting (a locked page, or no free page, ends the
@@ -317,8 +314,6 @@ static int fill_run(struct inode *ino, struct page *first, uint64_t isize, uint6
 	struct wbc_cache *c = ino->dev->cache;
 	size_t ps = c->page_size;
 	uint64_t pos = first->index << c->page_shift;
-	if (pos >= isize)   /* past what the backend holds of the file */
-		return fill_page(ino, first, isize);
 	uint64_t last = (WBC_MIN(end, isize) - 1) >> c->page_shift;
 	struct page *run[READ_RUN];
 	struct iovec iov[READ_RUN];
@@ -409,18 +404,6 @@ static void dio_range_unlock(struct inode *ino, struct dio_range *r)
 	pthread_mutex_unlock(&ino->lock);
 }
 
-/* Zero bytes [@from, @to) of what @iov describes. */
-static void iov_zero(const struct iovec *iov, int iovcnt, size_t from, size_t to)
-{
-	size_t at = 0;
-	for (int i = 0; i < iovcnt && at < to; i++) {
-		size_t s = WBC_MAX(from, at), e = WBC_MIN(to, at + iov[i].iov_len);
-		if (s < e)
-			memset((char *)iov[i].iov_base + (s - at), 0, e - s);
-		at += iov[i].iov_len;
-	}
-}
-
 static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, int iovcnt,
 			 uint64_t off)
 {
@@ -446,21 +429,14 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 	dio_range_lock(ino, &r);
 	ssize_t n;
 	pthread_mutex_lock(&ino->lock);
-	uint64_t isize = ino->i_size, valid = backend_valid_end_locked(ino);
-	/* a write past a refused shrink: the cut first, else it undoes the write */
-	bool cut = op == BIO_WRITE && stale_pending_locked(ino) && off + len > ino->stale_from;
+	uint64_t isize = ino->i_size;
 	pthread_mutex_unlock(&ino->lock);
 	if (op == BIO_READ && off >= isize) {
 		n = 0;
-	} else if (cut && (err = inode_sync_size(ino))) {
-		n = err;
 	} else {
 		n = backend_rw_sync(be, ino->obj, op, iov, iovcnt, off);
-		if (op == BIO_READ && n > 0) {
+		if (op == BIO_READ && n > 0)
 			n = (ssize_t)WBC_MIN((uint64_t)n, isize - off);   /* past the size: not the file's */
-			if (off + (uint64_t)n > valid)
-				iov_zero(iov, iovcnt, WBC_MAX(valid, off) - off, (size_t)n);
-		}
 	}
 	if (op == BIO_WRITE && n > 0) {
 		pthread_mutex_lock(&ino->lock);
@@ -516,7 +492,7 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 			page_unlock(ino, p, 0);
 			break;
 		}
-		if (!cl.uptodate && (err = fill_run(ino, p, cl.valid_end, off + len))) {
+		if (!cl.uptodate && (err = fill_run(ino, p, isize, off + len))) {
 			page_unlock(ino, p, 0);
 			break;
 		}
@@ -613,7 +589,7 @@ static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, 
 		page_unlock(ino, p, 0);
 	} else {
 		/* a partial write to a page not in the cache: read it first */
-		if ((err = fill_page(ino, p, cl.valid_end))) {
+		if ((err = fill_page(ino, p, cl.isize))) {
 			page_unlock(ino, p, 0);
 			return err;
 		}
@@ -757,6 +733,7 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 		return -EINVAL;
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
+	struct backend *be = ino->dev->be;
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
 	while (ino->sizing)
@@ -764,25 +741,27 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	ino->sizing = true;
 	while (ino->nr_writeback)
 		inode_wait_locked(ino);
-	uint64_t old_size = ino->i_size;
-	if (size < ino->i_size) {
-		drop_pages_from_locked(ino, (size + c->page_size - 1) >> c->page_shift);
-		size_t tail = (size_t)(size & (c->page_size - 1));
-		struct page *p = tail ? pm_lookup(&ino->map, size >> c->page_shift) : NULL;
-		if (p && (pg_flags(p) & PG_UPTODATE))
-			memset(page_data(c, p) + tail, 0, c->page_size - tail);
+	/* The backend first, the cache after: a resize the backend refuses
+	 * leaves the file as it was.  A refused shrink keeps every byte past
+	 * the new size, in the cache (dirty pages too) and in the backend
+	 * (else a later extension would show them again, or the dirty
+	 * pages' data be lost by a truncate that failed); a refused
+	 * extension (a device of fixed size) keeps the old size, else every
+	 * later writeback would try to extend it again.  The lock may drop:
+	 * readers and writers are shut out (rwsem), writeback too (sizing). */
+	pthread_mutex_unlock(&ino->lock);
+	int err = backend_resize(be, ino->obj, size);
+	pthread_mutex_lock(&ino->lock);
+	if (!err) {
+		if (size < ino->i_size) {
+			drop_pages_from_locked(ino, (size + c->page_size - 1) >> c->page_shift);
+			size_t tail = (size_t)(size & (c->page_size - 1));
+			struct page *p = tail ? pm_lookup(&ino->map, size >> c->page_shift) : NULL;
+			if (p && (pg_flags(p) & PG_UPTODATE))
+				memset(page_data(c, p) + tail, 0, c->page_size - tail);
+		}
+		ino->i_size = ino->backend_size = size;
 	}
-	/* the backend's bytes past @size stop being the file's now; if it
-	 * refuses the shrink they wait for a later cut, unseen */
-	if (size < ino->backend_size)
-		ino->stale_from = WBC_MIN(ino->stale_from, size);
-	ino->i_size = size;
-	int err = inode_resize_locked(ino, size);
-	if (err && size > old_size)
-		/* an extension the backend refuses (a device of fixed size)
-		 * leaves the file as it was: else every later writeback would
-		 * try to extend it again */
-		ino->i_size = old_size;
 	ino->sizing = false;
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
@@ -829,12 +808,10 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	pthread_mutex_lock(&ino->lock);
 	/* removed or not, nothing is cached: the backend's size stands
 	 * (no resize at the last iput) */
-	if (err) {
+	if (err)
 		ino->i_size = ino->backend_size;
-	} else {
+	else
 		ino->backend_size = 0;
-		ino->stale_from = UINT64_MAX;
-	}
 	ino->sizing = false;
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);

@@ -12,7 +12,7 @@
  * policy file_lock=file, by core's writers and writeback's
  * write_inode_pages: writeback/writeback.h); per device, the name shards' locks and err_lock; and the
  * handle table's lock.  The shards' locks, err_lock and the handle
- * table's lock are leaves.  Call iget, iput, inode_sync_size, inode_cut_stale,
+ * table's lock are leaves.  Call iget, iput, inode_sync_size,
  * inode_drop_all_pages, names_* and handle_* with no lock held (they take
  * inode->lock or a shard's lock, and call the backend);
  * inode_wait_locked, inode_wake_locked, page_wait_unlocked and
@@ -51,26 +51,6 @@ void inode_wake_locked(struct inode *ino);
  * the page up again afterwards). */
 void page_wait_unlocked(struct inode *ino, struct page *p);
 int inode_sync_size(struct inode *ino);
-int inode_resize_locked(struct inode *ino, uint64_t size);
-int inode_cut_stale(struct inode *ino);
-/* Does the backend hold bytes that are not the file's, from
- * ino->stale_from on (a refused shrink's cut to come)?  ino->lock held. */
-static inline bool stale_pending_locked(const struct inode *ino)
-{
-	return ino->stale_from < ino->backend_size;
-}
-/* The end of the backend's bytes that are the file's: reads from the
- * backend see zeros from there.  ino->lock held. */
-static inline uint64_t backend_valid_end_locked(const struct inode *ino)
-{
-	return stale_pending_locked(ino) ? WBC_MIN(ino->i_size, ino->stale_from) : ino->i_size;
-}
-/* The first page index writeback may not write yet (a cut to come: those
- * pages would be cut); UINT64_MAX when none.  ino->lock held. */
-static inline uint64_t stale_page_limit_locked(const struct inode *ino, unsigned page_shift)
-{
-	return stale_pending_locked(ino) ? ino->stale_from >> page_shift : UINT64_MAX;
-}
 int names_init(struct wbc_dev *dev);
 /* Returns the inodes still hashed (0 when all were released). */
 size_t names_destroy(struct wbc_dev *dev);

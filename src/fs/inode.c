@@ -315,7 +315,6 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	ino->group = group;
 	ino->hash = h;
 	ino->i_size = ino->backend_size = size;
-	ino->stale_from = UINT64_MAX;
 	pm_init(&ino->map);
 	ino->wb_next = NULL;
 	atomic_init(&ino->refs, 1);
@@ -507,9 +506,11 @@ void iput(struct inode *ino)
 
 	/* No handle, no list, no bio: nothing can reach it but reclaim. */
 	assert(!(ino->state & (I_DIRTY | I_SYNC)) && !ino->nr_writeback);
-	int err = inode_sync_size(ino);
-	if (err)
-		dev_record_error(dev, err);
+	if (ino->backend_size != ino->i_size) {
+		int err = backend_resize(dev->be, ino->obj, ino->i_size);
+		if (err)
+			dev_record_error(dev, err);
+	}
 	inode_drop_all_pages(ino);
 	backend_close(dev->be, ino->obj);
 	if (!teardown_defer_inode(ino))
@@ -535,74 +536,35 @@ void inode_unhash(struct inode *ino)
 }
 
 /*
- * Make the backend object @size bytes: first cut it where a refused shrink
- * left bytes that are not the file's below @size (else a later extension
- * would show them).  Caller: ino->lock, ino->sizing set by it, no write in
- * flight; the lock is dropped around the backend's calls.  0, or the
- * backend's error (backend_size then says how far it got).
- */
-int inode_resize_locked(struct inode *ino, uint64_t size)
-{
-	assert_held(&ino->lock);
-	assert(ino->sizing && !ino->nr_writeback);
-	struct backend *be = ino->dev->be;
-	uint64_t to = stale_pending_locked(ino) && ino->stale_from < size ? ino->stale_from : size;
-	for (;;) {
-		pthread_mutex_unlock(&ino->lock);
-		int err = backend_resize(be, ino->obj, to);
-		pthread_mutex_lock(&ino->lock);
-		if (err)
-			return err;
-		ino->backend_size = to;
-		if (ino->stale_from >= to)
-			ino->stale_from = UINT64_MAX;   /* nothing of them is left */
-		if (to == size)
-			return 0;
-		to = size;
-	}
-}
-
-/* inode_sync_size (@cut_only false) and inode_cut_stale (true). */
-static int settle_size(struct inode *ino, bool cut_only)
-{
-	int err = 0;
-	pthread_mutex_lock(&ino->lock);
-	while (ino->sizing)
-		inode_wait_locked(ino);
-	if (stale_pending_locked(ino) || (!cut_only && ino->backend_size != ino->i_size)) {
-		ino->sizing = true;
-		while (ino->nr_writeback)
-			inode_wait_locked(ino);
-		if (!cut_only)
-			err = inode_resize_locked(ino, ino->i_size);
-		else if (stale_pending_locked(ino))
-			err = inode_resize_locked(ino, ino->stale_from);
-		if (err)
-			errseq_record(&ino->wb_err, err);
-		ino->sizing = false;
-		inode_wake_locked(ino);
-	}
-	pthread_mutex_unlock(&ino->lock);
-	return err;
-}
-
-/*
  * Make the backend object's size equal i_size, once no write to the file
  * is in flight (a full tail page written back extends the backend past
- * i_size; the size is trimmed here, at fsync, sync and by the flusher),
- * and make the cut a refused shrink left pending.  0, or the error,
- * recorded as the file's.
+ * i_size; the size is trimmed here, at fsync, sync and by the flusher).
  */
 int inode_sync_size(struct inode *ino)
 {
-	return settle_size(ino, false);
-}
-
-/* Make only the cut a refused shrink left pending, if any (before a sync
- * writes the pages it holds back). */
-int inode_cut_stale(struct inode *ino)
-{
-	return settle_size(ino, true);
+	struct backend *be = ino->dev->be;
+	pthread_mutex_lock(&ino->lock);
+	while (ino->sizing)
+		inode_wait_locked(ino);
+	if (ino->backend_size == ino->i_size) {
+		pthread_mutex_unlock(&ino->lock);
+		return 0;
+	}
+	ino->sizing = true;
+	while (ino->nr_writeback)
+		inode_wait_locked(ino);
+	uint64_t size = ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	int err = backend_resize(be, ino->obj, size);
+	pthread_mutex_lock(&ino->lock);
+	if (!err)
+		ino->backend_size = size;
+	else
+		errseq_record(&ino->wb_err, err);
+	ino->sizing = false;
+	inode_wake_locked(ino);
+	pthread_mutex_unlock(&ino->lock);
+	return err;
 }
 
 /* ------------------------------------------------------------------ */

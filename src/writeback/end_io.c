@@ -96,16 +96,6 @@ struct end_batch {
 	struct wbc_bio *bios, *last;   /* to put back, linked by next_free */
 	unsigned nbios;
 };
-/* A failed write or cut of @ino: back off, 100 ms doubling to 5 s
- * between background retries.  Under ino->lock. */
-void inode_backoff_locked(struct inode *ino)
-{
-	assert_held(&ino->lock);
-	ino->retry_backoff_ns = WBC_MIN(WBC_MAX(ino->retry_backoff_ns * 2, RETRY_MIN_NS),
-					RETRY_MAX_NS);
-	ino->retry_after = wbc_now_ns() + ino->retry_backoff_ns;
-}
-
 static _Thread_local struct end_batch eb;
 
 /* Settle the sums (not the bios). */
@@ -234,7 +224,10 @@ void wb_end_io(struct wbc_bio *bio)
 	ino->nr_writeback -= n;
 	if (retry) {
 		ino->nr_dirty += n;
-		inode_backoff_locked(ino);
+		/* back off: 100 ms doubling to 5 s between background retries */
+		ino->retry_backoff_ns = WBC_MIN(WBC_MAX(ino->retry_backoff_ns * 2, RETRY_MIN_NS),
+						RETRY_MAX_NS);
+		ino->retry_after = wbc_now_ns() + ino->retry_backoff_ns;
 	} else if (!err) {
 		ino->retry_backoff_ns = 0;
 		ino->retry_after = 0;
@@ -243,7 +236,7 @@ void wb_end_io(struct wbc_bio *bio)
 		errseq_record(&ino->wb_err, err);
 	else
 		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
-	size_dirty = !err && (ino->backend_size != ino->i_size || stale_pending_locked(ino));
+	size_dirty = !err && ino->backend_size != ino->i_size;
 	/* counters before the wakeup: an fsync that wakes sees them settled */
 	if (at_risk_delta) {
 		atomic_fetch_add(&c->st_at_risk_pages, at_risk_delta);

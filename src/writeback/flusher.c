@@ -136,13 +136,8 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 				break;
 			continue;
 		}
-		/* the kernel's write_inode: metadata.  A refused cut holds
-		 * pages back: they wait as a failed write's do */
-		if (ctl.size_dirty && inode_sync_size(ino) && ctl.still_dirty) {
-			pthread_mutex_lock(&ino->lock);
-			inode_backoff_locked(ino);
-			pthread_mutex_unlock(&ino->lock);
-		}
+		if (ctl.size_dirty)
+			inode_sync_size(ino);   /* the kernel's write_inode: metadata */
 		dirty_put(dev, &put, ino, ctl.still_dirty, ctl.nr_to_write <= 0);
 		if (put.n_redirty + put.n_more_io >= WB_BATCH)
 			dirty_put_commit(dev, &put);
@@ -213,8 +208,7 @@ static bool prune_visit(struct inode *ino, void *unused)
 {
 	(void)unused;
 	pthread_mutex_lock(&ino->lock);
-	bool still = ino->nr_dirty || ino->nr_writeback || ino->backend_size != ino->i_size ||
-		     stale_pending_locked(ino);
+	bool still = ino->nr_dirty || ino->nr_writeback || ino->backend_size != ino->i_size;
 	pthread_mutex_unlock(&ino->lock);
 	return still;
 }

@@ -122,33 +122,32 @@ void bio_put(struct wbc_dev *dev, struct wbc_bio *b)
 	bio_put_chain(dev, b, b, 1);
 }
 
-static void wait_epoch_locked(struct wbc_dev *dev, unsigned e)
-{
-	assert_held(&dev->io_lock);
-	while (dev->inflight_ep[e]) {
-		dev->io_waiters++;
-		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
-		dev->io_waiters--;
-	}
-}
-
 /*
  * Wait until every bio of the device in flight now has completed (its
  * completion run to its end).  Not for those submitted meanwhile: they
- * count in the other epoch, so a drain ends however busy the device stays
- * (a sync among fsyncs that keep the device busy).  The other epoch is
- * empty before the switch: a drain before this one may still wait there,
- * and its bios are older still.
+ * count in the next epoch, so a drain ends however busy the device stays
+ * (a sync among fsyncs that keep the device busy).  Epoch g's bios count
+ * in slot g & 1.  A switch from g to g + 1 is made once the slot of g - 1
+ * is empty, by a drain that found io_epoch still g; so io_epoch at g + 2
+ * proves epoch g's bios done, and drains that overlap never wait on an
+ * epoch that still takes new bios.
  */
 void dev_drain(struct wbc_dev *dev)
 {
 	pthread_mutex_lock(&dev->io_lock);
-	unsigned e;
-	/* (another drain may switch while this one waits: look again) */
-	while (dev->inflight_ep[(e = dev->io_epoch & 1) ^ 1])
-		wait_epoch_locked(dev, e ^ 1);
-	dev->io_epoch++;
-	wait_epoch_locked(dev, e);
+	unsigned g = dev->io_epoch;
+	while (dev->io_epoch == g && dev->inflight_ep[(g & 1) ^ 1]) {
+		dev->io_waiters++;
+		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
+		dev->io_waiters--;
+	}
+	if (dev->io_epoch == g)
+		dev->io_epoch++;   /* bios from now on: the other slot */
+	while ((int)(dev->io_epoch - (g + 2)) < 0 && dev->inflight_ep[g & 1]) {
+		dev->io_waiters++;
+		pthread_cond_wait(&dev->io_cond, &dev->io_lock);
+		dev->io_waiters--;
+	}
 	pthread_mutex_unlock(&dev->io_lock);
 }
 

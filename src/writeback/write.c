@@ -56,6 +56,24 @@ static void bio_add_page(struct wbc_cache *c, struct wbc_bio *b, struct page *p)
 	b->len += c->page_size;
 }
 
+/* A one-file backend (an export, a device) ends at its size, which the
+ * file's may reach: a bio's last page is not sent past i_size (rounded up
+ * to the backend's alignment); the rest of that page is padding anyway.
+ * @off: the bio's offset.  Under ino->lock. */
+static void bio_clamp_locked(struct inode *ino, struct wbc_bio *b, uint64_t off)
+{
+	assert_held(&ino->lock);
+	struct backend *be = ino->dev->be;
+	uint64_t align = be->dio_align ? be->dio_align : 1;
+	uint64_t end = off + b->len, want = (ino->i_size + align - 1) / align * align;
+	if (want <= off || want >= end)
+		return;
+	size_t cut = (size_t)(end - want);
+	assert(cut < b->iov[b->iovcnt - 1].iov_len);
+	b->iov[b->iovcnt - 1].iov_len -= cut;
+	b->len -= cut;
+}
+
 /* Count the plug's pages moved dirty -> writeback. */
 static void plug_account(struct wbc_dev *dev, struct bio_plug *p)
 {
@@ -96,15 +114,13 @@ static void submit_bio_write(struct wbc_dev *dev, struct inode *ino, struct wbc_
 }
 
 /* Under ino->lock: the next page tagged @tag in [*idx, *end], wrapping
- * once to [0, cyc_start) for a cyclic pass; none from the pages a cut
- * to come would undo (stale_page_limit_locked). */
+ * once to [0, cyc_start) for a cyclic pass. */
 static bool next_tagged_locked(struct inode *ino, enum pm_tag tag, uint64_t *idx, uint64_t *end,
 			       bool *wrapped, uint64_t cyc_start, uint64_t *first)
 {
 	assert_held(&ino->lock);
-	uint64_t lim = stale_page_limit_locked(ino, ino->dev->cache->page_shift);
 	for (;;) {
-		if (pm_next(&ino->map, *idx, tag, first) && *first <= *end && *first < lim)
+		if (pm_next(&ino->map, *idx, tag, first) && *first <= *end)
 			return true;
 		if (*wrapped)
 			return false;
@@ -122,10 +138,8 @@ static void pass_end_locked(struct inode *ino, struct wbc_ctl *ctl, uint64_t idx
 	if (ctl->range_cyclic)
 		ino->writeback_index = idx;
 	ctl->still_dirty = ino->nr_dirty > 0;
-	/* a cut to come holds pages back: it is due even with pages dirty */
-	ctl->size_dirty = !ino->nr_writeback &&
-			  (stale_pending_locked(ino) ||
-			   (!ctl->still_dirty && ino->backend_size != ino->i_size));
+	ctl->size_dirty = !ctl->still_dirty && !ino->nr_writeback &&
+			  ino->backend_size != ino->i_size;
 }
 
 /*
@@ -153,10 +167,6 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 	struct wbc_bio *b = sync ? NULL : bio_get(dev, ctl->plug);
 
 	ctl->backed_off = false;
-	/* a sync writes every page: a refused shrink's cut comes first (a
-	 * failure is the file's error; the pages past it stay dirty) */
-	if (sync)
-		inode_cut_stale(ino);
 	wb_file_lock(ino);
 	pthread_mutex_lock(&ino->lock);
 	if (sync)
@@ -202,9 +212,9 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 			pthread_mutex_lock(&ino->lock);
 			continue;
 		}
-		uint64_t i = first, lim = stale_page_limit_locked(ino, c->page_shift);
+		uint64_t i = first;
 		while (b->nr_pages < maxp && b->iovcnt < IOV_MAX && ctl->nr_to_write > 0 &&
-		       i <= end && i < lim) {
+		       i <= end) {
 			struct page *p = pm_lookup(&ino->map, i);
 			if (!p || !pm_tag_get(&ino->map, i, tag))
 				break;
@@ -240,6 +250,8 @@ long write_inode_pages(struct inode *ino, struct wbc_ctl *ctl)
 		}
 		ino->nr_dirty -= n;
 		ino->nr_writeback += n;
+		if (dev->be->single)
+			bio_clamp_locked(ino, b, first << c->page_shift);
 		idx = i;
 		/* look ahead, so a file written in one I/O costs one hold */
 		uint64_t next;

@@ -286,7 +286,6 @@ void dev_io_destroy(struct wbc_dev *dev);
 uint64_t dev_busy_ns(struct wbc_dev *dev, uint64_t now);
 
 /* end_io.c: errors (the retry policy) */
-void inode_backoff_locked(struct inode *ino);
 /* Default of the retry_timeout tunable: the SCSI disk driver's default
  * command timeout (sd, 30 s): a store that completes no write for that
  * long is not coming back soon. */
