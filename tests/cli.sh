@@ -48,6 +48,8 @@ expect_err "mount without directories" mount
 expect_err "mount with one directory" mount "$dir"
 expect_err "stat without a mount point" stat
 expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
+expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:pool ''
+expect_err "stat of an empty name" stat ''
 $W rados-unlock --help | grep -q "^usage: wbcache rados-unlock" || fail "rados-unlock --help"
 $W --help | grep -q "mount BACKING_DIR" || fail "--help does not list mount"
 $W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists no tunables"
@@ -224,4 +226,34 @@ rc=$?
 echo "$out" | grep -q "a writer failed: Input/output error" || fail "no writer error: $out"
 echo "$out" | grep -q "MiB of written data lost" || fail "no loss reported: $out"
 $W run --help | grep -q "retry_timeout" || fail "run --help does not name retry_timeout"
+# outputs: one that cannot be written is an error of the run (exit 1, the
+# option named); two outputs to one file are refused; a bad --dir too
+out=$($W run dd --size 64K --bs 4K --mem 1M --quiet --dev mem --json /dev/full 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "--json /dev/full: exit $rc, expected 1"
+echo "$out" | grep -q -- "--json /dev/full: cannot write it" || fail "--json /dev/full: $out"
+expect_msg "same output twice" "name the same file" run dd --size 64K --mem 1M --dev mem \
+	--trace "$dir/x" --plot "$dir/x"
+expect_msg "empty --dir" "bad value '' for --dir" run dd --size 64K --mem 1M --dir ''
+# a model option's error names the value as given
+expect_msg "bad model schedule" "'sched=1s@0%'" run dd --dev 'model:sched=1s@0%'
+# --deadline: the JSON has null for what the run did not sum up
+$W run dd --size 1G --dev model:bw=10M --mem 16M --quiet --deadline 1 \
+	--json "$dir/dl.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 3 ] || fail "--deadline run: exit $rc, expected 3"
+grep -q '"finished": false' "$dir/dl.json" && grep -q '"pauses": null' "$dir/dl.json" &&
+	grep -q '"fairness": null' "$dir/dl.json" || fail "--deadline JSON: $(cat "$dir/dl.json")"
+# dd on a one-file device: the writers' regions do not overlap (64 KiB in
+# three regions of 21845 bytes: 3 x 21845 written, not 3 x 24 KiB)
+$W run dd --dev mem --dev stack:0/img --threads 3 --size 64K --bs 4K --mem 1M --quiet \
+	--json "$dir/r.json" >/dev/null || fail "dd, 3 writers on a one-file device"
+grep -q '"bytes": 65535,' "$dir/r.json" || fail "dd regions: $(head -c 300 "$dir/r.json")"
+# the chart's text is escaped (a device named with XML's own characters)
+# (a short name: the legend shows 30 characters)
+q=/tmp/wbc-q\<\&$$
+mkdir -p "$q"
+$W run dd --dev "dir:$q" --size 64K --mem 1M --quiet --plot "$dir/q.svg" >/dev/null ||
+	fail "run with a plot of a dir: device named with < and &"
+rm -rf "$q"
+grep -q "wbc-q&lt;&amp;$$" "$dir/q.svg" && ! grep -q 'wbc-q<&' "$dir/q.svg" ||
+	fail "SVG text not escaped"
 echo "cli: ok"

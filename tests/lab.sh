@@ -23,6 +23,10 @@ expect_err "experiment 0" 0
 expect_err "unknown option" --frob
 expect_err "--out without a directory" --out
 expect_err "--out that cannot be made" --out /proc/wbc-lab/x stacked
+out=$($W lab --quick --out /proc stacked 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "--out a directory it cannot write into: exit $rc, expected 2"
+echo "$out" | grep -q "^wbcache lab: --out /proc: cannot write there: " ||
+	fail "--out /proc: '$out'"
 touch "$dir/plain"
 out=$($W lab --quick --out "$dir/plain" stacked 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "--out a file: exit $rc, expected 2"

@@ -11,7 +11,9 @@
  *   3. truncate: down inside an object removes the objects past it and
  *      cuts that one; up reads zeros; the size is durable.
  *   4. what a dead cache left past the size (objects and an extent, made
- *      with librados) is removed at open: an extension reads zeros.
+ *      with librados) is removed at open: an extension reads zeros; also
+ *      data past the size inside the object that holds it, the extent at
+ *      that object's end.
  *   5. one writer per file: a second cache (another cluster client) gets
  *      EBUSY while the first holds the file; after its close it may open
  *      it.  A lock broken with wbc_rados_break_lock() (what `wbcache
@@ -318,6 +320,26 @@ static void test_dead_cache_leftovers(void)
 	CHECK(back);
 	CHECK_EQ(wbc_pread(f, back, 6 * MiB, 0), 6 * MiB);
 	for (size_t i = 0; i < 6 * MiB; i++)
+		CHECK_EQ(back[i], i < 3 * MiB / 2 ? 0x5a : 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+
+	/* the extent at the end of the object holding the size (what an
+	 * open after a crash used to record) and data past the size in that
+	 * object, from a cache that died again: cut at open too */
+	for (uint64_t i = 0; i < 2; i++) {
+		objname(o, sizeof(o), "dead2", i);
+		CHECK_EQ(rados_write_full(ioc, o, junk, MiB), 0);
+	}
+	objname(o, sizeof(o), "dead2", 0);
+	n = snprintf(buf, sizeof(buf), "%u", 3 * MiB / 2);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.size", buf, (size_t)n), 0);
+	n = snprintf(buf, sizeof(buf), "%u", 2 * MiB);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.extent", buf, (size_t)n), 0);
+	CHECK_EQ(wbc_file_open(dev, "dead2", 0, &f), 0);
+	CHECK_EQ(obj_size("dead2", 1), MiB / 2);
+	CHECK_EQ(wbc_truncate(f, 2 * MiB), 0);
+	CHECK_EQ(wbc_pread(f, back, 2 * MiB, 0), 2 * MiB);
+	for (size_t i = 0; i < 2 * MiB; i++)
 		CHECK_EQ(back[i], i < 3 * MiB / 2 ? 0x5a : 0);
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);

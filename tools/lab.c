@@ -748,6 +748,18 @@ int cmd_lab(int argc, char **argv)
 		fprintf(stderr, "wbcache lab: cannot create %s: %s\n", out, strerror(-e));
 		return 2;
 	}
+	/* the runs write their files there: a directory this cannot write
+	 * into is said now, not as a failed run */
+	char probe[4200];
+	snprintf(probe, sizeof(probe), "%s/.wbcache-lab-XXXXXX", out);
+	int pfd = mkstemp(probe);
+	if (pfd < 0) {
+		fprintf(stderr, "wbcache lab: --out %s: cannot write there: %s\n", out,
+			strerror(errno));
+		return 2;
+	}
+	close(pfd);
+	unlink(probe);
 	char self[4096];
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (sl <= 0) {

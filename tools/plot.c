@@ -31,7 +31,8 @@ int trace_csv(const char *path, const struct sample *s, size_t n)
 				s[i].dev[d].write_bw, s[i].dev[d].ratelimit, s[i].dev[d].tput);
 		fprintf(f, ",%.1f,%.2f\n", s[i].ops_rate, s[i].lock_max_us);
 	}
-	return fclose(f) ? -errno : 0;
+	errno = EIO;   /* a write that failed before (ferror) may leave none */
+	return (ferror(f) | fclose(f)) ? -errno : 0;
 }
 
 /* a "nice" tick step for a range */
@@ -75,12 +76,30 @@ void svg_polyline(FILE *f, const struct panel *p, const double *t, const double 
 	fprintf(f, "'/>\n");
 }
 
+void svg_text(FILE *f, const char *s, size_t max)
+{
+	for (size_t i = 0; s[i] && i < max; i++) {
+		switch (s[i]) {
+		case '&': fputs("&amp;", f); break;
+		case '<': fputs("&lt;", f); break;
+		case '>': fputs("&gt;", f); break;
+		case '\'': fputs("&apos;", f); break;
+		case '"': fputs("&quot;", f); break;
+		default:
+			if ((unsigned char)s[i] >= 0x20)
+				fputc(s[i], f);
+		}
+	}
+}
+
 void svg_begin(FILE *f, double w, double h, const char *title)
 {
 	fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n"
 		"<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
 		"font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n", w, h);
-	fprintf(f, "<text x='%g' y='22' font-size='14' text-anchor='middle'>%s</text>\n", w / 2, title);
+	fprintf(f, "<text x='%g' y='22' font-size='14' text-anchor='middle'>", w / 2);
+	svg_text(f, title, SIZE_MAX);
+	fprintf(f, "</text>\n");
 }
 
 typedef double (*getter)(const struct sample *s, unsigned d);
@@ -99,8 +118,9 @@ static void line(FILE *f, const struct panel *p, const struct sample *s, size_t 
 void svg_legend(FILE *f, double x, double y, const char *color, const char *dash, const char *label)
 {
 	fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='2'%s/>"
-		"<text x='%.1f' y='%.1f' font-size='11'>%s</text>\n",
-		x, y, x + 22, y, color, dash, x + 27, y + 4, label);
+		"<text x='%.1f' y='%.1f' font-size='11'>", x, y, x + 22, y, color, dash, x + 27, y + 4);
+	svg_text(f, label, SIZE_MAX);
+	fprintf(f, "</text>\n");
 }
 
 static double g_total(const struct sample *s, unsigned d) { (void)d; return s->dirty + s->writeback; }
@@ -160,15 +180,15 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 		line(f, &bot, s, n, g_tput, d, col, "");
 		line(f, &bot, s, n, g_bw, d, col, dash);
 		line(f, &bot, s, n, g_rl, d, col, dot);
-		char lab[160];
-		snprintf(lab, sizeof(lab), "%s", dev_names[d]);
-		fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' font-weight='bold'>%.30s</text>\n",
-			lx, ly, lab);
+		fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' font-weight='bold'>", lx, ly);
+		svg_text(f, dev_names[d], 30);
+		fprintf(f, "</text>\n");
 		svg_legend(f, lx, ly + 14, col, "", "throughput");
 		svg_legend(f, lx, ly + 30, col, dash, "write_bw");
 		svg_legend(f, lx, ly + 46, col, dot, "dirty_ratelimit");
 		ly += 66;
 	}
 	fprintf(f, "</svg>\n");
-	return fclose(f) ? -errno : 0;
+	errno = EIO;
+	return (ferror(f) | fclose(f)) ? -errno : 0;
 }

@@ -103,6 +103,7 @@ static struct run {
 	atomic_uint_fast64_t ops_done, bytes_done;
 	uint64_t last_ops;
 	atomic_bool abandon;        /* --deadline passed: the sampler stops */
+	bool out_err;               /* an output file could not be written */
 	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
 } R;
 
@@ -296,8 +297,11 @@ static void *worker_main(void *arg)
 				atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
 				continue;
 			}
+			/* dd: a share's last write ends at the share (the next
+			 * writer's region of a one-file device begins there) */
+			size_t n = seq && share && share - pos < o->bs ? (size_t)(share - pos) : o->bs;
 			double tw = o->lat_log ? now_s() : 0;
-			ssize_t r = wbc_pwrite(f, buf, o->bs, off);
+			ssize_t r = wbc_pwrite(f, buf, n, off);
 			if (r < 0) {
 				w->err = (int)r;
 				break;
@@ -596,30 +600,46 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* An output file (@opt: --json, --trace, ...) could not be written: said
+ * once, and the run's status is 1. */
+static void out_failed(const char *opt, const char *path, int err)
+{
+	fprintf(stderr, "wbcache: %s %s: cannot write it: %s\n", opt, path, strerror(err));
+	R.out_err = true;
+}
+
 /* One JSON object: the run's totals, rates, pauses, dirty pages, the
  * process's CPU time from the writers' start and each device's writeback and list-lock figures. */
 static void write_json(const char *path, const struct json_fig *j)
 {
 	FILE *f = fopen(path, "w");
 	if (!f) {
-		fprintf(stderr, "wbcache: cannot write %s: %s\n", path, strerror(errno));
+		out_failed("--json", path, errno);
 		return;
 	}
+	errno = 0;
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	double secs = j->secs > 0 ? j->secs : 1;
 	fprintf(f, "{\"workload\": \"%s\", \"finished\": %s, \"threads\": %u, \"secs\": %.3f, \"bytes\": %llu, "
 		"\"mb_per_s\": %.2f, \"ops\": %llu, \"ops_per_s\": %.1f, \"reads\": %llu, "
-		"\"reads_per_s\": %.1f,\n \"pauses\": %zu, \"pause_p50_ms\": %.2f, "
-		"\"pause_p99_ms\": %.2f, \"pause_max_ms\": %.2f, \"dirty_mean_mib\": %.2f, "
-		"\"dirty_max_mib\": %.2f, \"setpoint_mib\": %.2f, \"limit_mib\": %.2f, "
-		"\"fairness\": %.3f,\n \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f",
+		"\"reads_per_s\": %.1f,\n ",
 		wl_names[R.o.wl], j->unfinished ? "false" : "true", R.nw, j->secs,
 		(unsigned long long)j->bytes,
 		(double)j->bytes / secs / 1e6, (unsigned long long)j->ops, (double)j->ops / secs,
-		(unsigned long long)j->reads, (double)j->reads / secs, j->pauses, j->pause_p50_ms,
-		j->pause_p99_ms, j->pause_max_ms, j->dirty_mean_mib, j->dirty_max_mib,
-		j->setpoint_mib, j->limit_mib, j->fairness,
+		(unsigned long long)j->reads, (double)j->reads / secs);
+	if (j->unfinished)   /* a run given up: these were not summed up */
+		fprintf(f, "\"pauses\": null, \"pause_p50_ms\": null, \"pause_p99_ms\": null, "
+			"\"pause_max_ms\": null, \"dirty_mean_mib\": null, \"dirty_max_mib\": null, "
+			"\"setpoint_mib\": null, \"limit_mib\": null, \"fairness\": null");
+	else
+		fprintf(f, "\"pauses\": %zu, \"pause_p50_ms\": %.2f, \"pause_p99_ms\": %.2f, "
+			"\"pause_max_ms\": %.2f, \"dirty_mean_mib\": %.2f, \"dirty_max_mib\": %.2f, "
+			"\"setpoint_mib\": %.2f, \"limit_mib\": %.2f, \"fairness\": %.3f",
+			j->pauses, j->pause_p50_ms, j->pause_p99_ms, j->pause_max_ms,
+			j->dirty_mean_mib, j->dirty_max_mib, j->setpoint_mib, j->limit_mib,
+			j->fairness);
+	fprintf(f, ",\n \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f",
 		(double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
 			(double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6,
 		(double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
@@ -650,8 +670,8 @@ static void write_json(const char *path, const struct json_fig *j)
 		"\"list_lock_max_us\": %.1f, \"list_lock_waits\": %llu}\n",
 		(unsigned long long)written, (unsigned long long)holds, (double)max_ns / 1e3,
 		(unsigned long long)waits);
-	if (fclose(f))
-		fprintf(stderr, "wbcache: cannot write %s: %s\n", path, strerror(errno));
+	if (ferror(f) | fclose(f))
+		out_failed("--json", path, errno ? errno : EIO);
 }
 
 /* --lat-log: every write's latency, in fio's (3.x) log format (msec,
@@ -663,13 +683,15 @@ static void lat_log_write(void)
 	const struct opts *o = &R.o;
 	size_t nl = 0, *n = calloc(R.nw ? R.nw : 1, sizeof(*n));
 	if (!n) {
-		fprintf(stderr, "wbcache: cannot write %s: %s\n", o->lat_log, strerror(ENOMEM));
+		out_failed("--lat-log", o->lat_log, ENOMEM);
 		return;
 	}
 	for (unsigned i = 0; i < R.nw; i++)
 		nl += n[i] = atomic_load_explicit(&R.w[i].nlats, memory_order_acquire);
 	uint64_t *ll = malloc((nl ? nl : 1) * sizeof(*ll));
 	FILE *lf = fopen(o->lat_log, "w");
+	int lerr = lf ? 0 : errno;
+	errno = 0;
 	size_t kl = 0;
 	for (unsigned i = 0; i < R.nw; i++)
 		for (size_t j = 0, at; j < n[i]; j++) {
@@ -682,8 +704,8 @@ static void lat_log_write(void)
 					(unsigned long long)(l->t_ns / 1000000),
 					(unsigned long long)l->lat_ns, (unsigned long long)o->bs);
 		}
-	if (!lf || fclose(lf))
-		fprintf(stderr, "wbcache: cannot write %s: %s\n", o->lat_log, strerror(errno));
+	if (!lf || (ferror(lf) | fclose(lf)))
+		out_failed("--lat-log", o->lat_log, lerr ? lerr : errno ? errno : EIO);
 	if (ll && nl) {
 		qsort(ll, nl, sizeof(*ll), cmp_u64);
 		printf("write latency: %zu writes, p50 %.3f ms, p99 %.3f ms, max %.1f ms "
@@ -1228,7 +1250,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			}
 			o->devs[o->ndev++] = optarg;
 			break;
-		case O_DIR: o->dir = optarg; break;
+		case O_DIR: o->dir = optarg; if (!*optarg) rc = bad("--dir", optarg); break;
 		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads); if (!rc && !threads) rc = bad("--threads", optarg); break;
 		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); if (!rc && !o->size) rc = bad("--size", optarg); break;
 		case O_TIME: {
@@ -1381,10 +1403,11 @@ static _Noreturn void give_up(pthread_t sampler)
 	}
 	if (o->lat_log)
 		lat_log_write();
-	if (o->trace && trace_csv(o->trace, R.s, R.ns))
-		fprintf(stderr, "wbcache: cannot write %s\n", o->trace);
-	if (o->plot && plot_svg(o->plot, "wbcache run (did not finish)", R.s, R.ns, o->devs))
-		fprintf(stderr, "wbcache: cannot write %s\n", o->plot);
+	int e;
+	if (o->trace && (e = trace_csv(o->trace, R.s, R.ns)))
+		out_failed("--trace", o->trace, -e);
+	if (o->plot && (e = plot_svg(o->plot, "wbcache run (did not finish)", R.s, R.ns, o->devs)))
+		out_failed("--plot", o->plot, -e);
 	fflush(stdout);
 	_exit(3);
 }
@@ -1438,6 +1461,12 @@ int cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
 		if (!outs[i][1])
 			continue;
+		for (size_t k = 0; k < i; k++)
+			if (outs[k][1] && !strcmp(outs[k][1], outs[i][1])) {
+				fprintf(stderr, "wbcache: %s and %s name the same file, %s\n",
+					outs[k][0], outs[i][0], outs[i][1]);
+				return 2;
+			}
 		/* one that is not there is made and removed again: a run
 		 * refused later leaves no empty file; O_NONBLOCK: a FIFO
 		 * without a reader says ENXIO instead of stopping here */
@@ -1546,9 +1575,27 @@ int cmd_run(int argc, char **argv)
 	wb_user0 = wb_threads_cpu(true);
 	R.t0 = now_s();
 	pthread_t sampler;
-	for (unsigned i = 0; i < R.nw; i++)
-		pthread_create(&R.w[i].th, NULL, worker_main, &R.w[i]);
-	pthread_create(&sampler, NULL, sampler_main, NULL);
+	unsigned started = 0;
+	int terr = 0;
+	while (started < R.nw &&
+	       !(terr = pthread_create(&R.w[started].th, NULL, worker_main, &R.w[started])))
+		started++;
+	if (!terr && (terr = pthread_create(&sampler, NULL, sampler_main, NULL)))
+		started = R.nw + 1;   /* every writer, and not the sampler */
+	if (terr) {
+		/* a run of fewer writers than asked is not the run asked for */
+		unsigned nstarted = started < R.nw ? started : R.nw;
+		atomic_store(&R.stop, true);
+		for (unsigned i = 0; i < nstarted; i++)
+			pthread_join(R.w[i].th, NULL);
+		if (started > R.nw)
+			fprintf(stderr, "wbcache: cannot start the sampler thread: %s\n", strerror(terr));
+		else
+			fprintf(stderr, "wbcache: cannot start writer thread %u of %u: %s\n",
+				started + 1, R.nw, strerror(terr));
+		wbc_cache_close(R.cache);
+		return 1;
+	}
 	if (o->deadline_s > 0) {
 		while (atomic_load(&R.workers_done) < R.nw) {
 			if (now_s() - R.t0 >= o->deadline_s)
@@ -1580,7 +1627,7 @@ int cmd_run(int argc, char **argv)
 	if (o->trace) {
 		int e = trace_csv(o->trace, R.s, R.ns);
 		if (e)
-			fprintf(stderr, "wbcache: cannot write %s: %s\n", o->trace, strerror(-e));
+			out_failed("--trace", o->trace, -e);
 		else
 			printf("trace: %s\n", o->trace);
 	}
@@ -1590,7 +1637,7 @@ int cmd_run(int argc, char **argv)
 			 wl_names[o->wl], R.nw, (double)o->cfg.mem_bytes / MiB);
 		int e = plot_svg(o->plot, title, R.s, R.ns, o->devs);
 		if (e)
-			fprintf(stderr, "wbcache: cannot write %s: %s\n", o->plot, strerror(-e));
+			out_failed("--plot", o->plot, -e);
 		else
 			printf("plot: %s\n", o->plot);
 	}
@@ -1616,5 +1663,5 @@ int cmd_run(int argc, char **argv)
 	}
 	free(R.w);
 	free(R.s);
-	return werr || cerr ? 1 : 0;
+	return werr || cerr || R.out_err ? 1 : 0;
 }

@@ -19,6 +19,8 @@ void svg_legend(FILE *f, double x, double y, const char *color, const char *dash
 /* the points (t[i], v[i]), values above the panel's top drawn at it */
 void svg_polyline(FILE *f, const struct panel *p, const double *t, const double *v, size_t n,
 		  const char *color, const char *dash);
+/* @s as SVG text (XML-escaped), at most @max characters */
+void svg_text(FILE *f, const char *s, size_t max);
 /* the document's start (white background, @title centred on top) */
 void svg_begin(FILE *f, double w, double h, const char *title);
 #endif

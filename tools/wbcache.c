@@ -68,9 +68,9 @@ static int cmd_rados_unlock(int argc, char **argv)
 		fputs(use, stdout);
 		return 0;
 	}
-	if (argc != 3 || strncmp(argv[1], "rados:", 6)) {
+	if (argc != 3 || strncmp(argv[1], "rados:", 6) || !argv[2][0]) {
 		fprintf(stderr, "wbcache rados-unlock: %s\n%s", argc != 3 ? "needs a SPEC and a NAME" :
-			"the SPEC must start with rados:", use);
+			!argv[2][0] ? "the NAME is empty" : "the SPEC must start with rados:", use);
 		return 2;
 	}
 	char msg[512];

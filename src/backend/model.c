@@ -167,6 +167,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			break;
 		}
 		*v++ = '\0';
+		char shown[160];   /* the value as given: some parsers cut it up */
+		snprintf(shown, sizeof(shown), "%s", v);
 		uint64_t u;
 		if (!strcmp(kv, "bw")) {
 			rc = wbc_parse_size(v, &u);
@@ -234,7 +236,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				 "qd=N seek=TIME max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N stall=T+D seed=N "
 				 "discard=0|1 send=0|1, "
 				 "and the device tunables)",
-				 kv, v);
+				 kv, shown);
 	}
 	free(copy);
 	return rc;

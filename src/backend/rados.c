@@ -112,7 +112,10 @@ struct rfile {
 	uint64_t size;              /* as the engine set it */
 	uint64_t durable;           /* in the xattr */
 	uint64_t extent;            /* in the xattr: no data at or beyond it */
-	pthread_mutex_t extent_lock;/* raising the extent (a synchronous op) */
+	/* object 0's size and extent writes, one at a time (each a
+	 * synchronous op): the extent's raise, flush's size, resize; so an
+	 * older size never lands after a newer one.  Before lock */
+	pthread_mutex_t meta_lock;
 	atomic_bool fenced;         /* our lock was broken: writes fail */
 	bool lock_shared;           /* another handle of this backend holds it */
 	bool removed;               /* by remove(): close has nothing to write */
@@ -682,12 +685,14 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 			continue;
 		struct rfile *f = io->file;
 		uint64_t end = io->off + io->len;
+		if (atomic_load(&f->fenced))
+			continue;   /* fails when issued; object 0 is another's now */
 		pthread_mutex_lock(&f->lock);
 		bool beyond = end > f->extent;
 		pthread_mutex_unlock(&f->lock);
 		if (!beyond)
 			continue;
-		pthread_mutex_lock(&f->extent_lock);
+		pthread_mutex_lock(&f->meta_lock);
 		pthread_mutex_lock(&f->lock);
 		uint64_t ext = f->extent;
 		pthread_mutex_unlock(&f->lock);
@@ -702,7 +707,7 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 				pthread_mutex_unlock(&f->lock);
 			}
 		}
-		pthread_mutex_unlock(&f->extent_lock);
+		pthread_mutex_unlock(&f->meta_lock);
 		if (r < 0) {
 			if (transport_error(r))
 				atomic_store_explicit(&b->st_up, 0, memory_order_relaxed);
@@ -731,19 +736,19 @@ static int wait_closes(struct rbe *b);
 
 static int flush_file(struct rfile *f)
 {
+	pthread_mutex_lock(&f->meta_lock);
 	pthread_mutex_lock(&f->lock);
 	uint64_t size = f->size;
 	bool dirty = size != f->durable;
 	pthread_mutex_unlock(&f->lock);
-	if (!dirty)
-		return 0;
-	int r = put_sizes(f, size, UINT64_MAX);
-	if (r < 0)
-		return rerr(r);
-	pthread_mutex_lock(&f->lock);
-	f->durable = size;
-	pthread_mutex_unlock(&f->lock);
-	return 0;
+	int r = dirty ? put_sizes(f, size, UINT64_MAX) : 0;
+	if (dirty && r >= 0) {
+		pthread_mutex_lock(&f->lock);
+		f->durable = size;
+		pthread_mutex_unlock(&f->lock);
+	}
+	pthread_mutex_unlock(&f->meta_lock);
+	return r < 0 ? rerr(r) : 0;
 }
 
 static int rados_flush(void *ctx, void *file, unsigned flags)
@@ -778,7 +783,7 @@ static void rados_caps(void *ctx, struct wbc_backend_caps *caps)
 static void free_file(struct rfile *f)
 {
 	pthread_mutex_destroy(&f->lock);
-	pthread_mutex_destroy(&f->extent_lock);
+	pthread_mutex_destroy(&f->meta_lock);
 	free(f->name);
 	free(f);
 }
@@ -791,7 +796,7 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		return -ENOMEM;
 	f->b = b;
 	wbc_mutex_init(&f->lock);
-	wbc_mutex_init(&f->extent_lock);
+	wbc_mutex_init(&f->meta_lock);
 	list_init(&f->node);
 	if (asprintf(&f->name, "%s%s%s", b->prefix ? b->prefix : "", b->prefix ? "/" : "",
 		     name) < 0) {
@@ -840,13 +845,14 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 			}
 		}
 		pthread_mutex_unlock(&b->files_lock);
-		if (!f->lock_shared) {
-			free_file(f);
-			return -EBUSY;
+		if (f->lock_shared) {
+			*file = f;
+			*size = f->size;
+			return 0;
 		}
-		*file = f;
-		*size = f->size;
-		return 0;
+		/* no handle holds it: a close of ours whose unlock failed (a
+		 * timeout) left it, and it is ours still: open as usual */
+		r = 0;
 	}
 	if (r < 0) {
 		free_file(f);
@@ -859,15 +865,16 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 			r = get_u64_xattr(b->io, o, XATTR_EXTENT, &ext);
 		sync_end(b);
 	}
-	/* what a cache that died left past the size: removed, so that an
-	 * extension reads zeros */
+	/* what a cache that died left past the size (in the object holding
+	 * it too): removed, so that an extension reads zeros; the extent is
+	 * then the size, and a write past it raises it first */
 	uint64_t size_objs = (sz + b->objsize - 1) / b->objsize;
-	if (!r && ext > size_objs * b->objsize) {
+	if (!r && ext > sz) {
 		r = trim_objects(f, sz / b->objsize, sz % b->objsize, size_objs,
 				 (ext + b->objsize - 1) / b->objsize);
 		if (!r)
-			r = put_sizes(f, sz, size_objs * b->objsize);
-		ext = size_objs * b->objsize;
+			r = put_sizes(f, sz, sz);
+		ext = sz;
 	} else if (!r && !exists) {
 		r = put_sizes(f, 0, 0);
 	}
@@ -980,6 +987,7 @@ static int rados_resize(void *ctx, void *file, uint64_t size)
 	struct rfile *f = file;
 	if (atomic_load(&f->fenced))
 		return -EIO;
+	pthread_mutex_lock(&f->meta_lock);
 	pthread_mutex_lock(&f->lock);
 	uint64_t old = f->size, ext = f->extent;
 	pthread_mutex_unlock(&f->lock);
@@ -992,12 +1000,13 @@ static int rados_resize(void *ctx, void *file, uint64_t size)
 	}
 	if (!r)
 		r = put_sizes(f, size, UINT64_MAX);
-	if (r < 0)
-		return rerr(r);
-	pthread_mutex_lock(&f->lock);
-	f->size = f->durable = size;
-	pthread_mutex_unlock(&f->lock);
-	return 0;
+	if (!r) {
+		pthread_mutex_lock(&f->lock);
+		f->size = f->durable = size;
+		pthread_mutex_unlock(&f->lock);
+	}
+	pthread_mutex_unlock(&f->meta_lock);
+	return r < 0 ? rerr(r) : 0;
 }
 
 /* Remove every object of @f, object 0 last (its lock, ours, goes with

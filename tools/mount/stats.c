@@ -147,6 +147,8 @@ int cmd_stat(int argc, char **argv)
 		fputs(use, stdout);
 		return 0;
 	}
+	if (!bad && mnt && !*mnt)
+		bad = "";
 	if (bad || !mnt) {
 		if (bad)
 			fprintf(stderr, "wbcache stat: unexpected argument '%s'\n", bad);
