@@ -50,6 +50,10 @@ expect_err "stat without a mount point" stat
 expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
 expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:pool ''
 expect_err "stat of an empty name" stat ''
+expect_msg "mem with an option" "bad mem option 'qd=4'" run dd --dev mem,qd=4
+expect_err "--version with more" --version --bogus
+expect_err "help of no such command" help frob
+$W help run | grep -q -- "--dev" || fail "help run does not show run's help"
 $W rados-unlock --help | grep -q "^usage: wbcache rados-unlock" || fail "rados-unlock --help"
 $W --help | grep -q "mount BACKING_DIR" || fail "--help does not list mount"
 $W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists no tunables"

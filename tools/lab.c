@@ -620,9 +620,9 @@ static void lab_usage(FILE *out)
 "list-lock holds over time, old and new in one chart) and each run its\n"
 "report (NAME-N.log), figures (NAME-N.json) and timeline (NAME-N.csv).\n"
 "\n"
-"experiments (default all):\n");
+"experiments (default all; by name or number):\n");
 	for (size_t i = 0; i < NR_EXP; i++)
-		fprintf(out, "  %-11s %s\n", experiments[i].name, experiments[i].title);
+		fprintf(out, "  %zu %-11s %s\n", i + 1, experiments[i].name, experiments[i].title);
 	fprintf(out,
 "\n"
 "options:\n"
@@ -638,7 +638,7 @@ static const struct experiment *find_exp(const char *name)
 			return &experiments[i];
 	char *end;
 	long k = strtol(name, &end, 10);
-	if (!*end && k >= 1 && k <= (long)NR_EXP)
+	if (name[0] >= '1' && name[0] <= '9' && !*end && k >= 1 && k <= (long)NR_EXP)
 		return &experiments[k - 1];
 	return NULL;
 }

@@ -89,11 +89,29 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (!strcmp(argv[1], "help") && argc == 3) {
+		/* `wbcache help COMMAND`: the command's own --help */
+		char *sub[] = { argv[2], "--help", NULL };
+		const char *known[] = { "run", "lab", "mount", "stat", "umount", "rados-unlock" };
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+			if (!strcmp(argv[2], known[i]))
+				return main(3, (char *[]){ argv[0], sub[0], sub[1], NULL });
+		fprintf(stderr, "wbcache: help: unknown command '%s' (try --help)\n", argv[2]);
+		return 2;
+	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		if (argc > 2) {
+			fprintf(stderr, "wbcache: unexpected argument '%s' (try --help)\n", argv[2]);
+			return 2;
+		}
 		usage(stdout);
 		return 0;
 	}
 	if (!strcmp(argv[1], "--version")) {
+		if (argc > 2) {
+			fprintf(stderr, "wbcache: unexpected argument '%s' (try --help)\n", argv[2]);
+			return 2;
+		}
 		printf("wbcache %s\n", WBCACHE_VERSION);
 		return 0;
 	}

@@ -20,6 +20,15 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		return mem_backend_new(false, ops, ctx);
 	if (!strcmp(spec, "model"))
 		return model_backend_new("", ops, ctx, err, errlen);
+	bool mem = !strncmp(spec, "mem,", 4);
+	if (mem || !strncmp(spec, "model,", 6)) {
+		/* what is left after the tunables: not one */
+		const char *o = strchr(spec, ',') + 1;
+		snprintf(err, errlen, "bad %s option '%.*s' (%s)", mem ? "mem" : "model",
+			 (int)strcspn(o, ","), o, mem ? "mem takes only the device tunables" :
+			 "model's options follow a colon: model:bw=100M,...");
+		return -EINVAL;
+	}
 	if (!strncmp(spec, "model:", 6))
 		return model_backend_new(spec + 6, ops, ctx, err, errlen);
 	if (nbd_is_uri(spec))
