@@ -52,7 +52,7 @@ static void usage(FILE *out)
 "                   a cache that died holding it.  A cache still running\n"
 "                   stops writing the file (its writes fail, kept at risk)\n"
 "\n"
-"  --help, --version\n"
+"  --help, --version, help COMMAND (its --help)\n"
 "\n"
 "exit status: 0; 1 the command failed; 2 a bad command line; 3 a run that\n"
 "passed its --deadline\n");
