@@ -51,6 +51,7 @@ expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
 expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:pool ''
 expect_err "stat of an empty name" stat ''
 expect_msg "mem with an option" "bad mem option 'qd=4'" run dd --dev mem,qd=4
+expect_msg "one store twice" "given twice" run dd --dev mem --dev stack:0/img --dev stack:0/img
 expect_err "--version with more" --version --bogus
 expect_err "help of no such command" help frob
 $W help run | grep -q -- "--dev" || fail "help run does not show run's help"

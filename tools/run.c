@@ -1335,6 +1335,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "wbcache: --file-size must be at least --bs\n");
 		return 2;
 	}
+	/* two devices over one store of one file (a file:, a stacked
+	 * device's lower file, an NBD export) would write over each other */
+	for (unsigned d = 0; d < o->ndev; d++)
+		for (unsigned k = 0; k < d; k++) {
+			const char *a = o->devs[d], *b = o->devs[k];
+			size_t la = strcspn(a, ","), lb = strcspn(b, ",");
+			bool one_file = !strncmp(a, "file:", 5) || !strncmp(a, "stack:", 6) ||
+					!strncmp(a, "nbd", 3);
+			if (one_file && la == lb && !strncmp(a, b, la)) {
+				fprintf(stderr, "wbcache: --dev %.*s is given twice: the two devices "
+					"would write over each other\n", (int)la, a);
+				return 2;
+			}
+		}
 	return 0;
 }
 
