@@ -638,6 +638,18 @@ static void stats_stop(void)
 static int wbcache_get_ready(int model)
 {
 	thread_model = model;
+	/* before nbdkit forks, while an error still ends it with a non-zero
+	 * status: can a cache of this size be had?  (It is made again after
+	 * the fork: threads do not survive one.) */
+	wbc_cache *c;
+	int err = wbc_cache_open(&cfg, &c);
+	if (err) {
+		nbdkit_error("wbcache: cannot open a cache of %" PRIu64 " MiB (wbcache-mem): %s%s",
+			     cfg.mem_bytes >> 20, wbc_strerror(err),
+			     err == -ENOMEM ? " (it may not exceed the machine's memory)" : "");
+		return -1;
+	}
+	wbc_cache_close(c);
 	return 0;
 }
 
@@ -656,6 +668,8 @@ static int wbcache_after_fork(nbdkit_backend *backend)
 {
 	/* the plugin's default export, shared by every connection */
 	g.ctx = nbdkit_next_context_open(backend, 0, "", 1);
+	if (!g.ctx)   /* a plugin that opens read-only only (nbdkit -r) */
+		g.ctx = nbdkit_next_context_open(backend, 1, "", 1);
 	if (!g.ctx) {
 		nbdkit_error("wbcache: cannot open a context of the plugin");
 		return -1;
@@ -684,6 +698,12 @@ static int wbcache_after_fork(nbdkit_backend *backend)
 	if (bmin > cfg.page_size) {
 		nbdkit_error("wbcache: the plugin's minimum block size (%" PRIu32
 			     ") is above wbcache-page-size (%" PRIu32 ")", bmin, cfg.page_size);
+		context_close();
+		return -1;
+	}
+	if (bmax && bmax < cfg.page_size) {
+		nbdkit_error("wbcache: the plugin's maximum block size (%" PRIu32
+			     ") is below wbcache-page-size (%" PRIu32 ")", bmax, cfg.page_size);
 		context_close();
 		return -1;
 	}
@@ -776,7 +796,36 @@ static void wbcache_cleanup(nbdkit_backend *backend)
 
 struct handle {
 	wbc_file *f;
+	uint64_t lost_seen;          /* lost_lock: the loss this one was told of */
 };
+
+/* Data dropped after a failed write (wbcache-on-error=drop): a FLUSH on
+ * any connection covers the writes completed on all (multi-conn), so each
+ * connection's next FLUSH fails while the cache has lost more than that
+ * connection was told of; one opened later starts from what some FLUSH
+ * has told already.  (A handle's own error sequence is not enough: a FUA
+ * write's sync takes the error from it.) */
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t lost_told;
+
+static uint64_t lost_bytes(void)
+{
+	struct wbc_stats st;
+	return wbc_stats(g.cache, &st) == 0 ? st.lost_bytes : 0;
+}
+
+/* -EIO when data was lost since @h was told; it is told now. */
+static int check_lost(struct handle *h)
+{
+	uint64_t lost = lost_bytes();
+	pthread_mutex_lock(&lost_lock);
+	bool news = lost > h->lost_seen;
+	h->lost_seen = lost;
+	if (lost > lost_told)
+		lost_told = lost;
+	pthread_mutex_unlock(&lost_lock);
+	return news ? -EIO : 0;
+}
 
 /* The plugin's name for its default export, as nbdkit asked it (it
  * gives .open that name for a client's ""). */
@@ -828,6 +877,9 @@ static void *wbcache_open(nbdkit_next_open *next, nbdkit_context *nxdata, int re
 		free(h);
 		return NULL;
 	}
+	pthread_mutex_lock(&lost_lock);
+	h->lost_seen = lost_told;
+	pthread_mutex_unlock(&lost_lock);
 	return h;
 }
 
@@ -978,6 +1030,9 @@ static int wbcache_flush(nbdkit_next *next, void *handle, uint32_t flags, int *e
 	int r = wbc_fdatasync(h->f);
 	if (!r)
 		r = check_at_risk();
+	int lost = check_lost(h);   /* told even when the sync failed */
+	if (!r)
+		r = lost;
 	if (r) {
 		*err = -r;
 		nbdkit_error("wbcache: flush: %s", wbc_strerror(r));

@@ -319,21 +319,51 @@ grep -q "wbcache: 2097152 bytes of written data could not be written to the plug
 [ "$(stat_of "$T/close2.stats" final)" = 1 ] && [ "$(stat_of "$T/close2.stats" lost_bytes)" = 2097152 ] ||
 	fail "final statistics: $(cat "$T/close2.stats")"
 
-# on_error=drop: counted lost at once, FLUSH fails
-start drop "${errs[@]}" wbcache-on-error=drop wbcache-stats-interval=0.05
-$PY - "$(uri drop)" <<'EOF' >"$T/drop.out" 2>&1 || fail "on_error=drop: $(cat "$T/drop.out")"
-import nbd, sys
-h = nbd.NBD()
-h.connect_uri(sys.argv[1])
-h.pwrite(b"z" * 65536, 0)
+# on_error=drop: counted lost at once, FLUSH fails; on every connection
+# (multi-conn), also one opened after the loss and one whose FUA write
+# took the error first; once each was told, FLUSH succeeds
+start drop "${errs[@]}" wbcache-on-error=drop wbcache-stats-interval=0.05 \
+	wbcache-dirty-expire-centisecs=5 wbcache-dirty-writeback-centisecs=5
+$PY - "$(uri drop)" "$T/inject" "$T/drop.stats" <<'EOF' >"$T/drop.out" 2>&1 || fail "on_error=drop: $(cat "$T/drop.out")"
+import nbd, os, sys, time
+uri, inject, stats = sys.argv[1:4]
+def lost():
+    try:
+        st = dict(l.split("=") for l in open(stats).read().split())
+        return int(st["lost_bytes"])
+    except (OSError, ValueError, KeyError):
+        return 0
+def fails(what, f):
+    try:
+        f()
+    except nbd.Error as e:
+        assert e.errno == "EIO", e
+        return
+    raise AssertionError(what + " succeeded after a loss")
+a = nbd.NBD()
+a.connect_uri(uri)
+a.pwrite(b"z" * 65536, 0)
+for _ in range(600):                     # written back in the background: dropped
+    if lost() >= 65536:
+        break
+    time.sleep(0.05)
+assert lost() >= 65536, "not dropped"
+os.unlink(inject)                        # the fault ends
+b = nbd.NBD()
+b.connect_uri(uri)                       # opened after the loss
 try:
-    h.flush()
+    a.pwrite(b"y" * 4096, 1 << 20, nbd.CMD_FLAG_FUA)   # may take the error first
 except nbd.Error:
-    print("ok")
-else:
-    raise AssertionError("flush succeeded")
+    pass
+fails("flush after a FUA write took the error", a.flush)
+fails("flush on a connection opened after the loss", b.flush)
+a.flush()                                # each was told once
+b.flush()
+c = nbd.NBD()
+c.connect_uri(uri)                       # after the loss was told
+c.flush()
+print("ok")
 EOF
-sleep 0.2
 [ "$(stat_of "$T/drop.stats" lost_bytes)" -ge 65536 ] || fail "drop: $(cat "$T/drop.stats")"
 stop drop
 rm -f "$T/inject"
