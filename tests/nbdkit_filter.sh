@@ -123,6 +123,7 @@ bad() {
 	grep -q -- "$want" "$T/bad.out" || fail "$*: no message with '$want': $(cat "$T/bad.out")"
 }
 bad "wbcache-mem" wbcache-mem=lots
+bad "cannot open a cache of .*machine's memory" wbcache-mem=64T
 bad "at least 16 pages" wbcache-mem=32K
 bad "wbcache-page-size.*power of two" wbcache-page-size=3000
 bad "wbcache-page-size.*out of range" wbcache-page-size=2M
