@@ -229,7 +229,8 @@ int cmd_mount(int argc, char **argv)
 	M.negative_timeout = mo.negative;
 	M.noflush = mo.noflush;
 	M.readdirplus = !mo.no_readdirplus;
-	/* the kernel applied the caller's umask to every mode it sends */
+	/* the kernel applied the caller's umask to every mode it sends, or
+	 * (DONT_MASK) sends it with the mode: see creation_mode (ops.c) */
 	umask(0);
 	M.root_fd = M.mount_fd = -1;
 	int status = 2, rc;

@@ -188,6 +188,10 @@ struct mnt {
 	double entry_timeout, attr_timeout, negative_timeout;   /* -o, seconds */
 	bool noflush;                /* -o */
 	bool readdirplus;            /* -o readdirplus= (default 1) */
+	/* POSIX ACLs enforced by the kernel (FUSE_POSIX_ACL), and new
+	 * entries' modes sent unmasked with the caller's umask
+	 * (FUSE_DONT_MASK): set at INIT */
+	bool posix_acl, dont_mask;
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };

@@ -5,6 +5,7 @@
 #include "mount.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,45 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * since op_readdirplus exists */
 	if (!M.readdirplus)
 		conn->want &= ~(unsigned)(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+	/* ACLs: the kernel enforces them (from the backing files' own
+	 * system.posix_acl_* attributes), and the backing file system
+	 * applies default ACLs and the caller's umask to new entries, as it
+	 * would for the caller (creation_mode) */
+	if (conn->capable & FUSE_CAP_POSIX_ACL) {
+		conn->want |= FUSE_CAP_POSIX_ACL;
+		M.posix_acl = true;
+		if (conn->capable & FUSE_CAP_DONT_MASK) {
+			conn->want |= FUSE_CAP_DONT_MASK;
+			M.dont_mask = true;
+		}
+	}
+}
+
+/*
+ * The mode to make a new entry with.  Under DONT_MASK the kernel sends it
+ * unmasked with the caller's umask, which the backing file system applies
+ * as it would for the caller: not where the directory has a default ACL.
+ * It applies the process's umask, so each thread that makes entries gets
+ * an umask of its own (CLONE_FS unshared, once); where that cannot be
+ * done, the umask is applied here (and a default ACL then meets a masked
+ * mode, as without DONT_MASK).
+ */
+static mode_t creation_mode(fuse_req_t req, mode_t mode)
+{
+	static __thread int own;          /* 1: an umask of its own; -1: none */
+	static __thread mode_t current;   /* that umask (0 after unshare) */
+	if (!M.dont_mask)
+		return mode;
+	mode_t um = fuse_req_ctx(req)->umask & 0777;
+	if (!own)
+		own = unshare(CLONE_FS) == 0 ? 1 : -1;
+	if (own < 0)
+		return mode & ~um;
+	if (um != current) {
+		umask(um);
+		current = um;
+	}
+	return mode;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -297,14 +337,14 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 {
 	struct node *p = node_of(parent);
 	int fd = nfd(p);
-	reply_new(req, p, name, fd < 0 ? -1 : mknodat(fd, name, mode, rdev));
+	reply_new(req, p, name, fd < 0 ? -1 : mknodat(fd, name, creation_mode(req, mode), rdev));
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct node *p = node_of(parent);
 	int fd = nfd(p);
-	reply_new(req, p, name, fd < 0 ? -1 : mkdirat(fd, name, mode));
+	reply_new(req, p, name, fd < 0 ? -1 : mkdirat(fd, name, creation_mode(req, mode)));
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -499,7 +539,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	 * bit: cp or tar of a 0444 file, git's objects): made writable,
 	 * and the engine writes through this descriptor, as a reopen for
 	 * writing would be refused */
-	bool keep_w = (fi->flags & O_ACCMODE) != O_RDONLY && !(mode & S_IWUSR) && geteuid() != 0;
+	mode_t um = M.dont_mask ? fuse_req_ctx(req)->umask : 0;   /* what the file will get */
+	bool keep_w = (fi->flags & O_ACCMODE) != O_RDONLY && !(mode & ~um & S_IWUSR) &&
+		      geteuid() != 0;
+	mode = creation_mode(req, mode);
 	int fd = pf < 0 ? -1 : openat(pf, name, how | (keep_w ? O_RDWR : 0) | O_CREAT | O_EXCL, mode);
 	bool made = fd >= 0;
 	keep_w = keep_w && made;
