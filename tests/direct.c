@@ -11,7 +11,8 @@
  *      the end of the file;
  *   4. wbc_preadv / wbc_pwritev, through the cache and direct;
  *   5. alignment: a dir: device's direct I/O must be aligned (-EINVAL
- *      otherwise), and aligned I/O works;
+ *      otherwise), and aligned I/O works, also split at a max_io that
+ *      was not a multiple of the alignment;
  *   6. a direct open fails with the write error of the pages it must
  *      write first, which stay dirty; once the fault ends it succeeds;
  *   7. overlapping direct writes from several threads never put two
@@ -301,6 +302,20 @@ int main(void)
 	CHECK_EQ(wbc_pread(f, back, SZ, 0), SZ);
 	CHECK(!memcmp(back, data, SZ));
 	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	/* a max_io that is no multiple of the alignment: rounded down to one,
+	 * so that a large aligned I/O split at it stays aligned */
+	c = t_quiet_cache(16u << 20);
+	snprintf(spec, sizeof(spec), "dir:%s,max_io=6000", dir);
+	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+	CHECK(dev->be->max_io % (align ? align : 1) == 0);
+	CHECK_EQ(wbc_file_open(dev, "y", WBC_O_CREAT | WBC_O_DIRECT, &d), 0);
+	memcpy(abuf, data, SZ);
+	CHECK_EQ(wbc_pwrite(d, abuf, SZ, 0), SZ);
+	memset(abuf, 0, SZ);
+	CHECK_EQ(wbc_pread(d, abuf, SZ, 0), SZ);
+	CHECK(!memcmp(abuf, data, SZ));
+	CHECK_EQ(wbc_file_close(d), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(abuf);
 	t_rmdir(dir);

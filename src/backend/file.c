@@ -22,6 +22,8 @@
  */
 #include "backends.h"
 
+#include <sched.h>
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,16 +307,24 @@ static bool prep_io_locked(struct fbe *f, struct wbc_io *io, int fd)
 static int ring_submit_locked(struct fbe *f)
 {
 	assert_held(&f->sq_lock);
-	int r;
 	if (f->fail_submits) {
 		f->fail_submits--;
-		r = f->fail_err;
-	} else {
-		do
-			r = io_uring_submit(&f->ring);
-		while (r == -EINTR || r == -EAGAIN || r == -EBUSY);
+		return f->fail_err;
 	}
-	return r < 0 ? r : 0;
+	/* Until the ring holds nothing unsubmitted: a submit may take fewer
+	 * than it was given (without IORING_SETUP_SUBMIT_ALL the kernel stops
+	 * after an entry that fails to start, whose error comes back as its
+	 * completion), and the rest would wait for another caller's submit.
+	 * EBUSY (completions it cannot post yet) and EAGAIN pass once the
+	 * reaper, which never needs this lock to reap, has taken some. */
+	while (io_uring_sq_ready(&f->ring)) {
+		int r = io_uring_submit(&f->ring);
+		if (r == -EBUSY || r == -EAGAIN)
+			sched_yield();
+		else if (r < 0 && r != -EINTR)
+			return r;
+	}
+	return 0;
 }
 
 /* Void the entries still unsubmitted in the ring (after a failed submit). */
@@ -351,12 +361,18 @@ static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigne
 		while (prepped < k && prep_io_locked(f, chunk[prepped], fds[prepped]))
 			prepped++;
 		int r = prepped ? ring_submit_locked(f) : 0;
-		if (r < 0)
+		if (r < 0) {
+			/* the ring's entries are taken in order, the no-ops of
+			 * earlier failures first, then these: those taken
+			 * before the failure are in flight, the rest are
+			 * voided and not queued */
+			unsigned left = io_uring_sq_ready(&f->ring);
+			prepped = left >= prepped ? 0 : prepped - left;
 			ring_void_locked(f);
+		}
 		pthread_mutex_unlock(&f->sq_lock);
 		if (r < 0) {
 			err = r;
-			prepped = 0;
 		} else if (!prepped && !err) {
 			err = -EBUSY;   /* a ring without one free entry */
 		}
@@ -385,7 +401,7 @@ static bool requeue(struct fbe *f, struct wbc_io *io)
 	struct fobj *o = io->file;
 	pthread_mutex_lock(&f->sq_lock);
 	bool ok = prep_io_locked(f, io, o->fd);
-	if (ok && ring_submit_locked(f) < 0) {
+	if (ok && ring_submit_locked(f) < 0 && io_uring_sq_ready(&f->ring)) {   /* not taken */
 		ring_void_locked(f);
 		ok = false;
 	}
@@ -408,8 +424,8 @@ static void *reaper_main(void *arg)
 		}
 		/* every completion ready now, as one batch */
 		struct io_uring_cqe *cqes[REAP_BATCH];
-		struct wbc_io *done[REAP_BATCH];
-		unsigned got = io_uring_peek_batch_cqe(&f->ring, cqes, REAP_BATCH), n = 0;
+		struct wbc_io *done[REAP_BATCH], *again[REAP_BATCH];
+		unsigned got = io_uring_peek_batch_cqe(&f->ring, cqes, REAP_BATCH), n = 0, na = 0;
 		bool stop = false;
 		for (unsigned i = 0; i < got; i++) {
 			void *data = io_uring_cqe_get_data(cqes[i]);
@@ -422,13 +438,25 @@ static void *reaper_main(void *arg)
 				continue;
 			struct wbc_io *io = data;
 			(void)__atomic_load_n(&io->backend_data[0], __ATOMIC_ACQUIRE);
-			if ((res == -EAGAIN || res == -EINTR) && requeue(f, io))
+			if (res == -EAGAIN || res == -EINTR) {
+				io->res = res;   /* if it cannot be queued again */
+				again[na++] = io;
 				continue;
+			}
 			io->res = res;
 			obj_put_fd(f, io->file);
 			done[n++] = io;
 		}
 		io_uring_cq_advance(&f->ring, got);
+		/* queued again once their completions are off the ring (a
+		 * submitter may be waiting for room there, holding sq_lock) */
+		for (unsigned i = 0; i < na; i++) {
+			struct wbc_io *io = again[i];
+			if (requeue(f, io))
+				continue;
+			obj_put_fd(f, io->file);
+			done[n++] = io;
+		}
 		if (n)
 			wbc_io_complete_batch(done, n);
 		if (stop)
@@ -654,7 +682,11 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 	if (f->reopen && qd > f->fd_cap / 2)
 		qd = WBC_MAX(f->fd_cap / 2, 1u);
 	if (!rc) {
-		rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
+		/* SUBMIT_ALL (5.18): an entry that fails to start does not
+		 * hold back the ones after it */
+		rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, IORING_SETUP_SUBMIT_ALL);
+		if (rc == -EINVAL)
+			rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
 		if (rc)
 			snprintf(err, errlen, "io_uring setup failed: %s", strerror(-rc));
 	}
@@ -686,6 +718,8 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 		f->dio_align = dio_align_dir(probe_fd);
 	f->qd = qd;
 	f->max_io = max_io ? max_io : FALLBACK_MAX_IO;
+	if (f->dio_align)   /* an I/O split at max_io stays aligned */
+		f->max_io = WBC_MAX(f->max_io / f->dio_align * f->dio_align, f->dio_align);
 	*ops = &file_ops;
 	*ctx = f;
 	return 0;
