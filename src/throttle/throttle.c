@@ -687,7 +687,11 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			pause = max_pause;
 		} else {
 			double period = (double)tls.nr_dirtied / rate * 1e9;
-			double p = period - (double)(now - tls.paused_when);
+			/* signed: a deferred pause (wbc_pwrite_nowait) ends
+			 * in the future, and a thread that serves several
+			 * writers checks again before it has (the time still
+			 * owed counts, not a wrap to "long ago") */
+			double p = period - (double)(int64_t)(now - tls.paused_when);
 			if (p < (double)MIN_PAUSE_NS) {
 				/* too short to sleep: carry the debt, check later */
 				if (p < -1e9) {               /* a slow writer: forget */
