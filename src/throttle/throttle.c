@@ -45,7 +45,7 @@
  * 10 ms: the debt carries over), and picks the next interval so that the
  * next pause is about TARGET_PAUSE.  At or over the limit pos_ratio is 0:
  * the writer sleeps that maximum at a time until dirty falls below it.  A
- * writer whose own device holds almost no dirty pages (DEV_PASS) is never
+ * writer whose own device holds almost no dirty pages (dev_pass) is never
  * paused, so a stalled device cannot hold up writers to other devices
  * (the kernel's "give the other good wb's a pipe").  Writers never do I/O.
  *
@@ -153,10 +153,12 @@
 /* Above freerun a thread checks again before it has dirtied more than
  * 1/GAP_SHARE of the room left below the limit. */
 #define GAP_SHARE 16
-/* A device with at most this many unclean pages passes the throttle;
- * more when its bandwidth warrants (PASS_WINDOW of it, at most
- * thresh / PASS_MAX_PART and a quarter of its share). */
-#define DEV_PASS 32
+/* A device with at most this many unclean bytes (in pages: dev_pass,
+ * at least one; 32 of 4 KiB) passes the throttle; more when its
+ * bandwidth warrants (PASS_WINDOW of it, at most thresh / PASS_MAX_PART
+ * and a quarter of its share).  In bytes: in pages, 64 devices of 1 MiB
+ * pages passed 2 GiB over the limit. */
+#define DEV_PASS_BYTES (128u << 10)
 #define PASS_WINDOW_NS (20 * NS_PER_MS)
 #define PASS_MAX_PART 16
 /* A local-throttle thread's device has at least this part of thresh. */
@@ -239,6 +241,11 @@ bool over_bg_thresh(struct wbc_cache *c)
 	return over_bg_pages(c) > 0;
 }
 
+static long dev_pass(const struct wbc_cache *c)
+{
+	return (long)WBC_MAX((uint64_t)DEV_PASS_BYTES >> c->page_shift, 1);
+}
+
 uint64_t throttle_slack_pages(struct wbc_cache *c)
 {
 	struct dom d;
@@ -246,7 +253,7 @@ uint64_t throttle_slack_pages(struct wbc_cache *c)
 	/* a quarter of the distance from the setpoint to the limit: near the
 	 * limit pos_ratio is already small, so the last check before it came
 	 * with a short interval */
-	return WBC_MAX((uint64_t)((d.limit - d.setpoint) / 4), (uint64_t)DEV_PASS);
+	return WBC_MAX((uint64_t)((d.limit - d.setpoint) / 4), (uint64_t)dev_pass(c));
 }
 
 /* ------------------------------------------------------------------ */
@@ -647,7 +654,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			      (double)PASS_WINDOW_NS / 1e9;
 		pass = WBC_MIN(pass, (double)c->thresh / PASS_MAX_PART);
 		pass = WBC_MIN(pass, dev_wb_thresh(dev, (double)c->thresh) / 4);
-		pass = WBC_MAX(pass, (double)DEV_PASS);
+		pass = WBC_MAX(pass, (double)dev_pass(c));
 		if (unclean <= (long)pass && !strict && (!grp || md.dirty < md.limit)) {
 			tls.nr_dirtied = 0;
 			tls.nr_dirtied_pause = WBC_MAX(WBC_MIN((long)pass - unclean, slack), 1);
