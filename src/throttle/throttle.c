@@ -689,7 +689,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		double drain_ns = (double)ctr_unclean(&dev->ctr) / WBC_MAX(bw_pages, 1) * 1e9 / 2;
 		uint64_t max_pause = (uint64_t)WBC_MIN(WBC_MAX(drain_ns, (double)MIN_PAUSE_NS / 10),
 						       (double)MAX_PAUSE_NS);
-		uint64_t pause;
+		uint64_t pause, carry = 0;
 		if (rate < 1) {
 			pause = max_pause;
 		} else {
@@ -711,9 +711,14 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 				return 0;
 			}
 			pause = (uint64_t)WBC_MIN(p, (double)max_pause);
+			/* the debt past max_pause is carried, one max pause of
+			 * it at most (the kernel's "occasional dropped
+			 * task_ratelimit"): the next check starts that much
+			 * later */
+			carry = (uint64_t)WBC_MIN(p - (double)pause, (double)max_pause);
 		}
 		pause_for(dev, pause);
-		tls.paused_when = wbc_now_ns() + (tls.defer ? pause : 0);
+		tls.paused_when = wbc_now_ns() + (tls.defer ? pause : 0) + carry;
 		tls.nr_dirtied = 0;
 		long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
 		tls.nr_dirtied_pause = WBC_MAX(WBC_MIN(WBC_MIN(next, slack), gap_share), 1);
