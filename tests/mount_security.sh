@@ -2,7 +2,7 @@
 # Security of a root mount with allow_other, as other users see it:
 # set-user-ID and set-group-ID bits (and a file capability) cleared when
 # an unprivileged user writes, truncates or opens with O_TRUNC (kept for root, and S_ISGID kept
-# without group execute, as the kernel does); files and directories made
+# without group execute for a member of the file's group, as the kernel does); files and directories made
 # in a set-group-ID directory take its group (directories its bit too);
 # the creator's umask is the one that counts, not the daemon's; POSIX
 # ACLs enforced, set through the mount, default ACLs applied.
@@ -30,9 +30,14 @@ as_nobody sh -c "echo x >'$mt/o'" || fail "O_TRUNC open as nobody"
 [ "$(mode "$mt/o")" = 777 ] || fail "O_TRUNC by nobody left mode $(mode "$mt/o")"
 echo root >>"$mt/r"
 [ "$(mode "$mt/r")" = 6777 ] || fail "write by root cleared the bits: $(mode "$mt/r")"
-chmod 2666 "$mt/n"   # S_ISGID without group execute: stays (kernel rule)
-echo more | as_nobody tee -a "$mt/n" >/dev/null || fail "append as nobody (2666)"
-[ "$(mode "$mt/n")" = 2666 ] || fail "S_ISGID without g+x: mode $(mode "$mt/n")"
+# S_ISGID without group execute (the kernel's rule): stays for a member
+# of the file's group, goes for a caller outside it
+chmod 2666 "$mt/n"; chgrp 65534 "$mt/n"
+echo more | as_nobody tee -a "$mt/n" >/dev/null || fail "append as nobody (2666, its group)"
+[ "$(mode "$mt/n")" = 2666 ] || fail "S_ISGID without g+x, a member: mode $(mode "$mt/n")"
+echo data >"$mt/n2"; chmod 2666 "$mt/n2"
+echo more | as_nobody tee -a "$mt/n2" >/dev/null || fail "append as nobody (2666)"
+[ "$(mode "$mt/n2")" = 666 ] || fail "S_ISGID without g+x, not a member: mode $(mode "$mt/n2")"
 grep -q more "$mt/w" || fail "the write itself"
 
 # ---- a file capability goes when another user writes (not when root does)

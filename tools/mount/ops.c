@@ -130,11 +130,32 @@ static int chmod_fd(int fd, mode_t mode)
 	return chmod(path, mode);
 }
 
+/* Is the caller of @req in group @gid (its own or a supplementary one)?
+ * Unknown (no /proc): no, so that a set-group-ID bit goes rather than
+ * stays for a caller who may not keep it. */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
+{
+	if (fuse_req_ctx(req)->gid == gid)
+		return true;
+	gid_t small[64], *list = small;
+	int n = fuse_req_getgroups(req, 64, list);
+	if (n > 64 && (list = malloc((size_t)n * sizeof(*list))))
+		n = fuse_req_getgroups(req, n, list);
+	bool in = false;
+	for (int i = 0; i < n && list; i++)
+		in |= list[i] == gid;
+	if (list != small)
+		free(list);
+	return in;
+}
+
 /*
  * The kernel's rule for set-user-ID and set-group-ID files (it leaves the
  * work to the file system, FUSE_CAP_HANDLE_KILLPRIV): a write or truncate
  * by a caller without CAP_FSETID clears S_ISUID, and S_ISGID where group
- * execute is set (without it, S_ISGID marks mandatory locking and stays).
+ * execute is set, or where the caller is not in the file's group (its
+ * setattr_should_drop_sgid: without group execute the bit stays only for
+ * the group's members).
  * A file capability (the security.capability attribute) goes too, as
  * the kernel's file_remove_privs removes it.  The caller's uid 0 stands
  * for the capability.  The node's last seen mode, and whether it has a
@@ -160,7 +181,10 @@ static void kill_priv(fuse_req_t req, struct node *n)
 	}
 	if (fd >= 0 && (atomic_load_explicit(&n->mode, memory_order_relaxed) & (S_ISUID | S_ISGID)) &&
 	    !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		mode_t kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
+		mode_t kill = S_ISUID;
+		if ((st.st_mode & S_ISGID) &&
+		    ((st.st_mode & S_IXGRP) || !caller_in_group(req, st.st_gid)))
+			kill |= S_ISGID;
 		if (st.st_mode & kill) {
 			if (chmod_fd(fd, st.st_mode & 07777 & ~kill))
 				logmsg("clearing set-id bits failed: %s", strerror(errno));
