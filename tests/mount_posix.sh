@@ -2,7 +2,7 @@
 # The mount behaves as a local file system does, in its default
 # (background) mode: O_TRUNC, sizes and times of cached data (explicit
 # mtimes kept, no mtime moved by writeback; the same in a directory
-# listing's attributes), inode numbers reused by the
+# listing's attributes; ctime moved by a rename and a removed link), inode numbers reused by the
 # backing file system, symlink times, sparse files' blocks, O_DSYNC and
 # RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
 # removed file, `wbcache umount` returning once the data is in the backing
@@ -45,6 +45,15 @@ m0=$(stat -c %.9Y "$mt/w")
 sleep 1.1
 sync_all; attr_expire
 [ "$(stat -c %.9Y "$mt/w")" = "$m0" ] || fail "mtime moved at writeback: $m0 -> $(stat -c %.9Y "$mt/w")"
+
+# ---- ctime moves with a rename and with a link removed (data cached)
+head -c 5000 /dev/urandom >"$mt/cr"; ln "$mt/cr" "$mt/cr2"
+c0=$(stat -c %.9Z "$mt/cr")
+sleep 0.05; mv "$mt/cr" "$mt/cr3"; attr_expire
+c1=$(stat -c %.9Z "$mt/cr3")
+[ "$c1" != "$c0" ] || fail "ctime did not move with a rename: $c0"
+rm "$mt/cr2"; attr_expire
+[ "$(stat -c %.9Z "$mt/cr3")" != "$c1" ] || fail "ctime did not move with a link removed: $c1"
 
 # ---- symlink times
 ln -s target "$mt/l"

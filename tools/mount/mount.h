@@ -247,6 +247,8 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
 void before_unlink(dev_t dev, ino_t ino);
 void after_unlink(dev_t dev, ino_t ino);
+/* A rename through the mount moved the inode (dev, ino): its ctime. */
+void after_rename(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);
 void node_revive_locked(struct node *n);
 void ghost_stale(struct node *n);

@@ -632,9 +632,22 @@ void after_unlink(dev_t dev, ino_t ino)
 		return;
 	pthread_mutex_lock(&n->lock);
 	n->unlinked = true;
+	if (n->is_reg)   /* a link less: its ctime, as the backing file's */
+		clock_gettime(CLOCK_REALTIME, &n->ctime);
 	if (!n->opens)
 		drop_if_unlinked_locked(n);
 	pthread_mutex_unlock(&n->lock);
+}
+
+void after_rename(dev_t dev, ino_t ino)
+{
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(dev, ino);
+	pthread_mutex_unlock(&M.lock);
+	/* valid: the kernel holds a lookup on the renamed name until the
+	 * request is answered */
+	if (n)
+		node_changed(n);
 }
 
 /*

@@ -438,6 +438,14 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	}
 	if (had)
 		after_unlink(victim.st_dev, victim.st_ino);
+	/* the inodes renamed: their ctime (a node with written data shows
+	 * its own) */
+	struct stat rs;
+	if (!fstatat(npf, newname, &rs, AT_SYMLINK_NOFOLLOW) && S_ISREG(rs.st_mode))
+		after_rename(rs.st_dev, rs.st_ino);
+	if ((flags & RENAME_EXCHANGE) && !fstatat(pf, name, &rs, AT_SYMLINK_NOFOLLOW) &&
+	    S_ISREG(rs.st_mode))
+		after_rename(rs.st_dev, rs.st_ino);
 	fuse_reply_err(req, 0);
 }
 
