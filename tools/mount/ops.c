@@ -383,6 +383,13 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	struct node *n = node_of(ino), *p = node_of(newparent);
 	int nf = nfd(n), pf = nf < 0 ? -1 : nfd(p);
 	int err = nf < 0 || pf < 0 || linkat(nf, "", pf, newname, AT_EMPTY_PATH) ? errno : 0;
+	if (err == ENOENT && nf >= 0 && pf >= 0) {
+		/* before Linux 6.10 AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH (a
+		 * daemon not run as root): through /proc, which does not */
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", nf);
+		err = linkat(AT_FDCWD, path, pf, newname, AT_SYMLINK_FOLLOW) ? errno : 0;
+	}
 	nfd_put(n, nf);
 	if (err) {
 		fuse_reply_err(req, err);
