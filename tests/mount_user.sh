@@ -8,6 +8,7 @@
 #     descriptor (their data was accepted and then failed writeback);
 #   - a writable open of a file the daemon may not write is refused
 #     with EACCES at open, not accepted and lost at writeback;
+#   - a hard link works;
 #   - `wbcache umount` by that user writes back and unmounts.
 # Needs root to become another user (setpriv) and a setuid fusermount3;
 # makes /dev/fuse usable by others for the test where it is not.
@@ -46,11 +47,15 @@ echo "$msg" | grep -q "Permission denied" || fail "append to a 0444 file: '$msg'
 as_user sh -c "seq 1 1000 >'$mt/rw.txt'" || fail "a plain write"
 as_user mkdir "$mt/d" && as_user sh -c "cd '$mt/d' && for i in 1 2 3; do echo \$i >f\$i; chmod 0444 f\$i; done" ||
 	fail "small files made read-only"
+# a hard link (AT_EMPTY_PATH needs a capability before Linux 6.10: /proc then)
+as_user ln "$mt/rw.txt" "$mt/rw.link" || fail "ln as user $U"
+[ "$(as_user stat -c %h "$mt/rw.txt")" = 2 ] || fail "link count $(as_user stat -c %h "$mt/rw.txt")"
 out=$(as_user "$W" umount "$mt" 2>&1) || fail "umount as user $U: exit $?: $out"
 listed && fail "still mounted after umount"
 cmp "$bk/ro.txt" "$src/ro.txt" || fail "ro.txt in the backing directory"
 cmp "$bk/ro.bin" "$src/ro.bin" || fail "ro.bin in the backing directory"
 [ "$(stat -c %a "$bk/ro.bin")" = 444 ] || fail "ro.bin mode $(stat -c %a "$bk/ro.bin")"
 [ "$(seq 1 1000)" = "$(cat "$bk/rw.txt")" ] || fail "rw.txt in the backing directory"
+[ "$(stat -c %i "$bk/rw.txt")" = "$(stat -c %i "$bk/rw.link")" ] || fail "the link in the backing directory"
 [ "$(cat "$bk/d/f1" "$bk/d/f2" "$bk/d/f3" | tr -d '\n')" = 123 ] || fail "the small files"
 echo "mount_user: ok"
