@@ -2,7 +2,8 @@
 # The mount behaves as a local file system does, in its default
 # (background) mode: O_TRUNC, sizes and times of cached data (explicit
 # mtimes kept, no mtime moved by writeback; the same in a directory
-# listing's attributes; ctime moved by a rename and a removed link), inode numbers reused by the
+# listing's attributes; ctime moved by a rename and a removed link),
+# EFBIG past the backing file system's largest file, inode numbers reused by the
 # backing file system, symlink times, sparse files' blocks, O_DSYNC and
 # RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
 # removed file, `wbcache umount` returning once the data is in the backing
@@ -54,6 +55,32 @@ c1=$(stat -c %.9Z "$mt/cr3")
 [ "$c1" != "$c0" ] || fail "ctime did not move with a rename: $c0"
 rm "$mt/cr2"; attr_expire
 [ "$(stat -c %.9Z "$mt/cr3")" != "$c1" ] || fail "ctime did not move with a link removed: $c1"
+
+# ---- past the backing file system's largest file (ext4: 16 TiB): EFBIG
+# at once, as there, not taken into the cache and never written
+python3 - "$mt/big" "$bk" <<'EOF' || fail "writes past the largest file"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+try:
+    os.pwrite(fd, b"x", 1 << 50)
+    raise SystemExit("a write at 1 PiB was taken")
+except OSError as e:
+    assert e.errno == errno.EFBIG, e
+# the same file on the backing file system: where it ends
+probe = os.open(sys.argv[2] + "/probe", os.O_WRONLY | os.O_CREAT, 0o644)
+lo, hi = 0, 1 << 62
+while lo < hi:
+    mid = (lo + hi + 1) // 2
+    try:
+        os.ftruncate(probe, mid); lo = mid
+    except OSError:
+        hi = mid - 1
+os.close(probe)
+os.unlink(sys.argv[2] + "/probe")
+assert os.pwrite(fd, b"abcd", lo - 2) == 2, "no short write at the end"
+os.ftruncate(fd, 0)
+os.close(fd)
+EOF
 
 # ---- symlink times
 ln -s target "$mt/l"

@@ -171,6 +171,41 @@ static void detach_done(void)
 	detach_fd = -1;
 }
 
+/*
+ * The largest file BACKING_DIR's file system takes (its s_maxbytes: 16 TiB
+ * on ext4 with 4 KiB blocks), found by truncating an unnamed file there
+ * (a named one where O_TMPFILE is not offered): a write past it is
+ * refused with EFBIG at once, as the file system would, instead of being
+ * taken into the cache and never written.  UINT64_MAX where it cannot be
+ * found (a read-only directory).
+ */
+static uint64_t max_file_size(const char *dir)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	char name[PATH_MAX + 32] = "";
+	if (fd < 0) {
+		snprintf(name, sizeof(name), "%s/.wbcache-probe-XXXXXX", dir);
+		fd = mkostemp(name, O_CLOEXEC);
+		if (fd < 0)
+			return UINT64_MAX;
+		unlink(name);
+	}
+	uint64_t lo = 0, hi = (uint64_t)INT64_MAX;   /* lo fits, hi + 1 does not */
+	if (ftruncate(fd, (off_t)hi)) {
+		while (lo < hi) {
+			uint64_t mid = lo + (hi - lo + 1) / 2;
+			if (ftruncate(fd, (off_t)mid))
+				hi = mid - 1;
+			else
+				lo = mid;
+		}
+	} else {
+		lo = hi;
+	}
+	close(fd);
+	return lo ? lo : UINT64_MAX;
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	const char *pos[2] = { NULL, NULL };
@@ -284,6 +319,7 @@ int cmd_mount(int argc, char **argv)
 			return parent_status;
 		}
 	}
+	M.max_file = max_file_size(M.backing);
 	M.root.fd = M.root_fd;
 	M.root.pfd = -1;
 	atomic_init(&M.root.mode, st.st_mode);

@@ -192,6 +192,9 @@ struct mnt {
 	 * entries' modes sent unmasked with the caller's umask
 	 * (FUSE_DONT_MASK): set at INIT */
 	bool posix_acl, dont_mask;
+	/* the largest file BACKING_DIR's file system takes (UINT64_MAX:
+	 * unknown): writes past it fail with EFBIG */
+	uint64_t max_file;
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };

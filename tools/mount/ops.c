@@ -708,6 +708,14 @@ static void write_job_run(void *arg)
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
+	/* the backing file system's largest file, as its write would check
+	 * (generic_write_check_limits): past it EFBIG, up to it a short write */
+	if ((uint64_t)off >= M.max_file) {
+		fuse_reply_err(req, EFBIG);
+		return;
+	}
+	if (size > M.max_file - (uint64_t)off)
+		size = (size_t)(M.max_file - (uint64_t)off);
 	bool inval = !fi->writepage && open_direct(fi) &&
 		     atomic_load_explicit(&node_of(ino)->kcache_opens, memory_order_relaxed);
 	if ((inval || (fi->flags & O_DSYNC)) && uring_on_ring()) {
@@ -737,6 +745,10 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	const int known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
 	if ((mode & ~known) || off < 0 || len <= 0 || off > INT64_MAX - len) {
 		fuse_reply_err(req, (mode & ~known) ? EOPNOTSUPP : EINVAL);
+		return;
+	}
+	if ((uint64_t)(off + len) > M.max_file) {
+		fuse_reply_err(req, EFBIG);
 		return;
 	}
 	struct wbc_file_info info;
