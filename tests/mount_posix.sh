@@ -108,6 +108,13 @@ PY
 cmp "$top/fa" "$mt/fb" || fail "punch/zero range content"
 fallocate -c -o 0 -l 4096 "$mt/fb" 2>/dev/null && fail "collapse range accepted"
 cmp "$top/fa" "$mt/fb" || fail "a refused mode changed the file"
+# a punch frees the backing file's space (fallocate -d, VM images)
+head -c 8M /dev/urandom >"$mt/fp"; sync_all
+[ "$(stat -c %b "$bk/fp")" -ge 16384 ] || fail "8 MiB written back: $(stat -c %b "$bk/fp") blocks"
+fallocate -p -o 0 -l 8M "$mt/fp" || fail "punch of 8 MiB"
+[ "$(stat -c %s "$mt/fp")" = 8388608 ] || fail "punch changed the size: $(stat -c %s "$mt/fp")"
+[ "$(stat -c %b "$bk/fp")" -lt 1024 ] || fail "punched, the backing file keeps $(stat -c %b "$bk/fp") blocks"
+cmp -n 8388608 "$mt/fp" /dev/zero || fail "punched range reads other than zeros"
 
 # ---- rename over a file with dirty data and a handle open on it; copy_file_range
 python3 - "$mt" <<'PY' || fail "rename over an open dirty file"

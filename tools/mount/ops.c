@@ -737,6 +737,24 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
  * the cache, the size and the backing file agree however the data is
  * cached.  Other modes: EOPNOTSUPP, as a file system without them.
  */
+/* fallocate(@mode) on @n's backing file (opened for writing through
+ * /proc: the node's descriptor is O_PATH or read-only): 0 or -errno. */
+static int backing_fallocate(struct node *n, int mode, off_t off, off_t len)
+{
+	char path[64];
+	int fd = nfd(n), wfd = -1, err = 0;
+	if (fd >= 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		wfd = open(path, O_WRONLY | O_CLOEXEC);
+	}
+	if (wfd < 0 || fallocate(wfd, mode, off, len))
+		err = -errno;
+	if (wfd >= 0)
+		close(wfd);
+	nfd_put(n, fd);
+	return err;
+}
+
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
@@ -755,17 +773,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	int err = wbc_file_info(h, &info);
 	uint64_t end = (uint64_t)off + (uint64_t)len;
 	if (!err && !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))) {
-		char path[64];
-		int fd = nfd(n), wfd = -1;
-		if (fd >= 0) {
-			snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-			wfd = open(path, O_WRONLY | O_CLOEXEC);
-		}
-		if (wfd < 0 || fallocate(wfd, FALLOC_FL_KEEP_SIZE, off, len))
-			err = -errno;
-		if (wfd >= 0)
-			close(wfd);
-		nfd_put(n, fd);
+		err = backing_fallocate(n, FALLOC_FL_KEEP_SIZE, off, len);
 	} else if (!err) {
 		/* zeros over the range, within the size for a punch or KEEP_SIZE */
 		static const char zeros[1 << 16];
@@ -776,6 +784,17 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 			ssize_t r = wbc_pwrite(h, zeros, chunk, pos);
 			err = r < 0 ? (int)r : 0;
 			pos += chunk;
+		}
+		/* a punch frees the space too: the zeros written back (the
+		 * cache keeps them, clean), then the backing file's range
+		 * punched; the kernel holds the file's writers off meanwhile */
+		if (!err && (mode & FALLOC_FL_PUNCH_HOLE) && stop > (uint64_t)off)
+			err = wbc_fsync_range(h, (uint64_t)off, stop - (uint64_t)off, 1);
+		if (!err && (mode & FALLOC_FL_PUNCH_HOLE) && stop > (uint64_t)off) {
+			err = backing_fallocate(n, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+						(off_t)(stop - (uint64_t)off));
+			if (err == -EOPNOTSUPP)
+				err = 0;   /* a file system without holes: the zeros stand */
 		}
 	}
 	if (!err && !(mode & FALLOC_FL_KEEP_SIZE) && end > info.size)
