@@ -14,81 +14,28 @@
  */
 #include "testutil.h"
 #include "internal.h"
-#include "wbcache_backend.h"
+#include "held_backend.h"
 
 #define KiB (1u << 10)
 #define MiB (1u << 20)
 #define PS 4096
 
-/* a backend that holds its writes while told to, and its resize until
- * let go */
-static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static struct wbc_io *held[256];
-static int nheld;
-static bool hold_writes, hold_resize, in_resize;
+/* the held backend's resize, held until let go */
+static bool hold_resize, in_resize;
 static uint64_t resized_to = UINT64_MAX;
-static int dummy;
 
-static void b_caps(void *ctx, struct wbc_backend_caps *c)
+static int held_resize(uint64_t size)
 {
-	(void)ctx;
-	c->max_io = PS;
-	c->queue_depth = 1;
-}
-
-static int b_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
-{
-	(void)ctx; (void)name; (void)flags;
-	*file = &dummy;
-	*size = 0;
-	return 0;
-}
-
-static void b_close(void *ctx, void *file) { (void)ctx; (void)file; }
-
-static int b_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
-{
-	(void)ctx; (void)queued;
-	for (unsigned i = 0; i < n; i++) {
-		struct wbc_io *io = ios[i];
-		pthread_mutex_lock(&lk);
-		bool hold = io->op == WBC_IO_WRITE && hold_writes && nheld < 256;
-		if (hold) {
-			held[nheld++] = io;
-			pthread_cond_broadcast(&cv);
-		}
-		pthread_mutex_unlock(&lk);
-		if (hold)
-			continue;
-		if (io->op == WBC_IO_READ)
-			for (int k = 0; k < io->iovcnt; k++)
-				memset(io->iov[k].iov_base, 0, io->iov[k].iov_len);
-		wbc_io_complete(io, (ssize_t)io->len);
-	}
-	return 0;
-}
-
-static int b_resize(void *ctx, void *file, uint64_t size)
-{
-	(void)ctx; (void)file;
-	pthread_mutex_lock(&lk);
+	pthread_mutex_lock(&hb_lock);
 	in_resize = true;
-	pthread_cond_broadcast(&cv);
+	pthread_cond_broadcast(&hb_cond);
 	while (hold_resize)
-		pthread_cond_wait(&cv, &lk);
+		pthread_cond_wait(&hb_cond, &hb_lock);
 	in_resize = false;
 	resized_to = size;
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_unlock(&hb_lock);
 	return 0;
 }
-
-static void b_destroy(void *ctx) { (void)ctx; }
-
-static const struct wbc_backend_ops ops = {
-	.size = sizeof(ops), .name = "held", .caps = b_caps, .open = b_open, .close = b_close,
-	.submit = b_submit, .resize = b_resize, .destroy = b_destroy,
-};
 
 static wbc_file *f;
 
@@ -125,32 +72,35 @@ int main(void)
 	wbc_cache *c;
 	wbc_dev *dev;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add_backend(c, &ops, NULL, "", &dev), 0);
+	hb_max_io = PS;   /* one page an I/O, one I/O in flight */
+	hb_qd = 1;
+	hb_resize = held_resize;
+	CHECK_EQ(wbc_dev_add_backend(c, &hb_ops, NULL, "", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &f), 0);
 
 	static char buf[2 * MiB];
 	t_fill(buf, sizeof(buf), 7);
-	pthread_mutex_lock(&lk);
-	hold_writes = true;
+	pthread_mutex_lock(&hb_lock);
+	hb_hold = true;
 	hold_resize = true;
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_unlock(&hb_lock);
 	CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
 	/* the flusher has one write out (queue depth 1), held */
-	pthread_mutex_lock(&lk);
-	while (!nheld)
-		pthread_cond_wait(&cv, &lk);
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_lock(&hb_lock);
+	while (!hb_nheld)
+		pthread_cond_wait(&hb_cond, &hb_lock);
+	pthread_mutex_unlock(&hb_lock);
 	/* the truncate sets the size flag and waits for that write ... */
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, truncator, NULL), 0);
 	CHECK(T_WAIT_UNTIL(sizing()));
 	/* ... which ends now; the truncate goes on into the resize, held */
-	pthread_mutex_lock(&lk);
-	hold_writes = false;
+	pthread_mutex_lock(&hb_lock);
+	hb_hold = false;
 	while (!in_resize) {
-		for (int i = 0; i < nheld; i++)
-			wbc_io_complete(held[i], (ssize_t)held[i]->len);
-		nheld = 0;
+		for (int i = 0; i < hb_nheld; i++)
+			wbc_io_complete(hb_held[i], (ssize_t)hb_held[i]->len);
+		hb_nheld = 0;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 10 * 1000 * 1000;
@@ -158,9 +108,9 @@ int main(void)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
-		pthread_cond_timedwait(&cv, &lk, &ts);
+		pthread_cond_timedwait(&hb_cond, &hb_lock, &ts);
 	}
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_unlock(&hb_lock);
 
 	struct wbc_stats st;
 	wbc_stats(c, &st);
@@ -174,15 +124,15 @@ int main(void)
 	CHECK(st.dirty_bytes > 0);
 	CHECK(lists < 1000);                        /* spinning: hundreds of thousands */
 
-	pthread_mutex_lock(&lk);
+	pthread_mutex_lock(&hb_lock);
 	hold_resize = false;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&lk);
+	pthread_cond_broadcast(&hb_cond);
+	pthread_mutex_unlock(&hb_lock);
 	CHECK_EQ(pthread_join(t, NULL), 0);
 	CHECK_EQ(wbc_fsync(f), 0);
-	pthread_mutex_lock(&lk);
+	pthread_mutex_lock(&hb_lock);
 	CHECK_EQ(resized_to, 1 * MiB);
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_unlock(&hb_lock);
 	static char rb[2 * MiB];
 	CHECK_EQ(wbc_pread(f, rb, sizeof(rb), 0), (ssize_t)(1 * MiB));
 	CHECK(!memcmp(rb, buf, 1 * MiB));

@@ -244,6 +244,20 @@ slack=$((1 << 20))
 [ "${pauses:-0}" -gt 0 ] || fail "the writer was never throttled"
 echo "bounded: dirty+writeback max $((maxu >> 10)) KiB, limit $((limit >> 10)) KiB, $pauses pauses, $samples samples: ok"
 
+# what the Python clients below share
+cat >"$T/nbdtest.py" <<'EOF'
+import nbd
+def fails(what, f):
+    """f() must fail with EIO."""
+    try:
+        f()
+    except nbd.Error as e:
+        assert e.errno == "EIO", e
+        return
+    raise AssertionError(what + " succeeded")
+EOF
+export PYTHONPATH=$T
+
 # ---- a failing plugin ------------------------------------------------------
 truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
 touch "$T/inject"
@@ -258,13 +272,7 @@ a.connect_uri(uri)
 b.connect_uri(uri)
 data = os.urandom(4 << 20)
 a.pwrite(data, 1 << 20)                  # taken by the cache
-def fails(what, f):
-    try:
-        f()
-    except nbd.Error as e:
-        assert e.errno == "EIO", e
-        return
-    raise AssertionError(what + " succeeded over a failing plugin")
+from nbdtest import fails
 fails("flush", a.flush)
 fails("second flush", a.flush)           # still not written: fails again
 fails("flush on another connection", b.flush)
@@ -334,13 +342,7 @@ def lost():
         return int(st["lost_bytes"])
     except (OSError, ValueError, KeyError):
         return 0
-def fails(what, f):
-    try:
-        f()
-    except nbd.Error as e:
-        assert e.errno == "EIO", e
-        return
-    raise AssertionError(what + " succeeded after a loss")
+from nbdtest import fails
 a = nbd.NBD()
 a.connect_uri(uri)
 a.pwrite(b"z" * 65536, 0)

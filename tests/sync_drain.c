@@ -13,64 +13,9 @@
  */
 #include "testutil.h"
 #include "internal.h"
-#include "wbcache_backend.h"
-
-#include <pthread.h>
+#include "held_backend.h"
 
 #define PS 4096
-
-static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
-static struct wbc_io *held[16];
-static int nheld;
-static bool hold;
-static int dummy;
-
-static void b_caps(void *ctx, struct wbc_backend_caps *c)
-{
-	(void)ctx;
-	c->max_io = 64 * 1024;
-	c->queue_depth = 8;
-}
-
-static int b_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
-{
-	(void)ctx; (void)name; (void)flags;
-	*file = &dummy;
-	*size = 0;
-	return 0;
-}
-
-static void b_close(void *ctx, void *file) { (void)ctx; (void)file; }
-
-static int b_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
-{
-	(void)ctx; (void)queued;
-	for (unsigned i = 0; i < n; i++) {
-		struct wbc_io *io = ios[i];
-		pthread_mutex_lock(&lk);
-		bool h = io->op == WBC_IO_WRITE && hold;
-		if (h) {
-			CHECK(nheld < 16);
-			held[nheld++] = io;
-		}
-		pthread_mutex_unlock(&lk);
-		if (h)
-			continue;
-		if (io->op == WBC_IO_READ)
-			for (int k = 0; k < io->iovcnt; k++)
-				memset(io->iov[k].iov_base, 0, io->iov[k].iov_len);
-		wbc_io_complete(io, (ssize_t)io->len);
-	}
-	return 0;
-}
-
-static int b_resize(void *ctx, void *file, uint64_t size) { (void)ctx; (void)file; (void)size; return 0; }
-static void b_destroy(void *ctx) { (void)ctx; }
-
-static const struct wbc_backend_ops ops = {
-	.size = sizeof(ops), .name = "held", .caps = b_caps, .open = b_open, .close = b_close,
-	.submit = b_submit, .resize = b_resize, .destroy = b_destroy,
-};
 
 static wbc_dev *dev;
 static wbc_file *fb;
@@ -93,13 +38,6 @@ static void *fsyncer(void *arg)
 	return NULL;
 }
 
-static int nr_held(void)
-{
-	pthread_mutex_lock(&lk);
-	int n = nheld;
-	pthread_mutex_unlock(&lk);
-	return n;
-}
 
 /* someone waits in the device's bio pool: the sync, for its writes */
 static bool pool_waiter(void)
@@ -113,10 +51,10 @@ static bool pool_waiter(void)
 /* complete the held write at @i */
 static void complete(int i)
 {
-	pthread_mutex_lock(&lk);
-	struct wbc_io *io = held[i];
-	held[i] = NULL;
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_lock(&hb_lock);
+	struct wbc_io *io = hb_held[i];
+	hb_held[i] = NULL;
+	pthread_mutex_unlock(&hb_lock);
 	CHECK(io);
 	wbc_io_complete(io, (ssize_t)io->len);
 }
@@ -124,7 +62,7 @@ static void complete(int i)
 int main(void)
 {
 	wbc_cache *c = t_quiet_cache(16 << 20);
-	CHECK_EQ(wbc_dev_add_backend(c, &ops, NULL, "", &dev), 0);
+	CHECK_EQ(wbc_dev_add_backend(c, &hb_ops, NULL, "", &dev), 0);
 	wbc_file *fc;
 	CHECK_EQ(wbc_file_open(dev, "b", WBC_O_CREAT, &fb), 0);
 	CHECK_EQ(wbc_file_open(dev, "c", WBC_O_CREAT, &fc), 0);
@@ -133,24 +71,24 @@ int main(void)
 	CHECK_EQ(wbc_fsync(fb), 0);
 	CHECK_EQ(wbc_pwrite(fc, page, PS, 0), PS);   /* C: dirty */
 
-	pthread_mutex_lock(&lk);
-	hold = true;
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_lock(&hb_lock);
+	hb_hold = true;
+	pthread_mutex_unlock(&hb_lock);
 	pthread_t ts, tf;
 	CHECK_EQ(pthread_create(&ts, NULL, syncer, NULL), 0);
-	CHECK(T_WAIT_UNTIL(nr_held() == 1));   /* the sync's write of C */
+	CHECK(T_WAIT_UNTIL(hb_count() == 1));   /* the sync's write of C */
 	CHECK(T_WAIT_UNTIL(pool_waiter()));    /* the sync waits for it */
 	CHECK_EQ(pthread_create(&tf, NULL, fsyncer, NULL), 0);
-	CHECK(T_WAIT_UNTIL(nr_held() == 2));   /* B's fsync write, out too */
+	CHECK(T_WAIT_UNTIL(hb_count() == 2));   /* B's fsync write, out too */
 	complete(0);
 	/* the sync returns with B's write still out */
 	CHECK(T_WAIT_UNTIL(atomic_load(&sync_done)));
 	CHECK(!atomic_load(&fsync_done));
 	CHECK_EQ(pthread_join(ts, NULL), 0);
 	printf("a sync returned while a later fsync's write was still out\n");
-	pthread_mutex_lock(&lk);
-	hold = false;
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_lock(&hb_lock);
+	hb_hold = false;
+	pthread_mutex_unlock(&hb_lock);
 	complete(1);
 	CHECK_EQ(pthread_join(tf, NULL), 0);
 	CHECK(atomic_load(&fsync_done));
