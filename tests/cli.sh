@@ -52,6 +52,7 @@ expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:poo
 expect_err "stat of an empty name" stat ''
 expect_msg "mem with an option" "bad mem option 'qd=4'" run dd --dev mem,qd=4
 expect_msg "one store twice" "given twice" run dd --dev mem --dev stack:0/img --dev stack:0/img
+expect_msg "--dir with --dev" "a directory device is --dev dir:PATH" run dd --dev mem --dir "$dir"
 expect_err "--version with more" --version --bogus
 expect_err "help of no such command" help frob
 $W help run | grep -q -- "--dev" || fail "help run does not show run's help"

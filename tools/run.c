@@ -42,6 +42,7 @@ struct opts {
 	enum workload wl;
 	bool demo;
 	const char *dir;
+	bool dir_given;             /* --dir on the command line */
 	const char *devs[RUN_MAX_DEVS];
 	unsigned ndev;
 	unsigned threads;          /* dd, randwrite, fsmark: total; jbod: per device */
@@ -1250,7 +1251,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			}
 			o->devs[o->ndev++] = optarg;
 			break;
-		case O_DIR: o->dir = optarg; if (!*optarg) rc = bad("--dir", optarg); break;
+		case O_DIR: o->dir = optarg; o->dir_given = true; if (!*optarg) rc = bad("--dir", optarg); break;
 		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads); if (!rc && !threads) rc = bad("--threads", optarg); break;
 		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); if (!rc && !o->size) rc = bad("--size", optarg); break;
 		case O_TIME: {
@@ -1446,6 +1447,14 @@ int cmd_run(int argc, char **argv)
 			o->devs[o->ndev++] = dirspec;
 			uses_dir = true;
 		}
+	}
+	if (o->dir_given && !uses_dir && !o->demo) {
+		/* it would name nothing this run writes */
+		fprintf(stderr, "wbcache: --dir is the default device's directory, and %s: a "
+			"directory device is --dev dir:PATH\n",
+			o->ndev && o->devs[0] != jbod_default[0] ? "--dev names the devices" :
+			"jbod runs on its own model devices");
+		return 2;
 	}
 	if (o->demo) {
 		if (!o->trace) {
