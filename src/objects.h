@@ -356,6 +356,7 @@ struct wbc_cache {
 	pthread_mutex_t dev_lock __attribute__((aligned(64)));
 	struct wbc_dev *devs;       /* dev_lock */
 	unsigned nr_devs;
+	unsigned min_ratio_sum;     /* dev_lock: the devices' min_ratio, at most 100 */
 };
 
 #endif

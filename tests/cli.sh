@@ -50,7 +50,7 @@ expect_err "stat without a mount point" stat
 expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
 expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:pool ''
 expect_err "stat of an empty name" stat ''
-expect_msg "mem with an option" "bad mem option 'qd=4'" run dd --dev mem,qd=4
+expect_msg "mem with an option" "option 'qd=4' (mem takes only" run dd --dev mem,qd=4
 expect_msg "one store twice" "given twice" run dd --dev mem --dev stack:0/img --dev stack:0/img
 expect_msg "--dir with --dev" "a directory device is --dev dir:PATH" run dd --dev mem --dir "$dir"
 expect_err "--version with more" --version --bogus

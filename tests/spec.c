@@ -42,7 +42,7 @@ int main(void)
 		{ "model:discard=0,min_ratio=500", "min_ratio=500" },
 		{ "mem,min_ratio=500", "min_ratio=500" }, { "model:on_error=never", "on_error" },
 		{ "model:min_ratio=5,bogus=1", "bogus" }, { "mem,,min_ratio=1", "mem," },
-		{ "mem,retry_timeout=-1", "retry_timeout" }, { "model:retry_timeout=soon", "retry_timeout" },
+		{ "mem,retry_timeout=-1", "retry_timeout" }, { "mem,qd=4", "qd=4" }, { "model:retry_timeout=soon", "retry_timeout" },
 		{ "model:errn=x", "errn" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
@@ -73,6 +73,17 @@ int main(void)
 		CHECK(ds.wb_thresh_bytes >= st.thresh_bytes * 8 / 10 - st.page_size);
 		CHECK_EQ(wbc_cache_close(c), 0);
 	}
+	/* the devices' min_ratio add up to 100 at most, as the kernel's;
+	 * a refused add reserves nothing */
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_dev *d60, *d50, *d40;
+	char msg[256] = "";
+	CHECK_EQ(wbc_dev_add(c, "mem,min_ratio=60", &d60), 0);
+	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=50", &d50, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "over 100"));
+	CHECK_EQ(wbc_dev_add(c, "mem,min_ratio=40", &d40), 0);
+	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=1", &d50, msg, sizeof(msg)), -EINVAL);
+	CHECK_EQ(wbc_cache_close(c), 0);
 	printf("spec: ok\n");
 	return 0;
 }

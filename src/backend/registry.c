@@ -24,7 +24,7 @@ int backend_create(const char *spec, const struct file_opener *opener,
 	if (mem || !strncmp(spec, "model,", 6)) {
 		/* what is left after the tunables: not one */
 		const char *o = strchr(spec, ',') + 1;
-		snprintf(err, errlen, "bad %s option '%.*s' (%s)", mem ? "mem" : "model",
+		snprintf(err, errlen, "bad device spec '%s': option '%.*s' (%s)", spec,
 			 (int)strcspn(o, ","), o, mem ? "mem takes only the device tunables" :
 			 "model's options follow a colon: model:bw=100M,...");
 		return -EINVAL;

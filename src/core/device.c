@@ -188,6 +188,13 @@ static int parse_tunables(struct wbc_dev *dev, const char *tun, char *msg, size_
 	return 0;
 }
 
+static void release_min_ratio(wbc_cache *c, unsigned r)
+{
+	pthread_mutex_lock(&c->dev_lock);
+	c->min_ratio_sum -= r;
+	pthread_mutex_unlock(&c->dev_lock);
+}
+
 /*
  * Make a device of backend @ops/@ctx with the tunables in @tun.  On
  * failure the backend is not destroyed: the caller keeps it.
@@ -206,6 +213,25 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	dev->max_ratio = 100;
 	dev->retry_timeout_ns = WBC_RETRY_TIMEOUT_NS;
 	int err = parse_tunables(dev, tun, msg, msglen);
+	if (!err) {
+		/* the devices' guaranteed shares cannot add up to more than
+		 * the whole (the kernel's bdi_set_min_ratio refuses that) */
+		pthread_mutex_lock(&c->dev_lock);
+		if (c->min_ratio_sum + dev->min_ratio > 100) {
+			snprintf(msg, msglen, "min_ratio=%u: the devices' min_ratio would add up to "
+				 "%u, over 100", dev->min_ratio, c->min_ratio_sum + dev->min_ratio);
+			err = -EINVAL;
+		} else {
+			c->min_ratio_sum += dev->min_ratio;
+		}
+		pthread_mutex_unlock(&c->dev_lock);
+		if (err) {
+			names_destroy(dev);
+			free(dev);
+			free(be);
+			return err;
+		}
+	}
 	if (!err)
 		err = backend_init(be, ops, ctx, msg, msglen);
 	if (!err && be->dio_align > c->page_size) {
@@ -217,6 +243,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 		err = -EINVAL;
 	}
 	if (err) {
+		release_min_ratio(c, dev->min_ratio);
 		names_destroy(dev);
 		free(dev);
 		free(be);
@@ -238,6 +265,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	wbc_mutex_init(&dev->bw_lock);
 	dev->bw_stamp_ns = wbc_now_ns();
 	if ((err = dirty_init(dev)) || (err = dev_io_init(dev)) || (err = flusher_start(dev))) {
+		release_min_ratio(c, dev->min_ratio);
 		dev_io_destroy(dev);
 		dirty_destroy(dev);
 		names_destroy(dev);
