@@ -141,7 +141,7 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 static uint64_t obj_size(struct fobj *o)
 {
 	if (o->blk)
-		return o->blk_size;
+		return __atomic_load_n(&o->blk_size, __ATOMIC_RELAXED);
 	struct stat st;
 	return fstat(o->fd, &st) ? 0 : (uint64_t)st.st_size;
 }
@@ -488,8 +488,14 @@ static int file_resize(void *ctx, void *obj, uint64_t size)
 {
 	struct fbe *f = ctx;
 	struct fobj *o = obj;
-	if (o->blk)
-		return size <= o->blk_size ? 0 : -EFBIG;
+	if (o->blk) {
+		/* the device may have grown or shrunk since (lvextend): its
+		 * size now */
+		uint64_t now;
+		if (!ioctl(o->fd, BLKGETSIZE64, &now))
+			__atomic_store_n(&o->blk_size, now, __ATOMIC_RELAXED);
+		return size <= __atomic_load_n(&o->blk_size, __ATOMIC_RELAXED) ? 0 : -EFBIG;
+	}
 	int fd = obj_get_fd(f, o);
 	if (fd < 0)
 		return fd;
