@@ -639,17 +639,16 @@ static int wbcache_get_ready(int model)
 {
 	thread_model = model;
 	/* before nbdkit forks, while an error still ends it with a non-zero
-	 * status: can a cache of this size be had?  (It is made again after
-	 * the fork: threads do not survive one.) */
-	wbc_cache *c;
-	int err = wbc_cache_open(&cfg, &c);
-	if (err) {
-		nbdkit_error("wbcache: cannot open a cache of %" PRIu64 " MiB (wbcache-mem): %s%s",
-			     cfg.mem_bytes >> 20, wbc_strerror(err),
-			     err == -ENOMEM ? " (it may not exceed the machine's memory)" : "");
+	 * status: a cache larger than the machine is refused (the cache is
+	 * made after the fork: threads do not survive one; its memory is
+	 * committed then, once) */
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psz > 0 && cfg.mem_bytes / (uint64_t)psz > (uint64_t)pages) {
+		nbdkit_error("wbcache: cannot open a cache of %" PRIu64 " MiB (wbcache-mem): it "
+			     "may not exceed the machine's memory (%" PRIu64 " MiB)", cfg.mem_bytes >> 20,
+			     (uint64_t)pages * (uint64_t)psz >> 20);
 		return -1;
 	}
-	wbc_cache_close(c);
 	return 0;
 }
 

@@ -253,6 +253,13 @@ grep -q '"finished": false' "$dir/dl.json" && grep -q '"pauses": null' "$dir/dl.
 $W run dd --dev mem --dev stack:0/img --threads 3 --size 64K --bs 4K --mem 1M --quiet \
 	--json "$dir/r.json" >/dev/null || fail "dd, 3 writers on a one-file device"
 grep -q '"bytes": 65535,' "$dir/r.json" || fail "dd regions: $(head -c 300 "$dir/r.json")"
+# dd --time on a device of many files goes on past its share with whole
+# writes (no writes of nothing, counted by millions)
+$W run dd --dev mem --time 0.5 --size 1M --bs 64K --mem 16M --quiet --json "$dir/t.json" \
+	>/dev/null || fail "dd --time on mem"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["ops"] * 65536 == j["bytes"], (j["ops"], j["bytes"])' "$dir/t.json" ||
+	fail "dd --time: operations that wrote nothing"
 # the chart's text is escaped (a device named with XML's own characters)
 # (a short name: the legend shows 30 characters)
 q=/tmp/wbc-q\<\&$$

@@ -82,6 +82,19 @@ os.ftruncate(fd, 0)
 os.close(fd)
 EOF
 
+# ... also for a mount started under a file size limit (the probe of the
+# largest file must not die of SIGXFSZ)
+mkdir -p "$top/fb2" "$top/fm2"
+(ulimit -f 1024; "$W" mount "$top/fb2" "$top/fm2" -o mem=64M) || fail "mount under ulimit -f"
+python3 -c 'import os, sys, errno
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+try:
+    os.pwrite(fd, b"x", 1 << 50)
+    raise SystemExit("a write at 1 PiB was taken")
+except OSError as e:
+    assert e.errno == errno.EFBIG, e' "$top/fm2/big" || fail "EFBIG under ulimit -f"
+"$W" umount "$top/fm2" || fail "umount of the second mount"
+
 # ---- symlink times
 ln -s target "$mt/l"
 touch -h -d "2002-01-01" "$mt/l" || fail "touch -h of a symlink"

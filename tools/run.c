@@ -300,7 +300,8 @@ static void *worker_main(void *arg)
 			}
 			/* dd: a share's last write ends at the share (the next
 			 * writer's region of a one-file device begins there) */
-			size_t n = seq && share && share - pos < o->bs ? (size_t)(share - pos) : o->bs;
+			size_t n = seq && share && (w->one_file || o->time_s <= 0) &&
+					   share - pos < o->bs ? (size_t)(share - pos) : o->bs;
 			double tw = o->lat_log ? now_s() : 0;
 			ssize_t r = wbc_pwrite(f, buf, n, off);
 			if (r < 0) {

@@ -176,8 +176,11 @@ static void detach_done(void)
  * on ext4 with 4 KiB blocks), found by truncating an unnamed file there
  * (a named one where O_TMPFILE is not offered): a write past it is
  * refused with EFBIG at once, as the file system would, instead of being
- * taken into the cache and never written.  UINT64_MAX where it cannot be
- * found (a read-only directory).
+ * taken into the cache and never written.  Only where files are sparse
+ * (a truncate allocates nothing: else the search would write zeros), and
+ * only EFBIG and EINVAL say "too large" (SIGXFSZ ignored meanwhile: a
+ * file size limit of the caller's says nothing of the file system).
+ * UINT64_MAX where it cannot be found (a read-only directory, vfat).
  */
 static uint64_t max_file_size(const char *dir)
 {
@@ -190,18 +193,28 @@ static uint64_t max_file_size(const char *dir)
 			return UINT64_MAX;
 		unlink(name);
 	}
+	struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+	sigaction(SIGXFSZ, &ign, &old);
+	struct stat st;
 	uint64_t lo = 0, hi = (uint64_t)INT64_MAX;   /* lo fits, hi + 1 does not */
-	if (ftruncate(fd, (off_t)hi)) {
+	if (ftruncate(fd, 1 << 20) || fstat(fd, &st) || st.st_blocks) {
+		lo = UINT64_MAX;   /* not sparse, or no truncate at all */
+	} else if (!ftruncate(fd, (off_t)hi)) {
+		lo = hi;
+	} else {
 		while (lo < hi) {
 			uint64_t mid = lo + (hi - lo + 1) / 2;
-			if (ftruncate(fd, (off_t)mid))
-				hi = mid - 1;
-			else
+			if (!ftruncate(fd, (off_t)mid)) {
 				lo = mid;
+			} else if (errno == EFBIG || errno == EINVAL) {
+				hi = mid - 1;
+			} else {
+				lo = UINT64_MAX;   /* ENOSPC, EIO, EDQUOT: no answer */
+				break;
+			}
 		}
-	} else {
-		lo = hi;
 	}
+	sigaction(SIGXFSZ, &old, NULL);
 	close(fd);
 	return lo ? lo : UINT64_MAX;
 }
@@ -319,7 +332,8 @@ int cmd_mount(int argc, char **argv)
 			return parent_status;
 		}
 	}
-	M.max_file = max_file_size(M.backing);
+	/* a remote backend's data is not in BACKING_DIR's files */
+	M.max_file = M.remote ? UINT64_MAX : max_file_size(M.backing);
 	M.root.fd = M.root_fd;
 	M.root.pfd = -1;
 	atomic_init(&M.root.mode, st.st_mode);

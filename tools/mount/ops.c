@@ -53,12 +53,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 static mode_t creation_mode(fuse_req_t req, mode_t mode)
 {
 	static __thread int own;          /* 1: an umask of its own; -1: none */
-	static __thread mode_t current;   /* that umask (0 after unshare) */
+	static __thread mode_t current;   /* that umask, once set here */
 	if (!M.dont_mask)
 		return mode;
 	mode_t um = fuse_req_ctx(req)->umask & 0777;
-	if (!own)
+	if (!own) {
 		own = unshare(CLONE_FS) == 0 ? 1 : -1;
+		/* (a thread started by a worker copies that worker's umask:
+		 * set it here whatever it is) */
+		current = (mode_t)-1;
+	}
 	if (own < 0)
 		return mode & ~um;
 	if (um != current) {
@@ -138,11 +142,13 @@ static bool caller_in_group(fuse_req_t req, gid_t gid)
 	if (fuse_req_ctx(req)->gid == gid)
 		return true;
 	gid_t small[64], *list = small;
-	int n = fuse_req_getgroups(req, 64, list);
-	if (n > 64 && (list = malloc((size_t)n * sizeof(*list))))
-		n = fuse_req_getgroups(req, n, list);
+	int cap = 64, n = fuse_req_getgroups(req, cap, list);
+	if (n > cap && (list = malloc((size_t)n * sizeof(*list)))) {
+		cap = n;
+		n = fuse_req_getgroups(req, cap, list);
+	}
 	bool in = false;
-	for (int i = 0; i < n && list; i++)
+	for (int i = 0; i < n && i < cap && list; i++)
 		in |= list[i] == gid;
 	if (list != small)
 		free(list);
@@ -793,8 +799,10 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 		if (!err && (mode & FALLOC_FL_PUNCH_HOLE) && stop > (uint64_t)off) {
 			err = backing_fallocate(n, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
 						(off_t)(stop - (uint64_t)off));
-			if (err == -EOPNOTSUPP)
-				err = 0;   /* a file system without holes: the zeros stand */
+			/* a file system without holes, or a file the daemon
+			 * (not root) may not open for writing: the zeros stand */
+			if (err == -EOPNOTSUPP || err == -EACCES || err == -EPERM)
+				err = 0;
 		}
 	}
 	if (!err && !(mode & FALLOC_FL_KEEP_SIZE) && end > info.size)
