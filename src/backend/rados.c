@@ -45,9 +45,10 @@
  * extent, the extent is raised (synchronously, in submit(), a step of 64
  * objects at a time); opening a file whose extent lies beyond its size
  * removes (and cuts) what lies between, so a later extension reads zeros.
- * resize() down removes the objects past the new size and cuts the one
- * holding it; up it only records the size (nothing lies beyond the size
- * while the file is open).
+ * resize() down records the new size first, then removes the objects
+ * past it and cuts the one holding it (removals that fail stay pending,
+ * made before the file grows past that size again); up it only records
+ * the size (nothing lies beyond the size while the file is open).
  *
  * Removal (wbc_file_remove): every object of the file, object 0 last, its
  * lock going with it.
@@ -116,6 +117,11 @@ struct rfile {
 	 * synchronous op): the extent's raise, flush's size, resize; so an
 	 * older size never lands after a newer one.  Before lock */
 	pthread_mutex_t meta_lock;
+	/* a shrink whose removals did not all succeed (its size is durable):
+	 * objects from the one holding trim_at up to trim_upto may hold old
+	 * data; removed before the file grows past trim_at (UINT64_MAX: none).
+	 * Written under meta_lock and lock, read under either */
+	uint64_t trim_at, trim_upto;
 	atomic_bool fenced;         /* our lock was broken: writes fail */
 	bool lock_shared;           /* another handle of this backend holds it */
 	bool removed;               /* by remove(): close has nothing to write */
@@ -315,6 +321,24 @@ static int trim_objects(struct rfile *f, uint64_t cut_obj, uint64_t cut_off, uin
 	}
 	sync_end(b);
 	return err;
+}
+
+/* Finish a shrink's removals (meta_lock held): 0, or the error (the
+ * removals stay pending). */
+static int trim_pending_locked(struct rfile *f)
+{
+	struct rbe *b = f->b;
+	uint64_t at = f->trim_at;
+	if (at == UINT64_MAX)
+		return 0;
+	int r = trim_objects(f, at / b->objsize, at % b->objsize, (at + b->objsize - 1) / b->objsize,
+			     f->trim_upto);
+	if (!r) {
+		pthread_mutex_lock(&f->lock);
+		f->trim_at = UINT64_MAX;
+		pthread_mutex_unlock(&f->lock);
+	}
+	return r;
 }
 
 /* ------------------------------------------------------------------ */
@@ -688,16 +712,17 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 		if (atomic_load(&f->fenced))
 			continue;   /* fails when issued; object 0 is another's now */
 		pthread_mutex_lock(&f->lock);
-		bool beyond = end > f->extent;
+		bool beyond = end > f->extent || end > f->trim_at;
 		pthread_mutex_unlock(&f->lock);
 		if (!beyond)
 			continue;
 		pthread_mutex_lock(&f->meta_lock);
+		/* a write past a shrink's pending removals: they go first */
+		int r = end > f->trim_at ? trim_pending_locked(f) : 0;
 		pthread_mutex_lock(&f->lock);
 		uint64_t ext = f->extent;
 		pthread_mutex_unlock(&f->lock);
-		int r = 0;
-		if (end > ext) {
+		if (!r && end > ext) {
 			uint64_t want = (end + b->objsize - 1) / b->objsize * b->objsize +
 					EXTENT_STEP_OBJS * b->objsize;
 			r = put_sizes(f, UINT64_MAX, want);
@@ -838,6 +863,7 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 				f->size = g->size;
 				f->durable = g->durable;
 				f->extent = g->extent;
+				f->trim_at = UINT64_MAX;
 				pthread_mutex_unlock(&g->lock);
 				f->lock_shared = true;
 				list_add_tail(&f->node, &b->files);
@@ -887,6 +913,7 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 	}
 	f->size = f->durable = sz;
 	f->extent = ext;
+	f->trim_at = UINT64_MAX;
 	pthread_mutex_lock(&b->files_lock);
 	list_add_tail(&f->node, &b->files);
 	pthread_mutex_unlock(&b->files_lock);
@@ -981,6 +1008,16 @@ static int wait_closes(struct rbe *b)
 	return err;
 }
 
+/*
+ * A shrink writes the new size first: once that is durable the shrink is
+ * done, whatever the removals of the objects past it do (they can fail
+ * half way, an OSD gone: the engine, told the resize failed, would keep
+ * pages the cluster no longer has).  Removals that fail stay pending,
+ * made before the file grows past the size again (an extension, a write
+ * past it), and by the next open after a crash (the extent is past the
+ * size).  The data past the size is never read meanwhile (reads stop at
+ * the size).
+ */
 static int rados_resize(void *ctx, void *file, uint64_t size)
 {
 	struct rbe *b = ctx;
@@ -988,22 +1025,22 @@ static int rados_resize(void *ctx, void *file, uint64_t size)
 	if (atomic_load(&f->fenced))
 		return -EIO;
 	pthread_mutex_lock(&f->meta_lock);
+	int r = trim_pending_locked(f);
 	pthread_mutex_lock(&f->lock);
 	uint64_t old = f->size, ext = f->extent;
 	pthread_mutex_unlock(&f->lock);
-	int r = 0;
-	if (size < old) {
-		/* objects wholly past the size go, the one holding it is cut */
-		uint64_t keep = (size + b->objsize - 1) / b->objsize;
-		uint64_t upto = (WBC_MAX(old, ext) + b->objsize - 1) / b->objsize;
-		r = trim_objects(f, size / b->objsize, size % b->objsize, keep, upto);
-	}
 	if (!r)
 		r = put_sizes(f, size, UINT64_MAX);
 	if (!r) {
 		pthread_mutex_lock(&f->lock);
 		f->size = f->durable = size;
+		if (size < old) {
+			/* objects wholly past the size go, the one holding it is cut */
+			f->trim_at = size;
+			f->trim_upto = (WBC_MAX(old, ext) + b->objsize - 1) / b->objsize;
+		}
 		pthread_mutex_unlock(&f->lock);
+		(void)trim_pending_locked(f);   /* a failure: pending */
 	}
 	pthread_mutex_unlock(&f->meta_lock);
 	return r < 0 ? rerr(r) : 0;
