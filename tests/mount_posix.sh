@@ -95,6 +95,13 @@ except OSError as e:
     assert e.errno == errno.EFBIG, e' "$top/fm2/big" || fail "EFBIG under ulimit -f"
 "$W" umount "$top/fm2" || fail "umount of the second mount"
 
+# ---- statfs: the free space without what the cache still has to write
+head -c 16M /dev/urandom >"$mt/df1"
+free_mt=$(( $(stat -f -c '%a * %S' "$mt") )) free_bk=$(( $(stat -f -c '%a * %S' "$bk") ))
+[ $((free_bk - free_mt)) -ge $((15 << 20)) ] ||
+	fail "df through the mount counts 16 MiB unwritten as free: $free_mt against $free_bk"
+rm "$mt/df1"
+
 # ---- symlink times
 ln -s target "$mt/l"
 touch -h -d "2002-01-01" "$mt/l" || fail "touch -h of a symlink"

@@ -1039,10 +1039,20 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	(void)ino;
 	struct statvfs sv;
-	if (fstatvfs(M.root_fd, &sv))
+	if (fstatvfs(M.root_fd, &sv)) {
 		fuse_reply_err(req, errno);
-	else
-		fuse_reply_statfs(req, &sv);
+		return;
+	}
+	/* the data still in the cache will take room there: free space
+	 * without it (as ext4 counts its delayed allocations), so that df
+	 * does not promise what the writeback will not find */
+	struct wbc_dev_stats ds;
+	if (!M.remote && sv.f_frsize && !wbc_dev_stats(M.dev, &ds)) {
+		uint64_t pending = (ds.dirty_bytes + ds.writeback_bytes + sv.f_frsize - 1) / sv.f_frsize;
+		sv.f_bfree = sv.f_bfree > pending ? sv.f_bfree - pending : 0;
+		sv.f_bavail = sv.f_bavail > pending ? sv.f_bavail - pending : 0;
+	}
+	fuse_reply_statfs(req, &sv);
 }
 
 /* ---- extended attributes (not on symlinks: the path would follow) ---- */
