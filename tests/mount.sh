@@ -14,6 +14,7 @@ mkdir -p "$out"
 extra_cleanup() {
 	mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"
 	mountpoint -q "$top/backing/sub" 2>/dev/null && umount -l "$top/backing/sub"
+	mountpoint -q "$bk" 2>/dev/null && umount -l "$bk"   # the read-only bind
 	return 0
 }
 
@@ -236,6 +237,14 @@ do_mount "ro"
 echo x 2>/dev/null >"$mt/rofile" && fail "a write on a read-only mount"
 cmp "$top/model" "$mt/a" || fail "read on a read-only mount"
 do_umount || fail "wbcache umount of a read-only mount: $(cat "$top/umount.log")"
+# ... and a read-only backing directory: a writable open gets EROFS, as
+# there (the daemon cannot write it)
+mount --bind "$bk" "$bk" && mount -o remount,bind,ro "$bk" || fail "a read-only bind mount"
+do_mount ""
+msg=$(sh -c "echo x >>'$mt/a'" 2>&1) && fail "append over a read-only backing directory"
+echo "$msg" | grep -q "Read-only file system" || fail "over a read-only backing directory: '$msg'"
+do_umount || fail "wbcache umount over a read-only backing directory"
+umount "$bk" || fail "the read-only bind mount"
 
 # ---- with auto_unmount (a helper that lives as long as the mount), a
 # caller that captures the output still gets it back at once

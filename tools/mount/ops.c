@@ -513,7 +513,9 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 			wbc_file_close(n->wf);
 			n->wf = NULL;
 		}
-		err = -EACCES;
+		/* a read-only file system says so, as it would itself */
+		struct statvfs sv;
+		err = !fstatvfs(M.root_fd, &sv) && (sv.f_flag & ST_RDONLY) ? -EROFS : -EACCES;
 	}
 	if (!err && (fi->flags & O_TRUNC) && !made) {
 		/* atomic O_TRUNC: the kernel sends no setattr before */
