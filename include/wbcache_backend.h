@@ -232,7 +232,8 @@ int wbc_dev_backend_stats(wbc_dev *dev, struct wbc_backend_stats *st);
 /* Parse a size with an optional K, M, G or T suffix (powers of 1024; "KiB"
  * and "KB" mean the same): for backends' option strings.  0 or -EINVAL. */
 int wbc_parse_size(const char *s, uint64_t *out);
-/* Parse a duration in seconds: "2", "0.5s", "250ms", "100us".  0 or -EINVAL. */
+/* Parse a duration in seconds: "2", "0.5s", "250ms", "100us" (a plain
+ * decimal: no sign, space or hex).  0 or -EINVAL. */
 int wbc_parse_time(const char *s, double *out);
 
 #ifdef __cplusplus

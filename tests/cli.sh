@@ -53,6 +53,10 @@ expect_err "stat of an empty name" stat ''
 expect_msg "mem with an option" "option 'qd=4' (mem takes only" run dd --dev mem,qd=4
 expect_msg "one store twice" "given twice" run dd --dev mem --dev stack:0/img --dev stack:0/img
 expect_msg "--dir with --dev" "a directory device is --dev dir:PATH" run dd --dev mem --dir "$dir"
+# numbers are plain decimals: no sign, space or hex
+for v in 0x1 " 0.2" +1; do expect_err "--time '$v'" run dd --dev mem --time "$v"; done
+expect_err "--threads +2" run dd --dev mem --threads +2
+expect_err "model:lat=0x10" run dd --dev model:lat=0x10
 expect_err "--version with more" --version --bogus
 expect_err "help of no such command" help frob
 $W help run | grep -q -- "--dev" || fail "help run does not show run's help"

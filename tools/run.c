@@ -1142,7 +1142,8 @@ static int parse_u(const char *what, const char *s, uint64_t max, uint64_t *out)
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || v > max || *s == '-')
+	/* digits only: no sign, no space (strtoull takes both) */
+	if (errno || end == s || *end || v > max || *s < '0' || *s > '9')
 		return bad(what, s);
 	*out = v;
 	return 0;
@@ -1255,25 +1256,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_DIR: o->dir = optarg; o->dir_given = true; if (!*optarg) rc = bad("--dir", optarg); break;
 		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads); if (!rc && !threads) rc = bad("--threads", optarg); break;
 		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); if (!rc && !o->size) rc = bad("--size", optarg); break;
-		case O_TIME: {
-			char *end;
-			t = strtod(optarg, &end);
-			if (end == optarg || *end || !(t > 0 && t < 1e6))
+		case O_TIME:
+			if (wbc_parse_time(optarg, &t) || !(t > 0 && t < 1e6))
 				rc = bad("--time", optarg);
 			break;
-		}
 		case O_BS: rc = parse_sz("--bs", optarg, &bs); if (!rc && (!bs || bs > (1u << 30))) rc = bad("--bs", optarg); break;
 		case O_FSZ: rc = parse_sz("--file-size", optarg, &fsz); if (!rc && !fsz) rc = bad("--file-size", optarg); break;
 		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files); if (!rc && !files) rc = bad("--files", optarg); break;
 		case O_NOFSYNC: o->fsync_end = false; break;
 		case O_RWMIX: rc = parse_u("--rwmix", optarg, 100, &rwmix); break;
-		case O_DEADLINE: {
-			char *end;
-			o->deadline_s = strtod(optarg, &end);
-			if (end == optarg || *end || !(o->deadline_s > 0 && o->deadline_s < 1e6))
+		case O_DEADLINE:
+			if (wbc_parse_time(optarg, &o->deadline_s) ||
+			    !(o->deadline_s > 0 && o->deadline_s < 1e6))
 				rc = bad("--deadline", optarg);
 			break;
-		}
 		case O_FSYNC_EVERY: rc = parse_sz("--fsync-every", optarg, &o->fsync_every); if (!rc && !o->fsync_every) rc = bad("--fsync-every", optarg); break;
 		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes); break;
 		case O_PS: rc = parse_sz("--page-size", optarg, &v); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg); o->cfg.page_size = (uint32_t)v; break;

@@ -95,6 +95,11 @@ int wbc_parse_size(const char *s, uint64_t *out)
 
 int wbc_parse_time(const char *s, double *out)
 {
+	/* a decimal number: strtod would take a sign, spaces and hex too */
+	if (!s || !(isdigit((unsigned char)s[0]) ||
+		    (s[0] == '.' && isdigit((unsigned char)s[1]))) ||
+	    (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
+		return -EINVAL;
 	char *end;
 	double v = strtod(s, &end);
 	if (end == s || !(v >= 0) || !isfinite(v))

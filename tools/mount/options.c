@@ -4,6 +4,7 @@
  * names.
  */
 #include "mount.h"
+#include "wbcache_backend.h"   /* wbc_parse_time */
 
 #include <stdlib.h>
 #include <string.h>
@@ -88,10 +89,8 @@ static int parse_size_opt(const char *key, const char *val, uint64_t *out)
 /* -o options: engine config, device options, FUSE options. */
 static int parse_seconds(const char *key, const char *val, double *out)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(val, &end);
-	if (errno || end == val || *end || !(v >= 0) || v > 1e9) {
+	double v;
+	if (wbc_parse_time(val, &v) || v > 1e9) {
 		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (seconds)\n", key, val);
 		return -1;
 	}
