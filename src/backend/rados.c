@@ -327,6 +327,7 @@ static int trim_objects(struct rfile *f, uint64_t cut_obj, uint64_t cut_off, uin
  * removals stay pending). */
 static int trim_pending_locked(struct rfile *f)
 {
+	assert_held(&f->meta_lock);
 	struct rbe *b = f->b;
 	uint64_t at = f->trim_at;
 	if (at == UINT64_MAX)
