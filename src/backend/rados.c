@@ -115,7 +115,8 @@ struct rfile {
 	uint64_t extent;            /* in the xattr: no data at or beyond it */
 	/* object 0's size and extent writes, one at a time (each a
 	 * synchronous op): the extent's raise, flush's size, resize; so an
-	 * older size never lands after a newer one.  Before lock */
+	 * older size never lands after a newer one.  Lock order:
+	 * b->files_lock, then meta_lock, then lock */
 	pthread_mutex_t meta_lock;
 	/* a shrink whose removals did not all succeed (its size is durable):
 	 * objects from the one holding trim_at up to trim_upto may hold old
