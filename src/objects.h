@@ -129,6 +129,9 @@ struct inode {
 	/* the pointer that points here: O(1) unhash; NULL once unhashed
 	 * (inode_unhash: a removed file) */
 	struct inode **hash_pprev;
+	/* its name_shard's lock: the backend opens or closes the name
+	 * (INODE_OPENING, INODE_CLOSING, fs/inode.c); 0 otherwise */
+	uint8_t hstate;
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };

@@ -121,6 +121,33 @@ static int stack_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 	return 0;
 }
 
+/*
+ * A read of the lower file.  wbc_preadv, as preadv, returns the bytes
+ * read before an error part way; a short read here means the file ends
+ * there (the engine zero-fills the rest and caches it), so the rest is
+ * asked for again: 0 is the end, an error fails the whole I/O.
+ */
+static ssize_t stack_read(struct stack *s, const struct wbc_io *io)
+{
+	ssize_t r = wbc_preadv(s->lf, io->iov, io->iovcnt, io->off);
+	if (r < 0)
+		return r;
+	size_t done = (size_t)r, at = 0;
+	for (int i = 0; i < io->iovcnt && done < io->len; i++) {
+		size_t l = io->iov[i].iov_len;
+		while (done < at + l) {
+			size_t skip = done - at;
+			ssize_t m = wbc_pread(s->lf, (char *)io->iov[i].iov_base + skip, l - skip,
+					      io->off + done);
+			if (m <= 0)
+				return m < 0 ? m : (ssize_t)done;
+			done += (size_t)m;
+		}
+		at += l;
+	}
+	return (ssize_t)done;
+}
+
 static void *stack_worker(void *arg)
 {
 	struct stack *s = arg;
@@ -150,7 +177,7 @@ static void *stack_worker(void *arg)
 			struct wbc_io *io = batch[i];
 			io->res = io->op == WBC_IO_WRITE ?
 				  wbc_pwritev(s->lf, io->iov, io->iovcnt, io->off) :
-				  wbc_preadv(s->lf, io->iov, io->iovcnt, io->off);
+				  stack_read(s, io);
 		}
 		wbc_io_complete_batch(batch, k);   /* no lock of ours held */
 		pthread_mutex_lock(&s->lock);

@@ -242,9 +242,11 @@ ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, 
 #define RW_SYNC_BIOS 16u
 
 ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iovec *iov,
-			int iovcnt, uint64_t off)
+			int iovcnt, uint64_t off, int *errp)
 {
 	size_t total = 0;
+	if (errp)
+		*errp = 0;
 	int vi = 0;
 	size_t vskip = 0;       /* bytes of iov[vi] already taken */
 	while (vi < iovcnt) {
@@ -303,8 +305,9 @@ ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iove
 		}
 		if (n)
 			submit_wait(be, bp, n);
-		/* in order: stop at the first that failed or came back short */
-		bool stop = err != 0;
+		/* in order: stop at the first that failed or came back short;
+		 * the bios submitted before an allocation failed count */
+		bool stop = false;
 		for (unsigned i = 0; i < n; i++) {
 			free(vecs[i]);
 			if (stop)
@@ -317,8 +320,11 @@ ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iove
 				stop = (size_t)bios[i].res < bios[i].len;
 			}
 		}
-		if (stop)
+		if (stop || err) {
+			if (errp)
+				*errp = err;
 			return total ? (ssize_t)total : err;
+		}
 	}
 	return (ssize_t)total;
 }

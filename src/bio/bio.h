@@ -102,8 +102,10 @@ ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, 
  * (direct I/O: the buffers are the caller's, aligned as the backend
  * asks).  Returns the bytes done up to the first I/O that failed or came
  * back short (a read: the object ends there), or, when none were, that
- * I/O's -errno. */
+ * I/O's -errno.  @errp (may be NULL) gets the -errno that ended it early,
+ * 0 when it ended at a short I/O or at the end: a count short of @iov
+ * with *@errp < 0 is an error, not the object's end. */
 ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iovec *iov,
-			int iovcnt, uint64_t off);
+			int iovcnt, uint64_t off, int *errp);
 
 #endif

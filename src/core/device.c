@@ -231,6 +231,8 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 			free(be);
 			return err;
 		}
+	} else {
+		dev->min_ratio = 0;     /* not added to the sum: none to release */
 	}
 	if (!err)
 		err = backend_init(be, ops, ctx, msg, msglen);
@@ -242,6 +244,12 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 			 c->page_size, be->dio_align, what, be->dio_align);
 		err = -EINVAL;
 	}
+	if (!err && be->max_io < c->page_size) {
+		/* a page is the least the engine writes in one I/O */
+		snprintf(msg, msglen, "%s takes I/Os of at most %zu bytes, below the cache's "
+			 "%zu-byte page (the least one I/O writes)", what, be->max_io, c->page_size);
+		err = -EINVAL;
+	}
 	if (err) {
 		release_min_ratio(c, dev->min_ratio);
 		names_destroy(dev);
@@ -249,8 +257,6 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 		free(be);
 		return err;
 	}
-	if (be->max_io < c->page_size)
-		be->max_io = c->page_size;
 	dev->cache = c;
 	dev->be = be;
 	wbc_mutex_init(&dev->list_lock);

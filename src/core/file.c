@@ -328,12 +328,19 @@ static int fill_run(struct inode *ino, struct page *first, uint64_t isize, uint6
 			page_unlock(ino, p, 0);
 			break;
 		}
+		/* the size now: a write may have grown it since @first was
+		 * claimed (into a page not yet locked here); what it wrote
+		 * past the old size is the file's, not zeros */
+		isize = WBC_MAX(isize, cl.isize);
 		run[n++] = p;
 	}
 	for (unsigned i = 0; i < n; i++)
 		iov[i] = (struct iovec){ .iov_base = page_data(c, run[i]), .iov_len = ps };
+	int err = 0;
 	ssize_t r = n == 1 ? backend_read_sync(ino->dev->be, ino->obj, iov[0].iov_base, ps, pos) :
-		    backend_rw_sync(ino->dev->be, ino->obj, BIO_READ, iov, (int)n, pos);
+		    backend_rw_sync(ino->dev->be, ino->obj, BIO_READ, iov, (int)n, pos, &err);
+	if (err)        /* failed after some bytes: not the object's end */
+		r = err;
 	if (r >= 0) {
 		atomic_fetch_add(&c->st_read_in, (uint64_t)r);
 		/* the file's bytes: what the backend gave, up to i_size */
@@ -434,7 +441,7 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 	if (op == BIO_READ && off >= isize) {
 		n = 0;
 	} else {
-		n = backend_rw_sync(be, ino->obj, op, iov, iovcnt, off);
+		n = backend_rw_sync(be, ino->obj, op, iov, iovcnt, off, NULL);
 		if (op == BIO_READ && n > 0)
 			n = (ssize_t)WBC_MIN((uint64_t)n, isize - off);   /* past the size: not the file's */
 	}
@@ -771,9 +778,9 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 
 /*
  * Remove a file: the one handle (ours) open, the I/O paths shut out
- * (rwsem), no writeback in flight (sizing, as truncate), every page
- * dropped, then the backend's remove, and the inode out of the name table
- * so that the name opens anew.  The inode lives on until our handle's
+ * (rwsem), no writeback in flight (sizing, as truncate), the backend's
+ * remove, and only once it succeeded every page dropped and the inode out
+ * of the name table so that the name opens anew.  The inode lives on until our handle's
  * close; with no page and i_size == backend_size that close does nothing
  * but the backend's close.
  */
@@ -801,17 +808,16 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	ino->sizing = true;
 	while (ino->nr_writeback)
 		inode_wait_locked(ino);
-	drop_pages_from_locked(ino, 0);
-	ino->i_size = 0;
 	pthread_mutex_unlock(&ino->lock);
+	/* the backend first: a remove it refuses leaves the file as it was,
+	 * its dirty pages and size too (as a refused truncate) */
 	err = backend_remove(dev->be, ino->obj);
 	pthread_mutex_lock(&ino->lock);
-	/* removed or not, nothing is cached: the backend's size stands
-	 * (no resize at the last iput) */
-	if (err)
-		ino->i_size = ino->backend_size;
-	else
+	if (!err) {
+		drop_pages_from_locked(ino, 0);
+		ino->i_size = 0;
 		ino->backend_size = 0;
+	}
 	ino->sizing = false;
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);

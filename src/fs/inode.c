@@ -64,12 +64,14 @@ int names_init(struct wbc_dev *dev)
 			while (i-- > 0) {
 				free(dev->shards[i].tab);
 				pthread_mutex_destroy(&dev->shards[i].lock);
+				pthread_cond_destroy(&dev->shards[i].wait);
 			}
 			return -ENOMEM;
 		}
 		s->size = SHARD_INITIAL;
 		s->free_tail = &s->free;
 		wbc_mutex_init(&s->lock);
+		wbc_cond_init(&s->wait);
 	}
 	return 0;
 }
@@ -115,6 +117,7 @@ size_t names_destroy(struct wbc_dev *dev)
 		}
 		free(s->tab);
 		pthread_mutex_destroy(&s->lock);
+		pthread_cond_destroy(&s->wait);
 	}
 	return left;
 }
@@ -278,61 +281,91 @@ static struct inode *inode_new(size_t nlen)
 	return ino;
 }
 
+/* hstate: the backend opens or closes an inode's name; iget of the name
+ * waits until it is done (the backend sees each name opened once at a
+ * time, and closed before it is opened again) */
+enum { INODE_OPENING = 1, INODE_CLOSING = 2 };
+
+static void hash_unlink_locked(struct name_shard *s, struct inode *ino)
+{
+	assert_held(&s->lock);
+	*ino->hash_pprev = ino->hash_next;
+	if (ino->hash_next)
+		ino->hash_next->hash_pprev = ino->hash_pprev;
+	ino->hash_next = NULL;
+	ino->hash_pprev = NULL;
+	s->n--;
+}
+
+/*
+ * The inode of @name, a reference taken: the one in the name table, or a
+ * new one the backend opened (created with @create).  While the backend
+ * opens the name, the new inode is in the table as INODE_OPENING; a
+ * second iget of the name waits for that open (and for the close of an
+ * inode whose last reference went, INODE_CLOSING), then looks again.
+ */
 struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		   struct wbc_group *group, int *err)
 {
 	uint64_t h = wbc_name_hash(name);
 	struct name_shard *s = shard_of(dev, h);
 	size_t nlen = strlen(name) + 1;
+	struct inode *ino = NULL;
 	pthread_mutex_lock(&s->lock);
-	struct inode *ino = hash_find_locked(s, name, h);
-	if (ino) {
-		atomic_fetch_add_explicit(&ino->refs, 1, memory_order_relaxed);
+	for (;;) {
+		struct inode *found = hash_find_locked(s, name, h);
+		if (found && found->hstate) {
+			pthread_cond_wait(&s->wait, &s->lock);
+			continue;
+		}
+		if (found) {
+			atomic_fetch_add_explicit(&found->refs, 1, memory_order_relaxed);
+			pthread_mutex_unlock(&s->lock);
+			if (ino)
+				inode_keep(s, ino);
+			return found;
+		}
+		if (ino || (ino = inode_reuse_locked(s, nlen)))
+			break;
+		/* no kept inode to take: allocate one unlocked, look again */
 		pthread_mutex_unlock(&s->lock);
-		return ino;
-	}
-	/* a file made now takes a kept inode in this hold; a lookup that
-	 * may find nothing waits for the backend first */
-	ino = create ? inode_reuse_locked(s, nlen) : NULL;
-	pthread_mutex_unlock(&s->lock);
-
-	void *obj;
-	uint64_t size;
-	*err = backend_open(dev->be, name, create, &obj, &size);
-	if (*err) {
-		if (ino)
-			inode_keep(s, ino);
-		return NULL;
-	}
-	if (!ino && !(ino = inode_new(nlen))) {
-		backend_close(dev->be, obj);
-		*err = -ENOMEM;
-		return NULL;
+		if (!(ino = inode_new(nlen))) {
+			*err = -ENOMEM;
+			return NULL;
+		}
+		pthread_mutex_lock(&s->lock);
 	}
 	ino->name = memcpy(ino->name_buf, name, nlen);
 	ino->dev = dev;
-	ino->obj = obj;
 	ino->group = group;
 	ino->hash = h;
-	ino->i_size = ino->backend_size = size;
 	pm_init(&ino->map);
 	ino->wb_next = NULL;
 	atomic_init(&ino->refs, 1);
-
-	pthread_mutex_lock(&s->lock);
-	struct inode *other = hash_find_locked(s, name, h);
-	if (other) {   /* lost a race with another opener */
-		atomic_fetch_add_explicit(&other->refs, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&s->lock);
-		backend_close(dev->be, obj);
-		inode_free(s, ino);
-		return other;
-	}
+	ino->hstate = INODE_OPENING;
 	if (s->n >= s->size)
 		hash_grow_locked(s);
 	hash_link(&s->tab[h & (s->size - 1)], ino);
 	s->n++;
 	pthread_mutex_unlock(&s->lock);
+
+	void *obj;
+	uint64_t size;
+	*err = backend_open(dev->be, name, create, &obj, &size);
+	pthread_mutex_lock(&s->lock);
+	if (*err) {
+		hash_unlink_locked(s, ino);
+	} else {
+		ino->obj = obj;
+		ino->i_size = ino->backend_size = size;
+	}
+	ino->hstate = 0;
+	pthread_cond_broadcast(&s->wait);
+	pthread_mutex_unlock(&s->lock);
+	if (*err) {
+		inode_free(s, ino);
+		return NULL;
+	}
 	return ino;
 }
 
@@ -496,12 +529,11 @@ void iput(struct inode *ino)
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}
-	if (ino->hash_pprev) {   /* not unhashed by inode_unhash */
-		*ino->hash_pprev = ino->hash_next;
-		if (ino->hash_next)
-			ino->hash_next->hash_pprev = ino->hash_pprev;
-		s->n--;
-	}
+	/* not unhashed by inode_unhash: the name stays in the table until
+	 * the backend closed it (an iget of it waits) */
+	bool hashed = ino->hash_pprev != NULL;
+	if (hashed)
+		ino->hstate = INODE_CLOSING;
 	pthread_mutex_unlock(&s->lock);
 
 	/* No handle, no list, no bio: nothing can reach it but reclaim. */
@@ -513,8 +545,41 @@ void iput(struct inode *ino)
 	}
 	inode_drop_all_pages(ino);
 	backend_close(dev->be, ino->obj);
+	if (hashed) {
+		pthread_mutex_lock(&s->lock);
+		hash_unlink_locked(s, ino);
+		ino->hstate = 0;
+		pthread_cond_broadcast(&s->wait);
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (!teardown_defer_inode(ino))
 		inode_free(s, ino);
+}
+
+void dev_record_error_files(struct wbc_dev *dev, int err)
+{
+	dev_record_error(dev, err);
+	for (int i = 0; i < NAME_SHARDS; i++) {
+		struct name_shard *s = &dev->shards[i];
+		pthread_mutex_lock(&s->lock);
+		size_t n = 0, cap = s->n;
+		/* no memory: the device's sequence has it (wbc_dev_sync) */
+		struct inode **v = cap ? malloc(cap * sizeof(*v)) : NULL;
+		for (uint32_t b = 0; v && b < s->size; b++)
+			for (struct inode *ino = s->tab[b]; ino && n < cap; ino = ino->hash_next)
+				if (!ino->hstate) {
+					atomic_fetch_add_explicit(&ino->refs, 1, memory_order_relaxed);
+					v[n++] = ino;
+				}
+		pthread_mutex_unlock(&s->lock);
+		for (size_t k = 0; k < n; k++) {
+			pthread_mutex_lock(&v[k]->lock);
+			errseq_record(&v[k]->wb_err, err);
+			pthread_mutex_unlock(&v[k]->lock);
+			iput(v[k]);
+		}
+		free(v);
+	}
 }
 
 /* Take @ino out of its device's name table (a removed file): a later
@@ -524,14 +589,8 @@ void inode_unhash(struct inode *ino)
 {
 	struct name_shard *s = shard_of(ino->dev, ino->hash);
 	pthread_mutex_lock(&s->lock);
-	if (ino->hash_pprev) {
-		*ino->hash_pprev = ino->hash_next;
-		if (ino->hash_next)
-			ino->hash_next->hash_pprev = ino->hash_pprev;
-		ino->hash_next = NULL;
-		ino->hash_pprev = NULL;
-		s->n--;
-	}
+	if (ino->hash_pprev)
+		hash_unlink_locked(s, ino);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -564,6 +623,8 @@ int inode_sync_size(struct inode *ino)
 	ino->sizing = false;
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
+	if (err)        /* the device's too: wbc_dev_sync reports it */
+		dev_record_error(ino->dev, err);
 	return err;
 }
 

@@ -30,6 +30,8 @@ struct name_shard {             /* two cache lines each */
 	 * free() and a malloc() in two threads' heaps */
 	struct inode *free, **free_tail;
 	uint32_t nfree;
+	/* an inode of the shard left its open or close (hstate, fs/inode.c) */
+	pthread_cond_t wait;
 } __attribute__((aligned(64)));
 
 #endif

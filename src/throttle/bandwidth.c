@@ -5,7 +5,8 @@
  * WRITE BANDWIDTH (the kernel's wb_update_write_bandwidth): every >= 200 ms
  * (BW_INTERVAL), with elapsed time e and bytes completed d:
  *       write_bw       := (write_bw * (T - e) + (d / e) * e) / T      T = 3 s
- *   (a 3 s moving window; e capped at T), then a second smoothing that
+ *   (a 3 s moving window; e capped at T as the weight, the rate d / e
+ *   over the whole interval), then a second smoothing that
  *   follows write_bw only while it keeps moving one way:
  *       avg_write_bw   += (old_write_bw - avg_write_bw) / 8
  * The rate is measured over the time the device had I/O in flight, not
@@ -142,12 +143,12 @@ void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 		pthread_mutex_unlock(&dev->bw_lock);
 		return;            /* (nearly) idle: no measurement, restart */
 	}
-	if (elapsed > BW_PERIOD_NS)
-		elapsed = BW_PERIOD_NS;
-	double e = (double)elapsed;
 	/* bytes per second of time the device had work: what it can do, not
-	 * how much it was asked to do */
+	 * how much it was asked to do (over the whole interval, however long:
+	 * @delta is all it wrote since the last update) */
 	double rate = (double)delta * 1e9 / (double)WBC_MIN(busy, elapsed);
+	/* the interval's weight in the 3 s window: all of it at most */
+	double e = (double)WBC_MIN(elapsed, BW_PERIOD_NS);
 	uint64_t old = atomic_load(&dev->write_bw);
 	uint64_t cur = (uint64_t)(((double)old * ((double)BW_PERIOD_NS - e) + rate * e) /
 				  (double)BW_PERIOD_NS);
@@ -164,7 +165,8 @@ void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 		avg += (old - avg) / 8;
 	atomic_store(&dev->avg_write_bw, avg);
 	atomic_store(&dev->write_bw, cur);
-	update_ratelimit_locked(dev, e / 1e9, ddelta, (double)delta * 1e9 / e);
+	update_ratelimit_locked(dev, (double)elapsed / 1e9, ddelta,
+				(double)delta * 1e9 / (double)elapsed);
 	pthread_mutex_unlock(&dev->bw_lock);
 	prop_account(dev, delta >> dev->cache->page_shift);
 }

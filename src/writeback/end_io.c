@@ -185,8 +185,8 @@ void wb_end_io(struct wbc_bio *bio)
 	 * up to date when it wakes. */
 	if (err) {
 		atomic_fetch_add(&c->st_write_errors, 1);
-		if (!retry)
-			atomic_fetch_add(&c->st_lost, len);
+		if (!retry)     /* what a short write wrote before the error is not lost */
+			atomic_fetch_add(&c->st_lost, len - WBC_MIN(bio->done, len));
 		else
 			dev_write_failed(dev, err, wbc_now_ns());
 		dev_record_error(dev, err);

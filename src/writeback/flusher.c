@@ -264,9 +264,13 @@ static int wb_sync(struct wbc_dev *dev)
 	}
 	free(touched);
 	walk_listed(dev, prune_visit, NULL);
+	/* a failed flush may have lost completed writes of any file (a
+	 * stacked device's lower device failed to write them): every open
+	 * file's error, as wbc_fsync_range makes it its file's, and the
+	 * device's (taken below) */
 	int e = backend_flush(dev->be, NULL, false);
-	if (e && !err)
-		err = e;
+	if (e)
+		dev_record_error_files(dev, e);
 	pthread_mutex_lock(&dev->err_lock);
 	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since);
 	pthread_mutex_unlock(&dev->err_lock);

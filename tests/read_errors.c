@@ -1,0 +1,435 @@
+/*
+ * A failed read is an error, never the file's end; a failed remove or
+ * flush loses nothing silently.  The backend here (the public interface)
+ * keeps one file of 'A's in memory, in I/Os of at most 4 KiB, and fails
+ * on demand: reads at or past an offset, removes, and (through a device
+ * model under a stacked device) writes.
+ *   1. a read of many pages whose second I/O fails: -EIO, not zeros
+ *      cached as the file's bytes; once the backend reads again, every
+ *      byte is an 'A', and a one-byte write then fsync keeps the rest;
+ *   2. a stacked device over a file whose later pages fail to read: the
+ *      upper read fails (a short read of the lower file was taken as its
+ *      end: zeros);
+ *   3. a remove the backend refuses keeps the file: size, dirty data, and
+ *      fsync writes it;
+ *   4. a stacked device whose lower device lost a write: wbc_dev_sync
+ *      reports it, and so does the next fsync of a handle open then (the
+ *      device's flush told only the sync);
+ *   5. a device add refused for its tunables leaves the min_ratio sum as
+ *      it was (later adds failed: "would add up to 4294967246");
+ *   6. readers of a file's tail while a writer appends and evicts: every
+ *      byte read is the writer's (a read of many pages zeroed what was
+ *      appended after its first page was claimed).
+ */
+#include "testutil.h"
+#include "wbcache_backend.h"
+
+#include <pthread.h>
+
+#define KiB 1024u
+#define FSIZE (128 * KiB)
+
+static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
+#define STORE (2 * FSIZE)
+static char store[STORE];
+static uint64_t store_size = FSIZE;
+static uint64_t fail_read_from = UINT64_MAX;
+static int fail_remove;
+static int dummy;
+
+static void b_caps(void *ctx, struct wbc_backend_caps *c)
+{
+	(void)ctx;
+	c->max_io = 4 * KiB;
+	c->queue_depth = 8;
+}
+
+static int b_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	(void)ctx; (void)name; (void)flags;
+	*file = &dummy;
+	pthread_mutex_lock(&lk);
+	*size = store_size;
+	pthread_mutex_unlock(&lk);
+	return 0;
+}
+
+static void b_close(void *ctx, void *file) { (void)ctx; (void)file; }
+
+static int b_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	(void)ctx; (void)queued;
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_io *io = ios[i];
+		ssize_t res = 0;
+		pthread_mutex_lock(&lk);
+		CHECK(io->off + io->len <= STORE);
+		if (io->op == WBC_IO_READ && io->off + io->len > fail_read_from) {
+			res = -EIO;
+		} else {
+			uint64_t at = io->off;
+			for (int k = 0; k < io->iovcnt; k++) {
+				size_t len = io->iov[k].iov_len;
+				if (io->op == WBC_IO_WRITE) {
+					memcpy(store + at, io->iov[k].iov_base, len);
+				} else {
+					size_t v = at >= store_size ? 0 :
+						   store_size - at < len ? (size_t)(store_size - at) : len;
+					memcpy(io->iov[k].iov_base, store + at, v);
+					if (v < len) {
+						res += (ssize_t)v;
+						break;
+					}
+				}
+				res += (ssize_t)len;
+				at += len;
+			}
+			if (io->op == WBC_IO_WRITE && at > store_size)
+				store_size = at;
+		}
+		pthread_mutex_unlock(&lk);
+		wbc_io_complete(io, res);
+	}
+	return 0;
+}
+
+static int b_resize(void *ctx, void *file, uint64_t size)
+{
+	(void)ctx; (void)file;
+	pthread_mutex_lock(&lk);
+	if (size > store_size)
+		memset(store + store_size, 0, size - store_size);
+	store_size = size;
+	pthread_mutex_unlock(&lk);
+	return 0;
+}
+
+static int b_remove(void *ctx, void *file)
+{
+	(void)ctx; (void)file;
+	pthread_mutex_lock(&lk);
+	int err = fail_remove ? -EIO : 0;
+	if (!err)
+		store_size = 0;
+	pthread_mutex_unlock(&lk);
+	return err;
+}
+
+static void b_destroy(void *ctx) { (void)ctx; }
+
+static const struct wbc_backend_ops ops = {
+	.size = sizeof(ops), .name = "faulty", .caps = b_caps, .open = b_open,
+	.close = b_close, .submit = b_submit, .resize = b_resize, .remove = b_remove,
+	.destroy = b_destroy,
+};
+
+static void reset_store(void)
+{
+	pthread_mutex_lock(&lk);
+	memset(store, 'A', sizeof(store));
+	store_size = FSIZE;
+	fail_read_from = UINT64_MAX;
+	fail_remove = 0;
+	pthread_mutex_unlock(&lk);
+}
+
+static void set_fail_read_from(uint64_t off)
+{
+	pthread_mutex_lock(&lk);
+	fail_read_from = off;
+	pthread_mutex_unlock(&lk);
+}
+
+static wbc_cache *open_cache(void)
+{
+	struct wbc_config cfg;
+	wbc_config_init(&cfg);
+	cfg.mem_bytes = 16 << 20;
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	return c;
+}
+
+static wbc_dev *add_faulty(wbc_cache *c)
+{
+	static int ctx;
+	wbc_dev *d;
+	char msg[256];
+	int err = wbc_dev_add_backend_msg(c, &ops, &ctx, "", &d, msg, sizeof(msg));
+	if (err)
+		fprintf(stderr, "add: %s\n", msg);
+	CHECK_EQ(err, 0);
+	return d;
+}
+
+static size_t count_not(const char *b, size_t n, char want)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += b[i] != want;
+	return k;
+}
+
+static char buf[FSIZE];
+
+static void case_read_run(void)
+{
+	reset_store();
+	wbc_cache *c = open_cache();
+	wbc_dev *d = add_faulty(c);
+	wbc_file *h;
+	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
+	set_fail_read_from(8 * KiB);
+	memset(buf, '?', sizeof(buf));
+	ssize_t r = wbc_pread(h, buf, FSIZE, 0);
+	/* the run from page 0 failed as a whole; nothing past 8 KiB read */
+	CHECK(r < 0 || r <= (ssize_t)(8 * KiB));
+	if (r > 0)
+		CHECK_EQ(count_not(buf, (size_t)r, 'A'), 0);
+	r = wbc_pread(h, buf, 4 * KiB, 64 * KiB);
+	CHECK_EQ(r, -EIO);
+	set_fail_read_from(UINT64_MAX);
+	r = wbc_pread(h, buf, FSIZE, 0);
+	CHECK_EQ(r, FSIZE);
+	CHECK_EQ(count_not(buf, FSIZE, 'A'), 0);
+	/* a partial-page write over what was read, then fsync: the page's
+	 * other bytes are the backend's, not zeros */
+	set_fail_read_from(8 * KiB);
+	wbc_file_close(h);
+	CHECK_EQ(wbc_cache_close(c), 0);
+
+	c = open_cache();
+	d = add_faulty(c);
+	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
+	memset(buf, '?', sizeof(buf));
+	CHECK(wbc_pread(h, buf, FSIZE, 0) <= (ssize_t)(8 * KiB));
+	CHECK(wbc_pwrite(h, "B", 1, 12 * KiB) < 0);   /* its page cannot be read */
+	set_fail_read_from(UINT64_MAX);
+	CHECK_EQ(wbc_pwrite(h, "B", 1, 12 * KiB), 1);
+	CHECK_EQ(wbc_fsync(h), 0);
+	wbc_file_close(h);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	pthread_mutex_lock(&lk);
+	CHECK_EQ(store[12 * KiB], 'B');
+	store[12 * KiB] = 'A';
+	CHECK_EQ(count_not(store, FSIZE, 'A'), 0);
+	pthread_mutex_unlock(&lk);
+}
+
+static void case_stacked_read(void)
+{
+	reset_store();
+	wbc_cache *c = open_cache();
+	wbc_dev *lower = add_faulty(c);
+	wbc_file *lh;
+	CHECK_EQ(wbc_file_open(lower, "f", 0, &lh), 0);
+	/* the lower file's first 64 KiB in its cache, the rest fails */
+	CHECK_EQ(wbc_pread(lh, buf, 64 * KiB, 0), 64 * KiB);
+	set_fail_read_from(64 * KiB);
+	wbc_dev *up;
+	char msg[256];
+	CHECK_EQ(wbc_dev_add_stacked(c, lower, "f", "", &up, msg, sizeof(msg)), 0);
+	wbc_file *h;
+	CHECK_EQ(wbc_file_open(up, "", 0, &h), 0);
+	memset(buf, '?', sizeof(buf));
+	ssize_t r = wbc_pread(h, buf, FSIZE, 0);
+	CHECK(r < (ssize_t)FSIZE);
+	if (r > 0)
+		CHECK_EQ(count_not(buf, (size_t)r, 'A'), 0);
+	CHECK_EQ(wbc_pread(h, buf, 4 * KiB, 96 * KiB), -EIO);
+	set_fail_read_from(UINT64_MAX);
+	CHECK_EQ(wbc_pread(h, buf, FSIZE, 0), FSIZE);
+	CHECK_EQ(count_not(buf, FSIZE, 'A'), 0);
+	wbc_file_close(h);
+	wbc_file_close(lh);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+static void case_remove(void)
+{
+	reset_store();
+	wbc_cache *c = open_cache();
+	wbc_dev *d = add_faulty(c);
+	wbc_file *h;
+	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
+	memset(buf, 'C', 8 * KiB);
+	CHECK_EQ(wbc_pwrite(h, buf, 8 * KiB, FSIZE), 8 * KiB);   /* dirty, past the end */
+	wbc_file_close(h);
+	pthread_mutex_lock(&lk);
+	fail_remove = 1;
+	pthread_mutex_unlock(&lk);
+	CHECK_EQ(wbc_file_remove(d, "f"), -EIO);
+	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
+	CHECK_EQ(wbc_file_size(h), FSIZE + 8 * KiB);
+	memset(buf, 0, 8 * KiB);
+	CHECK_EQ(wbc_pread(h, buf, 8 * KiB, FSIZE), 8 * KiB);
+	CHECK_EQ(count_not(buf, 8 * KiB, 'C'), 0);
+	wbc_file_close(h);
+	/* stays dirty, and is written: the backend grows by it */
+	CHECK_EQ(wbc_cache_close(c), 0);
+	pthread_mutex_lock(&lk);
+	CHECK_EQ(store_size, FSIZE + 8 * KiB);
+	CHECK_EQ(count_not(store + FSIZE, 8 * KiB, 'C'), 0);
+	pthread_mutex_unlock(&lk);
+}
+
+static void case_dev_sync_error(void)
+{
+	for (int drop = 0; drop <= 1; drop++) {
+		wbc_cache *c = open_cache();
+		wbc_dev *lower, *up;
+		char msg[256];
+		CHECK_EQ(wbc_dev_add_msg(c, drop ? "model:errn=1,on_error=drop" : "model:errn=1",
+					 &lower, msg, sizeof(msg)), 0);
+		CHECK_EQ(wbc_dev_add_msg(c, "stack:0/img", &up, msg, sizeof(msg)), 0);
+		wbc_file *h;
+		CHECK_EQ(wbc_file_open(up, "", WBC_O_CREAT, &h), 0);
+		memset(buf, 'x', 4 * KiB);
+		CHECK_EQ(wbc_pwrite(h, buf, 4 * KiB, 0), 4 * KiB);
+		CHECK_EQ(wbc_dev_sync(up), -EIO);
+		/* the handle open when the write was lost hears of it once */
+		CHECK_EQ(wbc_fsync(h), -EIO);
+		CHECK_EQ(wbc_fsync(h), 0);
+		wbc_file_close(h);
+		wbc_cache_close(c);
+	}
+}
+
+static void case_min_ratio(void)
+{
+	reset_store();
+	wbc_cache *c = open_cache();
+	static int ctx;
+	wbc_dev *d;
+	char msg[256];
+	CHECK_EQ(wbc_dev_add_backend_msg(c, &ops, &ctx, "min_ratio=50,max_ratio=10", &d,
+					 msg, sizeof(msg)), -EINVAL);
+	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=60", &d, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=40", &d, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=1", &d, msg, sizeof(msg)), -EINVAL);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+/* 6: the tail of a file being appended to, read while it is evicted */
+#define PS 4096
+static wbc_file *tf;
+static atomic_int tstop;
+static atomic_long tbad;
+
+static unsigned char pat(uint64_t x) { return (unsigned char)((x * 7 + 13) % 251 + 1); }
+
+static void *appender(void *a)
+{
+	(void)a;
+	uint64_t size = (uint64_t)wbc_file_size(tf);
+	unsigned char b[256];
+	uint64_t seed = 1;
+	while (!atomic_load(&tstop) && size < (64u << 20)) {
+		size_t len = 1 + t_rand(&seed) % 200;
+		for (size_t i = 0; i < len; i++)
+			b[i] = pat(size + i);
+		CHECK_EQ(wbc_pwrite(tf, b, len, size), (ssize_t)len);
+		size += len;
+		CHECK_EQ(wbc_fdatasync(tf), 0);
+	}
+	return NULL;
+}
+
+static void *tail_reader(void *a)
+{
+	(void)a;
+	unsigned char *b = malloc(40 * PS);
+	CHECK(b);
+	while (!atomic_load(&tstop)) {
+		int64_t size = wbc_file_size(tf);
+		uint64_t off = size > 24 * PS ? (uint64_t)(size - 24 * PS) & ~(uint64_t)(PS - 1) : 0;
+		ssize_t n = wbc_pread(tf, b, 40 * PS, off);
+		CHECK(n >= 0);
+		for (ssize_t i = 0; i < n; i++)
+			if (b[i] != pat(off + (uint64_t)i)) {
+				if (atomic_fetch_add(&tbad, 1) < 3)
+					fprintf(stderr, "byte %llu read as %d, written %d\n",
+						(unsigned long long)(off + (uint64_t)i), b[i],
+						pat(off + (uint64_t)i));
+				break;
+			}
+	}
+	free(b);
+	return NULL;
+}
+
+static void case_append_race(double secs)
+{
+	struct wbc_config cfg;
+	wbc_config_init(&cfg);
+	cfg.mem_bytes = 16 * PS;   /* the readers' runs evict the appended pages */
+	cfg.page_size = PS;
+	wbc_cache *c;
+	wbc_dev *d;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &d), 0);
+	CHECK_EQ(wbc_file_open(d, "r", WBC_O_CREAT, &tf), 0);
+	unsigned char b[PS];
+	for (uint64_t o = 0; o < 64 * PS; o += PS) {
+		for (int i = 0; i < PS; i++)
+			b[i] = pat(o + (uint64_t)i);
+		CHECK_EQ(wbc_pwrite(tf, b, PS, o), PS);
+	}
+	CHECK_EQ(wbc_fsync(tf), 0);
+	pthread_t w, r[3];
+	CHECK_EQ(pthread_create(&w, NULL, appender, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pthread_create(&r[i], NULL, tail_reader, NULL), 0);
+	struct timespec ts = { (time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9) };
+	nanosleep(&ts, NULL);
+	atomic_store(&tstop, 1);
+	pthread_join(w, NULL);
+	for (int i = 0; i < 3; i++)
+		pthread_join(r[i], NULL);
+	CHECK_EQ(wbc_fsync(tf), 0);
+	int64_t size = wbc_file_size(tf);
+	long bad = 0;
+	for (uint64_t o = 0; o < (uint64_t)size; o += PS) {
+		ssize_t n = wbc_pread(tf, b, PS, o);
+		CHECK(n > 0);
+		for (ssize_t i = 0; i < n; i++)
+			bad += b[i] != pat(o + (uint64_t)i);
+	}
+	printf("append race: %lld bytes appended, %ld reads wrong, %ld bytes wrong at the end\n",
+	       (long long)size - 64 * PS, (long)atomic_load(&tbad), bad);
+	CHECK_EQ(atomic_load(&tbad), 0);
+	CHECK_EQ(bad, 0);
+	wbc_file_close(tf);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+/* An argument runs that case alone. */
+int main(int argc, char **argv)
+{
+	int only = argc > 1 ? atoi(argv[1]) : 0;
+	if (!only || only == 1) {
+		case_read_run();
+		printf("1. read run with a failed I/O: error, nothing cached\n");
+	}
+	if (!only || only == 2) {
+		case_stacked_read();
+		printf("2. stacked device, lower read failed: error\n");
+	}
+	if (!only || only == 3) {
+		case_remove();
+		printf("3. refused remove keeps the file\n");
+	}
+	if (!only || only == 4) {
+		case_dev_sync_error();
+		printf("4. a lower device's lost write: dev_sync and fsync both report it\n");
+	}
+	if (!only || only == 5) {
+		case_min_ratio();
+		printf("5. a refused add leaves min_ratio's sum\n");
+	}
+	if (!only || only == 6) {
+		case_append_race(2.0);
+		printf("6. reads of an appended tail\n");
+	}
+	return 0;
+}
