@@ -3,7 +3,8 @@
 # get ENOSPC once the store has failed for retry_timeout, never hang;
 # a writer paused by the throttle dies at once on SIGKILL; metadata
 # answers meanwhile; fsync reports the error; SIGTERM ends the daemon,
-# and in the foreground the unwritten data makes the exit status 1.
+# and in the foreground the unwritten data makes the exit status 1; a
+# lost write is reported by the close of a dup and still by fsync.
 # The waits below are watchdogs against hangs, not timings.
 set -u
 cd "$(dirname "$0")/.."
@@ -100,6 +101,37 @@ timeout 10 "$W" stat "$mt" >/dev/null || fail "wbcache stat did not answer with 
 kill_wait "a paused writer" $dpids
 rm -f "$bk/filler"
 do_umount || fail "wbcache umount once space was freed: $(cat "$top/umount.log")"
+
+# ---- on_error=drop: the close of one of two descriptors (dup, a child's
+# exit) reports the lost write and leaves it to the fsync of the other
+# (the close's FLUSH marked it seen: fsync returned 0 for lost data)
+rm -f "$bk"/*
+head -c 15000000 /dev/zero >"$bk/filler"
+do_mount "mem=64M,on_error=drop"
+python3 - "$mt" <<'PY' || fail "a lost write after the close of a dup"
+import os, sys, errno, subprocess
+mt = sys.argv[1]
+fd = os.open(os.path.join(mt, "dup"), os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"A" * (3 << 20))
+fd2 = os.dup(fd)
+# the device's sync: writeback fails (the store is full), the data is dropped
+subprocess.run(["getfattr", "-n", "user.wbcache.sync", mt], capture_output=True)
+try:
+    os.close(fd2)
+    sys.exit("close of the dup returned 0 after a lost write")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+try:
+    os.fsync(fd)
+    sys.exit("fsync returned 0 after a lost write (the dup's close took the error)")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.fsync(fd)          # seen now: the next one has nothing to report
+os.close(fd)
+PY
+"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' || fail "nothing counted lost"
+do_umount
+rm -f "$bk"/*
 
 # ---- the foreground daemon: exit status 1 for data it could not write
 head -c 15000000 /dev/zero >"$bk/filler"

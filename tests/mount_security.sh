@@ -5,7 +5,9 @@
 # without group execute for a member of the file's group, as the kernel does); files and directories made
 # in a set-group-ID directory take its group (directories its bit too);
 # the creator's umask is the one that counts, not the daemon's; POSIX
-# ACLs enforced, set through the mount, default ACLs applied.
+# ACLs enforced, set through the mount, default ACLs applied; an O_CREAT
+# open of an existing file the kernel did not know checks the caller's
+# permission; a new file keeps its set-user-ID bit.
 # Needs root (allow_other, setpriv to another user); skips otherwise.
 set -u
 cd "$(dirname "$0")/.."
@@ -13,6 +15,8 @@ cd "$(dirname "$0")/.."
 command -v setpriv >/dev/null || { echo "skip: no setpriv"; exit 77; }
 . tests/mountlib.bash
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# the system's python: one under root's home is not another user's to run
+py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
 
 do_mount allow_other
 mode() { stat -c %a "$1"; }
@@ -69,6 +73,37 @@ as_nobody mkdir "$mt/g/sub" || fail "mkdir as nobody"
 [ $(( 0$(mode "$bk/g/sub") & 02000 )) != 0 ] || fail "subdirectory lost the setgid bit: $(mode "$bk/g/sub")"
 as_nobody touch "$mt/plain" 2>/dev/null   # root dir 755: refused
 [ -e "$bk/plain" ] && fail "nobody created a file in a 755 directory"
+
+# ---- an open with O_CREAT of a name the kernel believes absent (its
+# negative entry is stale: the file was made in the backing directory)
+# opens the file only with the caller's permission: the kernel checks
+# nothing of a CREATE's file, the daemon does
+mkdir "$mt/cr"; chmod 1777 "$mt/cr"
+as_nobody stat "$mt/cr/secret" >/dev/null 2>&1   # the negative entry, cached
+echo "root's secret" >"$bk/cr/secret"; chmod 600 "$bk/cr/secret"
+got=$(as_nobody "$py" -c '
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+    print("opened:", os.read(fd, 100))
+except OSError as e:
+    print(e.errno)' "$mt/cr/secret")
+[ "$got" = 13 ] || fail "O_CREAT over another user's 0600 file (stale negative entry): $got"
+as_nobody stat "$mt/cr/trunc" >/dev/null 2>&1
+echo "keep me" >"$bk/cr/trunc"; chmod 644 "$bk/cr/trunc"
+as_nobody sh -c "echo x >'$mt/cr/trunc'" 2>/dev/null && fail "O_CREAT|O_TRUNC over a 0644 file of root's"
+[ "$(cat "$bk/cr/trunc")" = "keep me" ] || fail "a refused O_TRUNC cut the file: $(cat "$bk/cr/trunc")"
+as_nobody stat "$mt/cr/open" >/dev/null 2>&1
+echo "for all" >"$bk/cr/open"; chmod 666 "$bk/cr/open"
+as_nobody sh -c "echo more >>'$mt/cr/open'" || fail "O_CREAT|O_APPEND over a 0666 file refused"
+[ "$(cat "$mt/cr/open")" = "for all
+more" ] || fail "append through a stale negative entry: $(cat "$mt/cr/open")"
+
+# ---- a new file's set-user-ID bit stays (the daemon's chown to the
+# creator clears it, as any chown)
+as_nobody "$py" -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o4755))' \
+	"$mt/cr/suid" || fail "create 04755 as nobody"
+[ "$(mode "$bk/cr/suid")" = 4755 ] || fail "a new 04755 file of nobody's: mode $(mode "$bk/cr/suid")"
 
 # ---- the creator's umask
 (umask 002; touch "$mt/u"; mkdir "$mt/ud")

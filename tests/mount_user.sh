@@ -9,7 +9,9 @@
 #   - a writable open of a file the daemon may not write is refused
 #     with EACCES at open, not accepted and lost at writeback;
 #   - a hard link works;
-#   - `wbcache umount` by that user writes back and unmounts.
+#   - `wbcache umount` by that user writes back and unmounts;
+#   - a file forgotten by the kernel while its writeback fails keeps its
+#     data, reports the error at fsync and is written once there is room.
 # Needs root to become another user (setpriv) and a setuid fusermount3;
 # makes /dev/fuse usable by others for the test where it is not.
 set -u
@@ -20,6 +22,7 @@ command -v setpriv >/dev/null || { echo "skip: no setpriv"; exit 77; }
 [ -u "$(command -v fusermount3)" ] || skip "fusermount3 is not setuid"
 U=65534
 as_user() { setpriv --reuid=$U --regid=$U --clear-groups "$@"; }
+py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
 fuse_mode=$(stat -c %a /dev/fuse)
 # (root cannot look into this user's mount: no allow_other)
 listed() { grep -q " $mt fuse.wbcache " /proc/self/mounts; }
@@ -58,4 +61,43 @@ cmp "$bk/ro.bin" "$src/ro.bin" || fail "ro.bin in the backing directory"
 [ "$(seq 1 1000)" = "$(cat "$bk/rw.txt")" ] || fail "rw.txt in the backing directory"
 [ "$(stat -c %i "$bk/rw.txt")" = "$(stat -c %i "$bk/rw.link")" ] || fail "the link in the backing directory"
 [ "$(cat "$bk/d/f1" "$bk/d/f2" "$bk/d/f3" | tr -d '\n')" = 123 ] || fail "the small files"
+
+# ---- a file the kernel forgets while its writeback fails (a full backing
+# file system): its data stays in the cache under the node's name, the
+# node stays for a lookup to find it again; reads give the data, fsync
+# the error, and it is written once there is room.  (Without file
+# handles the node is the data's only name: it was freed, the data read
+# as zeros, fsync of a reopen returned 0, and later writes landed over
+# old bytes.)
+mkdir "$top/tiny"
+mount -t tmpfs -o size=8M,uid=$U,gid=$U tmpfs "$top/tiny" || skip "cannot mount a tmpfs"
+tiny_cleanup() { mountpoint -q "$top/tiny" && umount -l "$top/tiny"; }
+extra_cleanup() {
+	listed && { as_user fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt"; }
+	chmod "$fuse_mode" /dev/fuse
+	tiny_cleanup
+}
+as_user "$W" mount "$top/tiny" "$mt" -o mem=64M,retry_timeout=600 || fail "mount of the tmpfs as user $U"
+as_user head -c 7M /dev/zero >"$top/tiny/filler"
+as_user sh -c "yes A | head -c 3M >'$mt/f'" || fail "write of 3 MiB"
+for _ in 1 2 3; do echo 2 >/proc/sys/vm/drop_caches; sleep 0.2; done   # the kernel forgets f
+[ "$(as_user stat -c %s "$mt/f")" = 3145728 ] || fail "size after the forget: $(as_user stat -c %s "$mt/f")"
+[ "$(as_user tail -c 4 "$mt/f" | od -An -c | tr -d ' ')" = 'A\nA\n' ] ||
+	fail "the data after the forget: $(as_user tail -c 4 "$mt/f" | od -An -c)"
+as_user "$py" -c '
+import os, sys, errno
+fd = os.open(sys.argv[1], os.O_WRONLY)
+try:
+    os.fsync(fd)
+    sys.exit("fsync after the forget succeeded with the data unwritten")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.close(fd)' "$mt/f" || fail "fsync after the forget"
+as_user sh -c "printf BBBB | dd of='$mt/f' bs=4 seek=100 conv=notrunc status=none" || fail "overwrite"
+rm -f "$top/tiny/filler"
+out=$(as_user "$W" umount "$mt" 2>&1) || fail "umount once there was room: exit $?: $out"
+yes A | head -c 3M >"$top/expect"
+printf BBBB | dd of="$top/expect" bs=4 seek=100 conv=notrunc status=none
+cmp -s "$top/tiny/f" "$top/expect" || fail "the backing file after unmount: $(tr -d '\n' <"$top/tiny/f" | fold -w1 | sort | uniq -c | tr '\n' ' ')"
+tiny_cleanup
 echo "mount_user: ok"

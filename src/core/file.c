@@ -879,5 +879,17 @@ int wbc_file_check_error(wbc_file *h)
 	return err;
 }
 
+int wbc_file_peek_error(wbc_file *h)
+{
+	struct wbc_file *f = handle_get(h);
+	if (!f)
+		return -EBADF;
+	pthread_mutex_lock(&f->inode->lock);
+	uint32_t since = f->err_since;
+	int err = errseq_check_advance(&f->inode->wb_err, &since);
+	pthread_mutex_unlock(&f->inode->lock);
+	return err;
+}
+
 int wbc_fsync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 0); }
 int wbc_fdatasync(wbc_file *f) { return wbc_fsync_range(f, 0, 0, 1); }

@@ -660,7 +660,9 @@ void after_rename(dev_t dev, ino_t ino)
  * its mtime put back on the backing file) and freed by a later forget once
  * it is a minute old, or at once beyond GHOST_MAX of them, a few at each
  * forget; those left at unmount are settled then.  Without handles a node keeps a
- * descriptor, and a forgotten file is written back at once.
+ * descriptor, and a forgotten file is written back at once; one whose
+ * writeback failed stays a ghost (its data is the node's), as a ghost
+ * whose settling failed does, and is tried again a minute later.
  */
 #define GHOST_MAX 65536
 #define GHOST_AGE_NS (60ull * 1000000000ull)
@@ -713,18 +715,23 @@ void node_revive_locked(struct node *n)
 }
 
 /* Write back what a forgotten node still has in the cache and put its
- * mtime back on the backing file (a gone file's data is dropped). */
-static void node_settle(struct node *n)
+ * mtime back on the backing file (a gone file's data is dropped).  False
+ * when the writeback failed: the data is still in the cache, under the
+ * node's name for it, and the node must stay (a ghost) for a lookup to
+ * find it again (without handles that name is the node's own). */
+static bool node_settle(struct node *n)
 {
+	bool ok = true;
 	pthread_mutex_lock(&n->lock);
 	drop_if_unlinked_locked(n);
 	if (n->wrote) {
 		wbc_file *h;
 		if (engine_open(n, &h) == 0) {
 			int err = wbc_fsync(h);
-			if (err)
+			if (err) {
 				logmsg("writeback of a forgotten file failed: %s", wbc_strerror(err));
-			else {
+				ok = false;
+			} else {
 				n->unwritten = 0;
 				restore_mtime_locked(n);
 			}
@@ -732,6 +739,7 @@ static void node_settle(struct node *n)
 		}
 	}
 	pthread_mutex_unlock(&n->lock);
+	return ok;
 }
 
 /* One forgetting pass over @n ends (@linger: it may become a ghost);
@@ -769,8 +777,8 @@ static void ghosts_reap(void)
 		ghost_remove_locked(n);
 		n->forgetting++;
 		pthread_mutex_unlock(&M.lock);
-		node_settle(n);
-		forget_done(n, false);
+		/* a failed writeback: a ghost again, tried again later */
+		forget_done(n, !node_settle(n));
 	}
 }
 
@@ -807,7 +815,7 @@ void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		pthread_mutex_unlock(&n->lock);
 	}
 	if (!linger)
-		node_settle(n);
+		linger = !node_settle(n);
 	forget_done(n, linger);
 	ghosts_reap();
 }

@@ -156,6 +156,54 @@ static bool caller_in_group(fuse_req_t req, gid_t gid)
 }
 
 /*
+ * May the caller of @req open the existing file @name in directory @dfd
+ * with @flags?  The kernel does not check an open through CREATE of a
+ * name it believed absent (FUSE marks every CREATE's file as made), so
+ * the daemon does: as root, with the caller's file-system ids and groups
+ * on this thread only (raw system calls: glibc's wrappers change every
+ * thread's), asking the backing file system, ACLs included; not root,
+ * from the mode bits.  0 or -errno.
+ */
+static int caller_may_open(fuse_req_t req, int dfd, const char *name, int flags)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	int acc = flags & O_ACCMODE;
+	int want = (acc != O_WRONLY ? R_OK : 0) | (acc != O_RDONLY || (flags & O_TRUNC) ? W_OK : 0);
+	if (ctx->uid == 0)
+		return 0;
+	if (!M.as_root) {
+		struct stat st;
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW))
+			return -errno;
+		mode_t bits = st.st_uid == ctx->uid ? st.st_mode >> 6 :
+			      caller_in_group(req, st.st_gid) ? st.st_mode >> 3 : st.st_mode;
+		bool ok = (!(want & R_OK) || (bits & S_IROTH)) && (!(want & W_OK) || (bits & S_IWOTH));
+		return ok ? 0 : -EACCES;
+	}
+	gid_t small[64], *list = small, mine[64];
+	int cap = 64, n = fuse_req_getgroups(req, cap, list);
+	if (n > cap && (list = malloc((size_t)n * sizeof(*list)))) {
+		cap = n;
+		n = fuse_req_getgroups(req, cap, list);
+	}
+	int nmine = getgroups(64, mine);
+	int err = -EACCES;
+	if (list && n >= 0 && n <= cap && nmine >= 0 &&
+	    !syscall(SYS_setgroups, (size_t)n, list)) {
+		syscall(SYS_setfsgid, ctx->gid);
+		syscall(SYS_setfsuid, ctx->uid);
+		err = faccessat(dfd, name, want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+		syscall(SYS_setfsuid, M.euid);
+		syscall(SYS_setfsgid, M.egid);
+		if (syscall(SYS_setgroups, (size_t)nmine, mine))
+			abort();   /* never: root may always; a thread left as the caller may not be */
+	}
+	if (list != small)
+		free(list);
+	return err;
+}
+
+/*
  * The kernel's rule for set-user-ID and set-group-ID files (it leaves the
  * work to the file system, FUSE_CAP_HANDLE_KILLPRIV): a write or truncate
  * by a caller without CAP_FSETID clears S_ISUID, and S_ISGID where group
@@ -593,16 +641,39 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int fd = pf < 0 ? -1 : openat(pf, name, how | (keep_w ? O_RDWR : 0) | O_CREAT | O_EXCL, mode);
 	bool made = fd >= 0;
 	keep_w = keep_w && made;
-	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL))
+	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL)) {
+		/* the kernel checked nothing of the file (it thought none
+		 * was there): the caller's permission, then the open */
+		int err = caller_may_open(req, pf, name, fi->flags);
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
 		fd = openat(pf, name, how);
+	}
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
 		return;
 	}
 	uid_t uid;
 	gid_t gid;
-	if (made && new_owner(req, p, &uid, &gid) && fchown(fd, uid, gid))
-		logmsg("chown of a new entry failed: %s", strerror(errno));
+	struct stat made_st;
+	if (made && new_owner(req, p, &uid, &gid) && !fstat(fd, &made_st)) {
+		if (fchown(fd, uid, gid))
+			logmsg("chown of a new entry failed: %s", strerror(errno));
+		/* a chown clears the set-id bits, root's too: the caller
+		 * made the file with them (as on a local file system) */
+		else if (made_st.st_mode & (S_ISUID | S_ISGID)) {
+			mode_t m = made_st.st_mode & 07777;
+			/* set-group-ID of a group the caller is not in (the
+			 * directory's): the kernel's inode_init_owner drops it */
+			if (gid == (gid_t)-1 && made_st.st_gid != fuse_req_ctx(req)->gid &&
+			    !caller_in_group(req, made_st.st_gid))
+				m &= ~(mode_t)S_ISGID;
+			if (fchmod(fd, m))
+				logmsg("mode of a new file: %s", strerror(errno));
+		}
+	}
 	struct fuse_entry_param e = { 0 };
 	struct stat st;
 	int wfd = -1;
@@ -821,7 +892,9 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	int err = wbc_file_check_error((wbc_file *)(uintptr_t)fi->fh);
+	/* an error for every close of the open file's descriptors (dup,
+	 * fork), and for its fsync: not marked seen (as NFS's flush) */
+	int err = wbc_file_peek_error((wbc_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, -err);
 }
 
