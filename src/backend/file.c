@@ -508,14 +508,19 @@ static void file_destroy(void *ctx)
 {
 	struct fbe *f = ctx;
 	pthread_mutex_lock(&f->sq_lock);
+	/* no I/O is in flight (the interface's promise): the ring has room */
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
-	if (!sqe) {
-		io_uring_submit(&f->ring);
-		sqe = io_uring_get_sqe(&f->ring);
-	}
+	assert(sqe);
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data(sqe, &stop_marker);
-	io_uring_submit(&f->ring);
+	/* the reaper waits for this: a submit that failed is tried again
+	 * (EAGAIN and EBUSY pass; anything else would leave it waiting) */
+	f->fail_submits = 0;
+	int r;
+	while ((r = ring_submit_locked(f)) < 0) {
+		fprintf(stderr, "wbcache: file backend: submit at close: %s\n", strerror(-r));
+		sleep(1);
+	}
 	pthread_mutex_unlock(&f->sq_lock);
 	pthread_join(f->reaper, NULL);
 	io_uring_queue_exit(&f->ring);
