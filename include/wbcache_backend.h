@@ -97,7 +97,9 @@ struct wbc_io {
 /* What a backend can do, reported by its caps() operation.  Zero means
  * "the default" for every field. */
 struct wbc_backend_caps {
-	size_t max_io;              /* largest single I/O in bytes; default 1 MiB */
+	size_t max_io;              /* largest single I/O in bytes; default 1 MiB;
+				     * raised to the cache's page size (a
+				     * page is the least one I/O carries) */
 	unsigned queue_depth;       /* I/Os in flight at most; default 32 */
 	/* every I/O's offset, length and buffer address must be a multiple
 	 * of this (O_DIRECT's logical block size); 0: anything goes.  A
@@ -155,7 +157,9 @@ struct wbc_backend_ops {
 	/* Required.  Open file @name; with WBC_OPEN_CREATE, create it when
 	 * it does not exist (else -ENOENT).  Sets *file and *size (its size
 	 * in the backend).  The engine opens each name once at a time and
-	 * closes it before it opens it again. */
+	 * closes it before it opens it again; only a file it removed
+	 * (remove() succeeded) may be closed after the name is opened anew,
+	 * as a new file. */
 	int (*open)(void *ctx, const char *name, unsigned flags, void **file,
 		    uint64_t *size);
 	/* Required.  Release a handle from open(): no I/O on it is in flight. */

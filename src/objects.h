@@ -108,6 +108,10 @@ struct inode {
 	uint64_t nr_pages;          /* [mm] pages in the index */
 	uint64_t retry_backoff_ns;  /* [wb] */
 	struct errseq wb_err;       /* [fs] recorded by writeback's completion */
+	/* [wb] dev->flush_gen when a write of the file last completed: a
+	 * failed flush of the device is the error of the files written
+	 * since its last good one (dev_record_error_files) */
+	uint64_t written_gen;
 	/* [fs] open handles through the cache and direct (WBC_O_DIRECT):
 	 * never both at once (fs/handle.c) */
 	uint32_t nr_cached_handles, nr_direct_handles;
@@ -296,6 +300,8 @@ struct wbc_dev {
 	pthread_mutex_t err_lock __attribute__((aligned(64)));
 	struct errseq wb_err;       /* err_lock: any writeback error of the device */
 	uint32_t sync_err_since;    /* err_lock: [wb] reported through wbc_dev_sync */
+	/* [wb] good flushes of the whole device, from 1 (the flusher's) */
+	atomic_uint_fast64_t flush_gen;
 };
 
 /* ------------------------------------------------------------------ */

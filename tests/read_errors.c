@@ -19,7 +19,12 @@
  *      it was (later adds failed: "would add up to 4294967246");
  *   6. readers of a file's tail while a writer appends and evicts: every
  *      byte read is the writer's (a read of many pages zeroed what was
- *      appended after its first page was claimed).
+ *      appended after its first page was claimed);
+ *   7. a failed flush of the device is the error of the file written
+ *      since the last good one (not marked seen by a peek), not of one
+ *      only read, nor of one written before that good flush;
+ *   8. a direct stacked device whose lower file ends mid-block reads its
+ *      last page (the end, not a retry at an unaligned offset).
  */
 #include "testutil.h"
 #include "wbcache_backend.h"
@@ -115,12 +120,24 @@ static int b_remove(void *ctx, void *file)
 	return err;
 }
 
+static int fail_flush;
+
+static int b_flush(void *ctx, void *file, unsigned flags)
+{
+	(void)ctx; (void)file; (void)flags;
+	pthread_mutex_lock(&lk);
+	int err = fail_flush ? -EIO : 0;
+	fail_flush = 0;     /* once */
+	pthread_mutex_unlock(&lk);
+	return err;
+}
+
 static void b_destroy(void *ctx) { (void)ctx; }
 
 static const struct wbc_backend_ops ops = {
 	.size = sizeof(ops), .name = "faulty", .caps = b_caps, .open = b_open,
 	.close = b_close, .submit = b_submit, .resize = b_resize, .remove = b_remove,
-	.destroy = b_destroy,
+	.flush = b_flush, .destroy = b_destroy,
 };
 
 static void reset_store(void)
@@ -310,6 +327,72 @@ static void case_min_ratio(void)
 	CHECK_EQ(wbc_cache_close(c), 0);
 }
 
+/* 7: a device flush that fails is the error of the files written since
+ * the last good one, not of a file only read (a close of any descriptor
+ * of it reported the error through the mount) */
+static void case_flush_error_scope(void)
+{
+	reset_store();
+	wbc_cache *c = open_cache();
+	wbc_dev *d = add_faulty(c);
+	wbc_file *w, *r, *old;
+	CHECK_EQ(wbc_file_open(d, "w", 0, &w), 0);
+	CHECK_EQ(wbc_file_open(d, "r", 0, &r), 0);
+	CHECK_EQ(wbc_file_open(d, "old", 0, &old), 0);
+	CHECK_EQ(wbc_pwrite(old, "o", 1, 0), 1);
+	CHECK_EQ(wbc_dev_sync(d), 0);          /* old's write is flushed */
+	CHECK_EQ(wbc_pread(r, buf, 4 * KiB, 0), 4 * KiB);
+	CHECK_EQ(wbc_pwrite(w, "w", 1, 0), 1);
+	pthread_mutex_lock(&lk);
+	fail_flush = 1;
+	pthread_mutex_unlock(&lk);
+	CHECK_EQ(wbc_dev_sync(d), -EIO);
+	CHECK_EQ(wbc_file_peek_error(w), -EIO);
+	CHECK_EQ(wbc_file_peek_error(w), -EIO);   /* not marked seen */
+	CHECK_EQ(wbc_fsync(w), -EIO);
+	CHECK_EQ(wbc_fsync(w), 0);
+	CHECK_EQ(wbc_file_peek_error(r), 0);
+	CHECK_EQ(wbc_fsync(r), 0);
+	CHECK_EQ(wbc_fsync(old), 0);
+	wbc_file_close(w);
+	wbc_file_close(r);
+	wbc_file_close(old);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+/* 8: a direct stacked device over a file whose size is not a multiple of
+ * the lower device's O_DIRECT alignment reads its last page (the rest
+ * after the short read was asked for at an unaligned offset: EINVAL) */
+static void case_stacked_direct_tail(void)
+{
+	char *dir = t_mkdtemp();
+	char spec[512], msg[256];
+	snprintf(spec, sizeof(spec), "dir:%s", dir);
+	wbc_cache *lc = open_cache(), *uc = open_cache();
+	wbc_dev *lower, *up;
+	CHECK_EQ(wbc_dev_add_msg(lc, spec, &lower, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_dev_add_stacked(uc, lower, "img", "stack_throttle=direct", &up, msg,
+				     sizeof(msg)), 0);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(up, "", WBC_O_CREAT, &f), 0);
+	memset(buf, 'a', 1000);
+	CHECK_EQ(wbc_pwrite(f, buf, 1000, 0), 1000);
+	CHECK_EQ(wbc_fsync(f), 0);
+	wbc_file_close(f);
+	CHECK_EQ(wbc_cache_close(uc), 0);
+	uc = open_cache();     /* nothing of it cached above */
+	CHECK_EQ(wbc_dev_add_stacked(uc, lower, "img", "stack_throttle=direct", &up, msg,
+				     sizeof(msg)), 0);
+	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
+	memset(buf, 0, 4 * KiB);
+	CHECK_EQ(wbc_pread(f, buf, 4 * KiB, 0), 1000);
+	CHECK_EQ(count_not(buf, 1000, 'a'), 0);
+	wbc_file_close(f);
+	CHECK_EQ(wbc_cache_close(uc), 0);
+	CHECK_EQ(wbc_cache_close(lc), 0);
+	t_rmdir(dir);
+}
+
 /* 6: the tail of a file being appended to, read while it is evicted */
 #define PS 4096
 static wbc_file *tf;
@@ -430,6 +513,14 @@ int main(int argc, char **argv)
 	if (!only || only == 6) {
 		case_append_race(2.0);
 		printf("6. reads of an appended tail\n");
+	}
+	if (!only || only == 7) {
+		case_flush_error_scope();
+		printf("7. a failed device flush: the error of the file written since, not of others\n");
+	}
+	if (!only || only == 8) {
+		case_stacked_direct_tail();
+		printf("8. a direct stacked device reads its unaligned last page\n");
 	}
 	return 0;
 }

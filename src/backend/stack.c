@@ -133,6 +133,10 @@ static ssize_t stack_read(struct stack *s, const struct wbc_io *io)
 	if (r < 0)
 		return r;
 	size_t done = (size_t)r, at = 0;
+	int64_t lsize = wbc_file_size(s->lf);
+	if (lsize < 0 || io->off + done >= (uint64_t)lsize)
+		return (ssize_t)done;   /* the file's end (a direct lower file
+					 * refuses an unaligned read past it) */
 	for (int i = 0; i < io->iovcnt && done < io->len; i++) {
 		size_t l = io->iov[i].iov_len;
 		while (done < at + l) {

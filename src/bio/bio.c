@@ -318,6 +318,8 @@ ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iove
 			} else {
 				total += (size_t)bios[i].res;
 				stop = (size_t)bios[i].res < bios[i].len;
+				if (stop)
+					err = 0;   /* the object's end, whatever failed after */
 			}
 		}
 		if (stop || err) {

@@ -244,12 +244,6 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 			 c->page_size, be->dio_align, what, be->dio_align);
 		err = -EINVAL;
 	}
-	if (!err && be->max_io < c->page_size) {
-		/* a page is the least the engine writes in one I/O */
-		snprintf(msg, msglen, "%s takes I/Os of at most %zu bytes, below the cache's "
-			 "%zu-byte page (the least one I/O writes)", what, be->max_io, c->page_size);
-		err = -EINVAL;
-	}
 	if (err) {
 		release_min_ratio(c, dev->min_ratio);
 		names_destroy(dev);
@@ -257,6 +251,10 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 		free(be);
 		return err;
 	}
+	/* a page is the least one I/O carries (a block device's
+	 * max_sectors_kb is a soft limit the kernel splits at) */
+	if (be->max_io < c->page_size)
+		be->max_io = c->page_size;
 	dev->cache = c;
 	dev->be = be;
 	wbc_mutex_init(&dev->list_lock);
@@ -264,6 +262,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	wbc_mutex_init(&dev->err_lock);
 	wbc_cond_init(&dev->work_cond);
 	wbc_cond_init(&dev->done_cond);
+	atomic_store(&dev->flush_gen, 1);   /* a file never written: written_gen 0 */
 	list_init(&dev->work_list);
 	atomic_store(&dev->write_bw, WBC_INIT_BW);
 	atomic_store(&dev->avg_write_bw, WBC_INIT_BW);

@@ -38,9 +38,11 @@ void errseq_record(struct errseq *e, int err);
 int errseq_check_advance(const struct errseq *e, uint32_t *since);
 /* Record @err in the device's error sequence (err_lock). */
 void dev_record_error(struct wbc_dev *dev, int err);
-/* ... and in every open file's of the device (a flush of the whole
- * device failed: any file's writes may be what it lost).  No lock held. */
-void dev_record_error_files(struct wbc_dev *dev, int err);
+/* ... and in every open file's of the device written since flush
+ * generation @gen began (inode->written_gen >= @gen: a flush of the whole
+ * device failed, and any of their writes may be what it lost).  No lock
+ * held. */
+void dev_record_error_files(struct wbc_dev *dev, int err, uint64_t gen);
 
 /* inode.c */
 struct inode *iget(struct wbc_dev *dev, const char *name, bool create,

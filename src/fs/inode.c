@@ -556,7 +556,7 @@ void iput(struct inode *ino)
 		inode_free(s, ino);
 }
 
-void dev_record_error_files(struct wbc_dev *dev, int err)
+void dev_record_error_files(struct wbc_dev *dev, int err, uint64_t gen)
 {
 	dev_record_error(dev, err);
 	for (int i = 0; i < NAME_SHARDS; i++) {
@@ -574,7 +574,8 @@ void dev_record_error_files(struct wbc_dev *dev, int err)
 		pthread_mutex_unlock(&s->lock);
 		for (size_t k = 0; k < n; k++) {
 			pthread_mutex_lock(&v[k]->lock);
-			errseq_record(&v[k]->wb_err, err);
+			if (v[k]->written_gen >= gen)
+				errseq_record(&v[k]->wb_err, err);
 			pthread_mutex_unlock(&v[k]->lock);
 			iput(v[k]);
 		}

@@ -232,10 +232,12 @@ void wb_end_io(struct wbc_bio *bio)
 		ino->retry_backoff_ns = 0;
 		ino->retry_after = 0;
 	}
-	if (err)
+	if (err) {
 		errseq_record(&ino->wb_err, err);
-	else
+	} else {
 		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
+		ino->written_gen = atomic_load_explicit(&dev->flush_gen, memory_order_relaxed);
+	}
 	size_dirty = !err && ino->backend_size != ino->i_size;
 	/* counters before the wakeup: an fsync that wakes sees them settled */
 	if (at_risk_delta) {

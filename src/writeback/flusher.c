@@ -264,13 +264,16 @@ static int wb_sync(struct wbc_dev *dev)
 	}
 	free(touched);
 	walk_listed(dev, prune_visit, NULL);
-	/* a failed flush may have lost completed writes of any file (a
-	 * stacked device's lower device failed to write them): every open
-	 * file's error, as wbc_fsync_range makes it its file's, and the
-	 * device's (taken below) */
+	/* a failed flush may have lost completed writes of any file written
+	 * since the last good one (a stacked device's lower device failed
+	 * to write them): their error, as wbc_fsync_range makes it its
+	 * file's, and the device's (taken below) */
+	uint64_t gen = atomic_load(&dev->flush_gen);
 	int e = backend_flush(dev->be, NULL, false);
 	if (e)
-		dev_record_error_files(dev, e);
+		dev_record_error_files(dev, e, gen);
+	else
+		atomic_store(&dev->flush_gen, gen + 1);
 	pthread_mutex_lock(&dev->err_lock);
 	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since);
 	pthread_mutex_unlock(&dev->err_lock);

@@ -117,6 +117,7 @@ struct node {
 	struct node *hnext;          /* M.lock */
 	uint64_t nlookup;            /* M.lock */
 	unsigned forgetting;         /* M.lock: forgets writing it back now */
+	bool linger;                 /* M.lock: one of them keeps it a ghost (forget_done) */
 	bool ghost;                  /* M.lock: forgotten, data in the cache (node.c) */
 	struct node *gprev, *gnext;  /* M.lock: the ghosts, oldest first */
 	uint64_t gtime;              /* M.lock: when it became one (CLOCK_MONOTONIC ns) */

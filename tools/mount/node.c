@@ -461,6 +461,7 @@ int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 }
 
 static void ghost_remove_locked(struct node *n);
+static void ghost_stale_job(void *n);
 
 /* The node of the inode open at @fd (the caller's, given up here), whose
  * attributes @st were just read: found, or made, with one more lookup,
@@ -531,7 +532,7 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
 		node_insert_locked(n);
 		pthread_mutex_unlock(&M.lock);
 	}
-	if (gone)
+	if (gone && !(uring_on_ring() && uring_later(ghost_stale_job, gone)))
 		ghost_stale(gone);
 	node_attr(n, st);
 	e->attr = *st;
@@ -594,6 +595,32 @@ int backing_set_size(struct node *n, uint64_t size)
 	return err;
 }
 
+static void forget_done(struct node *n, bool linger);
+
+/* The node of the inode (dev, ino) a request through the mount just found
+ * by a name, held (one more n->forgetting) so that no forget or ghost
+ * reaping frees it while the caller uses it: the kernel holds a lookup on
+ * the node its own entry names, but a name changed in BACKING_DIR beside
+ * the mount (an entry the kernel still has, or a negative one: a rename's
+ * target) may lead to another inode, whose node is a ghost or being
+ * forgotten.  node_put lets it go. */
+static struct node *node_get(dev_t dev, ino_t ino)
+{
+	pthread_mutex_lock(&M.lock);
+	struct node *n = find_locked(dev, ino);
+	if (n)
+		n->forgetting++;
+	pthread_mutex_unlock(&M.lock);
+	return n;
+}
+
+/* A ghost stays one; a node a forget or a reaper gave up meanwhile is
+ * freed, or kept as a ghost, as that pass asked (forget_done). */
+static void node_put(struct node *n)
+{
+	forget_done(n, false);
+}
+
 /* After an unlink or a rename that may have removed the last link of the
  * inode (dev, ino). */
 /* An open file is about to lose a name through the mount: in handle mode
@@ -605,29 +632,25 @@ void before_unlink(dev_t dev, ino_t ino)
 {
 	if (!M.handles)
 		return;
-	pthread_mutex_lock(&M.lock);
-	struct node *n = find_locked(dev, ino);
-	pthread_mutex_unlock(&M.lock);
-	/* valid: the kernel holds a lookup on the name being removed */
-	if (!n || !n->is_reg)
+	struct node *n = node_get(dev, ino);
+	if (!n)
 		return;
-	pthread_mutex_lock(&n->lock);
-	if (n->opens) {
-		pthread_mutex_lock(&n->fdlock);
-		if (n->pfd < 0 && n->pfd_holds > 0)
-			n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
-		pthread_mutex_unlock(&n->fdlock);
+	if (n->is_reg) {
+		pthread_mutex_lock(&n->lock);
+		if (n->opens) {
+			pthread_mutex_lock(&n->fdlock);
+			if (n->pfd < 0 && n->pfd_holds > 0)
+				n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+			pthread_mutex_unlock(&n->fdlock);
+		}
+		pthread_mutex_unlock(&n->lock);
 	}
-	pthread_mutex_unlock(&n->lock);
+	node_put(n);
 }
 
 void after_unlink(dev_t dev, ino_t ino)
 {
-	pthread_mutex_lock(&M.lock);
-	struct node *n = find_locked(dev, ino);
-	pthread_mutex_unlock(&M.lock);
-	/* n stays valid: the kernel holds a lookup on a name it just removed
-	 * until this request is answered */
+	struct node *n = node_get(dev, ino);
 	if (!n)
 		return;
 	pthread_mutex_lock(&n->lock);
@@ -637,17 +660,16 @@ void after_unlink(dev_t dev, ino_t ino)
 	if (!n->opens)
 		drop_if_unlinked_locked(n);
 	pthread_mutex_unlock(&n->lock);
+	node_put(n);
 }
 
 void after_rename(dev_t dev, ino_t ino)
 {
-	pthread_mutex_lock(&M.lock);
-	struct node *n = find_locked(dev, ino);
-	pthread_mutex_unlock(&M.lock);
-	/* valid: the kernel holds a lookup on the renamed name until the
-	 * request is answered */
-	if (n)
+	struct node *n = node_get(dev, ino);
+	if (n) {
 		node_changed(n);
+		node_put(n);
+	}
 }
 
 /*
@@ -743,11 +765,21 @@ static bool node_settle(struct node *n)
 }
 
 /* One forgetting pass over @n ends (@linger: it may become a ghost);
- * the node is freed when nothing holds it. */
+ * the node is freed when nothing holds it.  Passes overlap (a reaper
+ * settling a ghost that a lookup revived and the kernel forgot again;
+ * two forgets around a lookup): the last one decides, with what every
+ * one of them asked, so data a pass left in the cache (writes after
+ * another's settling, a failed writeback) keeps the node a ghost. */
 static void forget_done(struct node *n, bool linger)
 {
 	pthread_mutex_lock(&M.lock);
-	bool unused = !--n->forgetting && !n->nlookup;
+	n->linger |= linger;
+	/* a ghost held by node_get: still one */
+	bool unused = !--n->forgetting && !n->nlookup && !n->ghost;
+	if (!n->forgetting) {
+		linger = n->linger;
+		n->linger = false;
+	}
 	if (unused && linger && n->hashed) {
 		ghost_add_locked(n);
 		unused = false;
@@ -790,6 +822,19 @@ void ghost_stale(struct node *n)
 	forget_done(n, false);
 }
 
+static void ghost_stale_job(void *n)
+{
+	ghost_stale(n);
+}
+
+/* A forget's settling and reaping, for a helper (below). */
+static void forget_job(void *arg)
+{
+	struct node *n = arg;
+	forget_done(n, !node_settle(n));
+	ghosts_reap();
+}
+
 /*
  * The kernel dropped its last lookup of a node.  The node stays in the
  * table while its data is dropped (unlinked) or written back, or as a
@@ -814,8 +859,21 @@ void forget_one(fuse_ino_t ino, uint64_t nlookup)
 		linger = n->wrote;
 		pthread_mutex_unlock(&n->lock);
 	}
+	/* A ring thread (a lookup given back by READDIRPLUS or a failed
+	 * CREATE: FORGET itself comes through /dev/fuse) must not wait for
+	 * writeback (uring.c): settling data goes to a helper, and ghosts
+	 * are reaped by the next FORGET, which a worker serves. */
+	bool ring = uring_on_ring();
+	if (!linger && ring) {
+		pthread_mutex_lock(&n->lock);
+		bool slow = n->wrote || M.remote;
+		pthread_mutex_unlock(&n->lock);
+		if (slow && uring_later(forget_job, n))
+			return;
+	}
 	if (!linger)
 		linger = !node_settle(n);
 	forget_done(n, linger);
-	ghosts_reap();
+	if (!ring)
+		ghosts_reap();
 }

@@ -134,6 +134,28 @@ static int chmod_fd(int fd, mode_t mode)
 	return chmod(path, mode);
 }
 
+/* Groups of the caller of @req, or of this process (@req NULL): a
+ * malloc'd list, its length in *@n; NULL when they cannot be had. */
+static gid_t *groups_of(fuse_req_t req, int *n)
+{
+	int cap = 64;
+	for (int tries = 0; tries < 4; tries++) {
+		gid_t *list = malloc((size_t)cap * sizeof(*list));
+		if (!list)
+			return NULL;
+		int got = req ? fuse_req_getgroups(req, cap, list) : getgroups(cap, list);
+		if (got >= 0 && got <= cap) {
+			*n = got;
+			return list;
+		}
+		free(list);
+		if (got < 0 && (req || errno != EINVAL))
+			return NULL;
+		cap = got > cap ? got : cap * 16;
+	}
+	return NULL;
+}
+
 /* Is the caller of @req in group @gid (its own or a supplementary one)?
  * Unknown (no /proc): no, so that a set-group-ID bit goes rather than
  * stays for a caller who may not keep it. */
@@ -141,19 +163,32 @@ static bool caller_in_group(fuse_req_t req, gid_t gid)
 {
 	if (fuse_req_ctx(req)->gid == gid)
 		return true;
-	gid_t small[64], *list = small;
-	int cap = 64, n = fuse_req_getgroups(req, cap, list);
-	if (n > cap && (list = malloc((size_t)n * sizeof(*list)))) {
-		cap = n;
-		n = fuse_req_getgroups(req, cap, list);
-	}
+	int n;
+	gid_t *list = groups_of(req, &n);
 	bool in = false;
-	for (int i = 0; i < n && i < cap && list; i++)
+	for (int i = 0; list && i < n; i++)
 		in |= list[i] == gid;
-	if (list != small)
-		free(list);
+	free(list);
 	return in;
 }
+
+/* From the mode bits alone (no ACL): where the daemon cannot take the
+ * caller's ids. */
+static int caller_may_open_bits(fuse_req_t req, int dfd, const char *name, int want)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	mode_t bits = st.st_uid == ctx->uid ? st.st_mode >> 6 :
+		      caller_in_group(req, st.st_gid) ? st.st_mode >> 3 : st.st_mode;
+	bool ok = (!(want & R_OK) || (bits & S_IROTH)) && (!(want & W_OK) || (bits & S_IWOTH));
+	return ok ? 0 : -EACCES;
+}
+
+#ifndef SYS_faccessat2
+#define SYS_faccessat2 439
+#endif
 
 /*
  * May the caller of @req open the existing file @name in directory @dfd
@@ -161,8 +196,10 @@ static bool caller_in_group(fuse_req_t req, gid_t gid)
  * name it believed absent (FUSE marks every CREATE's file as made), so
  * the daemon does: as root, with the caller's file-system ids and groups
  * on this thread only (raw system calls: glibc's wrappers change every
- * thread's), asking the backing file system, ACLs included; not root,
- * from the mode bits.  0 or -errno.
+ * thread's; a file-system uid other than 0 drops the file capabilities,
+ * 0 again raises them), asking the backing file system, ACLs included;
+ * where it cannot take the caller's ids (not root, no CAP_SETUID, a
+ * kernel without faccessat2), from the mode bits.  0 or -errno.
  */
 static int caller_may_open(fuse_req_t req, int dfd, const char *name, int flags)
 {
@@ -171,35 +208,29 @@ static int caller_may_open(fuse_req_t req, int dfd, const char *name, int flags)
 	int want = (acc != O_WRONLY ? R_OK : 0) | (acc != O_RDONLY || (flags & O_TRUNC) ? W_OK : 0);
 	if (ctx->uid == 0)
 		return 0;
-	if (!M.as_root) {
-		struct stat st;
-		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW))
-			return -errno;
-		mode_t bits = st.st_uid == ctx->uid ? st.st_mode >> 6 :
-			      caller_in_group(req, st.st_gid) ? st.st_mode >> 3 : st.st_mode;
-		bool ok = (!(want & R_OK) || (bits & S_IROTH)) && (!(want & W_OK) || (bits & S_IWOTH));
-		return ok ? 0 : -EACCES;
-	}
-	gid_t small[64], *list = small, mine[64];
-	int cap = 64, n = fuse_req_getgroups(req, cap, list);
-	if (n > cap && (list = malloc((size_t)n * sizeof(*list)))) {
-		cap = n;
-		n = fuse_req_getgroups(req, cap, list);
-	}
-	int nmine = getgroups(64, mine);
+	if (!M.as_root)
+		return caller_may_open_bits(req, dfd, name, want);
+	int n, nmine;
+	gid_t *list = groups_of(req, &n), *mine = groups_of(NULL, &nmine);
 	int err = -EACCES;
-	if (list && n >= 0 && n <= cap && nmine >= 0 &&
-	    !syscall(SYS_setgroups, (size_t)n, list)) {
+	if (list && mine && !syscall(SYS_setgroups, (size_t)n, list)) {
 		syscall(SYS_setfsgid, ctx->gid);
 		syscall(SYS_setfsuid, ctx->uid);
-		err = faccessat(dfd, name, want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+		/* setfsuid tells nothing of a refusal but by what it reads back */
+		bool as_caller = (uid_t)syscall(SYS_setfsuid, -1) == ctx->uid &&
+				 (gid_t)syscall(SYS_setfsgid, -1) == ctx->gid;
+		int r = -ENOSYS;
+		if (as_caller)
+			r = syscall(SYS_faccessat2, dfd, name, want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) ?
+			    -errno : 0;
 		syscall(SYS_setfsuid, M.euid);
 		syscall(SYS_setfsgid, M.egid);
 		if (syscall(SYS_setgroups, (size_t)nmine, mine))
-			abort();   /* never: root may always; a thread left as the caller may not be */
+			abort();   /* never: root may; a thread left as the caller may not be */
+		err = !as_caller || r == -ENOSYS ? caller_may_open_bits(req, dfd, name, want) : r;
 	}
-	if (list != small)
-		free(list);
+	free(list);
+	free(mine);
 	return err;
 }
 
@@ -665,9 +696,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		 * made the file with them (as on a local file system) */
 		else if (made_st.st_mode & (S_ISUID | S_ISGID)) {
 			mode_t m = made_st.st_mode & 07777;
-			/* set-group-ID of a group the caller is not in (the
-			 * directory's): the kernel's inode_init_owner drops it */
-			if (gid == (gid_t)-1 && made_st.st_gid != fuse_req_ctx(req)->gid &&
+			/* set-group-ID with group execute, of a group the
+			 * caller is not in (the directory's): the kernel's
+			 * mode_strip_sgid drops it */
+			if (gid == (gid_t)-1 && (m & S_IXGRP) &&
+			    made_st.st_gid != fuse_req_ctx(req)->gid &&
 			    !caller_in_group(req, made_st.st_gid))
 				m &= ~(mode_t)S_ISGID;
 			if (fchmod(fd, m))
