@@ -28,12 +28,15 @@
  *      end); fua=1 on a server that offers no FUA: written-back data the
  *      server lost with its restart is an fsync error, not success; a
  *      socket that never answers the handshake: the device's add fails
- *      after timeout=, not never.
+ *      after timeout=, not never; fua=1 and a server that comes back
+ *      without FUA: not used (every write failed EINVAL), the data lands
+ *      once FUA is back.
  */
 #include "testutil.h"
 #include "nbdkit.h"
 #include "wbcache_backend.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -43,6 +46,19 @@
 #define T_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 static char *dir;
+
+/* Does file @path hold @what? */
+static bool file_has(const char *path, const char *what)
+{
+	char buf[8192];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return strstr(buf, what) != NULL;
+}
 
 static wbc_cache *open_cache(uint64_t mem)
 {
@@ -475,6 +491,46 @@ static void test_edges(void)
 	CHECK_EQ(wbc_file_close(f), 0);
 	wbc_cache_close(c);
 	free(data);
+	t_nbdkit_stop(&s);
+
+	/* fua=1 on a server with FUA that comes back without it: not the
+	 * export the writes rely on (every FUA write failed with EINVAL, for
+	 * ever); it is not used, and once FUA is back the data lands */
+	const char *with_fua[] = { "--filter=fua", "memory", "16M", "fuamode=native", NULL };
+	const char *without_fua[] = { "--filter=fua", "memory", "16M", NULL };
+	t_nbdkit_start(&s, dir, "fuaflip", with_fua);
+	c = open_cache(16 * MiB);
+	dev = add(c, s.uri, "fua=1,retry_timeout=600");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, "AAAA", 4, 0), 4);
+	CHECK_EQ(wbc_fsync(f), 0);
+	char log[512];
+	snprintf(log, sizeof(log), "%s/fuaflip.err", dir);
+	fflush(stderr);
+	int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	CHECK(saved >= 0 && lf >= 0 && dup2(lf, 2) == 2);
+	close(lf);
+	t_nbdkit_stop(&s);
+	t_nbdkit_start(&s, dir, "fuaflip", without_fua);
+	CHECK(T_WAIT_UNTIL(file_has(log, "the export changed")));
+	fflush(stderr);
+	CHECK(dup2(saved, 2) == 2);
+	close(saved);
+	CHECK_EQ(bstats(dev).connected, 0);
+	char page[4096];                /* a whole page: no read of the rest */
+	memset(page, 'B', sizeof(page));
+	CHECK_EQ(wbc_pwrite(f, page, sizeof(page), 8192), (ssize_t)sizeof(page));
+	r = wbc_fsync(f);
+	printf("    fua=1, the server back without FUA: not used, fsync %d (%s)\n", r,
+	       wbc_strerror(r));
+	CHECK(r < 0 && r != -EINVAL);
+	t_nbdkit_stop(&s);
+	t_nbdkit_start(&s, dir, "fuaflip", with_fua);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected > 0));
+	CHECK_EQ(wbc_fsync(f), 0);
+	check_server(s.uri, page, sizeof(page), 8192);
+	CHECK_EQ(wbc_file_close(f), 0);
+	wbc_cache_close(c);
 	t_nbdkit_stop(&s);
 
 	/* a socket that takes the connection and never says a word */

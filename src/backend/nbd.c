@@ -580,13 +580,23 @@ static void start_connect(struct nbe *b, struct nbd_conn *c, uint64_t now)
 static void conn_ready(struct nbe *b, struct nbd_conn *c, uint64_t now)
 {
 	int64_t size = nbd_get_size(c->h);
-	if (size != (int64_t)b->size || (b->nconns > 1 && nbd_can_multi_conn(c->h) != 1)) {
+	/* the export we had, as it was: its size, several connections, and
+	 * what the writes rely on (FUA where they use it, a flush where
+	 * fsync needs one, writable) */
+	bool fua_gone = writes_fua(b) && nbd_can_fua(c->h) != 1;
+	bool flush_changed = (nbd_can_flush(c->h) == 1) != b->can_flush;
+	bool ro = nbd_is_read_only(c->h) == 1;
+	if (size != (int64_t)b->size || (b->nconns > 1 && nbd_can_multi_conn(c->h) != 1) ||
+	    fua_gone || flush_changed || ro) {
 		/* not the export we had (or it no longer takes several
 		 * connections): keep trying, never write to it */
 		if (!c->was_up || c == &b->conns[0])
 			fprintf(stderr, "wbcache: nbd: %s: the export changed (size %lld, was %llu; "
-				"multi-conn %d); not using it\n", b->uri, (long long)size,
-				(unsigned long long)b->size, nbd_can_multi_conn(c->h));
+				"multi-conn %d; FUA %s; flush %s; %s); not using it\n", b->uri,
+				(long long)size, (unsigned long long)b->size,
+				nbd_can_multi_conn(c->h), fua_gone ? "gone" : "as before",
+				flush_changed ? "changed" : "as before",
+				ro ? "read-only" : "writable");
 		c->was_up = true;
 		connect_failed(b, c, now);
 		return;
