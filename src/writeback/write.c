@@ -30,12 +30,25 @@ static void tag_pages_locked(struct inode *ino, uint64_t start, uint64_t end)
 	}
 }
 
+/* Wait for the pages of [start, end] under writeback now, each in turn
+ * (as the kernel's __filemap_fdatawait_range): the search moves past a
+ * page once it is no longer under writeback, so writeback that others
+ * start meanwhile behind it (the flusher's, of pages written again) does
+ * not hold the wait up for as long as writers keep going. */
 void wait_on_writeback_range(struct inode *ino, uint64_t start, uint64_t end)
 {
-	uint64_t idx;
+	uint64_t idx, from = start;
 	pthread_mutex_lock(&ino->lock);
-	while (pm_next(&ino->map, start, PM_TAG_WRITEBACK, &idx) && idx <= end)
+	while (pm_next(&ino->map, from, PM_TAG_WRITEBACK, &idx) && idx <= end) {
+		from = idx;
 		inode_wait_locked(ino);
+		uint64_t again;
+		if (!pm_next(&ino->map, idx, PM_TAG_WRITEBACK, &again) || again != idx) {
+			if (idx == UINT64_MAX)
+				break;
+			from = idx + 1;   /* that page is done: on to the next */
+		}
+	}
 	pthread_mutex_unlock(&ino->lock);
 }
 
