@@ -70,12 +70,11 @@ static bool came_round(uintptr_t *first, struct inode *ino)
 static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pages)
 {
 	struct wbc_cache *c = dev->cache;
+	uint64_t expire = c->cfg.dirty_expire_centisecs * NS_PER_CENTISEC;
 	uint64_t now = wbc_now_ns();
 	uint64_t older_than = now;
-	if (reason == WB_REASON_PERIODIC) {
-		uint64_t expire = c->cfg.dirty_expire_centisecs * NS_PER_CENTISEC;
+	if (reason == WB_REASON_PERIODIC)
 		older_than = now > expire ? now - expire : 0;
-	}
 	struct dirty_batch batch;
 	struct dirty_put put;
 	dirty_batch_init(&batch);
@@ -106,6 +105,17 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			plug_flush(dev, &plug);
 			dirty_put_commit(dev, &put);
 			dirty_drain(dev);
+			/* background and periodic passes queue what is due
+			 * now, as the kernel's wb_writeback: a pass that a
+			 * streaming file keeps going (its pages go round on
+			 * b_more_io) still takes the files dirtied after it
+			 * began, and the periodic pass it holds off is not
+			 * needed for them */
+			if (reason == WB_REASON_BACKGROUND || reason == WB_REASON_PERIODIC) {
+				now = wbc_now_ns();
+				older_than = reason == WB_REASON_BACKGROUND ? now :
+					     now > expire ? now - expire : 0;
+			}
 			if (!dirty_take(dev, &batch, older_than, UINT64_MAX, NULL))
 				break;
 			slice = c->wb_ops->slice_pages(dev);
