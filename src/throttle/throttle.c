@@ -66,7 +66,9 @@
  * SLACK (invariant 2): a thread may dirty up to its interval before it
  * checks, and the interval is capped at throttle_slack_pages(); a device
  * passing as "nearly clean" adds at most its pass allowance (at most
- * thresh / 16, and a quarter of its share).
+ * thresh / 16, and a quarter of its share; but never under dev_pass(),
+ * 128 KiB and a page: with a dirty limit under 2 MiB that floor is the
+ * larger, and each device's writers may hold it over the limit).
  *
  * LOCAL THROTTLE (wbc_thread_set_local_throttle; the kernel's
  * PF_LOCAL_THROTTLE).  A thread that writes into a lower device in order
