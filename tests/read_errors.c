@@ -1,8 +1,8 @@
 /*
  * A failed read is an error, never the file's end; a failed remove or
- * flush loses nothing silently.  The backend here (the public interface)
- * keeps one file of 'A's in memory, in I/Os of at most 4 KiB, and fails
- * on demand: reads at or past an offset, removes, and (through a device
+ * flush loses nothing silently.  The backend here (the public interface,
+ * tests/store_backend.h) keeps one file of 'A's in memory, in I/Os of at
+ * most 4 KiB, and fails on demand: reads at or past an offset, removes, and (through a device
  * model under a stacked device) writes.
  *   1. a read of many pages whose second I/O fails: -EIO, not zeros
  *      cached as the file's bytes; once the backend reads again, every
@@ -26,135 +26,20 @@
  *   8. a direct stacked device whose lower file ends mid-block reads its
  *      last page (the end, not a retry at an unaligned offset).
  */
-#include "testutil.h"
-#include "wbcache_backend.h"
-
-#include <pthread.h>
+#include "store_backend.h"
 
 #define KiB 1024u
 #define FSIZE (128 * KiB)
 
-static pthread_mutex_t lk = PTHREAD_MUTEX_INITIALIZER;
-#define STORE (2 * FSIZE)
-static char store[STORE];
-static uint64_t store_size = FSIZE;
-static uint64_t fail_read_from = UINT64_MAX;
-static int fail_remove;
-static int dummy;
-
-static void b_caps(void *ctx, struct wbc_backend_caps *c)
-{
-	(void)ctx;
-	c->max_io = 4 * KiB;
-	c->queue_depth = 8;
-}
-
-static int b_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
-{
-	(void)ctx; (void)name; (void)flags;
-	*file = &dummy;
-	pthread_mutex_lock(&lk);
-	*size = store_size;
-	pthread_mutex_unlock(&lk);
-	return 0;
-}
-
-static void b_close(void *ctx, void *file) { (void)ctx; (void)file; }
-
-static int b_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
-{
-	(void)ctx; (void)queued;
-	for (unsigned i = 0; i < n; i++) {
-		struct wbc_io *io = ios[i];
-		ssize_t res = 0;
-		pthread_mutex_lock(&lk);
-		CHECK(io->off + io->len <= STORE);
-		if (io->op == WBC_IO_READ && io->off + io->len > fail_read_from) {
-			res = -EIO;
-		} else {
-			uint64_t at = io->off;
-			for (int k = 0; k < io->iovcnt; k++) {
-				size_t len = io->iov[k].iov_len;
-				if (io->op == WBC_IO_WRITE) {
-					memcpy(store + at, io->iov[k].iov_base, len);
-				} else {
-					size_t v = at >= store_size ? 0 :
-						   store_size - at < len ? (size_t)(store_size - at) : len;
-					memcpy(io->iov[k].iov_base, store + at, v);
-					if (v < len) {
-						res += (ssize_t)v;
-						break;
-					}
-				}
-				res += (ssize_t)len;
-				at += len;
-			}
-			if (io->op == WBC_IO_WRITE && at > store_size)
-				store_size = at;
-		}
-		pthread_mutex_unlock(&lk);
-		wbc_io_complete(io, res);
-	}
-	return 0;
-}
-
-static int b_resize(void *ctx, void *file, uint64_t size)
-{
-	(void)ctx; (void)file;
-	pthread_mutex_lock(&lk);
-	if (size > store_size)
-		memset(store + store_size, 0, size - store_size);
-	store_size = size;
-	pthread_mutex_unlock(&lk);
-	return 0;
-}
-
-static int b_remove(void *ctx, void *file)
-{
-	(void)ctx; (void)file;
-	pthread_mutex_lock(&lk);
-	int err = fail_remove ? -EIO : 0;
-	if (!err)
-		store_size = 0;
-	pthread_mutex_unlock(&lk);
-	return err;
-}
-
-static int fail_flush;
-
-static int b_flush(void *ctx, void *file, unsigned flags)
-{
-	(void)ctx; (void)file; (void)flags;
-	pthread_mutex_lock(&lk);
-	int err = fail_flush ? -EIO : 0;
-	fail_flush = 0;     /* once */
-	pthread_mutex_unlock(&lk);
-	return err;
-}
-
-static void b_destroy(void *ctx) { (void)ctx; }
-
-static const struct wbc_backend_ops ops = {
-	.size = sizeof(ops), .name = "faulty", .caps = b_caps, .open = b_open,
-	.close = b_close, .submit = b_submit, .resize = b_resize, .remove = b_remove,
-	.flush = b_flush, .destroy = b_destroy,
-};
-
 static void reset_store(void)
 {
-	pthread_mutex_lock(&lk);
-	memset(store, 'A', sizeof(store));
-	store_size = FSIZE;
-	fail_read_from = UINT64_MAX;
-	fail_remove = 0;
-	pthread_mutex_unlock(&lk);
-}
-
-static void set_fail_read_from(uint64_t off)
-{
-	pthread_mutex_lock(&lk);
-	fail_read_from = off;
-	pthread_mutex_unlock(&lk);
+	pthread_mutex_lock(&sb_lock);
+	memset(sb_store, 'A', FSIZE);
+	sb_size = FSIZE;
+	sb_max_io = 4 * KiB;
+	sb_fail_read_from = UINT64_MAX;
+	sb_fail_remove = sb_fail_flush = false;
+	pthread_mutex_unlock(&sb_lock);
 }
 
 static wbc_cache *open_cache(void)
@@ -172,7 +57,7 @@ static wbc_dev *add_faulty(wbc_cache *c)
 	static int ctx;
 	wbc_dev *d;
 	char msg[256];
-	int err = wbc_dev_add_backend_msg(c, &ops, &ctx, "", &d, msg, sizeof(msg));
+	int err = wbc_dev_add_backend_msg(c, &sb_ops, &ctx, "", &d, msg, sizeof(msg));
 	if (err)
 		fprintf(stderr, "add: %s\n", msg);
 	CHECK_EQ(err, 0);
@@ -196,7 +81,7 @@ static void case_read_run(void)
 	wbc_dev *d = add_faulty(c);
 	wbc_file *h;
 	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
-	set_fail_read_from(8 * KiB);
+	sb_set_fail_read_from(8 * KiB);
 	memset(buf, '?', sizeof(buf));
 	ssize_t r = wbc_pread(h, buf, FSIZE, 0);
 	/* the run from page 0 failed as a whole; nothing past 8 KiB read */
@@ -205,13 +90,13 @@ static void case_read_run(void)
 		CHECK_EQ(count_not(buf, (size_t)r, 'A'), 0);
 	r = wbc_pread(h, buf, 4 * KiB, 64 * KiB);
 	CHECK_EQ(r, -EIO);
-	set_fail_read_from(UINT64_MAX);
+	sb_set_fail_read_from(UINT64_MAX);
 	r = wbc_pread(h, buf, FSIZE, 0);
 	CHECK_EQ(r, FSIZE);
 	CHECK_EQ(count_not(buf, FSIZE, 'A'), 0);
 	/* a partial-page write over what was read, then fsync: the page's
 	 * other bytes are the backend's, not zeros */
-	set_fail_read_from(8 * KiB);
+	sb_set_fail_read_from(8 * KiB);
 	wbc_file_close(h);
 	CHECK_EQ(wbc_cache_close(c), 0);
 
@@ -221,16 +106,13 @@ static void case_read_run(void)
 	memset(buf, '?', sizeof(buf));
 	CHECK(wbc_pread(h, buf, FSIZE, 0) <= (ssize_t)(8 * KiB));
 	CHECK(wbc_pwrite(h, "B", 1, 12 * KiB) < 0);   /* its page cannot be read */
-	set_fail_read_from(UINT64_MAX);
+	sb_set_fail_read_from(UINT64_MAX);
 	CHECK_EQ(wbc_pwrite(h, "B", 1, 12 * KiB), 1);
 	CHECK_EQ(wbc_fsync(h), 0);
 	wbc_file_close(h);
 	CHECK_EQ(wbc_cache_close(c), 0);
-	pthread_mutex_lock(&lk);
-	CHECK_EQ(store[12 * KiB], 'B');
-	store[12 * KiB] = 'A';
-	CHECK_EQ(count_not(store, FSIZE, 'A'), 0);
-	pthread_mutex_unlock(&lk);
+	CHECK(sb_is(12 * KiB, 12 * KiB + 1, 'B'));
+	CHECK(sb_is(0, 12 * KiB, 'A') && sb_is(12 * KiB + 1, FSIZE, 'A'));
 }
 
 static void case_stacked_read(void)
@@ -242,7 +124,7 @@ static void case_stacked_read(void)
 	CHECK_EQ(wbc_file_open(lower, "f", 0, &lh), 0);
 	/* the lower file's first 64 KiB in its cache, the rest fails */
 	CHECK_EQ(wbc_pread(lh, buf, 64 * KiB, 0), 64 * KiB);
-	set_fail_read_from(64 * KiB);
+	sb_set_fail_read_from(64 * KiB);
 	wbc_dev *up;
 	char msg[256];
 	CHECK_EQ(wbc_dev_add_stacked(c, lower, "f", "", &up, msg, sizeof(msg)), 0);
@@ -254,7 +136,7 @@ static void case_stacked_read(void)
 	if (r > 0)
 		CHECK_EQ(count_not(buf, (size_t)r, 'A'), 0);
 	CHECK_EQ(wbc_pread(h, buf, 4 * KiB, 96 * KiB), -EIO);
-	set_fail_read_from(UINT64_MAX);
+	sb_set_fail_read_from(UINT64_MAX);
 	CHECK_EQ(wbc_pread(h, buf, FSIZE, 0), FSIZE);
 	CHECK_EQ(count_not(buf, FSIZE, 'A'), 0);
 	wbc_file_close(h);
@@ -272,9 +154,7 @@ static void case_remove(void)
 	memset(buf, 'C', 8 * KiB);
 	CHECK_EQ(wbc_pwrite(h, buf, 8 * KiB, FSIZE), 8 * KiB);   /* dirty, past the end */
 	wbc_file_close(h);
-	pthread_mutex_lock(&lk);
-	fail_remove = 1;
-	pthread_mutex_unlock(&lk);
+	sb_set(&sb_fail_remove, true);
 	CHECK_EQ(wbc_file_remove(d, "f"), -EIO);
 	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
 	CHECK_EQ(wbc_file_size(h), FSIZE + 8 * KiB);
@@ -284,10 +164,8 @@ static void case_remove(void)
 	wbc_file_close(h);
 	/* stays dirty, and is written: the backend grows by it */
 	CHECK_EQ(wbc_cache_close(c), 0);
-	pthread_mutex_lock(&lk);
-	CHECK_EQ(store_size, FSIZE + 8 * KiB);
-	CHECK_EQ(count_not(store + FSIZE, 8 * KiB, 'C'), 0);
-	pthread_mutex_unlock(&lk);
+	CHECK_EQ(sb_backend_size(), FSIZE + 8 * KiB);
+	CHECK(sb_is(FSIZE, FSIZE + 8 * KiB, 'C'));
 }
 
 static void case_dev_sync_error(void)
@@ -319,7 +197,7 @@ static void case_min_ratio(void)
 	static int ctx;
 	wbc_dev *d;
 	char msg[256];
-	CHECK_EQ(wbc_dev_add_backend_msg(c, &ops, &ctx, "min_ratio=50,max_ratio=10", &d,
+	CHECK_EQ(wbc_dev_add_backend_msg(c, &sb_ops, &ctx, "min_ratio=50,max_ratio=10", &d,
 					 msg, sizeof(msg)), -EINVAL);
 	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=60", &d, msg, sizeof(msg)), 0);
 	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=40", &d, msg, sizeof(msg)), 0);
@@ -343,9 +221,7 @@ static void case_flush_error_scope(void)
 	CHECK_EQ(wbc_dev_sync(d), 0);          /* old's write is flushed */
 	CHECK_EQ(wbc_pread(r, buf, 4 * KiB, 0), 4 * KiB);
 	CHECK_EQ(wbc_pwrite(w, "w", 1, 0), 1);
-	pthread_mutex_lock(&lk);
-	fail_flush = 1;
-	pthread_mutex_unlock(&lk);
+	sb_set(&sb_fail_flush, true);
 	CHECK_EQ(wbc_dev_sync(d), -EIO);
 	CHECK_EQ(wbc_file_peek_error(w), -EIO);
 	CHECK_EQ(wbc_file_peek_error(w), -EIO);   /* not marked seen */
