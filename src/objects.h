@@ -108,8 +108,9 @@ struct inode {
 	uint64_t nr_pages;          /* [mm] pages in the index */
 	uint64_t retry_backoff_ns;  /* [wb] */
 	struct errseq wb_err;       /* [fs] recorded by writeback's completion */
-	/* [wb] dev->flush_gen when a write of the file last completed: a
-	 * failed flush of the device is the error of the files written
+	/* [wb] dev->flush_gen when a write of the file last completed
+	 * (through the cache or direct), or when it was opened with data:
+	 * a failed flush of the device is the error of the files written
 	 * since its last good one (dev_record_error_files) */
 	uint64_t written_gen;
 	/* [fs] open handles through the cache and direct (WBC_O_DIRECT):
@@ -300,8 +301,12 @@ struct wbc_dev {
 	pthread_mutex_t err_lock __attribute__((aligned(64)));
 	struct errseq wb_err;       /* err_lock: any writeback error of the device */
 	uint32_t sync_err_since;    /* err_lock: [wb] reported through wbc_dev_sync */
-	/* [wb] good flushes of the whole device, from 1 (the flusher's) */
+	/* [wb] flushes of the whole device begun, from 1: a write that
+	 * completes records it in its file (written_gen); flush_good (the
+	 * flusher's) is the generation since which no good flush covers the
+	 * writes, the scope of a failed one (dev_record_error_files) */
 	atomic_uint_fast64_t flush_gen;
+	uint64_t flush_good;
 };
 
 /* ------------------------------------------------------------------ */

@@ -20,9 +20,10 @@
  *   6. readers of a file's tail while a writer appends and evicts: every
  *      byte read is the writer's (a read of many pages zeroed what was
  *      appended after its first page was claimed);
- *   7. a failed flush of the device is the error of the file written
- *      since the last good one (not marked seen by a peek), not of one
- *      only read, nor of one written before that good flush;
+ *   7. a failed flush of the device is the error of the files written
+ *      since the last good one, through the cache or direct (not marked
+ *      seen by a peek), not of one only read, nor of one written before
+ *      that good flush;
  *   8. a direct stacked device whose lower file ends mid-block reads its
  *      last page (the end, not a retry at an unaligned offset).
  */
@@ -221,8 +222,14 @@ static void case_flush_error_scope(void)
 	CHECK_EQ(wbc_dev_sync(d), 0);          /* old's write is flushed */
 	CHECK_EQ(wbc_pread(r, buf, 4 * KiB, 0), 4 * KiB);
 	CHECK_EQ(wbc_pwrite(w, "w", 1, 0), 1);
+	wbc_file *dw;          /* written direct: no writeback of its own */
+	CHECK_EQ(wbc_file_open(d, "dw", WBC_O_DIRECT, &dw), 0);
+	memset(buf, 'd', 4 * KiB);
+	CHECK_EQ(wbc_pwrite(dw, buf, 4 * KiB, 0), 4 * KiB);
 	sb_set(&sb_fail_flush, true);
 	CHECK_EQ(wbc_dev_sync(d), -EIO);
+	CHECK_EQ(wbc_file_peek_error(dw), -EIO);
+	wbc_file_close(dw);
 	CHECK_EQ(wbc_file_peek_error(w), -EIO);
 	CHECK_EQ(wbc_file_peek_error(w), -EIO);   /* not marked seen */
 	CHECK_EQ(wbc_fsync(w), -EIO);

@@ -263,6 +263,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	wbc_cond_init(&dev->work_cond);
 	wbc_cond_init(&dev->done_cond);
 	atomic_store(&dev->flush_gen, 1);   /* a file never written: written_gen 0 */
+	dev->flush_good = 1;
 	list_init(&dev->work_list);
 	atomic_store(&dev->write_bw, WBC_INIT_BW);
 	atomic_store(&dev->avg_write_bw, WBC_INIT_BW);

@@ -449,6 +449,7 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 		pthread_mutex_lock(&ino->lock);
 		ino->i_size = WBC_MAX(ino->i_size, off + (uint64_t)n);
 		ino->backend_size = WBC_MAX(ino->backend_size, off + (uint64_t)n);
+		ino->written_gen = atomic_load_explicit(&dev->flush_gen, memory_order_relaxed);
 		pthread_mutex_unlock(&ino->lock);
 		pcount_add(&dev->cache->st_written, n);
 	}

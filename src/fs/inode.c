@@ -358,6 +358,10 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	} else {
 		ino->obj = obj;
 		ino->i_size = ino->backend_size = size;
+		/* its data may be writes no good flush covers yet (written,
+		 * closed, and its inode gone meanwhile) */
+		ino->written_gen = size ? atomic_load_explicit(&dev->flush_gen,
+							       memory_order_relaxed) : 0;
 	}
 	ino->hstate = 0;
 	pthread_cond_broadcast(&s->wait);

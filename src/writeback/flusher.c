@@ -278,12 +278,14 @@ static int wb_sync(struct wbc_dev *dev)
 	 * since the last good one (a stacked device's lower device failed
 	 * to write them): their error, as wbc_fsync_range makes it its
 	 * file's, and the device's (taken below) */
-	uint64_t gen = atomic_load(&dev->flush_gen);
+	/* writes that complete from here on may miss this flush: they
+	 * count in the next generation */
+	uint64_t gen = atomic_fetch_add(&dev->flush_gen, 1);
 	int e = backend_flush(dev->be, NULL, false);
 	if (e)
-		dev_record_error_files(dev, e, gen);
+		dev_record_error_files(dev, e, dev->flush_good);
 	else
-		atomic_store(&dev->flush_gen, gen + 1);
+		dev->flush_good = gen + 1;
 	pthread_mutex_lock(&dev->err_lock);
 	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since);
 	pthread_mutex_unlock(&dev->err_lock);

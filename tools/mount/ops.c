@@ -212,7 +212,7 @@ static int caller_may_open(fuse_req_t req, int dfd, const char *name, int flags)
 		return caller_may_open_bits(req, dfd, name, want);
 	int n, nmine;
 	gid_t *list = groups_of(req, &n), *mine = groups_of(NULL, &nmine);
-	int err = -EACCES;
+	int err = -ENOSYS;   /* the caller's ids not taken: the mode bits */
 	if (list && mine && !syscall(SYS_setgroups, (size_t)n, list)) {
 		syscall(SYS_setfsgid, ctx->gid);
 		syscall(SYS_setfsuid, ctx->uid);
@@ -227,11 +227,11 @@ static int caller_may_open(fuse_req_t req, int dfd, const char *name, int flags)
 		syscall(SYS_setfsgid, M.egid);
 		if (syscall(SYS_setgroups, (size_t)nmine, mine))
 			abort();   /* never: root may; a thread left as the caller may not be */
-		err = !as_caller || r == -ENOSYS ? caller_may_open_bits(req, dfd, name, want) : r;
+		err = !as_caller ? -ENOSYS : r;
 	}
 	free(list);
 	free(mine);
-	return err;
+	return err == -ENOSYS ? caller_may_open_bits(req, dfd, name, want) : err;
 }
 
 /*
