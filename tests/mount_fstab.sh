@@ -45,6 +45,32 @@ cp "$top/model" "$mt/b"
 pid=
 cmp "$top/model" "$bk/b" || fail "not written back"
 
+# ---- the atime options of an fstab line a FUSE mount does not take
+# (libfuse refused relatime and nodiratime: the mount failed), several -o
+printf '%s %s fuse.wbcache mem=16M,relatime,nodiratime,lazytime 0 0\n' "$bk" "$mt" >"$top/fstab"
+mount --fstab "$top/fstab" "$mt" 2>"$top/m.log" || fail "mount with relatime,nodiratime: $(cat "$top/m.log")"
+pid=$(daemon_pid)
+"$W" umount "$mt" || fail "umount (relatime)"
+pid=
+"$W" mount "$bk" "$mt" -o mem=16M -o noatime || fail "wbcache mount with two -o"
+pid=$(daemon_pid)
+"$W" stat "$mt" | grep -q "CacheSize: *16384 kB" || fail "the first -o was lost"
+findmnt -n -o OPTIONS "$mt" | grep -q noatime || fail "the second -o was lost"
+"$W" umount "$mt" || fail "umount (two -o)"
+pid=
+
+# ---- mount.fuse3's drop_privileges: it mounts, the daemon serves /dev/fd/N
+# (it refused that mount point and left a dead mount behind)
+mount -t fuse.wbcache "$bk" "$mt" -o mem=16M,drop_privileges 2>"$top/m.log" ||
+	fail "mount -o drop_privileges: $(cat "$top/m.log")"
+pid=$(daemon_pid)
+[ -n "$pid" ] || fail "drop_privileges: not a wbcache mount"
+cp "$top/model" "$mt/c"
+umount "$mt" || fail "umount (drop_privileges)"
+wait_gone "$pid" 600 || fail "daemon did not end (drop_privileges)"
+pid=
+cmp "$top/model" "$bk/c" || fail "drop_privileges: not written back"
+
 # ---- a bad option: mount fails with the reason, nothing mounted
 mount -t fuse.wbcache "$bk" "$mt" -o bogus=1 2>"$top/m.log" && fail "bogus option accepted"
 grep -q "unknown option 'bogus'" "$top/m.log" || fail "no reason: $(cat "$top/m.log")"

@@ -33,6 +33,14 @@ extra_cleanup() {
 chmod o+rw /dev/fuse
 chown $U:$U "$bk" "$mt"
 
+# a mount fusermount3 refuses: its reason reaches the caller, exit 2
+# (nothing mounted; it was exit 1 with fusermount3's message lost)
+if ! grep -qs '^[[:space:]]*user_allow_other' /etc/fuse.conf; then
+	out=$(as_user "$W" mount "$bk" "$mt" -o allow_other 2>&1); rc=$?
+	[ $rc = 2 ] || fail "a refused allow_other mount: exit $rc: $out"
+	echo "$out" | grep -q "user_allow_other" || fail "fusermount3's reason lost: $out"
+	listed && fail "mounted anyway"
+fi
 as_user "$W" mount "$bk" "$mt" || fail "mount as user $U: exit $?"
 src=$top/src
 mkdir "$src"

@@ -228,19 +228,30 @@ int cmd_mount(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			mount_usage(stdout);
+			free(opts);
 			return 0;
 		} else if (!strcmp(argv[i], "-f")) {
 			foreground = true;
-		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-			opts = argv[++i];
-		} else if (!strncmp(argv[i], "-o", 2) && argv[i][2]) {
-			opts = argv[i] + 2;
+		} else if ((!strcmp(argv[i], "-o") && i + 1 < argc) ||
+			   (!strncmp(argv[i], "-o", 2) && argv[i][2])) {
+			/* several -o add up, as mount(8)'s */
+			const char *o = argv[i][2] ? argv[i] + 2 : argv[++i];
+			char *joined = NULL;
+			if (asprintf(&joined, "%s%s%s", opts ? opts : "", opts ? "," : "", o) < 0) {
+				fprintf(stderr, "wbcache mount: out of memory\n");
+				free(opts);
+				return 2;
+			}
+			free(opts);
+			opts = joined;
 		} else if (!strcmp(argv[i], "-o")) {
 			fprintf(stderr, "wbcache mount: -o needs options (see wbcache mount --help)\n");
+			free(opts);
 			return 2;
 		} else if (argv[i][0] == '-' || npos == 2) {
 			fprintf(stderr, "wbcache mount: unexpected argument '%s' (see wbcache mount "
 				"--help)\n", argv[i]);
+			free(opts);
 			return 2;
 		} else {
 			pos[npos++] = argv[i];
@@ -250,17 +261,18 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "wbcache mount: %s (usage: wbcache mount BACKING_DIR MOUNTPOINT "
 			"[-o OPTS] [-f]; see --help)\n", npos ? "no MOUNTPOINT" : "no BACKING_DIR and "
 			"MOUNTPOINT");
+		free(opts);
 		return 2;
 	}
 	struct wbc_config cfg;
 	wbc_config_init(&cfg);
 	cfg.mem_bytes = 256u << 20;
 	char devopts[512] = "", fuseopts[256] = "";
-	char *optcopy = opts ? strdup(opts) : NULL;
+	char *optcopy = opts;   /* parse_opts cuts it up */
 	enum dio_mode dio = DIO_AUTO;
 	struct mopts mo = { .entry = TIMEOUT_DEFAULT, .attr = TIMEOUT_DEFAULT, .negative = TIMEOUT_DEFAULT,
 			     .threads = 16, .idle_threads = 16, .uring = URING_AUTO };
-	if (opts && (!optcopy || parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
+	if (opts && (parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
 		return 2;
@@ -294,6 +306,14 @@ int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "wbcache mount: %s: not a directory\n", pos[0]);
 		goto out;
 	}
+	/* /dev/fd/N: a FUSE descriptor already mounted by mount.fuse3
+	 * (-o drop_privileges), which libfuse serves as it is */
+	const char *fdn = !strncmp(pos[1], "/dev/fd/", 8) ? pos[1] + 8 : NULL;
+	if (fdn && *fdn && strspn(fdn, "0123456789") == strlen(fdn)) {
+		if (!(mountpoint = strdup(pos[1])))
+			goto out;
+		goto mounted_fd;
+	}
 	mountpoint = realpath(pos[1], NULL);
 	if (!mountpoint || stat(mountpoint, &st)) {
 		int e = errno;
@@ -318,6 +338,7 @@ int cmd_mount(int argc, char **argv)
 				"umount %s` first)\n", mountpoint, mountpoint);
 		goto out;
 	}
+mounted_fd:
 	M.root_fd = open(M.backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (M.root_fd < 0 || fstat(M.root_fd, &st)) {
 		fprintf(stderr, "wbcache mount: %s: %s\n", M.backing, strerror(errno));
@@ -423,16 +444,23 @@ int cmd_mount(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
 	M.se = se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), NULL);
 	fuse_opt_free_args(&args);
-	status = 1;
-	if (!se) {
+	if (!se) {   /* exit status 2: nothing is mounted */
 		fprintf(stderr, "wbcache mount: cannot start a FUSE session\n");
 		goto out;
 	}
-	detach_stdio();
+	/* fusermount3 (a mount by another user than root) says why a mount
+	 * fails on its stderr: the caller's, unless it stays as the
+	 * auto_unmount watcher, which must hold none of the caller's */
+	bool watcher = strstr(fuseopts, ",auto_unmount") != NULL;
+	if (watcher)
+		detach_stdio();
 	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mountpoint)) {
 		fprintf(stderr, "wbcache mount: cannot mount on %s\n", pos[1]);
 		goto out;
 	}
+	if (!watcher)
+		detach_stdio();
+	status = 1;
 	conn_hook(se);
 	if (!foreground)
 		openlog("wbcache", LOG_PID, LOG_DAEMON);

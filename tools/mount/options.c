@@ -115,10 +115,22 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 		 * the FUSE mount's own: to the kernel's mount */
 		static const char *const mntkeys[] = {
 			"allow_other", "allow_root", "auto_unmount", "ro", "rw", "dev", "nodev",
-			"suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
-			"norelatime", "strictatime", "diratime", "nodiratime", "sync", "async",
-			"dirsync", "lazytime", "nolazytime",
+			"suid", "nosuid", "exec", "noexec", "atime", "noatime", "sync", "async",
+			"dirsync",
 		};
+		/* atime flavours FUSE's mount does not take (libfuse refuses
+		 * them): the mount has the kernel's default (relatime), and
+		 * reads from the cache move no atime anyway; accepted, as in
+		 * an fstab line, with no effect */
+		static const char *const atimekeys[] = {
+			"relatime", "norelatime", "strictatime", "diratime", "nodiratime",
+			"lazytime", "nolazytime",
+		};
+		bool atimekey = false;
+		for (size_t i = 0; !val && i < sizeof(atimekeys) / sizeof(atimekeys[0]); i++)
+			atimekey |= !strcmp(kv, atimekeys[i]);
+		if (atimekey)
+			continue;
 		bool mntkey = false;
 		for (size_t i = 0; !val && i < sizeof(mntkeys) / sizeof(mntkeys[0]); i++)
 			mntkey |= !strcmp(kv, mntkeys[i]);

@@ -239,6 +239,7 @@ static struct {
 	unsigned n, idle, max;       /* helpers: started, waiting, at most */
 	bool stop;
 	pthread_t *threads;
+	cpu_set_t cpus;              /* the process's CPUs (uring_begin) */
 } H = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static void handle(struct ent *e);
@@ -284,9 +285,16 @@ static void *helper_main(void *unused)
 static bool helper_queue(struct job *j)
 {
 	pthread_mutex_lock(&H.lock);
-	if (H.queued >= H.idle && H.n < H.max && !H.stop &&
-	    !pthread_create(&H.threads[H.n], NULL, helper_main, NULL))
-		H.n++;
+	if (H.queued >= H.idle && H.n < H.max && !H.stop) {
+		pthread_attr_t at;
+		bool attr = !pthread_attr_init(&at);
+		if (attr && CPU_COUNT(&H.cpus))
+			pthread_attr_setaffinity_np(&at, sizeof(H.cpus), &H.cpus);
+		if (!pthread_create(&H.threads[H.n], attr ? &at : NULL, helper_main, NULL))
+			H.n++;
+		if (attr)
+			pthread_attr_destroy(&at);
+	}
 	bool ok = H.n > 0 && !H.stop;
 	if (ok) {
 		j->next = NULL;
@@ -809,10 +817,18 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 		snprintf(why, len, "out of memory");
 		rc = -ENOMEM;
 	}
+	/* every queue's eventfd "none" before any thread starts: a failed
+	 * start leaves the rest as calloc made them (0: free_all closed fd 0) */
+	for (unsigned i = 0; Q && i < nq; i++)
+		Q[i].efd = -1;
+	/* helpers run anywhere: a ring thread that starts one is pinned to
+	 * its CPU, and a thread inherits its creator's CPUs */
+	CPU_ZERO(&H.cpus);
+	if (sched_getaffinity(0, sizeof(H.cpus), &H.cpus))
+		CPU_ZERO(&H.cpus);
 	for (unsigned i = 0; !rc && i < nq; i++) {
 		struct uq *q = &Q[i];
 		q->qid = i;
-		q->efd = -1;
 		mutex_init_checked(&q->lock);
 		pthread_cond_init(&q->cond, NULL);
 		int err = pthread_create(&q->thread, NULL, ring_main, q);
