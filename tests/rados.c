@@ -9,7 +9,8 @@
  *      (librados), the size in object 0's xattr after fsync, not before;
  *      a file that is not there: ENOENT without WBC_O_CREAT.
  *   3. truncate: down inside an object removes the objects past it and
- *      cuts that one; up reads zeros; the size is durable.
+ *      cuts that one; up reads zeros; the size is durable; an open with
+ *      another object size than the file's is refused, the data intact.
  *   4. what a dead cache left past the size (objects and an extent, made
  *      with librados) is removed at open: an extension reads zeros; also
  *      data past the size inside the object that holds it, the extent at
@@ -249,6 +250,14 @@ static void test_truncate(void)
 	char *want = calloc(1, 5 * MiB);
 	CHECK(want);
 	memcpy(want, data, cut);
+	check_file("trunc", "object_size=1M", want, 5 * MiB, 0, 5 * MiB);
+	/* the layout is the file's: an open with another object size is
+	 * refused, before it touches anything (it read other objects' bytes,
+	 * and its trim removed data) */
+	c = open_cache(16 * MiB);
+	dev = add(c, "object_size=64K");
+	CHECK_EQ(wbc_file_open(dev, "trunc", 0, &f), -EINVAL);
+	CHECK_EQ(wbc_cache_close(c), 0);
 	check_file("trunc", "object_size=1M", want, 5 * MiB, 0, 5 * MiB);
 	free(want);
 	free(data);

@@ -20,7 +20,9 @@
  *
  * Objects.  File NAME is objects "[PREFIX/]NAME.%016x" of the object index
  * (byte offset / object_size).  Object 0 always exists while the file does:
- * it holds the file's size (xattr wbcache.size, decimal), the extent
+ * it holds the file's size (xattr wbcache.size, decimal), the object size
+ * it was made with (wbcache.object_size: an open with another is refused),
+ * the extent
  * (xattr wbcache.extent: no object at or beyond it holds data, see below)
  * and the file's lock.
  *
@@ -97,6 +99,10 @@
 #define LOCK_NAME "wbcache"
 #define XATTR_SIZE "wbcache.size"
 #define XATTR_EXTENT "wbcache.extent"
+/* the object size the file was made with: its layout (a file opened with
+ * another one read other objects' bytes, and its open's trim removed
+ * data) */
+#define XATTR_OBJSIZE "wbcache.object_size"
 #define KEEPER_S 10.0
 #define STALL_NS (1000ull * 1000000ull)   /* no completion for that long: a new map */
 #define COMPLETE_BATCH 64
@@ -886,11 +892,25 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		free_file(f);
 		return rerr(r);
 	}
-	uint64_t sz = 0, ext = 0;
+	uint64_t sz = 0, ext = 0, made_with = 0;
 	if (exists) {
 		sync_begin(b);
-		if (!(r = get_u64_xattr(b->io, o, XATTR_SIZE, &sz)))
+		if (!(r = get_u64_xattr(b->io, o, XATTR_OBJSIZE, &made_with)) &&
+		    !(r = get_u64_xattr(b->io, o, XATTR_SIZE, &sz)))
 			r = get_u64_xattr(b->io, o, XATTR_EXTENT, &ext);
+		sync_end(b);
+		if (!r && made_with && made_with != b->objsize) {
+			fprintf(stderr, "wbcache: rados: %s was made with object_size=%llu, not %llu: "
+				"open it with that\n", f->name, (unsigned long long)made_with,
+				(unsigned long long)b->objsize);
+			r = -EINVAL;
+		}
+	} else {
+		/* new: its layout, with it */
+		char ob[32];
+		int n = snprintf(ob, sizeof(ob), "%llu", (unsigned long long)b->objsize);
+		sync_begin(b);
+		r = rados_setxattr(b->io, o, XATTR_OBJSIZE, ob, (size_t)n);
 		sync_end(b);
 	}
 	/* what a cache that died left past the size (in the object holding
@@ -1410,7 +1430,10 @@ int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t m
 	if (!rc)
 		oid(&f, 0, o);
 	int broken = 0;
-	while (!rc) {
+	/* one listing: the locks held when it looks (a cache that takes the
+	 * lock just after, the new owner, keeps it; breaking until none was
+	 * left broke that one too) */
+	for (bool once = true; !rc && once; once = false) {
 		int excl;
 		char tag[256], clients[4096], cookies[4096], addrs[4096];
 		size_t tl = sizeof(tag), cl = sizeof(clients), kl = sizeof(cookies),
