@@ -9,8 +9,10 @@
  *      (librados), the size in object 0's xattr after fsync, not before;
  *      a file that is not there: ENOENT without WBC_O_CREAT.
  *   3. truncate: down inside an object removes the objects past it and
- *      cuts that one; up reads zeros; the size is durable; an open with
- *      another object size than the file's is refused, the data intact.
+ *      cuts that one; up reads zeros; the size is durable; a sparse file of
+ *      1 PiB shrinks and is removed visiting the objects written only; an
+ *      open with another object size than the file's is refused, the data
+ *      intact.
  *   4. what a dead cache left past the size (objects and an extent, made
  *      with librados) is removed at open: an extension reads zeros; also
  *      data past the size inside the object that holds it, the extent at
@@ -246,6 +248,17 @@ static void test_truncate(void)
 	CHECK_EQ(wbc_truncate(f, 5 * MiB), 0);                 /* up: zeros */
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_file_close(f), 0);
+	/* a sparse file of 1 PiB: a shrink and a remove visit the objects
+	 * writes reached, not the 2^30 the size spans (they took years) */
+	CHECK_EQ(wbc_file_open(dev, "sparse", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, 4096, 0), 4096);
+	CHECK_EQ(wbc_truncate(f, 1ull << 50), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_truncate(f, MiB), 0);
+	CHECK_EQ(wbc_truncate(f, 1ull << 50), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_file_remove(dev, "sparse"), 0);
+	CHECK_EQ(obj_size("sparse", 0), -ENOENT);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	char *want = calloc(1, 5 * MiB);
 	CHECK(want);

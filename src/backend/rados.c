@@ -119,6 +119,11 @@ struct rfile {
 	uint64_t size;              /* as the engine set it */
 	uint64_t durable;           /* in the xattr */
 	uint64_t extent;            /* in the xattr: no data at or beyond it */
+	/* no object at or past it holds data (<= extent): the extent at
+	 * open, raised by every write issued (a failed one's pieces may have
+	 * landed), lowered by a trim.  Bounds what a resize or a remove
+	 * visits (the size would be 2^40 objects for a sparse file) */
+	uint64_t hiwater;
 	/* object 0's size and extent writes, one at a time (each a
 	 * synchronous op): the extent's raise, flush's size, resize; so an
 	 * older size never lands after a newer one.  Lock order:
@@ -721,6 +726,7 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 			continue;   /* fails when issued; object 0 is another's now */
 		pthread_mutex_lock(&f->lock);
 		bool beyond = end > f->extent || end > f->trim_at;
+		f->hiwater = WBC_MAX(f->hiwater, end);
 		pthread_mutex_unlock(&f->lock);
 		if (!beyond)
 			continue;
@@ -871,6 +877,7 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 				f->size = g->size;
 				f->durable = g->durable;
 				f->extent = g->extent;
+				f->hiwater = g->hiwater;
 				f->trim_at = UINT64_MAX;
 				pthread_mutex_unlock(&g->lock);
 				f->lock_shared = true;
@@ -934,7 +941,7 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		return rerr(r);
 	}
 	f->size = f->durable = sz;
-	f->extent = ext;
+	f->extent = f->hiwater = ext;
 	f->trim_at = UINT64_MAX;
 	pthread_mutex_lock(&b->files_lock);
 	list_add_tail(&f->node, &b->files);
@@ -1049,17 +1056,23 @@ static int rados_resize(void *ctx, void *file, uint64_t size)
 	pthread_mutex_lock(&f->meta_lock);
 	int r = trim_pending_locked(f);
 	pthread_mutex_lock(&f->lock);
-	uint64_t old = f->size, ext = f->extent;
+	uint64_t old = f->size, hi = f->hiwater;
 	pthread_mutex_unlock(&f->lock);
 	if (!r)
 		r = put_sizes(f, size, UINT64_MAX);
 	if (!r) {
 		pthread_mutex_lock(&f->lock);
 		f->size = f->durable = size;
-		if (size < old) {
-			/* objects wholly past the size go, the one holding it is cut */
-			f->trim_at = size;
-			f->trim_upto = (WBC_MAX(old, ext) + b->objsize - 1) / b->objsize;
+		/* what lies past the file's end goes: after a shrink, its old
+		 * bytes; at any resize, the pieces a failed write left past the
+		 * size (which an extension would show in place of zeros).  The
+		 * objects wholly past it go, the one holding it is cut; up to
+		 * what any write reached, not the size (a sparse file's) */
+		uint64_t from = WBC_MIN(size, old), upto = hi;
+		if (upto > from) {
+			f->trim_at = from;
+			f->trim_upto = (upto + b->objsize - 1) / b->objsize;
+			f->hiwater = from;
 		}
 		pthread_mutex_unlock(&f->lock);
 		(void)trim_pending_locked(f);   /* a failure: pending */
@@ -1082,9 +1095,14 @@ static int rbe_remove(void *ctx, void *file)
 	list_del_init(&f->node);
 	pthread_mutex_unlock(&b->files_lock);
 	pthread_mutex_lock(&f->lock);
-	uint64_t end = WBC_MAX(WBC_MAX(f->size, f->durable), f->extent);
+	/* every object that may hold data: up to what writes reached, and
+	 * a shrink's removals still pending (not the size: a sparse file's
+	 * would be 2^40 objects) */
+	uint64_t last = (f->hiwater + b->objsize - 1) / b->objsize;
+	if (f->trim_at != UINT64_MAX)
+		last = WBC_MAX(last, f->trim_upto);
 	pthread_mutex_unlock(&f->lock);
-	int r = trim_objects(f, 0, 0, 1, (end + b->objsize - 1) / b->objsize);
+	int r = trim_objects(f, 0, 0, 1, last);
 	if (!r) {
 		char o[OID_MAX];
 		oid(f, 0, o);
