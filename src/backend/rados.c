@@ -1057,17 +1057,27 @@ static int rados_resize(void *ctx, void *file, uint64_t size)
 	int r = trim_pending_locked(f);
 	pthread_mutex_lock(&f->lock);
 	uint64_t old = f->size, hi = f->hiwater;
+	if (!r && size > old && hi > old) {
+		/* an extension over what a failed write left past the size:
+		 * removed first, or the resize fails (once the size covers
+		 * them, a close or a crash would keep them as the file's) */
+		f->trim_at = old;
+		f->trim_upto = (hi + b->objsize - 1) / b->objsize;
+		f->hiwater = hi = old;
+	}
 	pthread_mutex_unlock(&f->lock);
+	if (!r)
+		r = trim_pending_locked(f);
 	if (!r)
 		r = put_sizes(f, size, UINT64_MAX);
 	if (!r) {
 		pthread_mutex_lock(&f->lock);
 		f->size = f->durable = size;
-		/* what lies past the file's end goes: after a shrink, its old
-		 * bytes; at any resize, the pieces a failed write left past the
-		 * size (which an extension would show in place of zeros).  The
-		 * objects wholly past it go, the one holding it is cut; up to
-		 * what any write reached, not the size (a sparse file's) */
+		/* after a shrink, what lies past the new end goes (its old
+		 * bytes, and what a failed write left): the objects wholly
+		 * past it, and the one holding it is cut; up to what any
+		 * write reached, not the size (a sparse file's); a failure
+		 * stays pending, past the size */
 		uint64_t from = WBC_MIN(size, old), upto = hi;
 		if (upto > from) {
 			f->trim_at = from;

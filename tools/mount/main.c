@@ -219,6 +219,27 @@ static uint64_t max_file_size(const char *dir)
 	return lo ? lo : UINT64_MAX;
 }
 
+/* Root with root's powers (mount.fuse3's drop_privileges keeps uid 0 and
+ * drops every capability): the capability to give files away, which the
+ * daemon's root behaviour (chown of new entries, the caller's ids for a
+ * check) rests on.  /proc/self/status's CapEff, bit CAP_CHOWN (0); no
+ * /proc: the uid alone. */
+static bool has_chown_cap(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return true;
+	char line[256];
+	bool has = true;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "CapEff:", 7)) {
+			has = strtoull(line + 7, NULL, 16) & 1ull;
+			break;
+		}
+	fclose(f);
+	return has;
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	const char *pos[2] = { NULL, NULL };
@@ -367,7 +388,7 @@ mounted_fd:
 	M.hsize = 1024;
 	M.hash = calloc(M.hsize, sizeof(*M.hash));
 	atomic_init(&M.next_gen, 1);
-	M.as_root = geteuid() == 0;
+	M.as_root = geteuid() == 0 && has_chown_cap();
 	M.euid = geteuid();
 	M.egid = getegid();
 	if (!M.hash)
