@@ -68,7 +68,11 @@
  *                       (refs is atomic; iput takes the lock only to drop
  *                       to zero), and the shard's free inodes (taken
  *                       again after a teardown, never held across it)
- *                       (leaf).
+ *                       (leaf).  iget waits on the shard's condition
+ *                       (name_shard->wait) while the backend opens or
+ *                       closes the name (inode->hstate), holding no
+ *                       other lock; the opener and the closer hold none
+ *                       of the engine's across that open or close.
  *   dev->bw_lock        rate estimation of one device
  *                       (throttle/bandwidth.c; only ever trylocked, so no
  *                       thread waits for it)
