@@ -269,9 +269,10 @@ int wbc_dev_add_stacked(wbc_cache *cache, wbc_dev *lower, const char *name, cons
 /*
  * Break the RADOS lock a cache holds on file @name of the "rados:" device
  * @spec (the lock of a cache that died, or that must give the file up:
- * `wbcache rados-unlock SPEC NAME`).  A cache still running finds its lock
- * gone within 10 s and fails that file's writes from then on (EIO: they
- * stay dirty, at risk).  Returns the number of locks broken (0: it was not
+ * `wbcache rados-unlock SPEC NAME`).  The holder is fenced first: its
+ * client is added to the OSD blocklist, so a cache still running fails
+ * every later write of that device (EIO: they stay dirty, at risk) and
+ * must be restarted.  Returns the number of locks broken (0: it was not
  * locked), or -errno (-ENOENT: no such file) with a one-line account in
  * @msg (may be NULL).
  */

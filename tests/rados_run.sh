@@ -75,7 +75,7 @@ rados -c "$conf" -p wbc lock get "$obj" wbcache --lock-cookie deadcache --lock-t
 	fail "rados lock get"
 out=$($W rados-unlock "$spec" held) || fail "rados-unlock: $out"
 echo "rados-unlock: $out"
-echo "$out" | grep -q "broke the lock of client.* (cookie deadcache)" || fail "rados-unlock said: $out"
+echo "$out" | grep -q "fenced client.* and broke its lock (cookie deadcache)" || fail "rados-unlock said: $out"
 out=$($W rados-unlock "$spec" held) || fail "rados-unlock again: $out"
 echo "$out" | grep -q "not locked" || fail "rados-unlock again said: $out"
 msg=$($W rados-unlock "$spec" nosuchfile 2>&1); rc=$?

@@ -63,7 +63,9 @@
  * (LIBRADOS_LOCK_FLAG_MUST_RENEW): a lock broken by `wbcache rados-unlock`
  * (wbc_rados_break_lock()) fences the file: its writes fail with EIO from
  * then on (they stay dirty, at risk, as any failed write), instead of
- * mixing with the new owner's.  A lock is never taken over silently:
+ * mixing with the new owner's.  The break blocklists the holder's client
+ * first (as rbd does), so the OSDs refuse what it sends before the keeper
+ * notices: writes in flight, and object 0's size records.  A lock is never taken over silently:
  * only the explicit command breaks it (for a cache that died).
  *
  * Faults.  An OSD that stops or a cluster out of reach: librados resends
@@ -657,7 +659,7 @@ static void *keeper_main(void *arg)
 			if (atomic_load(&f->fenced))
 				continue;
 			int r = take_lock(f, LIBRADOS_LOCK_FLAG_MUST_RENEW);
-			if (r == -ENOENT || r == -EBUSY) {
+			if (r == -ENOENT || r == -EBUSY || r == -ESHUTDOWN) {
 				atomic_store(&f->fenced, true);
 				fprintf(stderr, "wbcache: rados: the lock on %s was broken: its writes "
 					"fail from now on\n", f->name);
@@ -1478,14 +1480,28 @@ int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t m
 			break;
 		const char *c = clients, *k = cookies, *a = addrs;
 		for (ssize_t i = 0; i < n && !rc; i++) {
-			int r = rados_break_lock(b->io, o, LOCK_NAME, c, k);
+			/* fence the holder first, as rbd does: the OSDs refuse
+			 * every operation of that client from now on (data
+			 * objects too, and object 0's size records), so a
+			 * cache that still runs (stopped, or cut off) cannot
+			 * mix what it still sends into the new owner's file */
+			int r = rados_blocklist_add(b->cluster, (char *)a, 0);
+			if (r < 0) {
+				rc = rerr(r);
+				snprintf(msg, msglen, "%s: cannot fence %s at %s (osd blocklist add: %s); "
+					 "the lock is kept (`ceph osd blocklist add %s`, then "
+					 "`rados lock break` breaks it by hand)",
+					 f.name, c, a, strerror(-r), a);
+				break;
+			}
+			r = rados_break_lock(b->io, o, LOCK_NAME, c, k);
 			if (r < 0 && r != -ENOENT) {
 				rc = rerr(r);
 				snprintf(msg, msglen, "%s: cannot break the lock of %s (%s): %s",
 					 f.name, c, k, strerror(-r));
 			} else {
 				broken++;
-				snprintf(msg, msglen, "%s: broke the lock of %s at %s (cookie %s)",
+				snprintf(msg, msglen, "%s: fenced %s at %s and broke its lock (cookie %s)",
 					 f.name, c, a, k);
 			}
 			c += strlen(c) + 1;
