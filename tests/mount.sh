@@ -4,7 +4,8 @@
 # BACKING_DIR (after fsync, after unmount by fusermount3 and by SIGTERM);
 # rename, unlink and truncate of files with dirty data; bad options; errnos
 # of the backing file system; no escape out of BACKING_DIR through symlinks;
-# permissions; a write error at unmount gives exit status 1.
+# permissions; a write error at unmount gives exit status 1, also one in
+# the daemon's last writeback (a write after umount's sync).
 # Skips (77) where FUSE cannot be used here.
 set -u
 cd "$(dirname "$0")/.."
@@ -285,6 +286,20 @@ if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
 	mount -o remount,size=8M "$top/tiny" || fail "remount of the tmpfs"
 	do_umount || fail "wbcache umount after space was freed: $(cat "$top/umount.log")"
 	[ "$(stat -c %s "$top/tiny/big")" = 4000000 ] || fail "data not written once space was freed"
+	# a write after umount's sync (here by a fusermount3 that writes
+	# first) fails in the daemon's last writeback: umount says so, exit 1
+	do_mount "mem=32M,retry_timeout=1,dirty_writeback_centisecs=0,dirty_background_bytes=30M,dirty_bytes=30M"
+	mkdir "$top/wrap"
+	printf '#!/bin/sh\nhead -c 12000000 /dev/zero >"%s/late" || exit 9\nexec %s "$@"\n' \
+		"$mt" "$(command -v fusermount3)" >"$top/wrap/fusermount3"
+	chmod +x "$top/wrap/fusermount3"
+	PATH="$top/wrap:$PATH" "$W" umount "$mt" 2>"$top/umount.log"; rc=$?
+	[ $rc = 1 ] || fail "wbcache umount: exit $rc for a failed last writeback: $(cat "$top/umount.log")"
+	grep -q "unmounted, but the writeback at the daemon's end failed: .*bytes lost" "$top/umount.log" ||
+		fail "no message: $(cat "$top/umount.log")"
+	wait_gone "$pid" 60 || fail "the daemon did not end"
+	mountpoint -q "$mt" && fail "still mounted"
+	pid=
 	umount "$top/tiny"
 fi
 echo "mount tests passed"

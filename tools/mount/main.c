@@ -14,13 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <syslog.h>
 #include <unistd.h>
 
 struct mnt M;
+
+static void send_report(int status, const char *why);
 
 void logmsg(const char *fmt, ...)
 {
@@ -315,6 +319,7 @@ int cmd_mount(int argc, char **argv)
 	umask(0);
 	M.root_fd = M.mount_fd = -1;
 	int status = 2, rc;
+	char endwhy[256] = "";
 	char *mountpoint = NULL;
 	struct fuse_session *se = NULL;
 	struct stat st;
@@ -564,10 +569,16 @@ out:
 		 * what is still unwritten then is counted lost */
 		err = wbc_cache_close_stats(M.cache, &s);
 		if (s.lost_bytes) {
-			logmsg("writeback at unmount failed: %" PRIu64 " bytes lost", s.lost_bytes);
+			snprintf(endwhy, sizeof(endwhy), "writeback at unmount failed: %" PRIu64 " bytes lost",
+				 s.lost_bytes);
+			if (err)
+				snprintf(endwhy + strlen(endwhy), sizeof(endwhy) - strlen(endwhy), " (%s)",
+					 wbc_strerror(err));
+			logmsg("%s", endwhy);
 			status = 1;
 		} else if (err) {
-			logmsg("writeback at unmount failed: %s", wbc_strerror(err));
+			snprintf(endwhy, sizeof(endwhy), "writeback at unmount failed: %s", wbc_strerror(err));
+			logmsg("%s", endwhy);
 			status = 1;
 		}
 	}
@@ -589,6 +600,7 @@ out:
 		node_free(n);
 	}
 	free(M.hash);
+	send_report(status, endwhy);
 	if (M.root_fd >= 0)
 		close(M.root_fd);
 	if (M.mount_fd >= 0)
@@ -596,6 +608,29 @@ out:
 	free(M.backing);
 	free(mountpoint);
 	return status;
+}
+
+/* The daemon's exit status to `wbcache umount`, where it asked for it
+ * (REPORT_XATTR): "STATUS MESSAGE" in one datagram. */
+static void send_report(int status, const char *why)
+{
+	pthread_mutex_lock(&M.lock);
+	char name[REPORT_NAME_MAX + 1];
+	memcpy(name, M.report, sizeof(name));
+	pthread_mutex_unlock(&M.lock);
+	if (!name[0])
+		return;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int len = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "wbcache-%s", name);
+	char msg[512];
+	int mlen = snprintf(msg, sizeof(msg), "%d %s", status, why);
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return;
+	if (sendto(s, msg, MINU((size_t)mlen, sizeof(msg) - 1), MSG_DONTWAIT, (struct sockaddr *)&sa,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) < 0)
+		logmsg("cannot send the exit status to wbcache umount: %s", strerror(errno));
+	close(s);
 }
 
 /*
@@ -659,6 +694,50 @@ static bool wbcache_mount_listed(const char *path)
 
 /* `fusermount3 -u @mnt`: true when it ran and succeeded; else false and
  * *err the reason it could not run (0 when it ran and failed). */
+/* A socket for the daemon's report (REPORT_XATTR), registered with the
+ * daemon of @mnt; -1 where it cannot be (an older daemon). */
+static int report_socket(const char *mnt)
+{
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	uint64_t rnd = 0;
+	if (getentropy(&rnd, sizeof(rnd)))
+		rnd = (uint64_t)time(NULL) * 2654435761u;
+	char name[REPORT_NAME_MAX + 1], attr[sizeof(REPORT_XATTR) + REPORT_NAME_MAX], ok[8];
+	snprintf(name, sizeof(name), "umount-%d-%016" PRIx64, (int)getpid(), rnd);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int len = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "wbcache-%s", name);
+	snprintf(attr, sizeof(attr), "%s%s", REPORT_XATTR, name);
+	if (bind(s, (struct sockaddr *)&sa,
+		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) ||
+	    getxattr(mnt, attr, ok, sizeof(ok)) < 0) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* The daemon's report, once it has ended: 0 when its writeback at the
+ * end succeeded, else 1 with its reason on stderr. */
+static int read_report(int s, const char *mnt)
+{
+	char msg[512];
+	ssize_t m = recv(s, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+	if (m <= 0) {
+		fprintf(stderr, "wbcache umount: %s: unmounted, but the daemon ended without its "
+			"report (killed?): what it had not written back is lost\n", mnt);
+		return 1;
+	}
+	msg[m] = '\0';
+	if (!atoi(msg))
+		return 0;
+	const char *why = strchr(msg, ' ');
+	fprintf(stderr, "wbcache umount: %s: unmounted, but the writeback at the daemon's end "
+		"failed: %s\n", mnt, why && why[1] ? why + 1 : "(no reason given)");
+	return 1;
+}
+
 static bool fusermount_u(const char *mnt, int *err)
 {
 	pid_t child, w = -1;
@@ -711,28 +790,38 @@ int cmd_umount(int argc, char **argv)
 	const char *p = strstr(buf, "DaemonPid:");
 	long pid = p ? strtol(p + strlen("DaemonPid:"), NULL, 10) : 0;
 	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+	/* the daemon's exit status comes to a socket of ours: the writeback
+	 * after the unmount can still fail (writes after our sync) */
+	int rs = report_socket(mnt);
+	int status = 1;
 	char ok[8];
 	if (getxattr(mnt, SYNC_XATTR, ok, sizeof(ok)) < 0) {
 		fprintf(stderr, "wbcache umount: %s: writeback failed: %s; the data stays in the "
 			"cache and the file system stays mounted (`fusermount3 -u %s` unmounts "
 			"anyway: what is not written is then lost)\n", mnt, strerror(errno), mnt);
-		if (pidfd >= 0)
-			close(pidfd);
-		return 1;
+		goto out;
 	}
 	int rc;
 	if (!fusermount_u(mnt, &rc)) {
 		fprintf(stderr, "wbcache umount: %s: fusermount3 -u failed%s%s\n", mnt,
 			rc ? ": " : "", rc ? strerror(rc) : "");
-		if (pidfd >= 0)
-			close(pidfd);
-		return 1;
+		goto out;
 	}
+	/* until the daemon has ended: its report is sent just before */
 	if (pidfd >= 0) {
 		struct pollfd pf = { .fd = pidfd, .events = POLLIN };
 		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
 			;
-		close(pidfd);
+	} else if (rs >= 0) {   /* Linux < 5.3: the report, or the pid gone */
+		struct pollfd pf = { .fd = rs, .events = POLLIN };
+		while (poll(&pf, 1, 1000) <= 0 && !(kill((pid_t)pid, 0) && errno == ESRCH))
+			;
 	}
-	return 0;
+	status = rs >= 0 ? read_report(rs, mnt) : 0;
+out:
+	if (pidfd >= 0)
+		close(pidfd);
+	if (rs >= 0)
+		close(rs);
+	return status;
 }

@@ -76,6 +76,14 @@
  * getxattr needs only read permission, works on a read-only mount and
  * holds no lock of the root's inode while it waits. */
 #define SYNC_XATTR "user.wbcache.sync"
+/* Reading REPORT_XATTR "NAME" on the root (NAME: up to 64 of [0-9a-z-])
+ * asks the daemon to send its exit status, as "STATUS MESSAGE", to the
+ * abstract Unix datagram socket "\0wbcache-NAME" when it ends (`wbcache
+ * umount` waits for it: the writeback at the end, after the unmount, can
+ * still fail for writes that came after its sync).  Only the daemon's
+ * user or root may ask. */
+#define REPORT_XATTR "user.wbcache.report."
+#define REPORT_NAME_MAX 64
 /*
  * The mount's locks are error-checking mutexes, so a *_locked function can
  * assert that its caller holds the lock (a relock by the owner fails at
@@ -197,6 +205,8 @@ struct mnt {
 	 * unknown): writes past it fail with EFBIG */
 	uint64_t max_file;
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
+	/* where to send the exit status (REPORT_XATTR; M.lock): "" none */
+	char report[REPORT_NAME_MAX + 1];
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
 

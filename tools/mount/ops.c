@@ -1201,6 +1201,24 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		reply_xattr_value(req, size, text, (ssize_t)len);
 		return;
 	}
+	if (n == &M.root && !strncmp(name, REPORT_XATTR, strlen(REPORT_XATTR))) {
+		const char *rn = name + strlen(REPORT_XATTR);
+		size_t len = strlen(rn);
+		if (!len || len > REPORT_NAME_MAX || strspn(rn, "0123456789abcdefghijklmnopqrstuvwxyz-") != len) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		uid_t uid = fuse_req_ctx(req)->uid;
+		if (uid != 0 && uid != getuid()) {
+			fuse_reply_err(req, EPERM);
+			return;
+		}
+		pthread_mutex_lock(&M.lock);
+		memcpy(M.report, rn, len + 1);
+		pthread_mutex_unlock(&M.lock);
+		reply_xattr_value(req, size, "0", 1);
+		return;
+	}
 	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
 		int err = mount_sync();
 		if (err)
@@ -1266,7 +1284,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	char path[64];
 	struct node *n = node_of(ino);
-	if (n == &M.root && (!strcmp(name, STATS_XATTR) || !strcmp(name, SYNC_XATTR))) {
+	if (n == &M.root && (!strcmp(name, STATS_XATTR) || !strcmp(name, SYNC_XATTR) ||
+			     !strncmp(name, REPORT_XATTR, strlen(REPORT_XATTR)))) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
