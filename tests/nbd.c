@@ -30,7 +30,8 @@
  *      socket that never answers the handshake: the device's add fails
  *      after timeout=, not never; fua=1 and a server that comes back
  *      without FUA: not used (every write failed EINVAL), the data lands
- *      once FUA is back.
+ *      once FUA is back; connections that find different exports (the
+ *      size grows with each): the add fails.
  */
 #include "testutil.h"
 #include "nbdkit.h"
@@ -545,6 +546,22 @@ static void test_edges(void)
 	CHECK_EQ(add_err(c, uri, "timeout=1"), -ETIMEDOUT);
 	wbc_cache_close(c);
 	close(ls);
+
+	/* a server whose export differs by connection (its size grows with
+	 * each): the device is refused at its add, not written through
+	 * connections that disagree on where the end is */
+	char get_size[600];
+	snprintf(get_size, sizeof(get_size), "get_size=n=$(cat %s/drift.n 2>/dev/null || echo 0); "
+		 "echo $((n+1)) >%s/drift.n; echo $(((n+1)*1048576))", dir, dir);
+	t_nbdkit_start(&s, dir, "drift", (const char *[]){ "eval", get_size,
+		"pread=dd if=/dev/zero count=$3 iflag=count_bytes status=none",
+		"pwrite=cat >/dev/null", "can_multi_conn=exit 0", NULL });
+	c = open_cache(16 * MiB);
+	r = add_err(c, s.uri, "conns=2");
+	printf("    connections that find different exports: add %d (%s)\n", r, wbc_strerror(r));
+	CHECK_EQ(r, -EIO);
+	wbc_cache_close(c);
+	t_nbdkit_stop(&s);
 }
 
 int main(void)

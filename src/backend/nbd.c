@@ -577,26 +577,34 @@ static void start_connect(struct nbe *b, struct nbd_conn *c, uint64_t now)
 	connect_failed(b, c, now);
 }
 
+/* Whether @h shows the export connection 0 found at open, as it was: its
+ * size, several connections, and what the writes rely on (FUA where they
+ * use it, a flush where fsync needs one, writable); else false and why. */
+static bool same_export(struct nbe *b, struct nbd_handle *h, char *why, size_t len)
+{
+	int64_t size = nbd_get_size(h);
+	bool fua_gone = writes_fua(b) && nbd_can_fua(h) != 1;
+	bool flush_changed = (nbd_can_flush(h) == 1) != b->can_flush;
+	bool ro = nbd_is_read_only(h) == 1;
+	if (size == (int64_t)b->size && (b->nconns < 2 || nbd_can_multi_conn(h) == 1) &&
+	    !fua_gone && !flush_changed && !ro)
+		return true;
+	snprintf(why, len, "size %lld, was %llu; multi-conn %d; FUA %s; flush %s; %s",
+		 (long long)size, (unsigned long long)b->size, nbd_can_multi_conn(h),
+		 fua_gone ? "gone" : "as before", flush_changed ? "changed" : "as before",
+		 ro ? "read-only" : "writable");
+	return false;
+}
+
 static void conn_ready(struct nbe *b, struct nbd_conn *c, uint64_t now)
 {
-	int64_t size = nbd_get_size(c->h);
-	/* the export we had, as it was: its size, several connections, and
-	 * what the writes rely on (FUA where they use it, a flush where
-	 * fsync needs one, writable) */
-	bool fua_gone = writes_fua(b) && nbd_can_fua(c->h) != 1;
-	bool flush_changed = (nbd_can_flush(c->h) == 1) != b->can_flush;
-	bool ro = nbd_is_read_only(c->h) == 1;
-	if (size != (int64_t)b->size || (b->nconns > 1 && nbd_can_multi_conn(c->h) != 1) ||
-	    fua_gone || flush_changed || ro) {
+	char why[200];
+	if (!same_export(b, c->h, why, sizeof(why))) {
 		/* not the export we had (or it no longer takes several
 		 * connections): keep trying, never write to it */
 		if (!c->was_up || c == &b->conns[0])
-			fprintf(stderr, "wbcache: nbd: %s: the export changed (size %lld, was %llu; "
-				"multi-conn %d; FUA %s; flush %s; %s); not using it\n", b->uri,
-				(long long)size, (unsigned long long)b->size,
-				nbd_can_multi_conn(c->h), fua_gone ? "gone" : "as before",
-				flush_changed ? "changed" : "as before",
-				ro ? "read-only" : "writable");
+			fprintf(stderr, "wbcache: nbd: %s: the export changed (%s); not using it\n",
+				b->uri, why);
 		c->was_up = true;
 		connect_failed(b, c, now);
 		return;
@@ -1114,6 +1122,15 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 		if (!(c->h = nbd_create()))
 			rc = -ENOMEM;
 		else if (!(rc = connect_sync(c->h, b, err, errlen))) {
+			/* each connection to the export the first one found (a
+			 * server behind a balancer may differ) */
+			char why[200];
+			if (!same_export(b, c->h, why, sizeof(why))) {
+				snprintf(err, errlen, "%s: connection %u found another export than "
+					 "connection 0 (%s)", b->uri, i, why);
+				rc = -EIO;
+				break;
+			}
 			c->state = C_UP;
 			c->was_up = true;
 			b->nup++;
