@@ -624,6 +624,9 @@ int main(void)
 		{ "model, send=1", "model:lat=50us,qd=8,max_io=64K,send=1", false, 0, K_MODEL },
 		{ "dir", "dir:%s,max_io=64K", false, 0, K_FILE },
 		{ "file", "file:%s/one,max_io=64K", true, 0, K_FILE },
+		/* without io_uring: the worker threads */
+		{ "dir, worker threads", "dir:%s,max_io=64K,uring=0", false, 0, K_FILE },
+		{ "file, worker threads", "file:%s/one,max_io=64K,uring=0", true, 0, K_FILE },
 		{ "opener", NULL, false, 0, K_OPENER },
 		{ "dirstore (examples/)", NULL, false, 0, K_DIRSTORE },
 		{ "torture: single completions", NULL, false, 0, K_TORTURE },

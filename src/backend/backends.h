@@ -32,7 +32,7 @@ struct file_opener {
 	int fs_fd;
 	unsigned flags;     /* WBC_OPENER_* */
 };
-int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_t max_io,
+int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsigned qd, size_t max_io,
 		     const struct file_opener *opener, const struct wbc_backend_ops **ops,
 		     void **ctx, char *err, size_t errlen);
 

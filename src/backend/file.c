@@ -13,6 +13,12 @@
  * -EINTR are retried here; a short write is completed as such, and the
  * engine submits its rest.
  *
+ * Where the kernel refuses io_uring (a seccomp profile that blocks it, as
+ * container runtimes' defaults do; kernel.io_uring_disabled=2), or with
+ * uring=0, I/O goes to a pool of worker threads instead, each doing one
+ * preadv/pwritev at a time (as many as the queue depth, at most
+ * POOL_MAX): the same I/Os, results and descriptors, without the ring.
+ *
  * Descriptors.  An object normally keeps its descriptor while it is open.
  * Objects of an opener device that may reopen (WBC_OPENER_REOPEN) share a
  * cache of descriptors instead: an object's descriptor is opened when I/O
@@ -73,6 +79,14 @@ struct fbe {
 	size_t max_io, dio_align;   /* caps */
 	unsigned qd;
 	pthread_t reaper;
+	/* the worker pool, where io_uring is not used (see above) */
+	bool pool;
+	pthread_mutex_t pool_lock;
+	pthread_cond_t pool_cond;
+	struct wbc_io *pool_head, *pool_tail;   /* pool_lock; linked by backend_data[1] */
+	bool pool_stop;                         /* pool_lock */
+	unsigned nworkers;
+	pthread_t *workers;
 	bool reopen;            /* descriptors are cached, see above */
 	pthread_mutex_t fd_lock;
 	struct fobj *lru_head, *lru_tail;
@@ -339,6 +353,145 @@ static void ring_void_locked(struct fbe *f)
 	}
 }
 
+/* ---- the worker pool (no io_uring) ---- */
+
+#define POOL_MAX 64u
+
+/* One I/O, whole or until a failure or the end of the file (a short
+ * result, as the ring gives it). */
+static ssize_t pool_rw(struct wbc_io *io, int fd)
+{
+	struct iovec iov[io->iovcnt];
+	memcpy(iov, io->iov, sizeof(iov));
+	struct iovec *v = iov;
+	int cnt = io->iovcnt;
+	size_t done = 0;
+	while (done < io->len) {
+		ssize_t r = io->op == WBC_IO_WRITE ? pwritev(fd, v, cnt, (off_t)(io->off + done)) :
+						     preadv(fd, v, cnt, (off_t)(io->off + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return done ? (ssize_t)done : -errno;
+		if (r == 0)
+			break;   /* a read at the end of the file */
+		done += (size_t)r;
+		while (cnt && (size_t)r >= v->iov_len) {
+			r -= (ssize_t)v->iov_len;
+			v++;
+			cnt--;
+		}
+		if (cnt) {
+			v->iov_base = (char *)v->iov_base + r;
+			v->iov_len -= (size_t)r;
+		}
+	}
+	return (ssize_t)done;
+}
+
+static void *worker_main(void *arg)
+{
+	pthread_setname_np(pthread_self(), "wbc-fileio");
+	struct fbe *f = arg;
+	pthread_mutex_lock(&f->pool_lock);
+	for (;;) {
+		while (!f->pool_head && !f->pool_stop)
+			pthread_cond_wait(&f->pool_cond, &f->pool_lock);
+		struct wbc_io *io = f->pool_head;
+		if (!io)
+			break;   /* stopped, nothing left */
+		f->pool_head = io->backend_data[1];
+		if (!f->pool_head)
+			f->pool_tail = NULL;
+		pthread_mutex_unlock(&f->pool_lock);
+		io->res = pool_rw(io, (int)(intptr_t)io->backend_data[0]);
+		obj_put_fd(f, io->file);
+		wbc_io_complete_batch(&io, 1);
+		pthread_mutex_lock(&f->pool_lock);
+	}
+	pthread_mutex_unlock(&f->pool_lock);
+	return NULL;
+}
+
+static int pool_submit(struct fbe *f, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	int err = 0;
+	unsigned k = 0;
+	*queued = 0;
+	pthread_mutex_lock(&f->sq_lock);   /* the tests' failures, as the ring's submits */
+	if (f->fail_submits) {
+		f->fail_submits--;
+		err = f->fail_err;
+	}
+	pthread_mutex_unlock(&f->sq_lock);
+	if (err)
+		return err;
+	struct wbc_io *head = NULL, *tail = NULL;
+	for (; k < n; k++) {
+		int fd = obj_get_fd(f, ios[k]->file);
+		if (fd < 0) {
+			err = fd;
+			break;
+		}
+		ios[k]->backend_data[0] = (void *)(intptr_t)fd;
+		ios[k]->backend_data[1] = NULL;
+		if (tail)
+			tail->backend_data[1] = ios[k];
+		else
+			head = ios[k];
+		tail = ios[k];
+	}
+	if (head) {
+		pthread_mutex_lock(&f->pool_lock);
+		if (f->pool_tail)
+			f->pool_tail->backend_data[1] = head;
+		else
+			f->pool_head = head;
+		f->pool_tail = tail;
+		if (k > 1)
+			pthread_cond_broadcast(&f->pool_cond);
+		else
+			pthread_cond_signal(&f->pool_cond);
+		pthread_mutex_unlock(&f->pool_lock);
+	}
+	*queued = k;
+	return err;
+}
+
+/* The workers end once nothing is queued (no I/O is in flight at the
+ * backend's destroy: the interface's promise). */
+static void pool_stop(struct fbe *f)
+{
+	pthread_mutex_lock(&f->pool_lock);
+	f->pool_stop = true;
+	pthread_cond_broadcast(&f->pool_cond);
+	pthread_mutex_unlock(&f->pool_lock);
+	for (unsigned i = 0; i < f->nworkers; i++)
+		pthread_join(f->workers[i], NULL);
+	free(f->workers);
+	pthread_mutex_destroy(&f->pool_lock);
+	pthread_cond_destroy(&f->pool_cond);
+}
+
+/* Start @n workers; 0 or -errno (then none runs). */
+static int pool_start(struct fbe *f, unsigned n)
+{
+	wbc_mutex_init(&f->pool_lock);
+	pthread_cond_init(&f->pool_cond, NULL);
+	f->workers = calloc(n, sizeof(*f->workers));
+	int rc = f->workers ? 0 : -ENOMEM;
+	for (; !rc && f->nworkers < n; f->nworkers++)
+		if ((rc = -pthread_create(&f->workers[f->nworkers], NULL, worker_main, f)))
+			break;
+	if (rc)
+		pool_stop(f);
+	else
+		f->pool = true;
+	return rc;
+}
+
+/* ---- submission ---- */
+
 /* Queue @n I/Os, as one submission where the ring has room for them.
  * Their descriptors are taken first (fd_lock, never under sq_lock); those
  * of I/Os not queued are put back. */
@@ -346,6 +499,8 @@ static void ring_void_locked(struct fbe *f)
 static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
 {
 	struct fbe *f = ctx;
+	if (f->pool)
+		return pool_submit(f, ios, n, queued);
 	int err = 0;
 	*queued = 0;
 	while (*queued < n && !err) {
@@ -507,6 +662,10 @@ static int file_resize(void *ctx, void *obj, uint64_t size)
 static void file_destroy(void *ctx)
 {
 	struct fbe *f = ctx;
+	if (f->pool) {
+		pool_stop(f);
+		goto closed;
+	}
 	pthread_mutex_lock(&f->sq_lock);
 	/* no I/O is in flight (the interface's promise): the ring has room */
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
@@ -524,6 +683,7 @@ static void file_destroy(void *ctx)
 	pthread_mutex_unlock(&f->sq_lock);
 	pthread_join(f->reaper, NULL);
 	io_uring_queue_exit(&f->ring);
+closed:
 	if (f->single) {
 		close(f->single->fd);
 		free(f->single);
@@ -644,7 +804,7 @@ static size_t dio_align_dir(int dirfd)
 	return a;
 }
 
-int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_t max_io,
+int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsigned qd, size_t max_io,
 		     const struct file_opener *opener, const struct wbc_backend_ops **ops,
 		     void **ctx, char *err, size_t errlen)
 {
@@ -692,21 +852,34 @@ int file_backend_new(const char *path, bool dir, bool direct, unsigned qd, size_
 	 * opened on demand, no more I/Os than half the descriptors kept */
 	if (f->reopen && qd > f->fd_cap / 2)
 		qd = WBC_MAX(f->fd_cap / 2, 1u);
-	if (!rc) {
+	bool ring = false;
+	if (!rc && uring) {
 		/* SUBMIT_ALL (5.18): an entry that fails to start does not
 		 * hold back the ones after it */
-		rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, IORING_SETUP_SUBMIT_ALL);
-		if (rc == -EINVAL)
-			rc = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
-		if (rc)
-			snprintf(err, errlen, "io_uring setup failed: %s", strerror(-rc));
+		int r = io_uring_queue_init(qd + RING_SLACK, &f->ring, IORING_SETUP_SUBMIT_ALL);
+		if (r == -EINVAL)
+			r = io_uring_queue_init(qd + RING_SLACK, &f->ring, 0);
+		if (!r) {
+			ring = true;
+		} else if (r == -EPERM || r == -ENOSYS || r == -EACCES) {
+			/* refused, not failed: the worker pool does the I/O */
+			fprintf(stderr, "wbcache: io_uring refused here (%s); %s: I/O through "
+				"worker threads\n", strerror(-r), path);
+		} else {
+			rc = r;
+			snprintf(err, errlen, "io_uring setup failed: %s", strerror(-r));
+		}
 	}
-	if (!rc) {
+	if (!rc && ring) {
 		rc = -pthread_create(&f->reaper, NULL, reaper_main, f);
 		if (rc) {
 			io_uring_queue_exit(&f->ring);
 			snprintf(err, errlen, "cannot start the completion thread");
 		}
+	} else if (!rc) {
+		rc = pool_start(f, WBC_MIN(qd, POOL_MAX));
+		if (rc)
+			snprintf(err, errlen, "cannot start the I/O threads");
 	}
 	if (rc) {
 		if (f->single) {

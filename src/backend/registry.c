@@ -59,7 +59,7 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		return -ENOMEM;
 	unsigned qd = 0;        /* from the block device (file_backend_new) */
 	uint64_t max_io = 0;
-	bool direct = true;
+	bool direct = true, uring = true;
 	char *opts = strchr(copy, ',');
 	if (opts)
 		*opts++ = '\0';
@@ -82,8 +82,11 @@ int backend_create(const char *spec, const struct file_opener *opener,
 			max_io = v;
 		else if (!strcmp(opts, "direct") && v <= 1)
 			direct = v;
+		else if (!strcmp(opts, "uring") && v <= 1)
+			uring = v;
 		else {
-			snprintf(err, errlen, "bad device option '%s' (qd=1..4096, max_io=512..256M, direct=0|1)", opts);
+			snprintf(err, errlen, "bad device option '%s' (qd=1..4096, max_io=512..256M, direct=0|1, "
+				 "uring=0|1)", opts);
 			rc = -EINVAL;
 		}
 		opts = next;
@@ -93,8 +96,8 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		rc = -EINVAL;
 	}
 	if (!rc)
-		rc = file_backend_new(copy, dir, direct, qd, (size_t)max_io, opener, ops, ctx, err,
-				      errlen);
+		rc = file_backend_new(copy, dir, direct, uring, qd, (size_t)max_io, opener, ops, ctx,
+				      err, errlen);
 	free(copy);
 	return rc;
 }
