@@ -165,7 +165,8 @@ struct wbc_group {
 /* ------------------------------------------------------------------ */
 /* device                                                               */
 
-/* [core] made by dev_add_be, freed by dev_destroy (core/device.c) */
+/* [core] made by dev_add_be, stopped by dev_stop and freed by dev_free
+ * (core/device.c) once every device of the cache is stopped */
 struct wbc_dev {
 	struct wbc_cache *cache;
 	struct wbc_dev *next;       /* cache->dev_lock */

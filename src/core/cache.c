@@ -122,7 +122,7 @@ int wbc_cache_sync(wbc_cache *c)
  * The retry policy at close: pages whose writes failed are not given up
  * at the first failure, but synced again, with a backoff, until they are
  * written or their device is dead (dev_dead_error: it failed every write
- * for its retry_timeout).  What is left then, dev_destroy drops and counts
+ * for its retry_timeout).  What is left then, dev_stop drops and counts
  * lost.  Returns the first error a sync returned.
  */
 static int close_retry(struct wbc_cache *c)
@@ -168,10 +168,15 @@ int wbc_cache_close_stats(wbc_cache *c, struct wbc_stats *st)
 	int rerr = close_retry(c);
 	if (rerr && !err)
 		err = rerr;
+	/* every device stopped before any is freed: a device's flusher,
+	 * completion thread or stacked writer walks the list (bandwidth
+	 * shares, thresholds, dead pages) until it has stopped */
+	for (struct wbc_dev *d = c->devs; d; d = d->next)
+		dev_stop(d);
 	struct wbc_dev *d = c->devs;
 	while (d) {
 		struct wbc_dev *next = d->next;
-		dev_destroy(d);
+		dev_free(d);
 		d = next;
 	}
 	c->devs = NULL;

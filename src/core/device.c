@@ -508,13 +508,22 @@ static void release_listed_inodes(struct wbc_dev *dev)
 	}
 }
 
-void dev_destroy(struct wbc_dev *dev)
+/* Stop @dev: its handles closed, its flusher and backend ended.  Its
+ * struct stays (and in the cache's list) for dev_free(): other devices'
+ * flushers and writers still walk the list until every one is stopped. */
+void dev_stop(struct wbc_dev *dev)
 {
 	handles_close_dev(dev);
 	flusher_stop(dev);
 	release_listed_inodes(dev);
 	backend_destroy(dev->be);
 	free(dev->be);
+	dev->be = NULL;
+}
+
+/* Free a stopped device (nothing runs that could reach it any more). */
+void dev_free(struct wbc_dev *dev)
+{
 	dev_io_destroy(dev);
 	dirty_destroy(dev);
 	size_t left = names_destroy(dev);
