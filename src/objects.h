@@ -98,6 +98,10 @@ struct inode {
 	uint64_t nr_dirty, nr_writeback;
 	unsigned waiters;           /* [fs] threads in inode_wait_locked */
 	bool sizing;                /* [fs] truncate/size sync owns the backend size */
+	/* [fs] wbc_file_remove decided to remove it: an opener that took
+	 * its reference before the name was shut (INODE_REMOVING) lets go
+	 * and looks the name up again (fs/handle.c) */
+	bool removing;
 	struct pagemap map;         /* [mm] the page index ([fs] made and freed) */
 	uint64_t i_size;            /* [fs] */
 	/* [fs] size the backend object has (our view); raised by writeback's
@@ -132,10 +136,11 @@ struct inode {
 	/* its name_shard's lock */
 	struct inode *hash_next;
 	/* the pointer that points here: O(1) unhash; NULL once unhashed
-	 * (inode_unhash: a removed file) */
+	 * (wbc_file_remove: a removed file) */
 	struct inode **hash_pprev;
-	/* its name_shard's lock: the backend opens or closes the name
-	 * (INODE_OPENING, INODE_CLOSING, fs/inode.c); 0 otherwise */
+	/* its name_shard's lock: the backend opens, closes or removes the
+	 * name (INODE_OPENING, INODE_CLOSING, INODE_REMOVING, fs/inode.c);
+	 * 0 otherwise */
 	uint8_t hstate;
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];

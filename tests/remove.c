@@ -2,8 +2,76 @@
  * wbc_file_remove(): a file's cached pages are dropped, never written, and
  * the backend's copy deleted; an open file is refused (-EBUSY), a missing
  * one is -ENOENT, and a backend that cannot remove says so (-EOPNOTSUPP).
+ * An open of the name while the backend removes it (a mem backend whose
+ * remove takes 300 ms): it waits for the remove and gets -ENOENT (with
+ * WBC_O_CREAT: a new, empty file).  It got a handle on the removed file,
+ * and its writes went to the backend's freed object (AddressSanitizer:
+ * heap-use-after-free in the mem backend).
  */
 #include "testutil.h"
+#include "wbcache_backend.h"
+
+#include <pthread.h>
+
+static const struct wbc_backend_ops *mops;
+static int slow_remove(void *ctx, void *file)
+{
+	usleep(300 * 1000);
+	return mops->remove(ctx, file);
+}
+static void no_destroy(void *ctx) { (void)ctx; }   /* the mem device's */
+
+struct rm_job {
+	wbc_dev *dev;
+	int res;
+};
+static void *remove_main(void *arg)
+{
+	struct rm_job *j = arg;
+	j->res = wbc_file_remove(j->dev, "r");
+	return NULL;
+}
+
+static void open_while_removed(bool create)
+{
+	struct wbc_config cfg = t_config(4 << 20, 4096);
+	wbc_cache *c;
+	wbc_dev *inner, *dev;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &inner), 0);
+	void *ctx = wbc_dev_backend(inner, &mops);
+	static struct wbc_backend_ops wrap;
+	wrap = *mops;
+	wrap.remove = slow_remove;
+	wrap.destroy = no_destroy;
+	CHECK_EQ(wbc_dev_add_backend(c, &wrap, ctx, "", &dev), 0);
+	char buf[8192];
+	t_fill(buf, sizeof(buf), 4);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "r", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	struct rm_job j = { .dev = dev };
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, remove_main, &j), 0);
+	usleep(100 * 1000);   /* in the backend's remove (the open waits either way) */
+	int r = wbc_file_open(dev, "r", create ? WBC_O_CREAT : 0, &f);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	printf("  open%s while the backend removes: %d (%s), remove %d\n",
+	       create ? " (create)" : "", r, wbc_strerror(r), j.res);
+	CHECK_EQ(j.res, 0);
+	if (!create) {
+		CHECK_EQ(r, -ENOENT);
+	} else {
+		CHECK_EQ(r, 0);
+		CHECK_EQ(wbc_file_size(f), 0);            /* a new file */
+		CHECK_EQ(wbc_pwrite(f, buf, 4096, 0), 4096);
+		CHECK_EQ(wbc_fsync(f), 0);
+		CHECK_EQ(wbc_file_close(f), 0);
+	}
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
 
 static void written_then_removed(const char *spec)
 {
@@ -51,6 +119,8 @@ int main(void)
 {
 	written_then_removed("mem");
 	written_then_removed("model:bw=100M");
+	open_while_removed(false);
+	open_while_removed(true);
 
 	/* a directory's files belong to the directory */
 	char *dir = t_mkdtemp();

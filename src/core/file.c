@@ -796,14 +796,19 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	if (err)
 		return err;
 	struct inode *ino = handle_get(h)->inode;
+	/* the name shut first (a new open waits), then ours the one handle;
+	 * an opener already past the name lets go when it sees removing */
+	inode_removing(ino, true, false);
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
 	if (ino->nr_cached_handles + ino->nr_direct_handles > 1) {
 		pthread_mutex_unlock(&ino->lock);
 		pthread_rwlock_unlock(&ino->rwsem);
+		inode_removing(ino, false, false);
 		wbc_file_close(h);
 		return -EBUSY;
 	}
+	ino->removing = true;
 	while (ino->sizing)
 		inode_wait_locked(ino);
 	ino->sizing = true;
@@ -820,10 +825,11 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 		ino->backend_size = 0;
 	}
 	ino->sizing = false;
+	if (err)
+		ino->removing = false;   /* the file stays as it was */
 	inode_wake_locked(ino);
 	pthread_mutex_unlock(&ino->lock);
-	if (!err)
-		inode_unhash(ino);
+	inode_removing(ino, false, !err);
 	pthread_rwlock_unlock(&ino->rwsem);
 	wbc_file_close(h);
 	return err;

@@ -91,11 +91,20 @@ int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_g
 	int err = handle_alloc(&slot, &gen, &s);
 	if (err)
 		return err;
-	struct inode *ino = iget(dev, name, create, group, &err);
+	struct inode *ino;
+again:
+	ino = iget(dev, name, create, group, &err);
 	if (ino) {
+		pthread_mutex_lock(&ino->lock);
+		if (ino->removing) {
+			/* removed under us (its name was shut after our
+			 * iget): the name again, once the remove is done */
+			pthread_mutex_unlock(&ino->lock);
+			iput(ino);
+			goto again;
+		}
 		/* a file is open either through the cache or direct, never
 		 * both at once (fs.h) */
-		pthread_mutex_lock(&ino->lock);
 		if (direct ? ino->nr_cached_handles : ino->nr_direct_handles) {
 			err = -EBUSY;
 		} else {

@@ -281,10 +281,11 @@ static struct inode *inode_new(size_t nlen)
 	return ino;
 }
 
-/* hstate: the backend opens or closes an inode's name; iget of the name
- * waits until it is done (the backend sees each name opened once at a
- * time, and closed before it is opened again) */
-enum { INODE_OPENING = 1, INODE_CLOSING = 2 };
+/* hstate: the backend opens, closes or removes an inode's name; iget of
+ * the name waits until it is done (the backend sees each name opened once
+ * at a time, closed before it is opened again, and nothing opened while
+ * it removes it) */
+enum { INODE_OPENING = 1, INODE_CLOSING = 2, INODE_REMOVING = 3 };
 
 static void hash_unlink_locked(struct name_shard *s, struct inode *ino)
 {
@@ -533,7 +534,7 @@ void iput(struct inode *ino)
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}
-	/* not unhashed by inode_unhash: the name stays in the table until
+	/* not unhashed by wbc_file_remove: the name stays in the table until
 	 * the backend closed it (an iget of it waits) */
 	bool hashed = ino->hash_pprev != NULL;
 	if (hashed)
@@ -590,12 +591,19 @@ void dev_record_error_files(struct wbc_dev *dev, int err, uint64_t gen)
 /* Take @ino out of its device's name table (a removed file): a later
  * iget of the name opens the backend anew.  The references held stay
  * good; the last iput frees it without unhashing it again. */
-void inode_unhash(struct inode *ino)
+/* wbc_file_remove: @on, the name shut (an iget of it waits) while the
+ * backend removes it; off, open again, and out of the table (@unhash: it
+ * was removed, the name opens anew). */
+void inode_removing(struct inode *ino, bool on, bool unhash)
 {
 	struct name_shard *s = shard_of(ino->dev, ino->hash);
 	pthread_mutex_lock(&s->lock);
-	if (ino->hash_pprev)
+	assert(ino->hstate == (on ? 0 : INODE_REMOVING));
+	if (unhash && ino->hash_pprev)
 		hash_unlink_locked(s, ino);
+	ino->hstate = on ? INODE_REMOVING : 0;
+	if (!on)
+		pthread_cond_broadcast(&s->wait);
 	pthread_mutex_unlock(&s->lock);
 }
 
