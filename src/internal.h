@@ -69,10 +69,13 @@
  *                       to zero), and the shard's free inodes (taken
  *                       again after a teardown, never held across it)
  *                       (leaf).  iget waits on the shard's condition
- *                       (name_shard->wait) while the backend opens or
- *                       closes the name (inode->hstate), holding no
- *                       other lock; the opener and the closer hold none
- *                       of the engine's across that open or close.
+ *                       (name_shard->wait) while the backend opens,
+ *                       closes or removes the name (inode->hstate),
+ *                       holding no other lock; the opener and the closer
+ *                       hold none of the engine's across that open or
+ *                       close (the remover holds its inode's rwsem and
+ *                       waits for its writeback, neither of which a
+ *                       thread in iget holds).
  *   dev->bw_lock        rate estimation of one device
  *                       (throttle/bandwidth.c; only ever trylocked, so no
  *                       thread waits for it)
