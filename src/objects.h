@@ -97,11 +97,7 @@ struct inode {
 	/* pages DIRTY and WRITEBACK: changed with the flags (mm/page.h) */
 	uint64_t nr_dirty, nr_writeback;
 	unsigned waiters;           /* [fs] threads in inode_wait_locked */
-	bool sizing;                /* [fs] truncate/size sync owns the backend size */
-	/* [fs] wbc_file_remove decided to remove it: an opener that took
-	 * its reference before the name was shut (INODE_REMOVING) lets go
-	 * and looks the name up again (fs/handle.c) */
-	bool removing;
+	uint32_t nr_at_risk;        /* [wb] pages PG_ERROR: failed, to be retried */
 	struct pagemap map;         /* [mm] the page index ([fs] made and freed) */
 	uint64_t i_size;            /* [fs] */
 	/* [fs] size the backend object has (our view); raised by writeback's
@@ -142,6 +138,12 @@ struct inode {
 	 * name (INODE_OPENING, INODE_CLOSING, INODE_REMOVING, fs/inode.c);
 	 * 0 otherwise */
 	uint8_t hstate;
+	/* inode->lock (here, beside hstate, where the padding is) */
+	bool sizing;                /* [fs] truncate/size sync owns the backend size */
+	/* [fs] wbc_file_remove decided to remove it: an opener that took
+	 * its reference before the name was shut (INODE_REMOVING) lets go
+	 * and looks the name up again (fs/handle.c) */
+	bool removing;
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };

@@ -15,6 +15,7 @@
  *      was not a multiple of the alignment;
  *   6. a direct open fails with the write error of the pages it must
  *      write first, which stay dirty; once the fault ends it succeeds;
+ *      with on_error=drop (the pages dropped, lost) it fails all the same;
  *   7. overlapping direct writes from several threads never put two
  *      overlapping I/Os of a file in flight (a backend written here checks
  *      every submission), and the file ends up with one of them per range.
@@ -337,6 +338,24 @@ int main(void)
 	CHECK_EQ(wbc_file_close(d), 0);
 	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* the failed writes, once */
 	CHECK_EQ(wbc_cache_close(c), 0);
+	/* the same with on_error=drop: the pages are lost, not kept; the open
+	 * fails with their error all the same (it succeeded, and its reads
+	 * gave the backend's old bytes) */
+	c = t_quiet_cache(16u << 20);
+	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,on_error=drop", &dev), 0);
+	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
+	CHECK_EQ(wbc_file_close(f), 0);
+	model_set_faults(dev, 0, UINT64_MAX / 2, 0);
+	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_DIRECT, &d), -EIO);
+	wbc_stats(c, &st);
+	CHECK(st.dirty_bytes == 0 && st.lost_bytes > 0);    /* dropped, counted */
+	model_set_faults(dev, 0, 0, 0);
+	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_DIRECT, &d), 0);   /* told: opens */
+	CHECK_EQ(wbc_fsync(d), 0);
+	CHECK_EQ(wbc_file_close(d), 0);
+	CHECK_EQ(wbc_cache_close(c), -EIO);
+	printf("    on_error=drop: the direct open fails with the lost pages' error\n");
 
 	/* 7. overlapping direct writes */
 	c = t_quiet_cache(16u << 20);

@@ -7,7 +7,13 @@
  *   2. The same fault, drop policy: fsync reports the error once, the bytes
  *      are counted lost, the next fsync succeeds, the range is not written.
  *   3. errseq: an error in background writeback is seen once by each
- *      handle open at the time, at its next fsync; not by a later handle.
+ *      handle open at the time, at its next fsync; by a handle opened
+ *      after it while no handle was told (the kernel's SEEN flag), not by
+ *      one opened once it was told.  A file written and closed with no
+ *      fsync whose writeback fails (drop): its inode goes with its pages,
+ *      and the error is the next opener's (it was told to nobody, lost).
+ *      A retried error healed before a new handle's first check is not
+ *      that handle's (retry_bound.c).
  *   4. EIO with a probability, retry policy: fsync until it succeeds; the
  *      backend ends up right.
  *   5. A stall (no completion for a while) and a bandwidth collapse: fsync
@@ -60,6 +66,33 @@ int main(void)
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* device level: errors since its last sync */
 	CHECK_EQ(wbc_dev_sync(dev), 0);
+	/* written and closed, its writeback failing, no handle told: a
+	 * handle opened then is told while the pages are at risk; one whose
+	 * first fsync writes them (the fault over) is not: nothing was lost */
+	CHECK_EQ(wbc_file_open(dev, "h", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
+	CHECK_EQ(wbc_file_close(f), 0);
+	model_set_faults(dev, 256u << 10, 64u << 10, 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);
+	CHECK_EQ(wbc_file_open(dev, "h", 0, &f), 0);
+	CHECK_EQ(wbc_file_open(dev, "h", 0, &g), 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);                 /* at risk still: told */
+	model_set_faults(dev, 0, 0, 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_fsync(g), -EIO);                 /* opened before f was told */
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_file_close(g), 0);
+	CHECK_EQ(wbc_file_open(dev, "i", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
+	CHECK_EQ(wbc_file_close(f), 0);
+	model_set_faults(dev, 256u << 10, 64u << 10, 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);
+	CHECK_EQ(wbc_file_open(dev, "i", 0, &f), 0);
+	model_set_faults(dev, 0, 0, 0);
+	CHECK_EQ(wbc_fsync(f), 0);                    /* healed before it looked */
+	CHECK_EQ(wbc_file_close(f), 0);
+	check_backend(dev, "i", SZ);
+	CHECK_EQ(wbc_dev_sync(dev), 0);               /* dev_sync told them already */
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* 2. range, drop */
@@ -93,10 +126,30 @@ int main(void)
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_fsync(g), -EIO);                 /* the other handle sees it too */
 	CHECK_EQ(wbc_fsync(g), 0);
-	CHECK_EQ(wbc_fsync(late), 0);                 /* opened after: does not */
+	/* opened after the error, before any handle was told: told too
+	 * (the kernel's SEEN flag) */
+	CHECK_EQ(wbc_fsync(late), -EIO);
+	CHECK_EQ(wbc_fsync(late), 0);
+	wbc_file *later;
+	CHECK_EQ(wbc_file_open(dev, "e", 0, &later), 0);
+	CHECK_EQ(wbc_fsync(later), 0);                /* opened once told: not */
 	wbc_file_close(f);
 	wbc_file_close(g);
 	wbc_file_close(late);
+	wbc_file_close(later);
+	/* written and closed with no fsync: the writeback's error, met with
+	 * no handle open, is the next opener's (it was no one's: lost) */
+	CHECK_EQ(wbc_file_open(dev, "n", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, 8192, 0), 8192);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);
+	CHECK_EQ(wbc_file_open(dev, "n", 0, &f), 0);
+	CHECK_EQ(wbc_file_check_error(f), -EIO);      /* told once */
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_open(dev, "n", 0, &g), 0);
+	CHECK_EQ(wbc_fsync(g), 0);                    /* opened once told: not */
+	wbc_file_close(f);
+	wbc_file_close(g);
 	CHECK_EQ(wbc_cache_close(c), 0);              /* dev_sync reported it already */
 
 	/* 4. probability, retry */

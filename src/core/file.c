@@ -80,13 +80,17 @@ static int direct_drop_cache(struct inode *ino)
 		write_inode_all(ino);
 		wait_on_writeback_range(ino, 0, UINT64_MAX);
 		pthread_mutex_lock(&ino->lock);
-		if (!ino->nr_dirty && !ino->nr_writeback && !pages_locked_locked(ino)) {
-			drop_pages_from_locked(ino, 0);
+		if (ino->wb_err.seq != seq) {
+			/* failed: the pages stay dirty (on_error=retry), or
+			 * were dropped (drop): the open fails, and that tells
+			 * the error (seen) */
+			err = ino->wb_err.err;
+			ino->wb_err.seen = true;
 			pthread_mutex_unlock(&ino->lock);
 			break;
 		}
-		if (ino->nr_dirty && ino->wb_err.seq != seq) {
-			err = ino->wb_err.err;   /* failed: the pages stay dirty */
+		if (!ino->nr_dirty && !ino->nr_writeback && !pages_locked_locked(ino)) {
+			drop_pages_from_locked(ino, 0);
 			pthread_mutex_unlock(&ino->lock);
 			break;
 		}
@@ -868,11 +872,12 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	pthread_mutex_lock(&ino->lock);
 	if (ferr)
 		errseq_record(&ino->wb_err, ferr);
-	int werr = errseq_check_advance(&ino->wb_err, &f->err_since);
+	int werr = errseq_check_advance(&ino->wb_err, &f->err_since, &f->err_inherit);
 	pthread_mutex_unlock(&ino->lock);
-	if (werr)
-		return werr;
-	return err ? err : ferr;
+	/* err and ferr are in the sequence too: told once, here or by
+	 * another call on this handle (wbc_file_check_error) meanwhile */
+	(void)err;
+	return werr;
 }
 
 int wbc_file_check_error(wbc_file *h)
@@ -881,7 +886,7 @@ int wbc_file_check_error(wbc_file *h)
 	if (!f)
 		return -EBADF;
 	pthread_mutex_lock(&f->inode->lock);
-	int err = errseq_check_advance(&f->inode->wb_err, &f->err_since);
+	int err = errseq_check_advance(&f->inode->wb_err, &f->err_since, &f->err_inherit);
 	pthread_mutex_unlock(&f->inode->lock);
 	return err;
 }
@@ -892,8 +897,7 @@ int wbc_file_peek_error(wbc_file *h)
 	if (!f)
 		return -EBADF;
 	pthread_mutex_lock(&f->inode->lock);
-	uint32_t since = f->err_since;
-	int err = errseq_check_advance(&f->inode->wb_err, &since);
+	int err = errseq_peek(&f->inode->wb_err, f->err_since, f->err_inherit);
 	pthread_mutex_unlock(&f->inode->lock);
 	return err;
 }

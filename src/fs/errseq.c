@@ -2,8 +2,10 @@
  * Writeback error sequence, after the kernel's errseq_t: every recorded
  * error bumps a counter; a handle remembers the counter value it last saw,
  * and fsync reports the latest error when the counter has moved since.  So
- * each handle open when an error happened sees it exactly once, and handles
- * opened afterwards (which sample the current value) do not.
+ * each handle open when an error happened sees it exactly once.  A handle
+ * opened afterwards sees it too while no handle has been told it yet (the
+ * kernel's SEEN flag, Linux 4.16): an error met when no handle was open
+ * (written, closed, written back later) is the next opener's, not lost.
  * Callers hold the lock that protects the struct.
  */
 #include "fs/fs.h"
@@ -13,14 +15,31 @@ void errseq_record(struct errseq *e, int err)
 	assert(err < 0);
 	e->err = err;
 	e->seq++;
+	e->seen = false;
+	e->retried = false;
+	e->healed = false;
 }
 
-int errseq_check_advance(const struct errseq *e, uint32_t *since)
+void errseq_sample(const struct errseq *e, uint32_t *since, bool *inherit)
 {
-	if (*since == e->seq)
+	*since = e->seq;
+	*inherit = e->seq && !e->seen;
+}
+
+int errseq_check_advance(struct errseq *e, uint32_t *since, bool *inherit)
+{
+	bool inherited = *inherit;
+	*inherit = false;
+	if (*since == e->seq && !(inherited && !e->healed))
 		return 0;
 	*since = e->seq;
+	e->seen = true;
 	return e->err;
+}
+
+int errseq_peek(const struct errseq *e, uint32_t since, bool inherit)
+{
+	return since != e->seq || (inherit && !e->healed) ? e->err : 0;
 }
 
 /* A device keeps one sequence for the errors of all its files, under

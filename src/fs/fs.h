@@ -33,9 +33,14 @@
 
 /* errseq.c */
 void errseq_record(struct errseq *e, int err);
-/* Returns the error a handle that sampled *@since has not seen, and
- * advances *@since; 0 when none. */
-int errseq_check_advance(const struct errseq *e, uint32_t *since);
+/* A new handle's sample (*@since) and whether the error no handle was
+ * told yet is its to tell (*@inherit). */
+void errseq_sample(const struct errseq *e, uint32_t *since, bool *inherit);
+/* Returns the error a handle that sampled *@since (and *@inherit) has not
+ * seen, advances the sample and marks the error seen; 0 when none. */
+int errseq_check_advance(struct errseq *e, uint32_t *since, bool *inherit);
+/* The same without advancing or marking anything. */
+int errseq_peek(const struct errseq *e, uint32_t since, bool inherit);
 /* Record @err in the device's error sequence (err_lock). */
 void dev_record_error(struct wbc_dev *dev, int err);
 /* ... and in every open file's of the device written since flush
@@ -81,6 +86,9 @@ struct wbc_file {
 	struct inode *inode;
 	struct wbc_dev *dev;
 	uint32_t err_since;         /* errseq sample: inode->lock */
+	/* an error no handle was told when this one opened is this one's to
+	 * tell, once, unless it is told or healed first (errseq.c) */
+	bool err_inherit;
 	bool direct;                /* WBC_O_DIRECT: I/O to the backend, not the cache */
 };
 /* Open @name on @dev (iget) into a new handle, @direct or through the

@@ -112,7 +112,7 @@ again:
 				ino->nr_direct_handles++;
 			else
 				ino->nr_cached_handles++;
-			s->f.err_since = ino->wb_err.seq;
+			errseq_sample(&ino->wb_err, &s->f.err_since, &s->f.err_inherit);
 		}
 		pthread_mutex_unlock(&ino->lock);
 		if (err) {

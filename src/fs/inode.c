@@ -103,12 +103,75 @@ void names_trim(struct wbc_dev *dev)
 	}
 }
 
+/*
+ * Errors no handle was told, of files whose inode went (a file written,
+ * closed with no fsync, whose writeback failed under on_error=drop: its
+ * last page gone, its inode with it).  The kernel keeps such an inode,
+ * and its error, in its inode cache for the next opener; here the error
+ * is kept by name in its shard, and an inode made for the name later
+ * starts with it unseen (its first handle's fsync tells it).  At most
+ * ORPHANS_MAX per shard (4,096 a device), the oldest forgotten first;
+ * wbc_dev_sync reports every error of the device in any case.
+ */
+#define ORPHANS_MAX 64
+struct orphan_err {
+	struct orphan_err *next;
+	uint64_t hash;
+	int err;
+	char name[];
+};
+
+static void orphan_add_locked(struct name_shard *s, struct orphan_err *oe)
+{
+	assert_held(&s->lock);
+	struct orphan_err **pp = &s->orphans;
+	for (; *pp; pp = &(*pp)->next)
+		if ((*pp)->hash == oe->hash && !strcmp((*pp)->name, oe->name)) {
+			struct orphan_err *old = *pp;   /* the newer error replaces it */
+			*pp = old->next;
+			free(old);
+			s->norphans--;
+			break;
+		}
+	oe->next = s->orphans;
+	s->orphans = oe;
+	if (++s->norphans > ORPHANS_MAX) {
+		struct orphan_err **last = &s->orphans;
+		while ((*last)->next)
+			last = &(*last)->next;
+		free(*last);
+		*last = NULL;
+		s->norphans--;
+	}
+}
+
+/* The kept error of @name (taken out), or 0. */
+static int orphan_take_locked(struct name_shard *s, const char *name, uint64_t h)
+{
+	assert_held(&s->lock);
+	for (struct orphan_err **pp = &s->orphans; *pp; pp = &(*pp)->next)
+		if ((*pp)->hash == h && !strcmp((*pp)->name, name)) {
+			struct orphan_err *oe = *pp;
+			int err = oe->err;
+			*pp = oe->next;
+			free(oe);
+			s->norphans--;
+			return err;
+		}
+	return 0;
+}
+
 size_t names_destroy(struct wbc_dev *dev)
 {
 	size_t left = 0;
 	for (int i = 0; i < NAME_SHARDS; i++) {
 		struct name_shard *s = &dev->shards[i];
 		left += s->n;
+		while (s->orphans) {
+			struct orphan_err *oe = s->orphans;
+			s->orphans = oe->next;
+			free(oe);
+		}
 		while (s->free) {
 			struct inode *ino = s->free;
 			s->free = ino->hash_next;
@@ -359,6 +422,10 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 	} else {
 		ino->obj = obj;
 		ino->i_size = ino->backend_size = size;
+		/* an error of the name's last inode that no handle was told */
+		int oerr = orphan_take_locked(s, name, h);
+		if (oerr)
+			errseq_record(&ino->wb_err, oerr);
 		/* its data may be writes no good flush covers yet (written,
 		 * closed, and its inode gone meanwhile) */
 		ino->written_gen = size ? atomic_load_explicit(&dev->flush_gen,
@@ -504,6 +571,7 @@ void drop_pages_from_locked(struct inode *ino, uint64_t first)
 		account_dropped(ino, (long)dropped_dirty);
 	}
 	if (dropped_err) {
+		ino->nr_at_risk -= (uint32_t)dropped_err;
 		atomic_fetch_sub(&c->st_at_risk_pages, (long long)dropped_err);
 		atomic_fetch_sub(&dev->at_risk_pages, (long long)dropped_err);
 	}
@@ -545,13 +613,25 @@ void iput(struct inode *ino)
 	assert(!(ino->state & (I_DIRTY | I_SYNC)) && !ino->nr_writeback);
 	if (ino->backend_size != ino->i_size) {
 		int err = backend_resize(dev->be, ino->obj, ino->i_size);
-		if (err)
+		if (err) {
 			dev_record_error(dev, err);
+			errseq_record(&ino->wb_err, err);   /* no other reference: no lock */
+		}
 	}
 	inode_drop_all_pages(ino);
 	backend_close(dev->be, ino->obj);
+	/* an error no handle was told goes with the name, not the inode */
+	struct orphan_err *oe = NULL;
+	if (hashed && ino->wb_err.seq && !ino->wb_err.seen && !ino->wb_err.healed &&
+	    (oe = malloc(sizeof(*oe) + strlen(ino->name) + 1))) {
+		oe->hash = ino->hash;
+		oe->err = ino->wb_err.err;
+		strcpy(oe->name, ino->name);
+	}
 	if (hashed) {
 		pthread_mutex_lock(&s->lock);
+		if (oe)
+			orphan_add_locked(s, oe);
 		hash_unlink_locked(s, ino);
 		ino->hstate = 0;
 		pthread_cond_broadcast(&s->wait);

@@ -13,9 +13,16 @@ struct inode;
 
 /* errseq (fs/errseq.c): per-file writeback error sequence */
 struct errseq {
-	uint32_t seq;    /* bumped on each recorded error */
-	int err;         /* latest error (negative errno) */
+	uint32_t seq;          /* bumped on each recorded error */
+	int err : 24;          /* latest error (negative errno) */
+	unsigned seen : 1;     /* the latest error was reported to a handle */
+	/* the latest error is a failed write whose pages stay dirty, to be
+	 * retried (on_error=retry): once they are all written nothing was
+	 * lost, and it counts as seen (end_io.c) */
+	unsigned retried : 1;
+	unsigned healed : 1;   /* ... and they are: an inheriting handle is not told */
 };
+_Static_assert(sizeof(struct errseq) == 8, "errseq: two words (the inode's layout)");
 
 #define NAME_SHARDS 64
 struct name_shard {             /* two cache lines each */
@@ -32,6 +39,10 @@ struct name_shard {             /* two cache lines each */
 	uint32_t nfree;
 	/* an inode of the shard left its open or close (hstate, fs/inode.c) */
 	pthread_cond_t wait;
+	/* errors of files gone with no handle told (fs/inode.c): newest
+	 * first, at most ORPHANS_MAX */
+	struct orphan_err *orphans;
+	uint32_t norphans;
 } __attribute__((aligned(64)));
 
 #endif

@@ -232,9 +232,17 @@ void wb_end_io(struct wbc_bio *bio)
 		ino->retry_backoff_ns = 0;
 		ino->retry_after = 0;
 	}
+	ino->nr_at_risk += (uint32_t)at_risk_delta;   /* mod 2^32: may be negative */
 	if (err) {
 		errseq_record(&ino->wb_err, err);
+		ino->wb_err.retried = retry;
 	} else {
+		/* the retry policy's error healed: every page it failed is
+		 * written now (or truncated away), nothing was lost, and a
+		 * handle opened from here on is not told (those open at the
+		 * error still are, once) */
+		if (!ino->nr_at_risk && ino->wb_err.retried)
+			ino->wb_err.seen = ino->wb_err.healed = true;
 		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
 		ino->written_gen = atomic_load_explicit(&dev->flush_gen, memory_order_relaxed);
 	}

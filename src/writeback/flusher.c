@@ -287,7 +287,8 @@ static int wb_sync(struct wbc_dev *dev)
 	else
 		dev->flush_good = gen + 1;
 	pthread_mutex_lock(&dev->err_lock);
-	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since);
+	bool no = false;   /* wbc_dev_sync: the errors since its last call */
+	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since, &no);
 	pthread_mutex_unlock(&dev->err_lock);
 	if (e && !err)
 		err = e;
