@@ -4,10 +4,12 @@
  *
  *   nbdkit --filter=wbcache PLUGIN [wbcache-mem=256M] [...]
  *
- * One cache and one device per nbdkit process, opened in .after_fork
- * (after nbdkit's fork: the engine's flusher and the filter's workers are
- * threads).  The device's backend is written on the public backend
- * interface (wbcache_backend.h) and holds one file, "", the plugin's
+ * One cache and one device per nbdkit process, opened at the first
+ * client's .open (after nbdkit's fork: the engine's flusher and the
+ * filter's workers are threads; and in a connection: a plugin may ask for
+ * its export name or TLS state when a context opens, and the file plugin's
+ * dir= mode crashed on a context opened outside one, in .after_fork).
+ * The device's backend is written on the public backend interface (wbcache_backend.h) and holds one file, "", the plugin's
  * default export: its submit() queues the engine's I/Os to worker
  * threads (wbcache-threads), which do them with next->pread/pwrite on a plugin context of
  * the filter's own (nbdkit_next_context_open, shared: the workers serve
@@ -64,6 +66,7 @@ static unsigned nthreads = 16;           /* nbdkit's own default per connection 
 static uint32_t max_io = DEFAULT_MAX_IO;
 static char *stats_path;
 static double stats_interval = 1.0;
+static bool stats_interval_set;
 
 static void cfg_defaults(void)
 {
@@ -74,8 +77,12 @@ static void cfg_defaults(void)
 	cfg_ready = true;
 }
 
+/* Loads of the filter in this nbdkit: its state is the process's, one */
+static int loads;
+
 static void wbcache_load(void)
 {
+	loads++;
 	cfg_defaults();
 }
 
@@ -203,6 +210,7 @@ static int wbcache_config(nbdkit_next_config *next, nbdkit_backend *nxdata, cons
 	} else if (strcmp(key, "wbcache-stats-interval") == 0) {
 		if (parse_seconds(key, value, 0.001, &stats_interval))
 			return -1;
+		stats_interval_set = true;
 	} else if (strncmp(key, "wbcache-", 8) == 0) {
 		nbdkit_error("unknown parameter %s (nbdkit --filter=wbcache PLUGIN --help lists them)",
 			     key);
@@ -217,6 +225,11 @@ static int wbcache_config(nbdkit_next_config *next, nbdkit_backend *nxdata, cons
  * here so that a bad combination fails before nbdkit forks. */
 static int wbcache_config_complete(nbdkit_next_config_complete *next, nbdkit_backend *nxdata)
 {
+	if (loads > 1) {
+		nbdkit_error("wbcache: the filter is given more than once (--filter=wbcache): one "
+			     "cache per nbdkit");
+		return -1;
+	}
 	cfg_defaults();
 	uint64_t ps = cfg.page_size;
 	const char *why = wbc_config_check(&cfg);
@@ -228,6 +241,24 @@ static int wbcache_config_complete(nbdkit_next_config_complete *next, nbdkit_bac
 	if (max_io % ps) {
 		nbdkit_error("wbcache-max-io: %" PRIu32 " is not a multiple of the page size (%" PRIu64 ")",
 			     max_io, ps);
+		return -1;
+	}
+	if (stats_path) {
+		/* written by a rename from PATH.tmp: that must be possible */
+		char tmp[4096];
+		if (snprintf(tmp, sizeof(tmp), "%s.tmp", stats_path) >= (int)sizeof(tmp)) {
+			nbdkit_error("wbcache-stats: the path is too long");
+			return -1;
+		}
+		FILE *f = fopen(tmp, "w");
+		if (!f) {
+			nbdkit_error("wbcache-stats: cannot write %s: %m", tmp);
+			return -1;
+		}
+		fclose(f);
+		unlink(tmp);
+	} else if (stats_interval_set) {
+		nbdkit_error("wbcache-stats-interval needs wbcache-stats=PATH");
 		return -1;
 	}
 	return next(nxdata);
@@ -280,7 +311,10 @@ static struct {
 
 	wbc_cache *cache;
 	wbc_dev *dev;
-	wbc_file *keeper;            /* held from after_fork to cleanup */
+	wbc_file *keeper;            /* held from the start to cleanup */
+	/* start_lock: started (the first client's .open, start()) */
+	pthread_mutex_t start_lock;
+	bool started;
 
 	pthread_t stats_thread;
 	bool stats_running, stats_stop;
@@ -288,6 +322,7 @@ static struct {
 	pthread_cond_t stats_cond;
 } g = {
 	.plugin_lock = PTHREAD_MUTEX_INITIALIZER,
+	.start_lock = PTHREAD_MUTEX_INITIALIZER,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
 	.stats_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -536,9 +571,12 @@ static void stats_write(const struct wbc_stats *st, const struct wbc_dev_stats *
 	char tmp[4096];
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", stats_path) >= (int)sizeof(tmp))
 		return;
+	static bool warned;
 	FILE *f = fopen(tmp, "w");
 	if (!f) {
-		nbdkit_debug("wbcache: %s: %m", tmp);
+		if (!warned)
+			nbdkit_error("wbcache-stats: cannot write %s: %m (not said again)", tmp);
+		warned = true;
 		return;
 	}
 	fprintf(f,
@@ -571,7 +609,9 @@ static void stats_write(const struct wbc_stats *st, const struct wbc_dev_stats *
 		st->max_pause_ns, st->write_bw, ds ? ds->failing_ns : 0, ds ? -ds->dead_error : 0,
 		final);
 	if (fclose(f) || rename(tmp, stats_path)) {
-		nbdkit_debug("wbcache: %s: %m", stats_path);
+		if (!warned)
+			nbdkit_error("wbcache-stats: cannot write %s: %m (not said again)", stats_path);
+		warned = true;
 		unlink(tmp);
 	}
 }
@@ -663,12 +703,15 @@ static void context_close(void)
 	g.prepared = false;
 }
 
-static int wbcache_after_fork(nbdkit_backend *backend)
+/* The cache, its device, the workers and the filter's own plugin
+ * context, at the first client's .open (start_lock held); 0 or -1 with
+ * the reason given to nbdkit_error (the client's open fails, the next
+ * client's tries again). */
+static int start(nbdkit_context *nxdata, int readonly, const char *exportname)
 {
-	/* the plugin's default export, shared by every connection */
-	g.ctx = nbdkit_next_context_open(backend, 0, "", 1);
-	if (!g.ctx)   /* a plugin that opens read-only only (nbdkit -r) */
-		g.ctx = nbdkit_next_context_open(backend, 1, "", 1);
+	/* the plugin's default export, shared by every connection: a
+	 * context of the filter's own, opened as the first client's */
+	g.ctx = nbdkit_next_context_open(nbdkit_context_get_backend(nxdata), readonly, exportname, 1);
 	if (!g.ctx) {
 		nbdkit_error("wbcache: cannot open a context of the plugin");
 		return -1;
@@ -686,6 +729,12 @@ static int wbcache_after_fork(nbdkit_backend *backend)
 	    (g.can_extents = g.ctx->can_extents(g.ctx)) < 0 ||
 	    g.ctx->can_fua(g.ctx) < 0 || g.ctx->can_zero(g.ctx) < 0 ||
 	    g.ctx->can_trim(g.ctx) < 0) {
+		context_close();
+		return -1;
+	}
+	if ((uint64_t)g.size > (1ull << 62)) {
+		nbdkit_error("wbcache: the export (%" PRId64 " bytes) is larger than the cache serves "
+			     "(2^62 bytes)", g.size);
 		context_close();
 		return -1;
 	}
@@ -742,6 +791,7 @@ static int wbcache_after_fork(nbdkit_backend *backend)
 	nbdkit_debug("wbcache: %" PRIu64 " bytes of cache, %u worker(s), max_io %" PRIu32
 		     ", export %" PRId64 " bytes%s", cfg.mem_bytes, g.nworkers, max_io, g.size,
 		     g.serial ? ", plugin calls serialized" : "");
+	g.started = true;
 	return 0;
 fail:
 	wbc_file_close(g.keeper);
@@ -864,6 +914,11 @@ static void *wbcache_open(nbdkit_next_open *next, nbdkit_context *nxdata, int re
 		return NULL;
 	}
 	if (next(nxdata, readonly, exportname) == -1)
+		return NULL;
+	pthread_mutex_lock(&g.start_lock);
+	int started = g.started ? 0 : start(nxdata, readonly, exportname);
+	pthread_mutex_unlock(&g.start_lock);
+	if (started == -1)
 		return NULL;
 	struct handle *h = calloc(1, sizeof(*h));
 	if (!h) {
@@ -1047,14 +1102,17 @@ static int wbcache_extents(nbdkit_next *next, void *handle, uint32_t count, uint
 	(void)handle;
 	/* the plugin's map is right once the range's dirty data is in it
 	 * (through the filter's own handle: a connection's next FLUSH still
-	 * sees any write error) */
+	 * sees any write error).  Where that fails (the plugin fails
+	 * writes: of this range, or of another, told by the file's error
+	 * sequence), the range is answered as data, the answer that is
+	 * always safe: a copy out of the export goes on, reading it */
 	int r = wbc_fsync_range(g.keeper, offset, count, 1);
-	if (!r)
-		r = check_at_risk();
 	if (r) {
-		*err = -r;
-		nbdkit_error("wbcache: extents: writing back the range: %s", wbc_strerror(r));
-		return -1;
+		if (nbdkit_add_extent(extents, offset, count, 0) == -1) {
+			*err = errno;
+			return -1;
+		}
+		return 0;
 	}
 	plugin_enter();
 	r = g.ctx->extents(g.ctx, count, offset, flags, extents, err);
@@ -1072,7 +1130,6 @@ static struct nbdkit_filter filter = {
 	.config_complete = wbcache_config_complete,
 	.config_help = wbcache_config_help,
 	.get_ready = wbcache_get_ready,
-	.after_fork = wbcache_after_fork,
 	.cleanup = wbcache_cleanup,
 	.default_export = wbcache_default_export,
 	.open = wbcache_open,

@@ -2,8 +2,10 @@
 # nbdkit-wbcache-filter.so under a real nbdkit, driven by libnbd's clients
 # (nbdcopy, nbdinfo, and Python's nbd module):
 #   - the shared object exports nbdkit's entry point and nothing else;
-#   - bad parameters are refused at startup with a message naming them;
-#     good ones start; --help lists them;
+#   - bad parameters are refused at startup with a message naming them
+#     (also a stats file that cannot be written, and the filter given
+#     twice); good ones start; --help lists them; a plugin that needs a
+#     connection to open (file dir=) refuses the client, nbdkit serves on;
 #   - the export advertises flush, FUA and multi-conn, zero (emulated) and
 #     no trim;
 #   - data copied in (nbdcopy, four connections) with a cache a sixth of
@@ -137,6 +139,22 @@ bad "wbcache-retry-timeout" wbcache-retry-timeout=never
 bad "wbcache-threads.*out of range" wbcache-threads=0
 bad "wbcache-max-io.*multiple of the page size" wbcache-max-io=6K
 bad "unknown parameter wbcache-colour" wbcache-colour=blue
+bad "wbcache-stats: cannot write /nonexistent" wbcache-stats=/nonexistent/dir/wb.stats
+bad "wbcache-stats-interval needs wbcache-stats" wbcache-stats-interval=2
+# the filter twice: one cache per nbdkit (it hung, two caches on one queue)
+if "${NBDKIT[@]}" -U "$T/bad.sock" --filter="$FILTER" --filter="$FILTER" memory 1M --run true \
+	>"$T/bad.out" 2>&1; then
+	fail "accepted: the filter twice"
+fi
+grep -q "more than once" "$T/bad.out" || fail "the filter twice: $(cat "$T/bad.out")"
+# a plugin whose open needs a client connection (the file plugin's dir=
+# mode asks for the export name): the filter's shared context opens at
+# the first client's open, and the plugin refuses it there; nbdkit served
+# on (it crashed at startup, a context opened in .after_fork)
+mkdir "$T/fd"
+"${NBDKIT[@]}" -U "$T/fd.sock" --filter="$FILTER" file dir="$T/fd" \
+	--run 'nbdinfo "$uri" >/dev/null 2>&1; echo "client done"' >"$T/fd.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "client done" "$T/fd.out" || fail "file dir=: exit $rc: $(cat "$T/fd.out")"
 start ok --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
 	wbcache-dirty-ratio=30 wbcache-dirty-background-ratio=5 wbcache-dirty-expire-centisecs=100 \
 	wbcache-on-error=drop wbcache-retry-timeout=250ms wbcache-threads=2 wbcache-max-io=1M
@@ -148,7 +166,9 @@ echo "parameters: ok"
 # ---- data through the cache, durability ----------------------------------
 head -c $((96 << 20)) /dev/urandom >"$T/in.bin"
 truncate -s $((96 << 20)) "$T/disk.img"
-start data --filter="$FILTER" file "$T/disk.img" wbcache-mem=16M wbcache-stats-interval=0.1
+# the log filter under the cache logs what it asks of the plugin
+start data --filter="$FILTER" --filter=log file "$T/disk.img" logfile="$T/plugin.log" \
+	wbcache-mem=16M wbcache-stats-interval=0.1
 nbdinfo "$(uri data)" >"$T/info.out" || fail "nbdinfo: $(cat "$T/info.out")"
 for want in "can_flush: true" "can_fua: true" "can_multi_conn: true" "can_zero: true" "can_trim: false" \
 	    "export-size: $((96 << 20))"; do
@@ -177,7 +197,13 @@ h.zero(1 << 20, 32 << 20, nbd.CMD_FLAG_FUA)
 h.pwrite(plain, 40 << 20)   # neither FUA nor flushed
 print("ok")
 EOF
+flushes0=$(grep -c " Flush " "$T/plugin.log")
 $PY "$T/fua.py" "$(uri data)" >"$T/fua.out" 2>&1 || fail "FUA/zero client: $(cat "$T/fua.out")"
+# the file plugin's writes are in the host's page cache at once, so the
+# kill below cannot tell a flush from none: the log can (a FUA write, a
+# FLUSH and a FUA zero: three flushes of the plugin at least)
+flushes=$(( $(grep -c " Flush " "$T/plugin.log") - flushes0 ))
+[ "$flushes" -ge 3 ] || fail "the plugin was flushed $flushes times for 2 FUA requests and a FLUSH"
 stop data KILL
 $PY - "$T/disk.img" <<'EOF' || fail "after kill -9: FUA, flushed and zeroed data not all in the file"
 import sys
