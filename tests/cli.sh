@@ -57,6 +57,8 @@ expect_msg "--dir with --dev" "a directory device is --dev dir:PATH" run dd --de
 for v in 0x1 " 0.2" +1; do expect_err "--time '$v'" run dd --dev mem --time "$v"; done
 expect_err "--threads +2" run dd --dev mem --threads +2
 expect_err "model:lat=0x10" run dd --dev model:lat=0x10
+# a model device's latency of a minute or more: refused (lat=1e9 never ended)
+expect_msg "model:lat=1e9" "lat=TIME<=60s" run dd --dev model:lat=1e9 --size 1M
 expect_err "--version with more" --version --bogus
 expect_err "help of no such command" help frob
 $W help run | grep -q -- "--dev" || fail "help run does not show run's help"
@@ -238,6 +240,15 @@ echo "$out" | grep -q "MiB of written data lost" || fail "no loss reported: $out
 $W run --help | grep -q "retry_timeout" || fail "run --help does not name retry_timeout"
 # outputs: one that cannot be written is an error of the run (exit 1, the
 # option named); two outputs to one file are refused; a bad --dir too
+# --json -: the JSON alone on stdout (the report on stderr), no file "-";
+# the other outputs refuse "-"
+wabs=$(realpath "$W")
+(cd "$dir" && "$wabs" run dd --size 64K --bs 4K --mem 1M --dev mem --json - 2>/dev/null) >"$dir/stdout.json" ||
+	fail "--json -: exit $?"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["bytes"] == 65536, d' \
+	"$dir/stdout.json" || fail "--json -: stdout is not the JSON: $(head -c 300 "$dir/stdout.json")"
+[ -e "$dir/-" ] && fail "--json - wrote a file named -"
+expect_msg "--trace -" "only --json writes to stdout" run dd --dev mem --trace -
 out=$($W run dd --size 64K --bs 4K --mem 1M --quiet --dev mem --json /dev/full 2>&1); rc=$?
 [ $rc -eq 1 ] || fail "--json /dev/full: exit $rc, expected 1"
 echo "$out" | grep -q -- "--json /dev/full: cannot write it" || fail "--json /dev/full: $out"

@@ -35,7 +35,7 @@
 extern char **environ;
 
 #define MAX_RUNS 4   /* runs of one experiment */
-#define MAX_ARGS 48
+#define MAX_ARGS 96
 
 /* A run's figures, from its --json file. */
 struct figs {
@@ -61,6 +61,7 @@ struct lab_run {
 	double deadline;             /* its --deadline (0: the lab's default) */
 	char *argv[MAX_ARGS];
 	int argc;
+	bool overflow;               /* an argument did not fit: not run */
 	char json[512], trace[512], log[512];
 	int status;                  /* the run's exit status; -1 not run */
 	struct figs f;
@@ -95,8 +96,10 @@ struct experiment {
 static void arg(struct lab_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void arg(struct lab_run *r, const char *fmt, ...)
 {
-	if (r->argc >= MAX_ARGS - 8)
+	if (r->argc >= MAX_ARGS - 1) {   /* the last one is the NULL */
+		r->overflow = true;
 		return;
+	}
 	va_list ap;
 	va_start(ap, fmt);
 	char *s = NULL;
@@ -105,6 +108,8 @@ static void arg(struct lab_run *r, const char *fmt, ...)
 	va_end(ap);
 	if (s)
 		r->argv[r->argc++] = s;
+	else
+		r->overflow = true;
 }
 
 static struct lab_run *new_run(struct lab_run *runs, int *n, const char *label, const char *color,
@@ -536,6 +541,8 @@ static void print_cmd(FILE *f, const struct lab_run *r)
 
 static int exec_run(struct lab_run *r, const char *self)
 {
+	if (r->overflow)   /* a run without all its arguments is not this run */
+		return -E2BIG;
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, r->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -696,6 +703,12 @@ int cmd_lab(int argc, char **argv)
 			}
 			if (!*out) {
 				fprintf(stderr, "wbcache lab: --out needs a directory\n");
+				return 2;
+			}
+			/* its files' names must fit (EXP-N.json, .csv, .log) */
+			if (strlen(out) > 400) {
+				fprintf(stderr, "wbcache lab: --out: the path is too long (400 "
+					"characters at most)\n");
 				return 2;
 			}
 		} else if (a[0] == '-') {

@@ -105,6 +105,7 @@ static struct run {
 	uint64_t last_ops;
 	atomic_bool abandon;        /* --deadline passed: the sampler stops */
 	bool out_err;               /* an output file could not be written */
+	int json_fd;                /* --json -: the caller's stdout (the report goes to stderr) */
 	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
 } R;
 
@@ -262,6 +263,7 @@ static void *worker_main(void *arg)
 		free(buf);
 		free(rbuf);
 		w->err = -ENOMEM;
+		atomic_fetch_add(&R.workers_done, 1);   /* the sampler waits for every one */
 		return NULL;
 	}
 	uint64_t seed = 0x9e3779b97f4a7c15ull * (w->id + 1);
@@ -614,7 +616,11 @@ static void out_failed(const char *opt, const char *path, int err)
  * process's CPU time from the writers' start and each device's writeback and list-lock figures. */
 static void write_json(const char *path, const struct json_fig *j)
 {
-	FILE *f = fopen(path, "w");
+	bool out = !strcmp(path, "-");
+	int fd = out ? dup(R.json_fd) : -1;
+	FILE *f = out ? (fd >= 0 ? fdopen(fd, "w") : NULL) : fopen(path, "w");
+	if (out && !f && fd >= 0)
+		close(fd);
 	if (!f) {
 		out_failed("--json", path, errno);
 		return;
@@ -1481,6 +1487,20 @@ int cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
 		if (!outs[i][1])
 			continue;
+		if (!strcmp(outs[i][1], "-")) {
+			/* --json -: the JSON on stdout, the report on stderr */
+			if (strcmp(outs[i][0], "--json")) {
+				fprintf(stderr, "wbcache: %s -: only --json writes to stdout\n",
+					outs[i][0]);
+				return 2;
+			}
+			fflush(stdout);
+			if ((R.json_fd = dup(STDOUT_FILENO)) < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+				fprintf(stderr, "wbcache: --json -: %s\n", strerror(errno));
+				return 2;
+			}
+			continue;
+		}
 		for (size_t k = 0; k < i; k++)
 			if (outs[k][1] && !strcmp(outs[k][1], outs[i][1])) {
 				fprintf(stderr, "wbcache: %s and %s name the same file, %s\n",

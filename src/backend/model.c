@@ -179,11 +179,17 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = wbc_parse_size(v, &u);
 			cfg->bw = (double)u;
 		} else if (!strcmp(kv, "lat")) {
+			/* a model of a device: a minute is already none (a
+			 * run with lat=1e9 never ended) */
 			rc = wbc_parse_time(v, &cfg->lat_s);
+			if (!rc && cfg->lat_s > 60)
+				rc = -EINVAL;
 		} else if (!strcmp(kv, "iops")) {
 			rc = parse_double(v, 0, 1e9, &cfg->iops);
 		} else if (!strcmp(kv, "seek")) {
 			rc = wbc_parse_time(v, &cfg->seek_s);
+			if (!rc && cfg->seek_s > 60)
+				rc = -EINVAL;
 		} else if (!strcmp(kv, "qd")) {
 			rc = wbc_parse_size(v, &u);
 			if (!rc && (u < 1 || u > 4096))
@@ -218,8 +224,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				rc = -EINVAL;
 			else {
 				*plus++ = '\0';
-				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ?
-				     -EINVAL : 0;
+				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ||
+				     cfg->stall_at > 86400 || cfg->stall_for > 86400 ? -EINVAL : 0;
 			}
 		} else if (!strcmp(kv, "seed")) {
 			rc = wbc_parse_size(v, &cfg->seed);
@@ -237,8 +243,9 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 			rc = -EINVAL;
 		}
 		if (rc)
-			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME iops=N "
-				 "qd=N seek=TIME max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N stall=T+D seed=N "
+			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME<=60s iops=N "
+				 "qd=N seek=TIME<=60s max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N "
+				 "stall=T+D (each <=1 day) seed=N "
 				 "discard=0|1 send=0|1, "
 				 "and the device tunables)",
 				 kv, shown);
