@@ -240,6 +240,20 @@ echo "$out" | grep -q "MiB of written data lost" || fail "no loss reported: $out
 $W run --help | grep -q "retry_timeout" || fail "run --help does not name retry_timeout"
 # outputs: one that cannot be written is an error of the run (exit 1, the
 # option named); two outputs to one file are refused; a bad --dir too
+# SIGINT: the run stops, reports, removes its files, exits 130 (they
+# stayed, gigabytes, under a name no later run removes)
+mkdir "$dir/intr"
+$W run dd --dev "dir:$dir/intr" --time 60 --mem 16M --quiet >"$dir/intr.out" 2>&1 &
+rpid=$!
+for _ in $(seq 200); do [ -n "$(ls "$dir/intr")" ] && break; sleep 0.1; done
+[ -n "$(ls "$dir/intr")" ] || fail "SIGINT: the run made no file in 20 s"
+kill -INT $rpid
+wait $rpid; rc=$?
+[ $rc = 130 ] || fail "SIGINT: exit $rc, expected 130: $(cat "$dir/intr.out")"
+grep -q "^dd: 1 thread" "$dir/intr.out" || fail "SIGINT: no report: $(cat "$dir/intr.out")"
+[ -z "$(ls "$dir/intr")" ] || fail "SIGINT: files left: $(ls "$dir/intr")"
+# the report to a full disk: exit 1
+$W run dd --dev mem --size 64K --bs 4K --mem 1M --quiet >/dev/full 2>/dev/null && fail "report to /dev/full: exit 0"
 # --json -: the JSON alone on stdout (the report on stderr), no file "-";
 # the other outputs refuse "-"
 wabs=$(realpath "$W")

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -106,6 +107,9 @@ static struct run {
 	atomic_bool abandon;        /* --deadline passed: the sampler stops */
 	bool out_err;               /* an output file could not be written */
 	int json_fd;                /* --json -: the caller's stdout (the report goes to stderr) */
+	/* SIGINT or SIGTERM: the run stops as at its --time, reports and
+	 * removes its files, then exits 130 (a second one ends it at once) */
+	atomic_bool interrupted;
 	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
 } R;
 
@@ -144,6 +148,13 @@ static void note_pause(struct worker *w, struct wbc_thread_stats *prev)
 	}
 	w->pauses[w->npauses++] = st.last_pause_ns;
 	*prev = st;
+}
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	atomic_store(&R.interrupted, true);
+	atomic_store(&R.stop, true);
 }
 
 static bool time_up(void)
@@ -194,6 +205,10 @@ static int layout(void)
 		if ((err = wbc_file_open(R.w[i].dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
 			break;
 		for (uint64_t off = 0; off < o->file_size && !err; off += sizeof(zero)) {
+			if (atomic_load(&R.interrupted)) {
+				err = -EINTR;
+				break;
+			}
 			size_t n = (size_t)(o->file_size - off < sizeof(zero) ? o->file_size - off : sizeof(zero));
 			ssize_t r = wbc_pwrite(f, zero, n, R.w[i].base + off);
 			if (r != (ssize_t)n)
@@ -1430,6 +1445,25 @@ static _Noreturn void give_up(pthread_t sampler)
 	_exit(3);
 }
 
+/* The files the workload wrote into directories: DIR (the default device)
+ * and every dir:PATH[,opts] --dev (the path ends at a comma), and the
+ * remote devices' (unless --keep). */
+static void remove_files(const struct opts *o)
+{
+	for (unsigned d = 0; d < o->ndev && !o->keep; d++) {
+		if (strncmp(o->devs[d], "dir:", 4))
+			continue;
+		char *path = strndup(o->devs[d] + 4, strcspn(o->devs[d] + 4, ","));
+		int e = path ? remove_run_files(path) : -ENOMEM;
+		if (e)
+			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
+				path ? path : o->devs[d] + 4, strerror(-e));
+		free(path);
+	}
+	if (!o->keep)
+		remove_remote_files(o);
+}
+
 int cmd_run(int argc, char **argv)
 {
 	memset(&R, 0, sizeof(R));
@@ -1597,10 +1631,18 @@ int cmd_run(int argc, char **argv)
 		wbc_cache_close(R.cache);
 		return 2;
 	}
+	/* from here on the run has files to remove: an interrupt stops it
+	 * as its --time would, and it cleans up */
+	struct sigaction sa = { .sa_handler = on_interrupt, .sa_flags = SA_RESETHAND };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 	if (WL_RANDOM(o->wl) && !o->no_layout && (err = layout())) {
-		fprintf(stderr, "wbcache: laying out the files: %s\n", wbc_strerror(err));
+		fprintf(stderr, "wbcache: laying out the files: %s\n",
+			err == -EINTR ? "interrupted" : wbc_strerror(err));
 		wbc_cache_close(R.cache);
-		return 1;
+		remove_files(o);
+		return err == -EINTR ? 130 : 1;
 	}
 	wbc_stats(R.cache, &st);
 	wb_bytes0 = st.written_back_bytes;
@@ -1653,6 +1695,7 @@ int cmd_run(int argc, char **argv)
 		if (R.w[i].err && !werr)
 			werr = R.w[i].err;
 	report(secs);
+	fflush(stdout);   /* before the close, which may take long (--no-fsync) */
 	if (werr) {
 		wbc_stats(R.cache, &st);
 		fprintf(stderr, "wbcache: a writer failed: %s (%.1f MiB dirty, %.1f MiB of it at "
@@ -1681,20 +1724,7 @@ int cmd_run(int argc, char **argv)
 		else
 			printf("plot: %s\n", o->plot);
 	}
-	/* the files the workload wrote into directories: DIR (the default
-	 * device) and every dir:PATH[,opts] --dev (the path ends at a comma) */
-	for (unsigned d = 0; d < o->ndev && !o->keep; d++) {
-		if (strncmp(o->devs[d], "dir:", 4))
-			continue;
-		char *path = strndup(o->devs[d] + 4, strcspn(o->devs[d] + 4, ","));
-		int e = path ? remove_run_files(path) : -ENOMEM;
-		if (e)
-			fprintf(stderr, "wbcache: cannot remove this run's files from %s: %s\n",
-				path ? path : o->devs[d] + 4, strerror(-e));
-		free(path);
-	}
-	if (!o->keep)
-		remove_remote_files(o);
+	remove_files(o);
 	for (unsigned i = 0; i < R.nw; i++) {
 		free(R.w[i].pauses);
 		free(R.w[i].fsyncs);
@@ -1703,5 +1733,14 @@ int cmd_run(int argc, char **argv)
 	}
 	free(R.w);
 	free(R.s);
+	/* the report reached its reader (a full disk, a closed pipe: not 0) */
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "wbcache: writing the report: %s\n", strerror(errno ? errno : EIO));
+		return 1;
+	}
+	if (atomic_load(&R.interrupted)) {
+		fprintf(stderr, "wbcache: interrupted: the report is of what ran until then\n");
+		return 130;
+	}
 	return werr || cerr || R.out_err ? 1 : 0;
 }
