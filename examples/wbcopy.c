@@ -31,15 +31,15 @@ int main(int argc, char **argv)
 	struct wbc_config cfg;
 	wbc_config_init(&cfg);
 	cfg.mem_bytes = 16u << 20;
-	wbc_cache *cache;
+	wbc_cache *cache = NULL;   /* wbc_cache_open leaves it as it was on failure */
 	wbc_dev *dev;
 	wbc_file *f;
-	char spec[4096], msg[256];
+	char spec[4096], msg[256] = "";
 	snprintf(spec, sizeof(spec), "dir:%s", argv[1]);
 	int err = wbc_cache_open(&cfg, &cache);
 	if (err || (err = wbc_dev_add_msg(cache, spec, &dev, msg, sizeof(msg)))) {
-		fprintf(stderr, "wbcopy: %s\n", err == -EINVAL ? msg : wbc_strerror(err));
-		wbc_cache_close(cache);
+		fprintf(stderr, "wbcopy: %s\n", msg[0] ? msg : wbc_strerror(err));
+		wbc_cache_close(cache);   /* NULL: nothing to close */
 		return 1;
 	}
 	if ((err = wbc_file_open(dev, argv[2], WBC_O_CREAT | WBC_O_TRUNC, &f))) {

@@ -240,6 +240,12 @@ echo "$out" | grep -q "MiB of written data lost" || fail "no loss reported: $out
 $W run --help | grep -q "retry_timeout" || fail "run --help does not name retry_timeout"
 # outputs: one that cannot be written is an error of the run (exit 1, the
 # option named); two outputs to one file are refused; a bad --dir too
+# fsmark on a device of one file: refused, and the file not made
+expect_msg "fsmark on file:" "fsmark needs a device of files" run fsmark --dev "file:$dir/onefile"
+[ -e "$dir/onefile" ] && fail "a refused fsmark run made its file:"
+# one file under two paths: the devices would write over each other
+touch "$dir/f1"
+expect_msg "one file twice" "given twice" run dd --dev "file:$dir/f1" --dev "file:$dir//f1"
 # SIGINT: the run stops, reports, removes its files, exits 130 (they
 # stayed, gigabytes, under a name no later run removes)
 mkdir "$dir/intr"

@@ -273,6 +273,17 @@ b_after=$(stat -c %b "$mt/wb") b_bk=$(stat -c %b "$bk/wb")
 do_umount || fail "wbcache umount (FUSE options)"
 cmp "$top/model" "$bk/opts" || fail "not written back (FUSE options)"
 
+# ---- a mount point given through a symbolic link: wbcache umount of the
+# link unmounts (fusermount3 refused the link: exit 1, still mounted)
+ln -s "$mt" "$top/mtlink"
+"$W" mount "$bk" "$top/mtlink" 2>"$top/mount.log" || fail "mount through a link: $(cat "$top/mount.log")"
+mountpoint -q "$mt" || fail "mount through a link: not mounted"
+pid=$(daemon_pid)
+"$W" umount "$top/mtlink" 2>"$top/umount.log" || fail "umount of the link: $(cat "$top/umount.log")"
+wait_gone "$pid" 60 || fail "the daemon did not end"
+mountpoint -q "$mt" && fail "umount of the link: still mounted"
+pid=
+
 # ---- a write error at unmount is reported with exit status 1
 mkdir "$top/tiny"
 if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then

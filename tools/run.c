@@ -1354,15 +1354,34 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "wbcache: --file-size must be at least --bs\n");
 		return 2;
 	}
+	/* fsmark writes files: a device of one file is refused before it
+	 * is opened (a file: device's open makes its file) */
+	for (unsigned d = 0; o->wl == WL_FSMARK && d < o->ndev; d++)
+		if (!strncmp(o->devs[d], "file:", 5) || !strncmp(o->devs[d], "nbd", 3)) {
+			fprintf(stderr, "wbcache: fsmark needs a device of files, and %.*s holds one\n",
+				(int)strcspn(o->devs[d], ","), o->devs[d]);
+			return 2;
+		}
 	/* two devices over one store of one file (a file:, a stacked
-	 * device's lower file, an NBD export) would write over each other */
+	 * device's lower file, an NBD export) would write over each other:
+	 * the same spec, or two file: paths of one file (file:/a/f and
+	 * file:/a//f, a link) */
 	for (unsigned d = 0; d < o->ndev; d++)
 		for (unsigned k = 0; k < d; k++) {
 			const char *a = o->devs[d], *b = o->devs[k];
 			size_t la = strcspn(a, ","), lb = strcspn(b, ",");
 			bool one_file = !strncmp(a, "file:", 5) || !strncmp(a, "stack:", 6) ||
 					!strncmp(a, "nbd", 3);
-			if (one_file && la == lb && !strncmp(a, b, la)) {
+			bool same = one_file && la == lb && !strncmp(a, b, la);
+			if (!same && !strncmp(a, "file:", 5) && !strncmp(b, "file:", 5)) {
+				char *pa = strndup(a + 5, la - 5), *pb = strndup(b + 5, lb - 5);
+				struct stat sa, sb;
+				same = pa && pb && !stat(pa, &sa) && !stat(pb, &sb) &&
+				       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+				free(pa);
+				free(pb);
+			}
+			if (same) {
 				fprintf(stderr, "wbcache: --dev %.*s is given twice: the two devices "
 					"would write over each other\n", (int)la, a);
 				return 2;

@@ -802,7 +802,11 @@ int cmd_umount(int argc, char **argv)
 		goto out;
 	}
 	int rc;
-	if (!fusermount_u(mnt, &rc)) {
+	/* the mount point as the kernel has it: fusermount3 refuses a path
+	 * through a symbolic link (the mount took one) */
+	char real[PATH_MAX];
+	const char *target = realpath(mnt, real) ? real : mnt;
+	if (!fusermount_u(target, &rc)) {
 		fprintf(stderr, "wbcache umount: %s: fusermount3 -u failed%s%s\n", mnt,
 			rc ? ": " : "", rc ? strerror(rc) : "");
 		goto out;
