@@ -23,6 +23,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,8 +100,18 @@ void *pm_lookup(const struct pagemap *pm, uint64_t index)
 	return n ? n->slots[index & (PM_FANOUT - 1)] : NULL;
 }
 
+static _Atomic unsigned fail_at;   /* pm_fail_alloc */
+
+void pm_fail_alloc(unsigned nth)
+{
+	atomic_store(&fail_at, nth);
+}
+
 static struct pm_node *node_new(unsigned shift)
 {
+	unsigned f = atomic_load_explicit(&fail_at, memory_order_relaxed);
+	if (f && atomic_fetch_sub(&fail_at, 1) == 1)
+		return NULL;
 	struct pm_node *n = calloc(1, sizeof(*n));
 	if (n)
 		n->shift = shift;
@@ -143,8 +154,28 @@ int pm_insert(struct pagemap *pm, uint64_t index, void *entry)
 	return tree_insert(pm, index, entry);
 }
 
+/* A failed insert takes back the nodes it made (a chain under @top, in
+ * slot @s of its parent; @top the root when the tree was empty): the tree
+ * never holds an empty node, and a failed insert leaves it as it was. */
+static void insert_undo(struct pagemap *pm, struct pm_node *top, uint64_t index)
+{
+	struct pm_node *parent = top->parent;
+	unsigned s = top->offset;
+	for (struct pm_node *n = top, *next; n; n = next) {
+		next = n->shift ? n->slots[slot_of(n, index)] : NULL;
+		free(n);
+	}
+	if (parent) {
+		parent->slots[s] = NULL;
+		parent->present &= ~(1ULL << s);
+	} else {
+		pm->root = NULL;
+	}
+}
+
 static int tree_insert(struct pagemap *pm, uint64_t index, void *entry)
 {
+	struct pm_node *made = NULL;   /* the first node this insert made */
 	if (!pm->root) {
 		/* first entry: a root just tall enough, so the tree never holds
 		 * an empty node (growth below summarizes the old root as one
@@ -154,20 +185,20 @@ static int tree_insert(struct pagemap *pm, uint64_t index, void *entry)
 			shift += PM_BITS;
 		if (!(pm->root = node_new(shift)))
 			return -ENOMEM;
+		made = pm->root;
 	}
-	/* Grow: the old root becomes slot 0 of a taller root; its tags and
-	 * presence summarize into bit 0 of the new one. */
+	/* Grow: the old root (never empty: it holds an entry) becomes slot 0
+	 * of a taller root; its tags and presence summarize into bit 0 of the
+	 * new one.  A root made just now is tall enough: no growth. */
 	while (index > node_max(pm->root)) {
 		struct pm_node *old = pm->root, *r = node_new(old->shift + PM_BITS);
 		if (!r)
-			return -ENOMEM;
+			return -ENOMEM;   /* the roots made so far each hold the old one */
 		r->slots[0] = old;
-		if (old->present) {
-			r->present = 1;
-			for (int t = 0; t < PM_NR_TAGS; t++)
-				if (old->tags[t])
-					r->tags[t] = 1;
-		}
+		r->present = 1;
+		for (int t = 0; t < PM_NR_TAGS; t++)
+			if (old->tags[t])
+				r->tags[t] = 1;
 		old->parent = r;
 		old->offset = 0;
 		pm->root = r;
@@ -177,12 +208,17 @@ static int tree_insert(struct pagemap *pm, uint64_t index, void *entry)
 		unsigned s = slot_of(n, index);
 		struct pm_node *c = n->slots[s];
 		if (!c) {
-			if (!(c = node_new(n->shift - PM_BITS)))
+			if (!(c = node_new(n->shift - PM_BITS))) {
+				if (made)
+					insert_undo(pm, made, index);
 				return -ENOMEM;
+			}
 			c->parent = n;
 			c->offset = s;
 			n->slots[s] = c;
 			n->present |= 1ULL << s;
+			if (!made)
+				made = c;
 		}
 		n = c;
 	}

@@ -35,5 +35,7 @@ bool pm_tag_get(const struct pagemap *pm, uint64_t index, enum pm_tag tag);
 void *pm_next(const struct pagemap *pm, uint64_t start, int tag, uint64_t *index);
 bool pm_any_tagged(const struct pagemap *pm, enum pm_tag tag);
 void pm_check(const struct pagemap *pm);   /* asserts the structure (tests) */
+/* Tests: the @nth node allocation from now fails (0: none). */
+void pm_fail_alloc(unsigned nth);
 
 #endif
