@@ -98,8 +98,10 @@ struct wbc_io {
  * "the default" for every field. */
 struct wbc_backend_caps {
 	size_t max_io;              /* largest single I/O in bytes; default 1 MiB;
-				     * raised to the cache's page size (a
-				     * page is the least one I/O carries) */
+				     * at most 1 GiB; rounded down to a
+				     * multiple of align; raised to the
+				     * cache's page size (a page is the least
+				     * one I/O carries) */
 	unsigned queue_depth;       /* I/Os in flight at most; default 32 */
 	/* every I/O's offset, length and buffer address must be a multiple
 	 * of this (O_DIRECT's logical block size); 0: anything goes.  A

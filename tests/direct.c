@@ -12,7 +12,8 @@
  *   4. wbc_preadv / wbc_pwritev, through the cache and direct;
  *   5. alignment: a dir: device's direct I/O must be aligned (-EINVAL
  *      otherwise), and aligned I/O works, also split at a max_io that
- *      was not a multiple of the alignment;
+ *      was not a multiple of the alignment, on a dir: device and on a
+ *      backend of one's own; a max_io over 1 GiB is taken as 1 GiB;
  *   6. a direct open fails with the write error of the pages it must
  *      write first, which stay dirty; once the fault ends it succeeds;
  *      with on_error=drop (the pages dropped, lost) it fails all the same;
@@ -24,6 +25,7 @@
 #include "internal.h"
 #include "backend/backends.h"
 #include "backend_util.h"
+#include "store_backend.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -318,6 +320,29 @@ int main(void)
 	CHECK(!memcmp(abuf, data, SZ));
 	CHECK_EQ(wbc_file_close(d), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
+	/* the same for a backend of one's own (align 4096, max_io 6144: its
+	 * direct I/O was split at 6144, unaligned: -EINVAL), and a max_io of
+	 * 4 GiB is taken as 1 GiB (an I/O's result is an int: 2 GiB done
+	 * came back as an error, 4 GiB as 0) */
+	c = t_quiet_cache(16u << 20);
+	sb_align = 4096;
+	sb_max_io = 6144;
+	CHECK_EQ(wbc_dev_add_backend(c, &sb_ops, NULL, "", &dev), 0);
+	CHECK_EQ(dev->be->max_io, 4096);
+	CHECK_EQ(wbc_file_open(dev, "s", WBC_O_CREAT | WBC_O_DIRECT, &d), 0);
+	memcpy(abuf, data, 16384);
+	CHECK_EQ(wbc_pwrite(d, abuf, 16384, 0), 16384);   /* the store checks each I/O */
+	memset(abuf, 0, 16384);
+	CHECK_EQ(wbc_pread(d, abuf, 16384, 0), 16384);
+	CHECK(!memcmp(abuf, data, 16384));
+	CHECK_EQ(wbc_file_close(d), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	c = t_quiet_cache(16u << 20);
+	sb_max_io = (size_t)4 << 30;
+	CHECK_EQ(wbc_dev_add_backend(c, &sb_ops, NULL, "", &dev), 0);
+	CHECK_EQ(dev->be->max_io, (size_t)1 << 30);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	sb_align = 0;
 	free(abuf);
 	t_rmdir(dir);
 

@@ -3,8 +3,8 @@
  * memory (every name opens it), up to SB_CAP bytes, and fails on demand:
  * resizes, removes, the next flush, reads that reach an offset.  A write
  * past the end fills the hole with zeros; a read past it is short.  The
- * test sets sb_max_io before adding the device, and the knobs with
- * sb_set (under the store's lock).
+ * test sets sb_max_io and sb_align before adding the device, and the
+ * knobs with sb_set (under the store's lock).
  */
 #ifndef WBC_TEST_STORE_BACKEND_H
 #define WBC_TEST_STORE_BACKEND_H
@@ -19,6 +19,7 @@ static pthread_mutex_t sb_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char sb_store[SB_CAP];
 static uint64_t sb_size;
 static size_t sb_max_io = 256 * 1024;
+static size_t sb_align;          /* caps.align; every I/O is checked against it */
 static bool sb_fail_resize, sb_fail_remove, sb_fail_flush;
 static uint64_t sb_fail_read_from = UINT64_MAX;
 static int sb_dummy;
@@ -27,6 +28,7 @@ static void sb_caps(void *ctx, struct wbc_backend_caps *c)
 {
 	(void)ctx;
 	c->max_io = sb_max_io;
+	c->align = sb_align;
 	c->queue_depth = 8;
 }
 
@@ -48,6 +50,8 @@ static int sb_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned 
 	for (unsigned i = 0; i < n; i++) {
 		struct wbc_io *io = ios[i];
 		CHECK(io->off + io->len <= SB_CAP);
+		if (sb_align)   /* the interface's promise */
+			CHECK(io->off % sb_align == 0 && io->len % sb_align == 0);
 		pthread_mutex_lock(&sb_lock);
 		ssize_t done = 0;
 		if (io->op == WBC_IO_READ && io->off + io->len > sb_fail_read_from) {

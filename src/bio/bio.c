@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define DEFAULT_MAX_IO (1u << 20)
+#define MAX_MAX_IO ((size_t)1 << 30)   /* an I/O's result fits an int */
 #define DEFAULT_QD 32u
 /* The most I/Os one submit() is given (a flusher's plug holds fewer). */
 #define SUBMIT_MAX 64u
@@ -46,7 +47,12 @@ int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ct
 	be->ops = ops;
 	be->ctx = ctx;
 	be->qd = caps.queue_depth ? caps.queue_depth : DEFAULT_QD;
-	be->max_io = caps.max_io ? caps.max_io : DEFAULT_MAX_IO;
+	/* at most 1 GiB (an I/O's result is an int: 2 GiB done read as an
+	 * error), and a multiple of the alignment (direct I/O is split at
+	 * max_io: each piece must stay aligned) */
+	be->max_io = caps.max_io ? WBC_MIN(caps.max_io, MAX_MAX_IO) : DEFAULT_MAX_IO;
+	if (caps.align)
+		be->max_io = WBC_MAX(be->max_io / caps.align * caps.align, caps.align);
 	be->dio_align = caps.align;
 	be->single = caps.flags & WBC_BACKEND_ONE_FILE;
 	return 0;
