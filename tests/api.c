@@ -45,6 +45,11 @@ int main(void)
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_bytes = 100;
 	CHECK_REFUSED(&cfg, &c);          /* below two pages */
+	cfg = t_config(64 << 10, 4096);   /* 16 pages, 1%: under one page */
+	cfg.dirty_ratio = 1;
+	CHECK_REFUSED(&cfg, &c);          /* a ratio's limit below two pages */
+	cfg.dirty_ratio = 13;             /* 2.08 pages */
+	CHECK(wbc_config_check(&cfg) == NULL);
 	CHECK(c == NULL);
 
 	cfg = t_config(1 << 20, 4096);

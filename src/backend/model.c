@@ -224,8 +224,8 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				rc = -EINVAL;
 			else {
 				*plus++ = '\0';
-				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ||
-				     cfg->stall_at > 86400 || cfg->stall_for > 86400 ? -EINVAL : 0;
+				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ?
+				     -EINVAL : 0;
 			}
 		} else if (!strcmp(kv, "seed")) {
 			rc = wbc_parse_size(v, &cfg->seed);
@@ -245,7 +245,7 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 		if (rc)
 			snprintf(err, errlen, "bad model option '%s=%s' (bw=SIZE/s lat=TIME<=60s iops=N "
 				 "qd=N seek=TIME<=60s max_io=SIZE sched=T@P%%;... err=OFF+LEN errp=P errn=N "
-				 "stall=T+D (each <=1 day) seed=N "
+				 "stall=T+D seed=N "
 				 "discard=0|1 send=0|1, "
 				 "and the device tunables)",
 				 kv, shown);

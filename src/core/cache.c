@@ -40,6 +40,9 @@ const char *wbc_config_check(const struct wbc_config *cfg)
 		       "make progress)";
 	if (cfg->dirty_bytes && cfg->dirty_bytes < 2 * (uint64_t)ps)
 		return "dirty_bytes must be at least two pages";   /* the kernel's floor */
+	if (!cfg->dirty_bytes && cfg->mem_bytes / ps * cfg->dirty_ratio / 100 < 2)
+		return "dirty_ratio gives a dirty limit under two pages of this memory "
+		       "(raise it, or the memory, or set dirty_bytes)";
 	return NULL;
 }
 

@@ -84,7 +84,10 @@ void inode_teardown_end(void);
  * answered -EBADF instead of touching freed memory. */
 struct wbc_file {
 	struct inode *inode;
-	struct wbc_dev *dev;
+	/* atomic: handles_close_dev reads it of every slot, also of one
+	 * another cache's thread fills meanwhile (it then finds the
+	 * generation changed) */
+	struct wbc_dev *_Atomic dev;
 	uint32_t err_since;         /* errseq sample: inode->lock */
 	/* an error no handle was told when this one opened is this one's to
 	 * tell, once, unless it is told or healed first (errseq.c) */

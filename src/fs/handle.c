@@ -128,7 +128,7 @@ again:
 		return err;
 	}
 	s->f.inode = ino;
-	s->f.dev = dev;
+	atomic_store_explicit(&s->f.dev, dev, memory_order_relaxed);
 	s->f.direct = direct;
 	atomic_store_explicit(&s->gen, gen, memory_order_release);
 	*out = handle_encode(slot, gen);
@@ -163,7 +163,7 @@ void handles_close_dev(struct wbc_dev *dev)
 	for (uint32_t i = 0; i < n; i++) {
 		struct hslot *s = hslot_of(i);
 		uint32_t gen = atomic_load(&s->gen);
-		if ((gen & 1) && s->f.dev == dev)
+		if ((gen & 1) && atomic_load_explicit(&s->f.dev, memory_order_relaxed) == dev)
 			handle_close(handle_encode(i, gen));
 	}
 }
