@@ -320,7 +320,8 @@ int wbc_cache_sync(wbc_cache *cache);
 int wbc_file_open(wbc_dev *dev, const char *name, int flags, wbc_file **out);
 
 /* Close a handle.  Dirty data stays in the cache and is written back later;
- * close does not report write errors (fsync does).  Returns 0. */
+ * close does not report write errors (fsync does).  Returns 0 (-EBADF for a
+ * handle already closed). */
 int wbc_file_close(wbc_file *f);
 
 /*

@@ -477,6 +477,12 @@ static struct wbc_file *io_begin(wbc_file *h, int op, const void *buf, size_t le
 		*ret = direct_rw(f, op, &v, 1, off);
 		return NULL;
 	}
+	if (op == BIO_READ && len <= SSIZE_MAX) {
+		/* a read may ask for more than a file can hold: it ends at
+		 * the end, as the kernel's */
+		*ret = 0;
+		return off >= WBC_MAX_OFFSET ? NULL : f;
+	}
 	*ret = range_check(off, len);
 	return *ret ? NULL : f;
 }
@@ -725,7 +731,7 @@ int wbc_file_info(wbc_file *h, struct wbc_file_info *info)
 {
 	struct wbc_file *f = handle_get(h);
 	if (!f || !info)
-		return -EBADF;
+		return !f ? -EBADF : -EINVAL;
 	struct inode *ino = f->inode;
 	uint64_t psize = ino->dev->cache->page_size;
 	memset(info, 0, sizeof(*info));
@@ -847,8 +853,11 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	struct wbc_file *f = handle_get(h);
 	if (!f)
 		return -EBADF;
-	if (off > WBC_MAX_OFFSET || len > WBC_MAX_OFFSET - off)
-		return -EINVAL;
+	/* a range past what a file can hold ends at the file's end */
+	if (off > WBC_MAX_OFFSET)
+		off = WBC_MAX_OFFSET;
+	if (len > WBC_MAX_OFFSET - off)
+		len = 0;
 	struct inode *ino = f->inode;
 	struct wbc_dev *dev = ino->dev;
 	uint32_t shift = dev->cache->page_shift;
