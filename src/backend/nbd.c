@@ -674,6 +674,24 @@ static int timer_ms(struct nbe *b, uint64_t now)
 /* ------------------------------------------------------------------ */
 /* the completion thread                                                */
 
+
+/* Tell libnbd what poll() saw on its socket: a hang-up or an error goes to
+ * the direction it waits in (a read notified while it connects is
+ * "invalid in state CONNECT.START", which hid the connection's own
+ * error).  0, or -1 with libnbd's error. */
+static int notify_events(struct nbd_handle *h, short ev)
+{
+	unsigned dir = nbd_aio_get_direction(h);
+	bool hup = ev & (POLLHUP | POLLERR);
+	int rc = 0;
+	if ((ev & POLLIN) || (hup && (dir & LIBNBD_AIO_DIRECTION_READ)))
+		rc = nbd_aio_notify_read(h);
+	if (rc != -1 && ((ev & POLLOUT) || (hup && (dir & LIBNBD_AIO_DIRECTION_WRITE))) &&
+	    handle_alive(h))
+		rc = nbd_aio_notify_write(h);
+	return rc;
+}
+
 /* Move queued work into the window and send it; true when asked to stop. */
 static bool pull_work(struct nbe *b, uint64_t now)
 {
@@ -759,11 +777,7 @@ static void *nbd_main(void *arg)
 			short ev = pfd[i].revents;
 			if (!ev || c->state == C_DOWN)
 				continue;
-			int rc = 0;
-			if (ev & (POLLIN | POLLHUP | POLLERR))
-				rc = nbd_aio_notify_read(c->h);
-			if (rc != -1 && (ev & (POLLOUT | POLLHUP | POLLERR)) && handle_alive(c->h))
-				rc = nbd_aio_notify_write(c->h);
+			int rc = notify_events(c->h, ev);
 			bool hup = (ev & (POLLHUP | POLLERR)) && !(ev & POLLIN);
 			if (c->state == C_CONNECTING) {
 				if (handle_ready(c->h))
@@ -1033,10 +1047,7 @@ static int connect_sync(struct nbd_handle *h, const struct nbe *b, char *err, si
 		}
 		if (r <= 0)
 			continue;
-		if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && nbd_aio_notify_read(h) == -1)
-			goto failed;
-		if ((p.revents & (POLLOUT | POLLHUP | POLLERR)) && handle_alive(h) &&
-		    nbd_aio_notify_write(h) == -1)
+		if (notify_events(h, p.revents) == -1)
 			goto failed;
 	}
 	return 0;
