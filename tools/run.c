@@ -99,6 +99,7 @@ static struct run {
 	struct sample *s;
 	size_t ns, scap;
 	atomic_uint workers_done;
+	atomic_ullong reads_done;   /* of ops_done, the reads (randrw) */
 	uint64_t last_written[RUN_MAX_DEVS];
 	uint64_t written0[RUN_MAX_DEVS];    /* written back before the writers (the layout) */
 	/* operations done (writes, reads, files), for the timeline's rate */
@@ -155,6 +156,13 @@ static void on_interrupt(int sig)
 	(void)sig;
 	atomic_store(&R.interrupted, true);
 	atomic_store(&R.stop, true);
+}
+
+/* dd: writer @id's share of --size (the last one takes what does not
+ * divide) */
+static uint64_t dd_share(unsigned id)
+{
+	return R.o.size / R.nw + (id == R.nw - 1 ? R.o.size % R.nw : 0);
 }
 
 static bool time_up(void)
@@ -299,7 +307,7 @@ static void *worker_main(void *arg)
 		int oflags = w->one_file ? 0 : seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
 		if ((w->err = wbc_file_open(w->dev, name, oflags, &f)))
 			break;
-		uint64_t share = o->size / R.nw, blocks = o->file_size / o->bs;
+		uint64_t share = dd_share(w->id), blocks = o->file_size / o->bs;
 		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
 			/* a region of the one file: --time wraps around in it */
 			uint64_t pos = w->one_file && share ? w->bytes % share : w->bytes;
@@ -312,7 +320,10 @@ static void *worker_main(void *arg)
 				}
 				w->reads++;
 				w->read_bytes += (uint64_t)r;
-				atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
+				/* ops first: a reader of both (give_up) reads reads
+				 * first, and never sees more reads than ops */
+				atomic_fetch_add(&R.ops_done, 1);
+				atomic_fetch_add(&R.reads_done, 1);
 				continue;
 			}
 			/* dd: a share's last write ends at the share (the next
@@ -1087,12 +1098,15 @@ static void run_usage(FILE *out)
 "                     jbod: four model devices at 25/50/100/200 MB/s\n"
 "  --dir DIR          data directory: the default device dir:DIR (made if\n"
 "                     missing) and the demonstration's trace and plot\n"
-"                     (default $WBCACHE_DIR, else " DEFAULT_DIR ")\n"
+"                     (default $WBCACHE_DIR, else " DEFAULT_DIR "); refused\n"
+"                     with --dev and by jbod\n"
 "  --threads N        writers, 1..1024 (default 1; jbod: per device, default 2)\n"
 "  --size SIZE        dd, the demonstration: bytes in all, split evenly over the\n"
-"                     threads (default 1G; with --time, only the regions of a\n"
-"                     device of one file); refused by the other workloads\n"
-"  --time SECONDS     run this long (a decimal number): dd instead of --size;\n"
+"                     threads, the last taking the rest (default 1G; with\n"
+"                     --time, only the regions of a device of one file);\n"
+"                     refused by the other workloads\n"
+"  --time TIME        run this long (seconds, or with s, ms or us): dd instead\n"
+"                     of --size;\n"
 "                     randwrite, randrw, jbod (default 10); fsmark: at most that\n"
 "  --bs SIZE          bytes per write and read, up to 1G (default dd 1M, others\n"
 "                     4K); random offsets are multiples of it; fsmark writes each\n"
@@ -1123,7 +1137,8 @@ static void run_usage(FILE *out)
 "                     device's dirty, bandwidth and throughput, operations per\n"
 "                     second, the longest list-lock hold\n"
 "  --plot FILE.svg    the timeline as a chart\n"
-"  --json FILE        the report's figures as one JSON object (for scripts)\n"
+"  --json FILE        the report's figures as one JSON object (for scripts; -:\n"
+"                     on stdout, the report on stderr)\n"
 "  --lat-log FILE     dd, randwrite, randrw, jbod: every write's latency (fio's\n"
 "                     log format: msec, nsec, 1, bytes); the report gives\n"
 "                     p50/p99/max\n"
@@ -1412,7 +1427,8 @@ static int place_one_file_workers(void)
 			if (R.w[i].dev_idx == d) {
 				R.w[i].one_file = true;
 				R.w[i].base = k++ * region;
-				end = R.w[i].base + region;
+				/* the last dd writer's share is the largest */
+				end = R.w[i].base + (o->wl == WL_DD ? dd_share(i) : region);
 			}
 		/* a file grows to hold them; a device (an NBD export) cannot */
 		wbc_file *f;
@@ -1445,12 +1461,15 @@ static _Noreturn void give_up(pthread_t sampler)
 	atomic_store(&R.stop, true);
 	atomic_store(&R.abandon, true);
 	pthread_join(sampler, NULL);
+	uint64_t reads = atomic_load(&R.reads_done);
 	uint64_t bytes = atomic_load(&R.bytes_done), ops = atomic_load(&R.ops_done);
 	printf("\n%s: did not finish in %g s (--deadline): %.1f MiB written, %llu operations; "
 	       "giving up\n", wl_names[o->wl], o->deadline_s, (double)bytes / MiB,
 	       (unsigned long long)ops);
 	if (o->json) {
-		struct json_fig j = { .unfinished = true, .secs = secs, .bytes = bytes, .ops = ops };
+		/* ops are writes, as in a finished run's: the reads apart */
+		struct json_fig j = { .unfinished = true, .secs = secs, .bytes = bytes,
+				      .ops = ops - reads, .reads = reads };
 		write_json(o->json, &j);
 	}
 	if (o->lat_log)
@@ -1625,7 +1644,18 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	R.nw = o->wl == WL_JBOD ? o->threads * nt : o->threads;
+	if (o->wl == WL_DD && o->size < R.nw) {
+		fprintf(stderr, "wbcache: --size %llu gives a writer less than a byte (--threads %u)\n",
+			(unsigned long long)o->size, R.nw);
+		wbc_cache_close(R.cache);
+		return 2;
+	}
 	R.w = calloc(R.nw, sizeof(*R.w));
+	if (!R.w) {
+		fprintf(stderr, "wbcache: %s\n", strerror(ENOMEM));
+		wbc_cache_close(R.cache);
+		return 1;
+	}
 	struct wbc_stats st;
 	wbc_stats(R.cache, &st);
 	printf("wbcache run %s: %u thread(s), %u device(s), cache %.0f MiB "
