@@ -911,11 +911,17 @@ static void report(double secs)
 	double cpu = wb_threads_cpu(false) - wb_cpu0, user = wb_threads_cpu(true) - wb_user0;
 	uint64_t pages = ws.page_size ? (ws.written_back_bytes - wb_bytes0) / ws.page_size : 0;
 	if (pages) {
+		/* the kernel's I/O path only where a device does I/O through it */
+		bool kernel_io = false;
+		for (unsigned d = 0; d < o->ndev; d++)
+			kernel_io |= !strncmp(o->devs[d], "file:", 5) || !strncmp(o->devs[d], "dir:", 4);
 		printf("writeback CPU (flushers + completion threads): %.2f s: %.2f us per page "
-		       "written back (%llu pages of %llu bytes); in user space (the engine, the "
-		       "rest is the kernel's I/O path): %.2f us per page", cpu,
+		       "written back (%llu pages of %llu bytes); in user space (the engine%s): "
+		       "%.2f us per page", cpu,
 		       cpu * 1e6 / (double)pages, (unsigned long long)pages,
-		       (unsigned long long)ws.page_size, user * 1e6 / (double)pages);
+		       (unsigned long long)ws.page_size,
+		       kernel_io ? ", the rest is the kernel's I/O path" : "",
+		       user * 1e6 / (double)pages);
 		if (any_rados())
 			printf("; not included: librados' own threads, %.2f s",
 			       threads_cpu_mode("!", false) - lib_cpu0);
