@@ -64,7 +64,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%.t,$(TEST_SRC))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-install check run bench install clean fuzz
+.PHONY: all deps deps-install check run bench install uninstall clean fuzz
 
 # the examples, built in the tree against the public archive (the tests
 # build them again from outside, against an installed copy)
@@ -224,8 +224,21 @@ install: all
 	install -m 644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -d $(DESTDIR)$(NBDKIT_FILTERDIR)
 	install -m 755 $(NBDKIT_FILTER) $(DESTDIR)$(NBDKIT_FILTERDIR)/
-	@# the dynamic linker learns of the new library (a real install, as root)
-	$(if $(DESTDIR),,if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi)
+	@# the dynamic linker learns of the new library (a real install into
+	@# a system prefix, as root; not for a staging or private prefix)
+	$(if $(or $(DESTDIR),$(filter-out /usr /usr/local,$(PREFIX))),,if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi)
+
+# What install put there, removed again (the same PREFIX and DESTDIR)
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/wbcache $(DESTDIR)$(PREFIX)/lib/libwbcache.a \
+		$(DESTDIR)$(PREFIX)/lib/$(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so.$(SOVER) \
+		$(DESTDIR)$(PREFIX)/lib/libwbcache.so $(DESTDIR)$(PREFIX)/lib/pkgconfig/wbcache.pc \
+		$(DESTDIR)$(PREFIX)/include/wbcache.h $(DESTDIR)$(PREFIX)/include/wbcache_backend.h \
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(wildcard man/*.1))) \
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man3/,$(notdir $(wildcard man/*.3))) \
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard man/*.8))) \
+		$(DESTDIR)$(NBDKIT_FILTERDIR)/$(notdir $(NBDKIT_FILTER))
+	$(if $(or $(DESTDIR),$(filter-out /usr /usr/local,$(PREFIX))),,if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi)
 
 clean:
 	rm -rf build

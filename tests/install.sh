@@ -7,7 +7,7 @@
 # its files and checks them; neither library
 # exports anything but wbc_*; the soname carries the major version; the
 # man pages and the nbdkit filter (in nbdkit's filter directory under
-# PREFIX) are installed.  (The release build makes the shared library:
+# PREFIX) are installed; make uninstall removes every file again.  (The release build makes the shared library:
 # other builds skip.)
 set -u
 cd "$(dirname "$0")/.."
@@ -68,4 +68,9 @@ LD_LIBRARY_PATH=$lib "$top/dirstore-demo" "$top/store" 16 100 >"$top/d.log" 2>&1
 grep -q "^dirstore-demo: 16 MiB in .* MB/s (.* batches, .* I/Os, [1-9][0-9]* flushes)" "$top/d.log" ||
 	fail "dirstore-demo report: $(cat "$top/d.log")"
 [ "$(stat -c %s "$top/store/file3")" = $((4 << 20)) ] || fail "dirstore-demo's files"
+
+# make uninstall takes back every file make install put there
+make -s uninstall PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "make uninstall: $(tail -5 "$top/make.log")"
+left=$(find "$dest" -type f -o -type l)
+[ -z "$left" ] || fail "make uninstall left: $(echo $left | head -c 300)"
 echo "install tests passed"
