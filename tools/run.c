@@ -880,9 +880,12 @@ static void report(double secs)
 		setp = R.s[i].setpoint;
 		lim = R.s[i].limit;
 	}
-	if (R.ns)
+	if (R.ns > 1)
 		printf("\ndirty+writeback MiB: min %.1f mean %.1f max %.1f (setpoint %.1f, limit %.1f)\n",
 		       dmin, dsum / (double)R.ns, dmax, setp, lim);
+	else if (R.ns)   /* its one sample is after the final fsync: no figures */
+		printf("\ndirty+writeback MiB: not sampled (the run was shorter than one %d ms "
+		       "sample; setpoint %.1f, limit %.1f)\n", (int)(SAMPLE_NS / 1000000), setp, lim);
 	printf("pauses: %zu, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n", np,
 	       pct(all, np, 50), pct(all, np, 90), pct(all, np, 99), pct(all, np, 100));
 	if (o->fsync_every) {
