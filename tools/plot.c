@@ -78,7 +78,9 @@ void svg_polyline(FILE *f, const struct panel *p, const double *t, const double 
 
 void svg_text(FILE *f, const char *s, size_t max)
 {
-	for (size_t i = 0; s[i] && i < max; i++) {
+	/* at most @max bytes, but a UTF-8 sequence whole (a cut one made the
+	 * file invalid XML) */
+	for (size_t i = 0; s[i] && (i < max || ((unsigned char)s[i] & 0xC0) == 0x80); i++) {
 		switch (s[i]) {
 		case '&': fputs("&amp;", f); break;
 		case '<': fputs("&lt;", f); break;
@@ -142,7 +144,9 @@ int plot_svg(const char *path, const char *title, const struct sample *s, size_t
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return -errno;
-	const double W = 900, H = 640;
+	/* the bottom panel's legend has 66 px a device: the canvas grows for
+	 * it (16 devices drew labels at y=1350 of 640) */
+	const double W = 900, H = fmax(640, 370 + 66.0 * s[0].ndev);
 	struct panel top = { 70, 40, 640, 250, s[n - 1].t > 0 ? s[n - 1].t : 1, 1 };
 	struct panel bot = { 70, 350, 640, 230, top.tmax, 1 };
 	for (size_t i = 0; i < n; i++) {
