@@ -100,6 +100,20 @@ for i in 1 2 3; do
 	[ "$(wc -l < "$dir/s.csv")" -ge 2 ] || fail "short run: a trace without a sample"
 	grep -q '</svg>' "$dir/s.svg" || fail "short run: no plot"
 done
+# sixteen devices, one of them a dir: with a long UTF-8 name: the plot is
+# valid XML (a name cut inside a character was not) and every text is on
+# the canvas (the legend ran off it)
+mkdir "$dir/$(printf 'é%.0s' $(seq 20))"
+devs=(--dev "dir:$dir/$(printf 'é%.0s' $(seq 20))"); for i in $(seq 15); do devs+=(--dev mem); done
+$W run dd "${devs[@]}" --threads 16 --size 16M --mem 64M --quiet --plot "$dir/p16.svg" >/dev/null ||
+	fail "16 devices: exit $?"
+python3 - "$dir/p16.svg" <<'PY' || fail "16 devices: the plot"
+import sys, xml.dom.minidom as m
+d = m.parse(sys.argv[1]).documentElement
+h = float(d.getAttribute("height"))
+ys = [float(t.getAttribute("y")) for t in d.getElementsByTagName("text")]
+assert max(ys) < h, (max(ys), h)
+PY
 # a run given up at its --deadline writes its latency log too
 out=$($W run dd --dev model:bw=20M --size 1G --deadline 1 --lat-log "$dir/L" --quiet); rc=$?
 [ $rc = 3 ] || fail "--deadline: exit $rc, expected 3: $out"
