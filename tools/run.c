@@ -1519,8 +1519,10 @@ int cmd_run(int argc, char **argv)
 	if (rc)
 		return rc == 1 ? 0 : rc;
 	static char dirspec[4200], tracebuf[4200], plotbuf[4200];
-	static const char *jbod_default[] = { "model:bw=25M", "model:bw=50M", "model:bw=100M",
-					      "model:bw=200M" };
+	/* discard=1: the model keeps sizes only (jbod only writes): eight
+	 * default 1 GiB files held 8 GiB of the machine's memory */
+	static const char *jbod_default[] = { "model:bw=25M,discard=1", "model:bw=50M,discard=1",
+					      "model:bw=100M,discard=1", "model:bw=200M,discard=1" };
 	bool uses_dir = false;
 	if (!o->ndev) {
 		if (o->wl == WL_JBOD) {
