@@ -207,6 +207,22 @@ static void *ov_writer(void *arg)
 
 /* ------------------------------------------------------------------ */
 
+/* A cache with a device of @spec whose file "e" has dirty pages that
+ * fail to write: a direct open of it fails with EIO; the stats then. */
+static wbc_cache *direct_open_fails(const char *spec, wbc_dev **dev, struct wbc_stats *st)
+{
+	wbc_cache *c = t_quiet_cache(16u << 20);
+	wbc_file *f, *d;
+	CHECK_EQ(wbc_dev_add(c, spec, dev), 0);
+	CHECK_EQ(wbc_file_open(*dev, "e", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
+	CHECK_EQ(wbc_file_close(f), 0);
+	model_set_faults(*dev, 0, UINT64_MAX / 2, 0);
+	CHECK_EQ(wbc_file_open(*dev, "e", WBC_O_DIRECT, &d), -EIO);
+	wbc_stats(c, st);
+	return c;
+}
+
 int main(void)
 {
 	t_fill(data, SZ, 5);
@@ -347,14 +363,7 @@ int main(void)
 	t_rmdir(dir);
 
 	/* 6. the pages a direct open must write first fail */
-	c = t_quiet_cache(16u << 20);
-	CHECK_EQ(wbc_dev_add(c, "model:bw=500M", &dev), 0);
-	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_CREAT, &f), 0);
-	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
-	CHECK_EQ(wbc_file_close(f), 0);
-	model_set_faults(dev, 0, UINT64_MAX / 2, 0);
-	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_DIRECT, &d), -EIO);
-	wbc_stats(c, &st);
+	c = direct_open_fails("model:bw=500M", &dev, &st);
 	CHECK(st.dirty_bytes > 0 && st.lost_bytes == 0);    /* kept, at risk */
 	model_set_faults(dev, 0, 0, 0);
 	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_DIRECT, &d), 0);
@@ -366,14 +375,7 @@ int main(void)
 	/* the same with on_error=drop: the pages are lost, not kept; the open
 	 * fails with their error all the same (it succeeded, and its reads
 	 * gave the backend's old bytes) */
-	c = t_quiet_cache(16u << 20);
-	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,on_error=drop", &dev), 0);
-	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_CREAT, &f), 0);
-	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
-	CHECK_EQ(wbc_file_close(f), 0);
-	model_set_faults(dev, 0, UINT64_MAX / 2, 0);
-	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_DIRECT, &d), -EIO);
-	wbc_stats(c, &st);
+	c = direct_open_fails("model:bw=500M,on_error=drop", &dev, &st);
 	CHECK(st.dirty_bytes == 0 && st.lost_bytes > 0);    /* dropped, counted */
 	model_set_faults(dev, 0, 0, 0);
 	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_DIRECT, &d), 0);   /* told: opens */
