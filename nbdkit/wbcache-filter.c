@@ -9,12 +9,13 @@
  * filter's workers are threads; and in a connection: a plugin may ask for
  * its export name or TLS state when a context opens, and the file plugin's
  * dir= mode crashed on a context opened outside one, in .after_fork).
- * The device's backend is written on the public backend interface (wbcache_backend.h) and holds one file, "", the plugin's
- * default export: its submit() queues the engine's I/Os to worker
- * threads (wbcache-threads), which do them with next->pread/pwrite on a plugin context of
- * the filter's own (nbdkit_next_context_open, shared: the workers serve
- * no connection) and complete them in batches; its flush() is the
- * plugin's flush on that context.
+ * The device's backend is written on the public backend interface
+ * (wbcache_backend.h) and holds one file, "", the plugin's default
+ * export: its submit() queues the engine's I/Os to worker threads
+ * (wbcache-threads), which do them with next->pread/pwrite on a plugin
+ * context of the filter's own (nbdkit_next_context_open, shared: the
+ * workers serve no connection) and complete them in batches; its flush()
+ * is the plugin's flush on that context.
  *
  * Clients: reads are wbc_pread (the cache, the plugin on a miss), writes
  * wbc_pwrite (throttled by the engine when the plugin cannot keep up),
