@@ -70,6 +70,13 @@ umount "$mt" || fail "umount (drop_privileges)"
 wait_gone "$pid" 600 || fail "daemon did not end (drop_privileges)"
 pid=
 cmp "$top/model" "$bk/c" || fail "drop_privileges: not written back"
+# the daemon refuses (a cache larger than the machine) after mount.fuse3
+# mounted: it says the mount stays and how to clear it
+mount -t fuse.wbcache "$bk" "$mt" -o mem=20T,drop_privileges 2>"$top/m.log" &&
+	fail "mem=20T accepted (drop_privileges)"
+grep -q "is not served: .umount. its mount point" "$top/m.log" ||
+	fail "drop_privileges, refused: $(cat "$top/m.log")"
+if mountpoint -q "$mt"; then umount "$mt" || fail "umount of the refused mount"; fi
 
 # ---- a bad option: mount fails with the reason, nothing mounted
 mount -t fuse.wbcache "$bk" "$mt" -o bogus=1 2>"$top/m.log" && fail "bogus option accepted"

@@ -530,6 +530,12 @@ mounted_fd:
 		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
 	status = 0;
 out:
+	if (status == 2 && mountpoint && !strncmp(mountpoint, "/dev/fd/", 8))
+		/* mount.fuse3 (-o drop_privileges) made the mount before it
+		 * ran us: it stays, and without its daemon reports "Transport
+		 * endpoint is not connected" */
+		fprintf(stderr, "wbcache mount: the mount mount.fuse3 made for %s is not served: "
+			"`umount` its mount point (as root) to clear it\n", mountpoint);
 	if (se) {
 		fuse_remove_signal_handlers(se);
 		fuse_session_destroy(se);
