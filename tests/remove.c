@@ -115,12 +115,80 @@ static void written_then_removed(const char *spec)
 	printf("  %s: removed\n", spec);
 }
 
+static wbc_dev *rm_dev;
+static pthread_barrier_t rm_bar;
+static void *race_main(void *arg)
+{
+	(void)arg;
+	pthread_barrier_wait(&rm_bar);
+	return (void *)(intptr_t)wbc_file_remove(rm_dev, "r");
+}
+
+/* Removes of one name at once (each held a reference before any shut
+ * the name: the second's shut asserted, an abort): with a handle open,
+ * four removers all get EBUSY, 300 times; with none, two removers: at
+ * most one removes it, the other gets ENOENT or EBUSY, and a removed
+ * name is gone. */
+#define RACERS 4
+static void removes_race(void)
+{
+	struct wbc_config cfg = t_config(4 << 20, 4096);
+	wbc_cache *c;
+	wbc_dev *inner;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &inner), 0);
+	void *ctx = wbc_dev_backend(inner, &mops);
+	static struct wbc_backend_ops wrap;
+	wrap = *mops;
+	wrap.remove = slow_remove;
+	wrap.destroy = no_destroy;
+	CHECK_EQ(wbc_dev_add_backend(c, &wrap, ctx, "", &rm_dev), 0);
+	unsigned removed = 0, rounds = 0;
+	for (int it = 0; it < 306; it++) {
+		bool held = it >= 6;
+		unsigned n = held ? RACERS : 2;
+		wbc_file *f;
+		CHECK_EQ(wbc_file_open(rm_dev, "r", WBC_O_CREAT, &f), 0);
+		if (!held)
+			CHECK_EQ(wbc_file_close(f), 0);
+		pthread_barrier_init(&rm_bar, NULL, n);
+		pthread_t t[RACERS];
+		int r[RACERS];
+		for (unsigned k = 0; k < n; k++)
+			CHECK_EQ(pthread_create(&t[k], NULL, race_main, NULL), 0);
+		for (unsigned k = 0; k < n; k++) {
+			void *v;
+			pthread_join(t[k], &v);
+			r[k] = (int)(intptr_t)v;
+		}
+		pthread_barrier_destroy(&rm_bar);
+		if (held) {
+			for (unsigned k = 0; k < n; k++)
+				CHECK_EQ(r[k], -EBUSY);
+			CHECK_EQ(wbc_file_close(f), 0);
+			rounds++;
+		} else {
+			for (unsigned k = 0; k < n; k++)
+				CHECK(r[k] == 0 || r[k] == -ENOENT || r[k] == -EBUSY);
+			CHECK(!(r[0] == 0 && r[1] == 0));
+			if (r[0] == 0 || r[1] == 0) {
+				removed++;
+				CHECK_EQ(wbc_file_open(rm_dev, "r", 0, &f), -ENOENT);
+			}
+		}
+	}
+	printf("  removes at once: %u rounds of %d on an open file all EBUSY, no abort; "
+	       "%u of 6 on a closed one removed it\n", rounds, RACERS, removed);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
 int main(void)
 {
 	written_then_removed("mem");
 	written_then_removed("model:bw=100M");
 	open_while_removed(false);
 	open_while_removed(true);
+	removes_race();
 
 	/* a directory's files belong to the directory */
 	char *dir = t_mkdtemp();

@@ -808,7 +808,10 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	struct inode *ino = handle_get(h)->inode;
 	/* the name shut first (a new open waits), then ours the one handle;
 	 * an opener already past the name lets go when it sees removing */
-	inode_removing(ino, true, false);
+	if (!inode_removing(ino, true, false)) {
+		wbc_file_close(h);   /* another remove took it meanwhile */
+		return -ENOENT;
+	}
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
 	if (ino->nr_cached_handles + ino->nr_direct_handles > 1) {

@@ -54,7 +54,7 @@ struct inode *iget(struct wbc_dev *dev, const char *name, bool create,
 		   struct wbc_group *group, int *err);
 void igrab(struct inode *ino);
 void iput(struct inode *ino);
-void inode_removing(struct inode *ino, bool on, bool unhash);
+bool inode_removing(struct inode *ino, bool on, bool unhash);
 void inode_wait_locked(struct inode *ino);
 void inode_wake_locked(struct inode *ino);
 /* ino->lock held: wait once for @p's PG_LOCKED to clear (the caller looks

@@ -672,12 +672,23 @@ void dev_record_error_files(struct wbc_dev *dev, int err, uint64_t gen)
  * iget of the name opens the backend anew.  The references held stay
  * good; the last iput frees it without unhashing it again. */
 /* wbc_file_remove: @on, the name shut (an iget of it waits) while the
- * backend removes it; off, open again, and out of the table (@unhash: it
- * was removed, the name opens anew). */
-void inode_removing(struct inode *ino, bool on, bool unhash)
+ * backend removes it; false when another remove took it out meanwhile (a
+ * second remover waits for the first: it held a reference, with hstate
+ * 0, when the first shut the name).  Off, open again, and out of the
+ * table (@unhash: it was removed, the name opens anew). */
+bool inode_removing(struct inode *ino, bool on, bool unhash)
 {
 	struct name_shard *s = shard_of(ino->dev, ino->hash);
 	pthread_mutex_lock(&s->lock);
+	if (on) {
+		/* held by the caller: never OPENING or CLOSING */
+		while (ino->hstate == INODE_REMOVING)
+			pthread_cond_wait(&s->wait, &s->lock);
+		if (!ino->hash_pprev) {
+			pthread_mutex_unlock(&s->lock);
+			return false;
+		}
+	}
 	assert(ino->hstate == (on ? 0 : INODE_REMOVING));
 	if (unhash && ino->hash_pprev)
 		hash_unlink_locked(s, ino);
@@ -685,6 +696,7 @@ void inode_removing(struct inode *ino, bool on, bool unhash)
 	if (!on)
 		pthread_cond_broadcast(&s->wait);
 	pthread_mutex_unlock(&s->lock);
+	return true;
 }
 
 /*
