@@ -1106,8 +1106,13 @@ static int wbcache_extents(nbdkit_next *next, void *handle, uint32_t count, uint
 	 * sees any write error).  Where that fails (the plugin fails
 	 * writes: of this range, or of another, told by the file's error
 	 * sequence), the range is answered as data, the answer that is
-	 * always safe: a copy out of the export goes on, reading it */
+	 * always safe: a copy out of the export goes on, reading it.  Data
+	 * at risk anywhere counts too: the one handle's error sequence tells
+	 * an error once, and a call racing another's (its pages already in
+	 * flight when it looked) was not told that they failed */
 	int r = wbc_fsync_range(g.keeper, offset, count, 1);
+	if (!r)
+		r = check_at_risk();
 	if (r) {
 		if (nbdkit_add_extent(extents, offset, count, 0) == -1) {
 			*err = errno;

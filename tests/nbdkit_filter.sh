@@ -325,6 +325,47 @@ grep -q "wbcache: flush: Input/output error" "$T/fault.log" || fail "no flush er
 grep -q "lost" "$T/fault.log" && fail "data lost: $(cat "$T/fault.log")"
 echo "failing plugin, recovery: ok"
 
+# block status while a write is at risk: never a hole where the cache
+# holds data the plugin lacks.  Two requests 50 ms apart over a plugin
+# whose writes take 300 ms and fail: the second found the first's write in
+# flight, was not told it failed, and asked the plugin (hole, zero)
+touch "$T/inject-bs"
+start bs --filter="$FILTER" --filter=delay --filter=error memory 1M delay-write=300ms \
+	error-pwrite-rate=1 error-pwrite=EIO error-file="$T/inject-bs" wbcache-mem=16M
+cat >"$T/bs.py" <<'EOF'
+import nbd, sys, time
+h = nbd.NBD()
+h.add_meta_context("base:allocation")
+h.connect_uri(sys.argv[1])
+h.pwrite(b"\x07" * 4096, 0)
+res = {}
+def cb(tag):
+    def f(metacontext, offset, entries, err):
+        res[tag] = list(entries)
+        return 0
+    return f
+c1 = h.aio_block_status(4096, 0, cb(1))
+time.sleep(0.05)
+c2 = h.aio_block_status(4096, 0, cb(2))
+for c in (c1, c2):
+    while True:
+        try:
+            if h.aio_command_completed(c):
+                break
+        except nbd.Error:
+            break   # an error is an honest answer
+        h.poll(-1)
+for tag, e in res.items():
+    for i in range(1, len(e), 2):
+        assert not e[i] & 1, "request %d: a hole where the cache holds data: %s" % (tag, res)
+assert h.pread(1, 0) == b"\x07"
+print("ok", res)
+EOF
+$PY "$T/bs.py" "$(uri bs)" >"$T/bs.out" 2>&1 || fail "block status at risk: $(cat "$T/bs.out")"
+rm -f "$T/inject-bs"
+stop bs
+echo "block status with data at risk: ok"
+
 # shutdown over a failing plugin: retried until it recovers
 cat >"$T/write.py" <<'EOF'
 import nbd, sys
