@@ -313,4 +313,38 @@ if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
 	pid=
 	umount "$top/tiny"
 fi
+
+# ---- the daemon's report comes from the daemon alone: another process
+# (here nobody's) that sends a failure to umount's socket while it waits
+# is not heard (it was: exit 1, "forged"), nor one that sends success
+do_mount "mem=16M"
+echo data >"$mt/f"
+mkdir -p "$top/wrap2"
+printf '#!/bin/sh\nsleep 1\nexec %s "$@"\n' "$(command -v fusermount3)" >"$top/wrap2/fusermount3"
+chmod +x "$top/wrap2/fusermount3"
+PATH="$top/wrap2:$PATH" "$W" umount "$mt" 2>"$top/umount.log" &
+upid=$!
+sysPY=/usr/bin/python3; [ -x $sysPY ] || sysPY=python3
+setpriv --reuid=65534 --regid=65534 --clear-groups $sysPY - <<'PY' 2>"$top/forger.err" &
+import socket, time
+end = time.time() + 3
+while time.time() < end:
+    for line in open("/proc/net/unix").read().split("\n"):
+        f = line.split()
+        if len(f) >= 8 and f[7].startswith("@wbcache-umount-"):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                s.sendto(b"1 forged by another process", "\0" + f[7][1:])
+            except OSError:
+                pass
+            s.close()
+    time.sleep(0.05)
+PY
+fpid=$!
+wait $upid; rc=$?
+wait $fpid
+[ $rc = 0 ] || fail "umount heard another process's report: exit $rc: $(cat "$top/umount.log")"
+wait_gone "$pid" 60 || fail "the daemon did not end"
+pid=
+[ "$(cat "$bk/f")" = data ] || fail "not written back"
 echo "mount tests passed"

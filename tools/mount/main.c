@@ -317,7 +317,7 @@ int cmd_mount(int argc, char **argv)
 	/* the kernel applied the caller's umask to every mode it sends, or
 	 * (DONT_MASK) sends it with the mode: see creation_mode (ops.c) */
 	umask(0);
-	M.root_fd = M.mount_fd = -1;
+	M.root_fd = M.mount_fd = M.report_fd = -1;
 	int status = 2, rc;
 	char endwhy[256] = "";
 	char *mountpoint = NULL;
@@ -616,27 +616,61 @@ out:
 	return status;
 }
 
+/* An abstract Unix socket address for "wbcache-@name". */
+static socklen_t report_addr(struct sockaddr_un *sa, const char *name)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	int len = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "wbcache-%s", name);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+}
+
+/* A random name part: PREFIX-PID-RANDOM. */
+static void report_name(char *buf, size_t len, const char *prefix)
+{
+	uint64_t rnd = 0;
+	if (getentropy(&rnd, sizeof(rnd)))
+		rnd = (uint64_t)time(NULL) * 2654435761u;
+	snprintf(buf, len, "%s-%d-%016" PRIx64, prefix, (int)getpid(), rnd);
+}
+
+int report_connect(const char *name, char *own, size_t ownlen)
+{
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	struct sockaddr_un sa;
+	report_name(own, ownlen, "daemon");
+	socklen_t l = report_addr(&sa, own);
+	if (bind(s, (struct sockaddr *)&sa, l)) {
+		int e = errno;
+		close(s);
+		return -e;
+	}
+	l = report_addr(&sa, name);
+	if (connect(s, (struct sockaddr *)&sa, l)) {
+		int e = errno;   /* not there: another network namespace */
+		close(s);
+		return -e;
+	}
+	return s;
+}
+
 /* The daemon's exit status to `wbcache umount`, where it asked for it
  * (REPORT_XATTR): "STATUS MESSAGE" in one datagram. */
 static void send_report(int status, const char *why)
 {
 	pthread_mutex_lock(&M.lock);
-	char name[REPORT_NAME_MAX + 1];
-	memcpy(name, M.report, sizeof(name));
+	int fd = M.report_fd;
+	M.report_fd = -1;
 	pthread_mutex_unlock(&M.lock);
-	if (!name[0])
+	if (fd < 0)
 		return;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int len = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "wbcache-%s", name);
 	char msg[512];
 	int mlen = snprintf(msg, sizeof(msg), "%d %s", status, why);
-	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return;
-	if (sendto(s, msg, MINU((size_t)mlen, sizeof(msg) - 1), MSG_DONTWAIT, (struct sockaddr *)&sa,
-		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) < 0)
+	if (send(fd, msg, MINU((size_t)mlen, sizeof(msg) - 1), MSG_DONTWAIT) < 0)
 		logmsg("cannot send the exit status to wbcache umount: %s", strerror(errno));
-	close(s);
+	close(fd);
 }
 
 /*
@@ -701,27 +735,30 @@ static bool wbcache_mount_listed(const char *path)
 /* `fusermount3 -u @mnt`: true when it ran and succeeded; else false and
  * *err the reason it could not run (0 when it ran and failed). */
 /* A socket for the daemon's report (REPORT_XATTR), registered with the
- * daemon of @mnt; -1 where it cannot be (an older daemon). */
+ * daemon of @mnt and connected to its socket (datagrams from it alone);
+ * -1 where it cannot be (an older daemon, another network namespace). */
 static int report_socket(const char *mnt)
 {
 	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
-	uint64_t rnd = 0;
-	if (getentropy(&rnd, sizeof(rnd)))
-		rnd = (uint64_t)time(NULL) * 2654435761u;
-	char name[REPORT_NAME_MAX + 1], attr[sizeof(REPORT_XATTR) + REPORT_NAME_MAX], ok[8];
-	snprintf(name, sizeof(name), "umount-%d-%016" PRIx64, (int)getpid(), rnd);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int len = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "wbcache-%s", name);
+	char name[REPORT_NAME_MAX + 1], attr[sizeof(REPORT_XATTR) + REPORT_NAME_MAX];
+	char peer[REPORT_NAME_MAX + 32];
+	report_name(name, sizeof(name), "umount");
+	struct sockaddr_un sa;
+	socklen_t l = report_addr(&sa, name);
 	snprintf(attr, sizeof(attr), "%s%s", REPORT_XATTR, name);
-	if (bind(s, (struct sockaddr *)&sa,
-		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) ||
-	    getxattr(mnt, attr, ok, sizeof(ok)) < 0) {
-		close(s);
-		return -1;
+	ssize_t n = -1;
+	if (!bind(s, (struct sockaddr *)&sa, l))
+		n = getxattr(mnt, attr, peer, sizeof(peer) - 1);
+	if (n > 0) {
+		peer[n] = '\0';
+		l = report_addr(&sa, peer);
+		if (!strncmp(peer, "daemon-", 7) && !connect(s, (struct sockaddr *)&sa, l))
+			return s;
 	}
-	return s;
+	close(s);
+	return -1;
 }
 
 /* The daemon's report, once it has ended: 0 when its writeback at the

@@ -80,10 +80,17 @@
  * asks the daemon to send its exit status, as "STATUS MESSAGE", to the
  * abstract Unix datagram socket "\0wbcache-NAME" when it ends (`wbcache
  * umount` waits for it: the writeback at the end, after the unmount, can
- * still fail for writes that came after its sync).  Only the daemon's
- * user or root may ask. */
+ * still fail for writes that came after its sync).  The daemon connects a
+ * socket of its own, bound to a name it answers with, to that one at
+ * once (it fails where it cannot: another network namespace), and umount
+ * connects its socket to the daemon's: each takes datagrams from the
+ * other only (no other process can forge or flood the report).  Only the
+ * daemon's user or root may ask. */
 #define REPORT_XATTR "user.wbcache.report."
 #define REPORT_NAME_MAX 64
+/* main.c: a socket of the daemon's connected to umount's @name (its own
+ * name in @own), or -errno */
+int report_connect(const char *name, char *own, size_t ownlen);
 /*
  * The mount's locks are error-checking mutexes, so a *_locked function can
  * assert that its caller holds the lock (a relock by the owner fails at
@@ -205,8 +212,8 @@ struct mnt {
 	 * unknown): writes past it fail with EFBIG */
 	uint64_t max_file;
 	bool direct_mmap;            /* the kernel maps direct_io files (conn.c) */
-	/* where to send the exit status (REPORT_XATTR; M.lock): "" none */
-	char report[REPORT_NAME_MAX + 1];
+	/* where to send the exit status (REPORT_XATTR; M.lock): -1 none */
+	int report_fd;
 	bool killpriv_v2;            /* FUSE_HANDLE_KILLPRIV_V2 granted (conn.c) */
 };
 

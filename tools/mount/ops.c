@@ -1213,10 +1213,19 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			fuse_reply_err(req, EPERM);
 			return;
 		}
+		char own[REPORT_NAME_MAX + 32];
+		int fd = report_connect(rn, own, sizeof(own));
+		if (fd < 0) {
+			fuse_reply_err(req, -fd);
+			return;
+		}
 		pthread_mutex_lock(&M.lock);
-		memcpy(M.report, rn, len + 1);
+		int old = M.report_fd;
+		M.report_fd = fd;
 		pthread_mutex_unlock(&M.lock);
-		reply_xattr_value(req, size, "0", 1);
+		if (old >= 0)
+			close(old);
+		reply_xattr_value(req, size, own, (ssize_t)strlen(own));
 		return;
 	}
 	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
