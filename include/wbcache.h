@@ -281,8 +281,10 @@ int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t m
 /* An unseen writeback error of the file for this handle (and mark it
  * seen), without writing anything: what close(2) may report.  0 or -errno. */
 int wbc_file_check_error(wbc_file *f);
-/* The same without marking it seen: what a FLUSH at close(2) of one of
- * several descriptors reports, leaving it to fsync too.  0 or -errno. */
+/* An error met since this handle opened, without marking it seen: what a
+ * FLUSH at close(2) of one of several descriptors reports, leaving it to
+ * fsync too (an error from before the open that fsync would tell is not
+ * one).  0 or -errno. */
 int wbc_file_peek_error(wbc_file *f);
 
 /* Write back all dirty data of the device, wait for it, flush the backend.

@@ -133,6 +133,37 @@ PY
 do_umount
 rm -f "$bk"/*
 
+# ---- a write lost with no descriptor open (written, closed, dropped
+# later): a later open's close does not fail for it (each close of any
+# later descriptor failed, until something fsynced the file); its fsync
+# tells it once
+do_mount "mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centisecs=50"
+head -c 15000000 /dev/zero >"$bk/filler"
+head -c 4000000 /dev/urandom >"$mt/gone" 2>/dev/null
+for _ in $(seq 300); do
+	"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' && break
+	sleep 0.1
+done
+"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' || fail "nothing lost in 30 s"
+python3 - "$mt/gone" <<'PY' || fail "open/close after a write lost before"
+import errno, os, sys
+for i in range(3):
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    os.close(fd)      # raised ENOSPC
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    os.fsync(fd)
+    sys.exit("fsync of a new descriptor did not tell the lost write")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.fsync(fd)
+os.close(fd)
+PY
+# the first umount's sync reports the loss (and unmounts nothing)
+do_umount && fail "wbcache umount: no word of the lost write"
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+rm -f "$bk"/*
+
 # ---- the foreground daemon: exit status 1 for data it could not write
 head -c 15000000 /dev/zero >"$bk/filler"
 "$W" mount "$bk" "$mt" -f -o mem=64M,retry_timeout=1 2>"$top/fg.log" &

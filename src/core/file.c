@@ -909,7 +909,7 @@ int wbc_file_peek_error(wbc_file *h)
 	if (!f)
 		return -EBADF;
 	pthread_mutex_lock(&f->inode->lock);
-	int err = errseq_peek(&f->inode->wb_err, f->err_since, f->err_inherit);
+	int err = errseq_peek(&f->inode->wb_err, f->err_since);
 	pthread_mutex_unlock(&f->inode->lock);
 	return err;
 }

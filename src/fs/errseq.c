@@ -37,9 +37,9 @@ int errseq_check_advance(struct errseq *e, uint32_t *since, bool *inherit)
 	return e->err;
 }
 
-int errseq_peek(const struct errseq *e, uint32_t since, bool inherit)
+int errseq_peek(const struct errseq *e, uint32_t since)
 {
-	return since != e->seq || (inherit && !e->healed) ? e->err : 0;
+	return since != e->seq ? e->err : 0;
 }
 
 /* A device keeps one sequence for the errors of all its files, under

@@ -39,8 +39,9 @@ void errseq_sample(const struct errseq *e, uint32_t *since, bool *inherit);
 /* Returns the error a handle that sampled *@since (and *@inherit) has not
  * seen, advances the sample and marks the error seen; 0 when none. */
 int errseq_check_advance(struct errseq *e, uint32_t *since, bool *inherit);
-/* The same without advancing or marking anything. */
-int errseq_peek(const struct errseq *e, uint32_t since, bool inherit);
+/* An error since the sample (not one inherited), without advancing or
+ * marking anything. */
+int errseq_peek(const struct errseq *e, uint32_t since);
 /* Record @err in the device's error sequence (err_lock). */
 void dev_record_error(struct wbc_dev *dev, int err);
 /* ... and in every open file's of the device written since flush

@@ -574,9 +574,12 @@ out:
 		/* a store that keeps failing is retried for its retry_timeout;
 		 * what is still unwritten then is counted lost */
 		err = wbc_cache_close_stats(M.cache, &s);
-		if (s.lost_bytes) {
+		/* a loss a sync (wbcache umount) reported already is not one
+		 * of the end's: that umount failed with it */
+		uint64_t told = mount_lost_reported();
+		if (s.lost_bytes > told) {
 			snprintf(endwhy, sizeof(endwhy), "writeback at unmount failed: %" PRIu64 " bytes lost",
-				 s.lost_bytes);
+				 s.lost_bytes - told);
 			if (err)
 				snprintf(endwhy + strlen(endwhy), sizeof(endwhy) - strlen(endwhy), " (%s)",
 					 wbc_strerror(err));

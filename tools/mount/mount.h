@@ -285,6 +285,8 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 
 /* stats.c */
 size_t stats_text(char *buf, size_t len);
+/* The lost bytes mount_sync has reported (wbcache umount was told). */
+uint64_t mount_lost_reported(void);
 int mount_sync(void);
 
 /* conn.c */

@@ -97,9 +97,15 @@ size_t stats_text(char *buf, size_t len)
  * data was dropped (on_error=drop) since the previous such sync.  An error
  * that a later write made good is not one: each open file's fsync has
  * reported it already. */
+static _Atomic uint64_t lost_seen;   /* lost bytes a sync has reported */
+
+uint64_t mount_lost_reported(void)
+{
+	return atomic_load(&lost_seen);
+}
+
 int mount_sync(void)
 {
-	static _Atomic uint64_t lost_seen;
 	int err = wbc_cache_sync(M.cache);
 	struct wbc_stats s;
 	wbc_stats(M.cache, &s);
