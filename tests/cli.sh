@@ -263,7 +263,7 @@ expect_msg "one file twice" "given twice" run dd --dev "file:$dir/f1" --dev "fil
 # SIGINT: the run stops, reports, removes its files, exits 130 (they
 # stayed, gigabytes, under a name no later run removes)
 mkdir "$dir/intr"
-$W run dd --dev "dir:$dir/intr" --time 60 --mem 16M --quiet >"$dir/intr.out" 2>&1 &
+$W run dd --dev "dir:$dir/intr" --time 60 --mem 16M --quiet --json "$dir/intr.json" >"$dir/intr.out" 2>&1 &
 rpid=$!
 for _ in $(seq 200); do [ -n "$(ls "$dir/intr")" ] && break; sleep 0.1; done
 [ -n "$(ls "$dir/intr")" ] || fail "SIGINT: the run made no file in 20 s"
@@ -272,6 +272,8 @@ wait $rpid; rc=$?
 [ $rc = 130 ] || fail "SIGINT: exit $rc, expected 130: $(cat "$dir/intr.out")"
 grep -q "^dd: 1 thread" "$dir/intr.out" || fail "SIGINT: no report: $(cat "$dir/intr.out")"
 [ -z "$(ls "$dir/intr")" ] || fail "SIGINT: files left: $(ls "$dir/intr")"
+grep -q '"finished": false' "$dir/intr.json" || fail "SIGINT: the JSON says finished"
+
 # the report to a full disk: exit 1
 $W run dd --dev mem --size 64K --bs 4K --mem 1M --quiet >/dev/full 2>/dev/null && fail "report to /dev/full: exit 0"
 # --json -: the JSON alone on stdout (the report on stderr), no file "-";

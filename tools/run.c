@@ -609,6 +609,7 @@ static bool any_rados(void)
 /* the report's figures, for --json */
 struct json_fig {
 	bool unfinished;           /* --deadline passed */
+	bool interrupted;          /* SIGINT, SIGTERM: the figures are of what ran */
 	double secs;
 	uint64_t bytes, ops, reads;
 	size_t pauses;
@@ -658,7 +659,7 @@ static void write_json(const char *path, const struct json_fig *j)
 	fprintf(f, "{\"workload\": \"%s\", \"finished\": %s, \"threads\": %u, \"secs\": %.3f, \"bytes\": %llu, "
 		"\"mb_per_s\": %.2f, \"ops\": %llu, \"ops_per_s\": %.1f, \"reads\": %llu, "
 		"\"reads_per_s\": %.1f,\n ",
-		wl_names[R.o.wl], j->unfinished ? "false" : "true", R.nw, j->secs,
+		wl_names[R.o.wl], j->unfinished || j->interrupted ? "false" : "true", R.nw, j->secs,
 		(unsigned long long)j->bytes,
 		(double)j->bytes / secs / 1e6, (unsigned long long)j->ops, (double)j->ops / secs,
 		(unsigned long long)j->reads, (double)j->reads / secs);
@@ -940,6 +941,7 @@ static void report(double secs)
 			.dirty_mean_mib = R.ns ? dsum / (double)R.ns : 0, .dirty_max_mib = dmax,
 			.setpoint_mib = setp, .limit_mib = lim,
 			.fairness = sumsq > 0 ? sum * sum / ((double)R.nw * sumsq) : 1.0,
+			.interrupted = atomic_load(&R.interrupted),
 		};
 		for (unsigned i = 0; i < R.nw; i++)
 			j.reads += R.w[i].reads;

@@ -13,7 +13,9 @@
 void errseq_record(struct errseq *e, int err)
 {
 	assert(err < 0);
-	e->err = err;
+	/* an errno (a backend's out-of-range code would not fit err's
+	 * 24 bits: -(1 << 24) read as 0) */
+	e->err = err >= -4095 ? err : -EIO;
 	e->seq++;
 	e->seen = false;
 	e->retried = false;

@@ -234,8 +234,11 @@ void wb_end_io(struct wbc_bio *bio)
 	}
 	ino->nr_at_risk += (uint32_t)at_risk_delta;   /* mod 2^32: may be negative */
 	if (err) {
+		/* healable only while every unseen error is a retried write's
+		 * (a flush's error before it must not be healed with it) */
+		bool other = ino->wb_err.seq && !ino->wb_err.seen && !ino->wb_err.retried;
 		errseq_record(&ino->wb_err, err);
-		ino->wb_err.retried = retry;
+		ino->wb_err.retried = retry && !other;
 	} else {
 		/* the retry policy's error healed: every page it failed is
 		 * written now (or truncated away), nothing was lost, and a
