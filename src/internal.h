@@ -66,9 +66,9 @@
  *   name_shard->lock    one shard of a device's name hash (fs/inode.c),
  *                       the drop of the last reference of an inode in it
  *                       (refs is atomic; iput takes the lock only to drop
- *                       to zero), and the shard's free inodes (taken
+ *                       to zero), the shard's free inodes (taken
  *                       again after a teardown, never held across it)
- *                       (leaf).  iget waits on the shard's condition
+ *                       and its orphan errors (fs/inode.c) (leaf).  iget waits on the shard's condition
  *                       (name_shard->wait) while the backend opens,
  *                       closes or removes the name (inode->hstate),
  *                       holding no other lock; the opener and the closer
