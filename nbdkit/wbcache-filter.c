@@ -253,7 +253,12 @@ static int wbcache_config_complete(nbdkit_next_config_complete *next, nbdkit_bac
 		}
 		FILE *f = fopen(tmp, "w");
 		if (!f) {
-			nbdkit_error("wbcache-stats: cannot write %s: %m", tmp);
+			/* no strerror (%m) on the way to exit: with a sanitizer's
+			 * runtime preloaded, nbdkit then hangs in exit() */
+			nbdkit_error("wbcache-stats: cannot write %s (%s)", tmp,
+				     errno == ENOENT ? "no such directory" :
+				     errno == EACCES || errno == EPERM || errno == EROFS ?
+				     "not writable" : "cannot create it");
 			return -1;
 		}
 		fclose(f);

@@ -151,10 +151,15 @@ grep -q "more than once" "$T/bad.out" || fail "the filter twice: $(cat "$T/bad.o
 # mode asks for the export name): the filter's shared context opens at
 # the first client's open, and the plugin refuses it there; nbdkit served
 # on (it crashed at startup, a context opened in .after_fork)
-mkdir "$T/fd"
-"${NBDKIT[@]}" -U "$T/fd.sock" --filter="$FILTER" file dir="$T/fd" \
-	--run 'nbdinfo "$uri" >/dev/null 2>&1; echo "client done"' >"$T/fd.out" 2>&1; rc=$?
-[ $rc = 0 ] && grep -q "client done" "$T/fd.out" || fail "file dir=: exit $rc: $(cat "$T/fd.out")"
+# (plain builds only: --run crashes a TSan nbdkit's child, and the file
+# plugin's message, through strerror, hangs an ASan-preloaded nbdkit's
+# exit, as the stop below says)
+if [ -z "$san" ]; then
+	mkdir "$T/fd"
+	"${NBDKIT[@]}" -U "$T/fd.sock" --filter="$FILTER" file dir="$T/fd" \
+		--run 'nbdinfo "$uri" >/dev/null 2>&1; echo "client done"' >"$T/fd.out" 2>&1; rc=$?
+	[ $rc = 0 ] && grep -q "client done" "$T/fd.out" || fail "file dir=: exit $rc: $(cat "$T/fd.out")"
+fi
 start ok --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
 	wbcache-dirty-ratio=30 wbcache-dirty-background-ratio=5 wbcache-dirty-expire-centisecs=100 \
 	wbcache-on-error=drop wbcache-retry-timeout=250ms wbcache-threads=2 wbcache-max-io=1M
