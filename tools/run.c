@@ -84,7 +84,7 @@ struct worker {
 	/* --lat-log: chunk k holds LAT0 << k records and never moves, and
 	 * nlats is published after each record, so that a run given up at
 	 * its --deadline reads them while the writer may still add more */
-	struct lat { uint64_t t_ns, lat_ns; } *lats[LAT_CHUNKS];
+	struct lat { uint64_t t_ns, lat_ns, bytes; } *lats[LAT_CHUNKS];
 	atomic_size_t nlats;
 };
 
@@ -243,7 +243,7 @@ static unsigned lat_chunk(size_t i, size_t *at)
 }
 
 /* A write that began at @t0 (s) is done: recorded for --lat-log. */
-static void note_lat(struct worker *w, double t0)
+static void note_lat(struct worker *w, double t0, size_t bytes)
 {
 	double t = now_s();
 	size_t n = atomic_load_explicit(&w->nlats, memory_order_relaxed), at;
@@ -253,7 +253,7 @@ static void note_lat(struct worker *w, double t0)
 	if (!w->lats[k] && !(w->lats[k] = malloc(((size_t)LAT0 << k) * sizeof(*w->lats[k]))))
 		return;
 	w->lats[k][at] = (struct lat){ .t_ns = (uint64_t)((t - R.t0) * 1e9),
-				       .lat_ns = (uint64_t)((t - t0) * 1e9) };
+				       .lat_ns = (uint64_t)((t - t0) * 1e9), .bytes = bytes };
 	atomic_store_explicit(&w->nlats, n + 1, memory_order_release);
 }
 
@@ -337,7 +337,7 @@ static void *worker_main(void *arg)
 				break;
 			}
 			if (o->lat_log)
-				note_lat(w, tw);
+				note_lat(w, tw, (size_t)r);
 			w->bytes += (uint64_t)r;
 			w->ops++;
 			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
@@ -737,7 +737,7 @@ static void lat_log_write(void)
 			if (lf)
 				fprintf(lf, "%llu, %llu, 1, %llu\n",
 					(unsigned long long)(l->t_ns / 1000000),
-					(unsigned long long)l->lat_ns, (unsigned long long)o->bs);
+					(unsigned long long)l->lat_ns, (unsigned long long)l->bytes);
 		}
 	if (!lf || (ferror(lf) | fclose(lf)))
 		out_failed("--lat-log", o->lat_log, lerr ? lerr : errno ? errno : EIO);
