@@ -900,6 +900,18 @@ static const char *wbcache_default_export(nbdkit_next_default_export *next,
 	return name;
 }
 
+/* Only the default export is served: only it is listed (the plugin's
+ * list named exports every open of which the filter refused). */
+static int wbcache_list_exports(nbdkit_next_list_exports *next, nbdkit_backend *nxdata,
+				int readonly, int is_tls, struct nbdkit_exports *exports)
+{
+	(void)next;
+	(void)nxdata;
+	(void)readonly;
+	(void)is_tls;
+	return nbdkit_use_default_export(exports);
+}
+
 static bool is_default_export(const char *name)
 {
 	if (!name[0])
@@ -1142,6 +1154,7 @@ static struct nbdkit_filter filter = {
 	.config_help = wbcache_config_help,
 	.get_ready = wbcache_get_ready,
 	.cleanup = wbcache_cleanup,
+	.list_exports = wbcache_list_exports,
 	.default_export = wbcache_default_export,
 	.open = wbcache_open,
 	.close = wbcache_close,

@@ -159,6 +159,14 @@ if [ -z "$san" ]; then
 	"${NBDKIT[@]}" -U "$T/fd.sock" --filter="$FILTER" file dir="$T/fd" \
 		--run 'nbdinfo "$uri" >/dev/null 2>&1; echo "client done"' >"$T/fd.out" 2>&1; rc=$?
 	[ $rc = 0 ] && grep -q "client done" "$T/fd.out" || fail "file dir=: exit $rc: $(cat "$T/fd.out")"
+	# the exports listed are the one served: the default (the plugin's
+	# list, here foo and bar, named exports the filter then refused)
+	"${NBDKIT[@]}" -U "$T/ls.sock" --filter="$FILTER" eval default_export='echo foo' \
+		list_exports='echo foo; echo bar' get_size='echo 1048576' \
+		pread='dd if=/dev/zero count=$3 iflag=count_bytes status=none' \
+		--run 'nbdinfo --list "$uri"' >"$T/ls.out" 2>&1 || fail "list: $(cat "$T/ls.out")"
+	[ "$(grep -c '^export=' "$T/ls.out")" = 1 ] && grep -q '^export="foo"' "$T/ls.out" ||
+		fail "exports listed: $(cat "$T/ls.out")"
 fi
 start ok --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
 	wbcache-dirty-ratio=30 wbcache-dirty-background-ratio=5 wbcache-dirty-expire-centisecs=100 \
