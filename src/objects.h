@@ -144,6 +144,9 @@ struct inode {
 	 * its reference before the name was shut (INODE_REMOVING) lets go
 	 * and looks the name up again (fs/handle.c) */
 	bool removing;
+	/* [fs] wbc_file_remove calls holding a handle of it: theirs do not
+	 * make it busy (the first removes it, the others then get ENOENT) */
+	uint8_t nr_removers;
 	uint32_t name_cap;          /* bytes of name_buf: fixed */
 	char name_buf[];
 };

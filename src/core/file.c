@@ -795,6 +795,15 @@ int wbc_truncate(wbc_file *h, uint64_t size)
  * close; with no page and i_size == backend_size that close does nothing
  * but the backend's close.
  */
+/* A remover's end: no longer one, its handle closed. */
+static void remover_close(struct inode *ino, wbc_file *h)
+{
+	pthread_mutex_lock(&ino->lock);
+	ino->nr_removers--;
+	pthread_mutex_unlock(&ino->lock);
+	wbc_file_close(h);
+}
+
 int wbc_file_remove(wbc_dev *dev, const char *name)
 {
 	if (!dev || !name || !name_ok(dev->be, name))
@@ -806,19 +815,31 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	if (err)
 		return err;
 	struct inode *ino = handle_get(h)->inode;
-	/* the name shut first (a new open waits), then ours the one handle;
-	 * an opener already past the name lets go when it sees removing */
+	/* our handle is a remover's: it and another remover's do not make
+	 * the file busy (the first removes it, the others get ENOENT) */
+	pthread_mutex_lock(&ino->lock);
+	bool many = ino->nr_removers == UINT8_MAX;
+	if (!many)
+		ino->nr_removers++;
+	pthread_mutex_unlock(&ino->lock);
+	if (many) {
+		wbc_file_close(h);
+		return -EBUSY;
+	}
+	/* the name shut first (a new open waits), then ours the one handle
+	 * but the removers'; an opener already past the name lets go when it
+	 * sees removing */
 	if (!inode_removing(ino, true, false)) {
-		wbc_file_close(h);   /* another remove took it meanwhile */
+		remover_close(ino, h);   /* another remove took it meanwhile */
 		return -ENOENT;
 	}
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
-	if (ino->nr_cached_handles + ino->nr_direct_handles > 1) {
+	if (ino->nr_cached_handles + ino->nr_direct_handles > ino->nr_removers) {
 		pthread_mutex_unlock(&ino->lock);
 		pthread_rwlock_unlock(&ino->rwsem);
 		inode_removing(ino, false, false);
-		wbc_file_close(h);
+		remover_close(ino, h);
 		return -EBUSY;
 	}
 	ino->removing = true;
@@ -844,7 +865,7 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	pthread_mutex_unlock(&ino->lock);
 	inode_removing(ino, false, !err);
 	pthread_rwlock_unlock(&ino->rwsem);
-	wbc_file_close(h);
+	remover_close(ino, h);
 	return err;
 }
 
