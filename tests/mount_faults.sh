@@ -137,7 +137,7 @@ rm -f "$bk"/*
 # later): a later open's close does not fail for it (each close of any
 # later descriptor failed, until something fsynced the file); its fsync
 # tells it once
-do_mount "mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centisecs=50"
+do_mount "mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centisecs=50,allow_other"
 head -c 15000000 /dev/zero >"$bk/filler"
 head -c 4000000 /dev/urandom >"$mt/gone" 2>/dev/null
 for _ in $(seq 300); do
@@ -159,8 +159,12 @@ except OSError as e:
 os.fsync(fd)
 os.close(fd)
 PY
-# the first umount's sync reports the loss (and unmounts nothing)
-do_umount && fail "wbcache umount: no word of the lost write"
+# another user's sync is told of the loss, and does not use it up: the
+# owner's first umount's sync reports it too (and unmounts nothing)
+chmod 755 "$top"
+setpriv --reuid=65534 --regid=65534 --clear-groups getfattr -n user.wbcache.sync "$mt" \
+	>/dev/null 2>"$top/nobody.err" && fail "nobody's sync: no word of the lost write"
+do_umount && fail "wbcache umount: no word of the lost write (nobody's sync had it)"
 do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 rm -f "$bk"/*
 

@@ -740,7 +740,7 @@ static bool wbcache_mount_listed(const char *path)
 /* A socket for the daemon's report (REPORT_XATTR), registered with the
  * daemon of @mnt and connected to its socket (datagrams from it alone);
  * -1 where it cannot be (an older daemon, another network namespace). */
-static int report_socket(const char *mnt)
+static int report_socket(const char *mnt, struct sockaddr_un *from, socklen_t *fromlen)
 {
 	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
@@ -756,9 +756,17 @@ static int report_socket(const char *mnt)
 		n = getxattr(mnt, attr, peer, sizeof(peer) - 1);
 	if (n > 0) {
 		peer[n] = '\0';
-		l = report_addr(&sa, peer);
-		if (!strncmp(peer, "daemon-", 7) && !connect(s, (struct sockaddr *)&sa, l))
+		*fromlen = report_addr(from, peer);
+		if (!strncmp(peer, "daemon-", 7) && !connect(s, (struct sockaddr *)from, *fromlen)) {
+			/* datagrams sent before the connect (anyone may send to
+			 * a name /proc/net/unix lists) stay queued: thrown away;
+			 * from here on only the daemon's get in, and it sends
+			 * none before its end */
+			char junk[1];
+			while (recv(s, junk, sizeof(junk), MSG_DONTWAIT) >= 0)
+				;
 			return s;
+		}
 	}
 	close(s);
 	return -1;
@@ -766,10 +774,17 @@ static int report_socket(const char *mnt)
 
 /* The daemon's report, once it has ended: 0 when its writeback at the
  * end succeeded, else 1 with its reason on stderr. */
-static int read_report(int s, const char *mnt)
+static int read_report(int s, const char *mnt, const struct sockaddr_un *daemon, socklen_t dlen)
 {
 	char msg[512];
-	ssize_t m = recv(s, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+	ssize_t m;
+	for (;;) {   /* the daemon's datagram: from its address, none other's */
+		struct sockaddr_un from;
+		socklen_t flen = sizeof(from);
+		m = recvfrom(s, msg, sizeof(msg) - 1, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
+		if (m < 0 || (flen == dlen && !memcmp(&from, daemon, dlen)))
+			break;
+	}
 	if (m <= 0) {
 		fprintf(stderr, "wbcache umount: %s: unmounted, but the daemon ended without its "
 			"report (killed?): what it had not written back is lost\n", mnt);
@@ -838,7 +853,9 @@ int cmd_umount(int argc, char **argv)
 	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
 	/* the daemon's exit status comes to a socket of ours: the writeback
 	 * after the unmount can still fail (writes after our sync) */
-	int rs = report_socket(mnt);
+	struct sockaddr_un dsa;
+	socklen_t dlen = 0;
+	int rs = report_socket(mnt, &dsa, &dlen);
 	int status = 1;
 	char ok[8];
 	if (getxattr(mnt, SYNC_XATTR, ok, sizeof(ok)) < 0) {
@@ -867,7 +884,7 @@ int cmd_umount(int argc, char **argv)
 		while (poll(&pf, 1, 1000) <= 0 && !(kill((pid_t)pid, 0) && errno == ESRCH))
 			;
 	}
-	status = rs >= 0 ? read_report(rs, mnt) : 0;
+	status = rs >= 0 ? read_report(rs, mnt, &dsa, dlen) : 0;
 out:
 	if (pidfd >= 0)
 		close(pidfd);

@@ -1229,7 +1229,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		return;
 	}
 	if (n == &M.root && !strcmp(name, SYNC_XATTR)) {
-		int err = mount_sync();
+		uid_t uid = fuse_req_ctx(req)->uid;
+		int err = mount_sync(uid == 0 || uid == getuid());
 		if (err)
 			fuse_reply_err(req, -err);
 		else

@@ -97,19 +97,22 @@ size_t stats_text(char *buf, size_t len)
  * data was dropped (on_error=drop) since the previous such sync.  An error
  * that a later write made good is not one: each open file's fsync has
  * reported it already. */
-static _Atomic uint64_t lost_seen;   /* lost bytes a sync has reported */
+/* Lost bytes a sync has reported: to the daemon's user or root (who may
+ * unmount: what `wbcache umount` was told), and to other users (whose
+ * syncs must not use up what the owner is to be told) */
+static _Atomic uint64_t lost_seen[2];
 
 uint64_t mount_lost_reported(void)
 {
-	return atomic_load(&lost_seen);
+	return atomic_load(&lost_seen[1]);
 }
 
-int mount_sync(void)
+int mount_sync(bool owner)
 {
 	int err = wbc_cache_sync(M.cache);
 	struct wbc_stats s;
 	wbc_stats(M.cache, &s);
-	uint64_t seen = atomic_exchange(&lost_seen, s.lost_bytes);
+	uint64_t seen = atomic_exchange(&lost_seen[owner], s.lost_bytes);
 	if (!s.at_risk_bytes && s.lost_bytes == seen)
 		return 0;
 	return err ? err : -EIO;
