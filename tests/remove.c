@@ -22,6 +22,24 @@ static int slow_remove(void *ctx, void *file)
 static void no_destroy(void *ctx) { (void)ctx; }   /* the mem device's */
 
 
+/* A cache with a device of a mem device's backend whose remove takes
+ * 300 ms. */
+static wbc_cache *slow_remove_cache(wbc_dev **dev)
+{
+	struct wbc_config cfg = t_config(4 << 20, 4096);
+	wbc_cache *c;
+	wbc_dev *inner;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &inner), 0);
+	void *ctx = wbc_dev_backend(inner, &mops);
+	static struct wbc_backend_ops wrap;
+	wrap = *mops;
+	wrap.remove = slow_remove;
+	wrap.destroy = no_destroy;
+	CHECK_EQ(wbc_dev_add_backend(c, &wrap, ctx, "", dev), 0);
+	return c;
+}
+
 struct rm_job {
 	wbc_dev *dev;
 	int res;
@@ -35,17 +53,8 @@ static void *remove_main(void *arg)
 
 static void open_while_removed(bool create)
 {
-	struct wbc_config cfg = t_config(4 << 20, 4096);
-	wbc_cache *c;
-	wbc_dev *inner, *dev;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add(c, "mem", &inner), 0);
-	void *ctx = wbc_dev_backend(inner, &mops);
-	static struct wbc_backend_ops wrap;
-	wrap = *mops;
-	wrap.remove = slow_remove;
-	wrap.destroy = no_destroy;
-	CHECK_EQ(wbc_dev_add_backend(c, &wrap, ctx, "", &dev), 0);
+	wbc_dev *dev;
+	wbc_cache *c = slow_remove_cache(&dev);
 	char buf[8192];
 	t_fill(buf, sizeof(buf), 4);
 	wbc_file *f;
@@ -133,17 +142,7 @@ static void *race_main(void *arg)
 #define RACERS 4
 static void removes_race(void)
 {
-	struct wbc_config cfg = t_config(4 << 20, 4096);
-	wbc_cache *c;
-	wbc_dev *inner;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add(c, "mem", &inner), 0);
-	void *ctx = wbc_dev_backend(inner, &mops);
-	static struct wbc_backend_ops wrap;
-	wrap = *mops;
-	wrap.remove = slow_remove;
-	wrap.destroy = no_destroy;
-	CHECK_EQ(wbc_dev_add_backend(c, &wrap, ctx, "", &rm_dev), 0);
+	wbc_cache *c = slow_remove_cache(&rm_dev);
 	unsigned removed = 0, rounds = 0;
 	for (int it = 0; it < 306; it++) {
 		bool held = it >= 6;
