@@ -116,7 +116,8 @@ int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *gr
 	if (!name_ok(dev->be, name))
 		return -EINVAL;
 	bool direct = flags & WBC_O_DIRECT;
-	int err = handle_open(dev, name, flags & WBC_O_CREAT, group, direct, out);
+	int err = handle_open(dev, name, flags & WBC_O_CREAT, group,
+			      direct ? HANDLE_DIRECT : HANDLE_CACHED, out);
 	if (err)
 		return err;
 	if (direct && (err = direct_drop_cache(handle_get(*out)->inode))) {
@@ -795,15 +796,6 @@ int wbc_truncate(wbc_file *h, uint64_t size)
  * close; with no page and i_size == backend_size that close does nothing
  * but the backend's close.
  */
-/* A remover's end: no longer one, its handle closed. */
-static void remover_close(struct inode *ino, wbc_file *h)
-{
-	pthread_mutex_lock(&ino->lock);
-	ino->nr_removers--;
-	pthread_mutex_unlock(&ino->lock);
-	wbc_file_close(h);
-}
-
 int wbc_file_remove(wbc_dev *dev, const char *name)
 {
 	if (!dev || !name || !name_ok(dev->be, name))
@@ -811,26 +803,17 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	if (!backend_can_remove(dev->be))
 		return -EOPNOTSUPP;
 	wbc_file *h;
-	int err = handle_open(dev, name, false, NULL, false, &h);
+	/* our handle is a remover's: it and another remover's do not make
+	 * the file busy (the first removes it, the others get ENOENT) */
+	int err = handle_open(dev, name, false, NULL, HANDLE_REMOVER, &h);
 	if (err)
 		return err;
 	struct inode *ino = handle_get(h)->inode;
-	/* our handle is a remover's: it and another remover's do not make
-	 * the file busy (the first removes it, the others get ENOENT) */
-	pthread_mutex_lock(&ino->lock);
-	bool many = ino->nr_removers == UINT8_MAX;
-	if (!many)
-		ino->nr_removers++;
-	pthread_mutex_unlock(&ino->lock);
-	if (many) {
-		wbc_file_close(h);
-		return -EBUSY;
-	}
 	/* the name shut first (a new open waits), then ours the one handle
 	 * but the removers'; an opener already past the name lets go when it
 	 * sees removing */
 	if (!inode_removing(ino, true, false)) {
-		remover_close(ino, h);   /* another remove took it meanwhile */
+		wbc_file_close(h);   /* another remove took it meanwhile */
 		return -ENOENT;
 	}
 	pthread_rwlock_wrlock(&ino->rwsem);
@@ -839,7 +822,7 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 		pthread_mutex_unlock(&ino->lock);
 		pthread_rwlock_unlock(&ino->rwsem);
 		inode_removing(ino, false, false);
-		remover_close(ino, h);
+		wbc_file_close(h);
 		return -EBUSY;
 	}
 	ino->removing = true;
@@ -865,7 +848,7 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	pthread_mutex_unlock(&ino->lock);
 	inode_removing(ino, false, !err);
 	pthread_rwlock_unlock(&ino->rwsem);
-	remover_close(ino, h);
+	wbc_file_close(h);
 	return err;
 }
 

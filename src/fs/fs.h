@@ -94,13 +94,19 @@ struct wbc_file {
 	 * tell, once, unless it is told or healed first (errseq.c) */
 	bool err_inherit;
 	bool direct;                /* WBC_O_DIRECT: I/O to the backend, not the cache */
+	bool remover;               /* wbc_file_remove's own (inode->nr_removers) */
 };
-/* Open @name on @dev (iget) into a new handle, @direct or through the
- * cache: 0 and *@out, or -errno; -EBUSY when the file has handles of the
- * other kind (a file is open either through the cache or direct, never
- * both at once: inode->nr_cached_handles, nr_direct_handles). */
+/* How handle_open opens: through the cache, direct, or as a remover's
+ * handle (through the cache, also counted in inode->nr_removers in the
+ * same hold of the inode's lock, so that a remover never sees another's
+ * handle before it counts as a remover's). */
+enum handle_kind { HANDLE_CACHED, HANDLE_DIRECT, HANDLE_REMOVER };
+/* Open @name on @dev (iget) into a new handle of @kind: 0 and *@out, or
+ * -errno; -EBUSY when the file has handles of the other kind (a file is
+ * open either through the cache or direct, never both at once:
+ * inode->nr_cached_handles, nr_direct_handles), or UINT8_MAX removers. */
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
-		bool direct, wbc_file **out);
+		enum handle_kind kind, wbc_file **out);
 /* The file of handle @h; NULL when @h is not an open handle. */
 struct wbc_file *handle_get(wbc_file *h);
 /* Close handle @h (its inode's reference put): 0, or -EBADF. */

@@ -84,8 +84,9 @@ static void handle_free(struct hslot *s, uint32_t slot)
 }
 
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
-		bool direct, wbc_file **out)
+		enum handle_kind kind, wbc_file **out)
 {
+	bool direct = kind == HANDLE_DIRECT, remover = kind == HANDLE_REMOVER;
 	uint32_t slot, gen;
 	struct hslot *s;
 	int err = handle_alloc(&slot, &gen, &s);
@@ -105,13 +106,16 @@ again:
 		}
 		/* a file is open either through the cache or direct, never
 		 * both at once (fs.h) */
-		if (direct ? ino->nr_cached_handles : ino->nr_direct_handles) {
+		if ((direct ? ino->nr_cached_handles : ino->nr_direct_handles) ||
+		    (remover && ino->nr_removers == UINT8_MAX)) {
 			err = -EBUSY;
 		} else {
 			if (direct)
 				ino->nr_direct_handles++;
 			else
 				ino->nr_cached_handles++;
+			if (remover)
+				ino->nr_removers++;
 			errseq_sample(&ino->wb_err, &s->f.err_since, &s->f.err_inherit);
 		}
 		pthread_mutex_unlock(&ino->lock);
@@ -130,6 +134,7 @@ again:
 	s->f.inode = ino;
 	atomic_store_explicit(&s->f.dev, dev, memory_order_relaxed);
 	s->f.direct = direct;
+	s->f.remover = remover;
 	atomic_store_explicit(&s->gen, gen, memory_order_release);
 	*out = handle_encode(slot, gen);
 	return 0;
@@ -143,13 +148,15 @@ int handle_close(wbc_file *h)
 	uint64_t v = (uint64_t)(uintptr_t)h;
 	uint32_t slot = (uint32_t)((v >> 32) - 1);
 	struct inode *ino = f->inode;
-	bool direct = f->direct;
+	bool direct = f->direct, remover = f->remover;
 	handle_free(hslot_of(slot), slot);
 	pthread_mutex_lock(&ino->lock);
 	if (direct)
 		ino->nr_direct_handles--;
 	else
 		ino->nr_cached_handles--;
+	if (remover)
+		ino->nr_removers--;
 	pthread_mutex_unlock(&ino->lock);
 	iput(ino);
 	return 0;
