@@ -26,7 +26,7 @@ for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_
 	msg=$("$W" mount "$bk" "$mt" -o "$bad" 2>&1); rc=$?
 	[ $rc -eq 2 ] || fail "-o $bad: exit $rc, not 2"
 	[ -n "$msg" ] || fail "-o $bad: no message"
-	mountpoint -q "$mt" && fail "-o $bad mounted anyway"
+	mounted "$mt" && fail "-o $bad mounted anyway"
 done
 # a refused cache configuration says which value is at fault
 msg=$("$W" mount "$bk" "$mt" -o dirty_ratio=0 2>&1)
@@ -224,7 +224,7 @@ msg=$("$W" mount "$bk" "$mt" 2>&1); rc=$?
 # named as users name it: relative, through "./", a trailing slash
 msg=$(cd "$(dirname "$mt")" && "$W" umount "./$(basename "$mt")/" 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$msg" | grep -q "daemon had ended" || fail "umount of a dead mount: $rc $msg"
-mountpoint -q "$mt" && fail "the dead mount is still there after wbcache umount"
+mounted "$mt" && fail "the dead mount is still there after wbcache umount"
 pid=
 
 # ---- unmount by SIGTERM writes back too

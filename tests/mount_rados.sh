@@ -30,7 +30,7 @@ for bad in "backend=nbd:x" "rados_conf=$conf" "backend=rados:wbc,rados_conf=/non
 	msg=$("$W" mount "$bk" "$mt" -o "$bad" 2>&1); rc=$?
 	[ $rc -eq 2 ] || fail "-o $bad: exit $rc, not 2 ($msg)"
 	echo "-o $bad: $msg"
-	mountpoint -q "$mt" && fail "-o $bad mounted anyway"
+	mounted "$mt" && fail "-o $bad mounted anyway"
 done
 
 opts="backend=rados:wbc/$prefix,rados_conf=$conf,object_size=1M,mem=64M"

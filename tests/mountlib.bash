@@ -20,11 +20,14 @@ pid=
 for v in ASAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS; do
 	export "$v=${!v:+${!v}:}log_path=$top/sanitizer"
 done
+# mounted DIR: something is mounted on DIR (read from the mount table:
+# `mountpoint -q` says no for a FUSE mount whose daemon is gone)
+mounted() { awk -v d="$1" '$2 == d {f = 1} END {exit !f}' /proc/self/mounts; }
 extra_cleanup() { :; }
 cleanup() {
 	local rc=$?
 	extra_cleanup
-	if mountpoint -q "$mt" 2>/dev/null; then
+	if mounted "$mt"; then
 		fusermount3 -u "$mt" 2>/dev/null || fusermount3 -uz "$mt" 2>/dev/null
 	fi
 	[ -n "$pid" ] && wait_gone "$pid" 600
@@ -94,7 +97,7 @@ do_umount() {
 		[ $rc -eq 0 ] || return $rc
 	fi
 	wait_gone "$pid" 600 || fail "the daemon did not end"
-	mountpoint -q "$mt" && fail "still mounted after the daemon ended"
+	mounted "$mt" && fail "still mounted after the daemon ended"
 	pid=
 	return $rc
 }
