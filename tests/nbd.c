@@ -32,13 +32,24 @@
  *      without FUA: not used (every write failed EINVAL), the data lands
  *      once FUA is back; connections that find different exports (the
  *      size grows with each): the add fails.
+ *   8. a reconnect resolves the server's name off the completion thread:
+ *      two TCP connections through a proxy the test runs, one cut, and
+ *      the name's resolution for its reconnect held (the test's own
+ *      getaddrinfo); meanwhile a write and fsync go through the other
+ *      connection (before, the completion thread waited in getaddrinfo
+ *      and the fsync with it); the resolution let go, it reconnects.
  */
 #include "testutil.h"
 #include "nbdkit.h"
 #include "wbcache_backend.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -294,7 +305,7 @@ struct fsync_job {
 static void *fsync_main(void *arg)
 {
 	struct fsync_job *j = arg;
-	j->res = wbc_fsync(j->f);
+	__atomic_store_n(&j->res, wbc_fsync(j->f), __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -564,6 +575,207 @@ static void test_edges(void)
 	t_nbdkit_stop(&s);
 }
 
+/* ---- 8: the test's getaddrinfo, held while dns_hold (after open) */
+static pthread_mutex_t dns_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dns_cond = PTHREAD_COND_INITIALIZER;
+static bool dns_hold;
+static atomic_int dns_held;   /* resolutions waiting for the hold's end */
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+		struct addrinfo **res)
+{
+	static int (*real)(const char *, const char *, const struct addrinfo *,
+			   struct addrinfo **);
+	if (!real)
+		real = (int (*)(const char *, const char *, const struct addrinfo *,
+				struct addrinfo **))dlsym(RTLD_NEXT, "getaddrinfo");
+	pthread_mutex_lock(&dns_lock);
+	if (dns_hold) {
+		atomic_fetch_add(&dns_held, 1);
+		while (dns_hold)
+			pthread_cond_wait(&dns_cond, &dns_lock);
+	}
+	pthread_mutex_unlock(&dns_lock);
+	return real(node, service, hints, res);
+}
+
+/* A TCP proxy to a Unix socket: each accepted connection pumped to a
+ * connection of its own to the server; proxy_cut() ends one. */
+struct proxy {
+	int lfd;
+	const char *sock;
+	pthread_t acceptor;
+	pthread_mutex_t lock;
+	int fds[16][2];               /* client, server; -1 once ended */
+	atomic_uint n;
+};
+struct pump {
+	struct proxy *p;
+	unsigned i;
+};
+
+static void *pump_main(void *arg)
+{
+	struct pump *pu = arg;
+	struct proxy *p = pu->p;
+	int a = p->fds[pu->i][0], b = p->fds[pu->i][1];
+	char buf[65536];
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = a, .events = POLLIN }, { .fd = b, .events = POLLIN } };
+		if (poll(pf, 2, -1) < 0)
+			continue;
+		bool end = false;
+		for (int k = 0; k < 2 && !end; k++) {
+			if (!pf[k].revents)
+				continue;
+			ssize_t r = read(pf[k].fd, buf, sizeof(buf));
+			if (r <= 0)
+				end = true;
+			for (ssize_t off = 0; !end && off < r;) {
+				ssize_t w = send(pf[1 - k].fd, buf + off, (size_t)(r - off), MSG_NOSIGNAL);
+				if (w <= 0)
+					end = true;
+				else
+					off += w;
+			}
+		}
+		if (end)
+			break;
+	}
+	pthread_mutex_lock(&p->lock);
+	close(a);
+	close(b);
+	p->fds[pu->i][0] = p->fds[pu->i][1] = -1;
+	pthread_mutex_unlock(&p->lock);
+	free(pu);
+	return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+	struct proxy *p = arg;
+	for (;;) {
+		int c = accept(p->lfd, NULL, NULL);
+		if (c < 0)
+			return NULL;   /* the listener shut down */
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", p->sock);
+		unsigned i = atomic_load(&p->n);
+		CHECK(s >= 0 && i < 16);
+		CHECK_EQ(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		p->fds[i][0] = c;
+		p->fds[i][1] = s;
+		struct pump *pu = malloc(sizeof(*pu));
+		CHECK(pu);
+		*pu = (struct pump){ p, i };
+		pthread_t t;
+		CHECK_EQ(pthread_create(&t, NULL, pump_main, pu), 0);
+		pthread_detach(t);
+		atomic_store(&p->n, i + 1);
+	}
+}
+
+/* Start @p on a port of localhost the kernel picks; its port. */
+static unsigned proxy_start(struct proxy *p, const char *sock)
+{
+	memset(p, 0, sizeof(*p));
+	p->sock = sock;
+	pthread_mutex_init(&p->lock, NULL);
+	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	CHECK(p->lfd >= 0);
+	CHECK_EQ(bind(p->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	CHECK_EQ(listen(p->lfd, 16), 0);
+	CHECK_EQ(getsockname(p->lfd, (struct sockaddr *)&sa, &len), 0);
+	CHECK_EQ(pthread_create(&p->acceptor, NULL, accept_main, p), 0);
+	return ntohs(sa.sin_port);
+}
+
+/* End the proxy's connection @i (both of its sockets shut). */
+static void proxy_cut(struct proxy *p, unsigned i)
+{
+	pthread_mutex_lock(&p->lock);
+	CHECK(p->fds[i][0] >= 0);
+	shutdown(p->fds[i][0], SHUT_RDWR);
+	shutdown(p->fds[i][1], SHUT_RDWR);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void proxy_stop(struct proxy *p)
+{
+	shutdown(p->lfd, SHUT_RDWR);
+	pthread_join(p->acceptor, NULL);
+	close(p->lfd);
+	pthread_mutex_lock(&p->lock);
+	for (unsigned i = 0; i < atomic_load(&p->n); i++)
+		for (int k = 0; k < 2; k++)
+			if (p->fds[i][k] >= 0)
+				shutdown(p->fds[i][k], SHUT_RDWR);
+	pthread_mutex_unlock(&p->lock);
+	/* the pumps end themselves */
+	CHECK(T_WAIT_UNTIL(({
+		pthread_mutex_lock(&p->lock);
+		bool all = true;
+		for (unsigned i = 0; i < atomic_load(&p->n); i++)
+			all = all && p->fds[i][0] < 0;
+		pthread_mutex_unlock(&p->lock);
+		all;
+	})));
+}
+
+static void test_resolve(void)
+{
+	printf("8. a reconnect's name resolution off the completion thread\n");
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "proxied", (const char *[]){ "memory", "64M", NULL });
+	struct proxy p;
+	char uri[64];
+	snprintf(uri, sizeof(uri), "nbd://localhost:%u", proxy_start(&p, s.sock));
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, uri, "conns=2,retry_timeout=600");
+	CHECK_EQ(bstats(dev).connected, 2);
+	CHECK_EQ(atomic_load(&p.n), 2);
+
+	pthread_mutex_lock(&dns_lock);
+	dns_hold = true;
+	pthread_mutex_unlock(&dns_lock);
+	proxy_cut(&p, 1);
+	CHECK(T_WAIT_UNTIL(atomic_load(&dns_held) >= 1));   /* its reconnect resolves */
+	CHECK_EQ(bstats(dev).connected, 1);
+	char buf[65536];
+	t_fill(buf, sizeof(buf), 81);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	struct fsync_job job = { .f = f };
+	write_all(f, buf, sizeof(buf), 0);
+	job.res = 1;
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, fsync_main, &job), 0);
+	/* the fsync goes through connection 0 while connection 1's name is
+	 * held (before, it waited for the resolution) */
+	bool done = T_WAIT_UNTIL(__atomic_load_n(&job.res, __ATOMIC_ACQUIRE) != 1);
+	pthread_mutex_lock(&dns_lock);
+	dns_hold = false;
+	pthread_cond_broadcast(&dns_cond);
+	pthread_mutex_unlock(&dns_lock);
+	pthread_join(th, NULL);
+	printf("    fsync while a reconnect's resolution was held: %s, %d\n",
+	       done ? "returned" : "waited for it", job.res);
+	CHECK(done);
+	CHECK_EQ(job.res, 0);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == 2));
+	printf("    resolution let go: reconnected (%llu reconnects)\n",
+	       (unsigned long long)bstats(dev).reconnects);
+	CHECK(bstats(dev).reconnects >= 1);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, buf, sizeof(buf), 0);
+	proxy_stop(&p);
+	t_nbdkit_stop(&s);
+}
+
 int main(void)
 {
 	if (!t_nbdkit_available()) {
@@ -578,6 +790,7 @@ int main(void)
 	test_drop();
 	test_stall();
 	test_edges();
+	test_resolve();
 	t_rmdir(dir);
 	printf("nbd: ok\n");
 	return 0;

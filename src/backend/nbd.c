@@ -156,6 +156,10 @@ struct nbd_conn {
 	bool was_up;                /* up before: coming up again is a reconnect */
 	uint64_t retry_at_ns;       /* C_DOWN: next attempt */
 	uint64_t backoff_ns;        /* the wait after the next failure */
+	/* C_CONNECTING, h NULL: the connector thread starts the connect;
+	 * b->lock: it is done, and its handle (NULL: the attempt failed) */
+	bool connected;
+	struct nbd_handle *connected_h;
 	uint64_t connect_ns;        /* C_CONNECTING: since */
 	uint64_t inflight_bytes;
 	struct list_head cmds;      /* commands in flight, oldest first */
@@ -203,6 +207,16 @@ struct nbe {
 	struct nbd_conn conns[NBD_MAX_CONNS];
 	int efd;
 	pthread_t thread;
+	/* The connector thread connects what went down (C_CONNECTING), off
+	 * the completion thread: libnbd resolves a host name with a blocking
+	 * getaddrinfo() as it starts a connect, which stalled every other
+	 * connection's replies and timers for as long as the resolver
+	 * took. */
+	pthread_t connector;
+	bool connector_up;
+	pthread_cond_t connect_cond;  /* lock: connect_want set, or stop */
+	uint32_t connect_want;        /* lock: a bit per connection to connect */
+	atomic_bool connect_stop;
 
 	pthread_mutex_t lock;       /* the queues and flags below */
 	pthread_cond_t flush_cond;
@@ -566,15 +580,15 @@ static void connect_failed(struct nbe *b, struct nbd_conn *c, uint64_t now)
 	conn_down(b, c, now, NULL);
 }
 
+/* Hand @c to the connector thread; conn_timers takes its handle. */
 static void start_connect(struct nbe *b, struct nbd_conn *c, uint64_t now)
 {
-	c->h = nbd_create();
-	if (c->h && nbd_aio_connect_uri(c->h, b->uri) != -1) {
-		c->state = C_CONNECTING;
-		c->connect_ns = now;
-		return;
-	}
-	connect_failed(b, c, now);
+	c->state = C_CONNECTING;
+	c->connect_ns = now;   /* timeout= counts the name's resolution too */
+	pthread_mutex_lock(&b->lock);
+	b->connect_want |= 1u << (c - b->conns);
+	pthread_cond_signal(&b->connect_cond);
+	pthread_mutex_unlock(&b->lock);
 }
 
 /* Whether @h shows the export connection 0 found at open, as it was: its
@@ -637,7 +651,20 @@ static void conn_timers(struct nbe *b, uint64_t now)
 			conn_down(b, c, now, nbd_get_error());
 		if (c->state == C_DOWN && now >= c->retry_at_ns)
 			start_connect(b, c, now);
-		if (c->state == C_CONNECTING) {
+		if (c->state == C_CONNECTING && !c->h) {
+			/* the connector's handle, its connect started */
+			pthread_mutex_lock(&b->lock);
+			bool done = c->connected;
+			struct nbd_handle *h = c->connected_h;
+			c->connected = false;
+			c->connected_h = NULL;
+			pthread_mutex_unlock(&b->lock);
+			if (done && h)
+				c->h = h;
+			else if (done)
+				connect_failed(b, c, now);
+		}
+		if (c->state == C_CONNECTING && c->h) {
 			if (handle_ready(c->h))
 				conn_ready(b, c, now);
 			else if (!handle_alive(c->h) ||
@@ -660,9 +687,9 @@ static int timer_ms(struct nbe *b, uint64_t now)
 		struct nbd_conn *c = &b->conns[i];
 		if (c->state == C_DOWN)
 			next = WBC_MIN(next, c->retry_at_ns);
-		else if (b->timeout_ns && c->state == C_CONNECTING)
+		else if (b->timeout_ns && c->state == C_CONNECTING && c->h)
 			next = WBC_MIN(next, c->connect_ns + b->timeout_ns);
-		else if (b->timeout_ns && !list_empty(&c->cmds))
+		else if (b->timeout_ns && c->state == C_UP && !list_empty(&c->cmds))
 			next = WBC_MIN(next, container_of(c->cmds.next, struct nbd_cmd, node)->sent_ns +
 					     b->timeout_ns);
 	}
@@ -740,8 +767,8 @@ static void *nbd_main(void *arg)
 		pfd[0] = (struct pollfd){ .fd = b->efd, .events = POLLIN };
 		for (unsigned i = 0; i < b->nconns; i++) {
 			struct nbd_conn *c = &b->conns[i];
-			if (c->state == C_DOWN)
-				continue;
+			if (!c->h)
+				continue;   /* down, or the connector's */
 			int fd = nbd_aio_get_fd(c->h);
 			if (fd < 0)
 				continue;
@@ -775,7 +802,7 @@ static void *nbd_main(void *arg)
 		for (unsigned i = 1; i < np; i++) {
 			struct nbd_conn *c = polled[i];
 			short ev = pfd[i].revents;
-			if (!ev || c->state == C_DOWN)
+			if (!ev || !c->h)
 				continue;
 			int rc = notify_events(c->h, ev);
 			bool hup = (ev & (POLLHUP | POLLERR)) && !(ev & POLLIN);
@@ -907,18 +934,37 @@ static void nbd_stats(void *ctx, struct wbc_backend_stats *st)
 	pthread_mutex_unlock(&b->lock);
 }
 
+static void stop_connector(struct nbe *b)
+{
+	if (!b->connector_up)
+		return;
+	atomic_store(&b->connect_stop, true);
+	pthread_mutex_lock(&b->lock);
+	pthread_cond_signal(&b->connect_cond);
+	pthread_mutex_unlock(&b->lock);
+	pthread_join(b->connector, NULL);
+	b->connector_up = false;
+}
+
+/* Free @b, its threads stopped (the completion thread joined first: it
+ * hands connections to the connector). */
 static void free_nbe(struct nbe *b)
 {
-	for (unsigned i = 0; i < NBD_MAX_CONNS; i++)
+	stop_connector(b);
+	for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
 		if (b->conns[i].h) {
 			if (b->conns[i].state == C_UP)
 				nbd_aio_disconnect(b->conns[i].h, 0);   /* tell the server */
 			nbd_close(b->conns[i].h);
 		}
+		if (b->conns[i].connected_h)
+			nbd_close(b->conns[i].connected_h);   /* connected as it closed */
+	}
 	if (b->efd >= 0)
 		close(b->efd);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->flush_cond);
+	pthread_cond_destroy(&b->connect_cond);
 	free(b->uri);
 	free(b);
 }
@@ -1059,6 +1105,39 @@ failed:;
 	return e > 0 ? -e : -EIO;
 }
 
+/* The connector thread: for each connection the completion thread hands
+ * it (connect_want), a handle whose connect has started (the server's
+ * name resolved), handed back (connected, connected_h) with the
+ * completion thread woken; that thread polls the handshake as before. */
+static void *connector_main(void *arg)
+{
+	struct nbe *b = arg;
+	pthread_setname_np(pthread_self(), "wbc-nbd-conn");
+	pthread_mutex_lock(&b->lock);
+	for (;;) {
+		while (!b->connect_want && !atomic_load(&b->connect_stop))
+			pthread_cond_wait(&b->connect_cond, &b->lock);
+		if (atomic_load(&b->connect_stop))
+			break;
+		unsigned i = (unsigned)__builtin_ctz(b->connect_want);
+		b->connect_want &= ~(1u << i);
+		pthread_mutex_unlock(&b->lock);
+		struct nbd_handle *h = nbd_create();
+		if (h && nbd_aio_connect_uri(h, b->uri) == -1) {
+			nbd_close(h);
+			h = NULL;
+		}
+		pthread_mutex_lock(&b->lock);
+		b->conns[i].connected = true;
+		b->conns[i].connected_h = h;
+		pthread_mutex_unlock(&b->lock);
+		kick(b);
+		pthread_mutex_lock(&b->lock);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
 int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
 		    char *err, size_t errlen)
 {
@@ -1072,6 +1151,7 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 	b->efd = -1;
 	wbc_mutex_init(&b->lock);
 	pthread_cond_init(&b->flush_cond, NULL);
+	pthread_cond_init(&b->connect_cond, NULL);
 	b->max_io = NBD_DEFAULT_MAX_IO;
 	b->timeout_ns = wbc_secs_to_ns(NBD_DEFAULT_TIMEOUT_S);
 	for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
@@ -1155,9 +1235,12 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 		atomic_store(&b->st_up, b->nup);
 		window_init(&b->win, b->fixed, b->max_io, wbc_now_ns());
 		cc_publish(b);
-		rc = -pthread_create(&b->thread, NULL, nbd_main, b);
+		rc = -pthread_create(&b->connector, NULL, connector_main, b);
+		b->connector_up = !rc;
+		if (!rc)
+			rc = -pthread_create(&b->thread, NULL, nbd_main, b);
 		if (rc)
-			snprintf(err, errlen, "cannot start the nbd thread");
+			snprintf(err, errlen, "cannot start the nbd threads");
 	}
 	if (rc) {
 		free_nbe(b);
