@@ -12,6 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -45,15 +46,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: dirstore-demo DIR [MiB] [RTT_US]\n");
 		return 2;
 	}
-	unsigned long mib = argc > 2 ? strtoul(argv[2], NULL, 10) : 64;
-	unsigned rtt = argc > 3 ? (unsigned)strtoul(argv[3], NULL, 10) : 0;
-	if (!mib || mib > (1u << 20)) {
-		fprintf(stderr, "dirstore-demo: MiB must be 1..1048576\n");
-		return 2;
+	unsigned long mib = 64, rtt = 0;
+	char *end;
+	if (argc > 2) {
+		errno = 0;
+		mib = strtoul(argv[2], &end, 10);
+		if (!isdigit((unsigned char)argv[2][0]) || *end || errno || !mib || mib > (1u << 20)) {
+			fprintf(stderr, "dirstore-demo: MiB must be 1..1048576, not '%s'\n", argv[2]);
+			return 2;
+		}
+	}
+	if (argc > 3) {
+		errno = 0;
+		rtt = strtoul(argv[3], &end, 10);
+		if (!isdigit((unsigned char)argv[3][0]) || *end || errno || rtt > 10000000) {
+			fprintf(stderr, "dirstore-demo: RTT_US must be 0..10000000, not '%s'\n",
+				argv[3]);
+			return 2;
+		}
 	}
 	const struct wbc_backend_ops *ops;
 	void *ctx;
-	int err = dirstore_new(argv[1], rtt, 4, &ops, &ctx);
+	int err = dirstore_new(argv[1], (unsigned)rtt, 4, &ops, &ctx);
 	if (err) {
 		fprintf(stderr, "dirstore-demo: %s: %s\n", argv[1], strerror(-err));
 		return 1;
@@ -76,6 +90,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	unsigned char *buf = malloc(CHUNK);
+	if (!buf) {
+		fprintf(stderr, "dirstore-demo: out of memory\n");
+		wbc_cache_close(cache);
+		return 1;
+	}
 	uint64_t per_file = (uint64_t)mib * CHUNK / FILES;
 	double t0 = now_s();
 	for (int i = 0; i < FILES && !err; i++) {

@@ -50,13 +50,19 @@ int main(int argc, char **argv)
 	char buf[1 << 16];
 	uint64_t off = 0;
 	ssize_t n;
+	int werr = 0;   /* a failed read or write: the copy is short */
 	while ((n = read(STDIN_FILENO, buf, sizeof(buf))) > 0) {
 		ssize_t w = wbc_pwrite(f, buf, (size_t)n, off);
 		if (w != n) {
-			fprintf(stderr, "wbcopy: write: %s\n", wbc_strerror(w < 0 ? (int)w : -EIO));
+			werr = w < 0 ? (int)w : -EIO;
+			fprintf(stderr, "wbcopy: write: %s\n", wbc_strerror(werr));
 			break;
 		}
 		off += (uint64_t)n;
+	}
+	if (n < 0) {
+		werr = -errno;
+		fprintf(stderr, "wbcopy: read: %s\n", strerror(errno));
 	}
 	err = wbc_fsync(f);
 	struct wbc_stats st;
@@ -66,5 +72,5 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.write_ios, err ? ", fsync: " : "", err ? wbc_strerror(err) : "");
 	wbc_file_close(f);
 	int cerr = wbc_cache_close(cache);
-	return err || cerr || n < 0 ? 1 : 0;
+	return werr || err || cerr ? 1 : 0;
 }

@@ -56,6 +56,9 @@ cmp "$top/in" "$top/out/a" && cmp "$top/in" "$top/out/b" || fail "copies differ"
 grep -q "^wbcache $(sed -n 's/^#define WBCACHE_VERSION "\(.*\)"/\1/p' include/wbcache.h): 3000000 bytes copied" "$top/a.log" ||
 	fail "wbc_version / report: $(cat "$top/a.log")"
 ldd "$top/wbcopy-static" | grep -q libwbcache && fail "the static build links the shared library"
+# a read that fails is a failed copy (a directory for input)
+"$top/wbcopy-static" "$top/out" c <"$top/out" >"$top/c.log" 2>&1 && fail "wbcopy: a failed read exits 0"
+grep -q "wbcopy: read: Is a directory" "$top/c.log" || fail "wbcopy, a failed read: $(cat "$top/c.log")"
 
 # a backend of the user's own, written against the installed
 # wbcache_backend.h only (examples/dirstore.c), as a user builds it
@@ -68,6 +71,10 @@ LD_LIBRARY_PATH=$lib "$top/dirstore-demo" "$top/store" 16 100 >"$top/d.log" 2>&1
 grep -q "^dirstore-demo: 16 MiB in .* MB/s (.* batches, .* I/Os, [1-9][0-9]* flushes)" "$top/d.log" ||
 	fail "dirstore-demo report: $(cat "$top/d.log")"
 [ "$(stat -c %s "$top/store/file3")" = $((4 << 20)) ] || fail "dirstore-demo's files"
+for bad in 12abc "" -1 99999999999999999999; do
+	LD_LIBRARY_PATH=$lib "$top/dirstore-demo" "$top/store" "$bad" >"$top/d.log" 2>&1
+	[ $? = 2 ] && grep -q "MiB must be" "$top/d.log" || fail "dirstore-demo MiB '$bad': $(cat "$top/d.log")"
+done
 
 # make uninstall takes back every file make install put there
 make -s uninstall PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "make uninstall: $(tail -5 "$top/make.log")"

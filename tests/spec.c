@@ -1,6 +1,9 @@
 /* Device spec parsing: every backend's options and the per-device
  * tunables; bad input gets -EINVAL and a message naming the problem. */
 #include "testutil.h"
+#include "wbcache_backend.h"
+
+static void no_destroy(void *ctx) { (void)ctx; }   /* the mem device's */
 
 int main(void)
 {
@@ -44,6 +47,17 @@ int main(void)
 		{ "model:min_ratio=5,bogus=1", "bogus" }, { "mem,,min_ratio=1", "mem," },
 		{ "mem,retry_timeout=-1", "retry_timeout" }, { "mem,qd=4", "qd=4" }, { "model:retry_timeout=soon", "retry_timeout" },
 		{ "model:errn=x", "errn" },
+		/* every option named, once (an empty one was skipped, a
+		 * repeated one's last value won) */
+		{ "model:bw=1M,", "empty option" }, { "model:,bw=1M", "empty option" },
+		{ "model:,", "empty option" }, { "dir:/nonexistent,qd=4,", "empty option" },
+		{ "stack:0/z,", "empty option" }, { "mem,min_ratio=5,min_ratio=6", "'min_ratio' given twice" },
+		{ "model:bw=1M,lat=1ms,bw=2M", "'bw' given twice" },
+		{ "file:/nonexistent,qd=1,qd=2", "'qd' given twice" },
+		/* a device number is digits (" 0" and "+0" were taken as 0, and
+		 * " -1" named device 18446744073709551615) */
+		{ "stack:+0/y", "expected stack:ID" }, { "stack: 0/y", "expected stack:ID" },
+		{ "stack: -1/y", "expected stack:ID" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		wbc_dev *d = NULL;
@@ -83,6 +97,30 @@ int main(void)
 	CHECK(strstr(msg, "over 100"));
 	CHECK_EQ(wbc_dev_add(c, "mem,min_ratio=40", &d40), 0);
 	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=1", &d50, msg, sizeof(msg)), -EINVAL);
+	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* a backend of the caller's: its options by the same rules */
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_dev *inner, *d;
+	const struct wbc_backend_ops *mops;
+	CHECK_EQ(wbc_dev_add(c, "mem", &inner), 0);
+	void *ctx = wbc_dev_backend(inner, &mops);
+	static struct wbc_backend_ops wrap;
+	wrap = *mops;
+	wrap.destroy = no_destroy;
+	struct { const char *opts, *word; } bopts[] = {
+		{ "min_ratio=1,", "empty option" }, { ",min_ratio=1", "empty option" },
+		{ "min_ratio=1,min_ratio=2", "'min_ratio' given twice" },
+	};
+	for (size_t i = 0; i < sizeof(bopts) / sizeof(*bopts); i++) {
+		msg[0] = 0;
+		int e = wbc_dev_add_backend_msg(c, &wrap, ctx, bopts[i].opts, &d, msg, sizeof(msg));
+		if (e != -EINVAL || !strstr(msg, bopts[i].word)) {
+			fprintf(stderr, "backend options '%s': %d, message '%s'\n", bopts[i].opts, e, msg);
+			return 1;
+		}
+	}
+	CHECK_EQ(wbc_dev_add_backend_msg(c, &wrap, ctx, "min_ratio=1", &d, msg, sizeof(msg)), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	printf("spec: ok\n");
 	return 0;

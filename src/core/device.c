@@ -5,6 +5,8 @@
  * of src/backend the engine includes; a stacked device's (stack:ID/NAME,
  * wbc_dev_add_stacked) from the stack backend, given the lower device.
  */
+#include <ctype.h>
+
 #include "core/core.h"
 #include "backend/backends.h"
 
@@ -100,6 +102,30 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
 	}
 }
 
+/* Options @opts (of @whole) each named, and once: "a,,b", "a,", ",a" and
+ * "qd=1,qd=2" are refused (an empty one was skipped and a repeated
+ * one's last value won, unsaid): 0, or -EINVAL with a message. */
+static int opts_check(const char *opts, const char *whole, char *msg, size_t msglen)
+{
+	for (const char *tok = opts; tok;) {
+		const char *next = strchr(tok, ',');
+		size_t len = next ? (size_t)(next - tok) : strlen(tok);
+		size_t kl = strcspn(tok, "=,");
+		if (!len) {
+			snprintf(msg, msglen, "empty option in device spec '%s'", whole);
+			return -EINVAL;
+		}
+		for (const char *t = opts; t < tok; t = strchr(t, ',') + 1)
+			if (strcspn(t, "=,") == kl && !strncmp(t, tok, kl)) {
+				snprintf(msg, msglen, "option '%.*s' given twice in device spec '%s'",
+					 (int)kl, tok, whole);
+				return -EINVAL;
+			}
+		tok = next ? next + 1 : NULL;
+	}
+	return 0;
+}
+
 /*
  * Take the per-device tunables out of a spec's comma-separated options,
  * leaving the backend's own in place, and return them in *@tun (a new
@@ -109,14 +135,20 @@ static bool set_tunable(struct wbc_dev *dev, int k, const char *val)
  * "stack"): a tunable is the same option in every one of them, first or
  * not.  0 or -ENOMEM.
  */
-static int split_dev_opts(char *spec, char **tun)
+static int split_dev_opts(char *spec, char **tun, char *msg, size_t msglen)
 {
-	char *opts = !strncmp(spec, "model:", 6) ? spec + 6 : strchr(spec, ',');
-	if (opts && *opts == ',')
-		opts++;
+	bool model = !strncmp(spec, "model:", 6);
+	char *opts = model ? spec + 6 : strchr(spec, ',');
+	if (opts && !model)
+		opts++;   /* after the comma */
+	int err = opts && (*opts || !model) ? opts_check(opts, spec, msg, msglen) : 0;
+	if (err)
+		return err;
 	size_t cap = strlen(spec) + 1, tn = 0;
-	if (!(*tun = calloc(1, cap)))
+	if (!(*tun = calloc(1, cap))) {
+		snprintf(msg, msglen, "out of memory");
 		return -ENOMEM;
+	}
 	/* the options kept are compacted in place, from @opts on */
 	char *out = opts, *tok = opts;
 	bool kept = false;
@@ -212,7 +244,9 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	}
 	dev->max_ratio = 100;
 	dev->retry_timeout_ns = WBC_RETRY_TIMEOUT_NS;
-	int err = parse_tunables(dev, tun, msg, msglen);
+	int err = tun && *tun ? opts_check(tun, tun, msg, msglen) : 0;
+	if (!err)
+		err = parse_tunables(dev, tun, msg, msglen);
 	if (!err) {
 		/* the devices' guaranteed shares cannot add up to more than
 		 * the whole (the kernel's bdi_set_min_ratio refuses that) */
@@ -306,7 +340,7 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 	char *end;
 	errno = 0;
 	unsigned long id = strtoul(rest, &end, 10);
-	if (end == rest || *end != '/' || errno || *rest == '-') {
+	if (!isdigit((unsigned char)*rest) || *end != '/' || errno) {
 		snprintf(msg, msglen, "bad stacked device spec 'stack:%s' (expected "
 			 "stack:ID/NAME[,opts], ID the number of an earlier device)", rest);
 		return -EINVAL;
@@ -359,10 +393,8 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 	 * opens nothing), then given to the device */
 	struct wbc_dev probe = { .max_ratio = 100 };
 	char *tun = NULL;
-	int err = split_dev_opts(bspec, &tun);
-	if (err)
-		snprintf(msg, msglen, "out of memory");
-	else
+	int err = split_dev_opts(bspec, &tun, msg, msglen);
+	if (!err)
 		err = parse_tunables(&probe, tun, msg, msglen);
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
