@@ -1276,7 +1276,12 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	}
 	int fd = xattr_path(n, path, sizeof(path));
 	if (fd == -EPERM) {
-		fuse_reply_xattr(req, 0);
+		/* no names: a size asked for, or an empty list (a size's
+		 * reply to a list asked for was EIO: rsync -aX, tar --xattrs) */
+		if (size)
+			fuse_reply_buf(req, NULL, 0);
+		else
+			fuse_reply_xattr(req, 0);
 	} else if (fd < 0) {
 		fuse_reply_err(req, -fd);
 	} else {
