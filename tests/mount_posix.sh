@@ -273,6 +273,30 @@ cmp "$top/fa" "$bk/fb" || fail "punched file after unmount"
 cmp "$bk/victim" "$bk/copy" || fail "copy_file_range after unmount"
 [ "$(stat -c %s "$bk/fa")" = 10485760 ] || fail "fallocated size after unmount"
 
+# ---- files removed with data in the cache, more than the engine keeps
+# descriptors for (a daemon that cannot raise its limit of 256: 64), closed
+# ones and open ones: their data dropped, sync and umount succeed (the
+# engine, its descriptor closed, could neither write nor drop the data of
+# a freed inode: ESTALE at every retry, and umount failed)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	(ulimit -n 256 && exec setpriv --bounding-set=-sys_resource --inh-caps=-sys_resource \
+		"$W" mount "$bk" "$mt" -o mem=64M,dirty_expire_centisecs=360000,dirty_writeback_centisecs=0) \
+		2>"$top/mount.log" || fail "mount with 256 descriptors: $(cat "$top/mount.log")"
+	pid=$(daemon_pid)
+	mkdir "$mt/rmd"
+	for i in $(seq 200); do echo "data$i" >"$mt/rmd/f$i"; done
+	declare -a ofd
+	for i in $(seq 100); do
+		exec {f}<>"$mt/rmd/o$i" && echo "open$i" >&$f || fail "open o$i"
+		ofd[i]=$f
+	done
+	rm -r "$mt/rmd" || fail "rm -r of files with cached data"
+	for i in $(seq 100); do exec {ofd[i]}>&-; done
+	getfattr -n user.wbcache.sync "$mt" >/dev/null 2>"$top/sync.log" ||
+		fail "sync after removing files with cached data: $(cat "$top/sync.log")"
+	do_umount || fail "umount after removing files with cached data: $(cat "$top/umount.log")"
+fi
+
 # ---- kill -9 after O_DSYNC writes: they are there
 do_mount
 python3 -c "

@@ -266,8 +266,12 @@ void node_free(struct node *n);
 int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
 int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
-void before_unlink(dev_t dev, ino_t ino);
-void after_unlink(dev_t dev, ino_t ino);
+/* Around an unlink, or a rename over, of the regular file (dev, ino):
+ * before_unlink returns a descriptor that keeps the inode until its
+ * cached data is dropped (-1: none needed), which after_unlink closes
+ * (the caller closes it when the unlink failed). */
+int before_unlink(dev_t dev, ino_t ino);
+void after_unlink(dev_t dev, ino_t ino, int keep);
 /* A rename through the mount moved the inode (dev, ino): its ctime. */
 void after_rename(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);

@@ -568,7 +568,10 @@ void drop_if_unlinked_locked(struct node *n)
 	wbc_file *h;
 	int err = M.remote ? wbc_file_remove(M.dev, name) : -EOPNOTSUPP;
 	if (err && err != -ENOENT && engine_open(n, &h) == 0) {
-		wbc_truncate(h, 0);          /* drops dirty pages: never written */
+		int terr = wbc_truncate(h, 0);   /* drops dirty pages: never written */
+		if (terr)
+			logmsg("cannot drop the cached data of an unlinked file (%s): %s", name,
+			       wbc_strerror(terr));
 		wbc_file_close(h);
 	}
 	if (err && err != -ENOENT && err != -EOPNOTSUPP)
@@ -621,20 +624,23 @@ static void node_put(struct node *n)
 	forget_done(n, false);
 }
 
-/* After an unlink or a rename that may have removed the last link of the
- * inode (dev, ino). */
 /* An open file is about to lose a name through the mount: in handle mode
  * it holds no descriptor of its own (the engine's may be closed when
  * idle, and an unlinked inode with none is freed: its handle then says
  * ESTALE), so one is opened now and kept until its last release
- * (node_drop_fd). */
-void before_unlink(dev_t dev, ino_t ino)
+ * (node_drop_fd, after the data is dropped).  A closed file with data in
+ * the engine gets one for the caller to keep until after_unlink has
+ * dropped the data: without it, the engine, whose descriptor was closed,
+ * could neither write nor drop its dirty pages (ESTALE at every retry,
+ * and a umount that failed). */
+int before_unlink(dev_t dev, ino_t ino)
 {
 	if (!M.handles)
-		return;
+		return -1;
 	struct node *n = node_get(dev, ino);
 	if (!n)
-		return;
+		return -1;
+	int keep = -1;
 	if (n->is_reg) {
 		pthread_mutex_lock(&n->lock);
 		if (n->opens) {
@@ -642,25 +648,30 @@ void before_unlink(dev_t dev, ino_t ino)
 			if (n->pfd < 0 && n->pfd_holds > 0)
 				n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 			pthread_mutex_unlock(&n->fdlock);
+		} else if (n->wrote || M.remote) {
+			keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 		}
 		pthread_mutex_unlock(&n->lock);
 	}
 	node_put(n);
+	return keep;
 }
 
-void after_unlink(dev_t dev, ino_t ino)
+void after_unlink(dev_t dev, ino_t ino, int keep)
 {
 	struct node *n = node_get(dev, ino);
-	if (!n)
-		return;
-	pthread_mutex_lock(&n->lock);
-	n->unlinked = true;
-	if (n->is_reg)   /* a link less: its ctime, as the backing file's */
-		clock_gettime(CLOCK_REALTIME, &n->ctime);
-	if (!n->opens)
-		drop_if_unlinked_locked(n);
-	pthread_mutex_unlock(&n->lock);
-	node_put(n);
+	if (n) {
+		pthread_mutex_lock(&n->lock);
+		n->unlinked = true;
+		if (n->is_reg)   /* a link less: its ctime, as the backing file's */
+			clock_gettime(CLOCK_REALTIME, &n->ctime);
+		if (!n->opens)
+			drop_if_unlinked_locked(n);
+		pthread_mutex_unlock(&n->lock);
+		node_put(n);
+	}
+	if (keep >= 0)
+		close(keep);
 }
 
 void after_rename(dev_t dev, ino_t ino)

@@ -493,14 +493,16 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, errno);
 		return;
 	}
-	if (S_ISREG(st.st_mode))
-		before_unlink(st.st_dev, st.st_ino);
+	int keep = S_ISREG(st.st_mode) ? before_unlink(st.st_dev, st.st_ino) : -1;
 	if (unlinkat(fd, name, 0)) {
-		fuse_reply_err(req, errno);
+		int e = errno;
+		if (keep >= 0)
+			close(keep);
+		fuse_reply_err(req, e);
 		return;
 	}
 	if (S_ISREG(st.st_mode))
-		after_unlink(st.st_dev, st.st_ino);
+		after_unlink(st.st_dev, st.st_ino, keep);
 	fuse_reply_err(req, 0);
 }
 
@@ -522,14 +524,16 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	}
 	bool had = !(flags & RENAME_EXCHANGE) &&
 		   !fstatat(npf, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
-	if (had)
-		before_unlink(victim.st_dev, victim.st_ino);
+	int keep = had ? before_unlink(victim.st_dev, victim.st_ino) : -1;
 	if (renameat2(pf, name, npf, newname, flags)) {
-		fuse_reply_err(req, errno);
+		int e = errno;
+		if (keep >= 0)
+			close(keep);
+		fuse_reply_err(req, e);
 		return;
 	}
 	if (had)
-		after_unlink(victim.st_dev, victim.st_ino);
+		after_unlink(victim.st_dev, victim.st_ino, keep);
 	/* the inodes renamed: their ctime (a node with written data shows
 	 * its own) */
 	struct stat rs;
@@ -953,7 +957,6 @@ static void release_handle(struct node *n, struct fuse_file_info *fi)
 	pthread_mutex_lock(&n->lock);
 	if (!open_direct(fi))
 		atomic_fetch_sub(&n->kcache_opens, 1);
-	node_drop_fd(n);
 	if (!--n->opens) {
 		struct wbc_file_info info;
 		if (n->wrote && !wbc_file_info(n->wf, &info)) {
@@ -971,6 +974,9 @@ static void release_handle(struct node *n, struct fuse_file_info *fi)
 		if (n->unlinked)
 			drop_if_unlinked_locked(n);
 	}
+	/* after the drop: the open's descriptor (before_unlink's) kept the
+	 * unlinked inode, whose handle opens no more once it is freed */
+	node_drop_fd(n);
 	pthread_mutex_unlock(&n->lock);
 }
 
