@@ -390,7 +390,12 @@ int64_t wbc_file_size(wbc_file *f);
 struct wbc_file_info {
 	uint64_t size;               /* as wbc_file_size() */
 	uint64_t unwritten_bytes;    /* dirty or under writeback: not yet on the backend */
-	uint64_t reserved[6];        /* zero; room for more without a new call */
+	/* the size the backend's copy has (writeback writes whole pages: it
+	 * may be past size until the engine trims it, at fsync or once the
+	 * file is no longer used); == size and no unwritten bytes: the
+	 * backend holds the file as it is */
+	uint64_t backend_size;
+	uint64_t reserved[5];        /* zero; room for more without a new call */
 };
 /* Fill @info.  Returns 0 or -EBADF for a closed handle. */
 int wbc_file_info(wbc_file *f, struct wbc_file_info *info);

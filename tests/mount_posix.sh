@@ -47,6 +47,25 @@ sleep 1.1
 sync_all; attr_expire
 [ "$(stat -c %.9Y "$mt/w")" = "$m0" ] || fail "mtime moved at writeback: $m0 -> $(stat -c %.9Y "$mt/w")"
 
+# ---- a file written through the mount, its data written back, then
+# changed in BACKING_DIR beside the mount: the change shows once the
+# kernel asks again (size, data, mtime), and an append through the mount
+# goes to its end (the node kept the size of its last close: the append
+# went over the new data)
+printf 'from mount 123' >"$mt/bes"; printf 'version-one-of-the-file\n' >"$mt/bes2"
+sync_all; attr_expire
+[ "$(stat -c %s "$mt/bes")" = 14 ] || fail "written through the mount: size"
+printf 'BACKING-REWRITTEN-LONGER-CONTENT\n' >"$bk/bes"
+printf 'v2\n' >"$bk/bes2"; touch -d "2003-04-05" "$bk/bes2"
+attr_expire
+[ "$(stat -c %s "$mt/bes")" = 33 ] || fail "changed beside the mount: size $(stat -c %s "$mt/bes"), not 33"
+echo APPENDED >>"$mt/bes"
+sync_all
+[ "$(cat "$bk/bes")" = "$(printf 'BACKING-REWRITTEN-LONGER-CONTENT\nAPPENDED')" ] ||
+	fail "an append after a change beside the mount: $(od -c "$bk/bes" | head -3)"
+[ "$(cat "$mt/bes2")" = v2 ] && [ "$(stat -c %Y "$mt/bes2")" = "$(date -d 2003-04-05 +%s)" ] ||
+	fail "changed beside the mount: $(stat -c '%s %y' "$mt/bes2")"
+
 # ---- ctime moves with a rename and with a link removed (data cached)
 head -c 5000 /dev/urandom >"$mt/cr"; ln "$mt/cr" "$mt/cr2"
 c0=$(stat -c %.9Z "$mt/cr")

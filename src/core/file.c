@@ -739,6 +739,7 @@ int wbc_file_info(wbc_file *h, struct wbc_file_info *info)
 	pthread_mutex_lock(&ino->lock);
 	info->size = ino->i_size;
 	info->unwritten_bytes = (ino->nr_dirty + ino->nr_writeback) * psize;
+	info->backend_size = ino->backend_size;
 	pthread_mutex_unlock(&ino->lock);
 	return 0;
 }

@@ -40,6 +40,15 @@ void logmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A FUSE connection whose daemon has ended: ENOTCONN, or ECONNABORTED
+ * for a request sent while the daemon's last thread was still exiting
+ * (the leader already a zombie, the device not yet released: the kernel
+ * then aborts the connection under the request). */
+static bool conn_gone(int e)
+{
+	return e == ENOTCONN || e == ECONNABORTED;
+}
+
 /* Directory nodes and (without file handles) every node hold a
  * descriptor, and the engine one per open cached file: raise the limit to fs.nr_open where allowed (root), else to the hard
  * limit. */
@@ -343,9 +352,10 @@ int cmd_mount(int argc, char **argv)
 	mountpoint = realpath(pos[1], NULL);
 	if (!mountpoint || stat(mountpoint, &st)) {
 		int e = errno;
+		bool dead = conn_gone(e);
 		fprintf(stderr, "wbcache mount: mount point %s: %s%s%s%s\n", pos[1], strerror(e),
-			e == ENOTCONN ? " (a mount whose daemon has ended: `fusermount3 -u " : "",
-			e == ENOTCONN ? pos[1] : "", e == ENOTCONN ? "` clears it)" : "");
+			dead ? " (a mount whose daemon has ended: `fusermount3 -u " : "",
+			dead ? pos[1] : "", dead ? "` clears it)" : "");
 		goto out;
 	}
 	if (!S_ISDIR(st.st_mode)) {
@@ -355,8 +365,8 @@ int cmd_mount(int argc, char **argv)
 	/* a second mount stacked on a wbcache mount would hide it: refused */
 	ssize_t gx = getxattr(mountpoint, STATS_XATTR, NULL, 0);
 	int gxe = gx < 0 ? errno : 0;
-	if (gx >= 0 || gxe == ENOTCONN) {
-		if (gxe == ENOTCONN)
+	if (gx >= 0 || conn_gone(gxe)) {
+		if (gx < 0)
 			fprintf(stderr, "wbcache mount: mount point %s: a mount whose daemon has ended "
 				"is there (`fusermount3 -u %s` clears it)\n", mountpoint, mountpoint);
 		else
@@ -832,7 +842,7 @@ int cmd_umount(int argc, char **argv)
 	const char *mnt = argv[1];
 	char buf[4096];
 	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
-	if (n < 0 && errno == ENOTCONN && wbcache_mount_listed(mnt)) {
+	if (n < 0 && conn_gone(errno) && wbcache_mount_listed(mnt)) {
 		/* the daemon is gone (killed, crashed): nothing can be written
 		 * back any more; the dead mount is cleared */
 		int rc;

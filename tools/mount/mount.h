@@ -170,6 +170,13 @@ struct node {
 	bool backing_ro;
 	struct timespec mtime;
 	struct timespec ctime;       /* last write through the mount */
+	/* Settled (node_attr): closed, its data written back and its mtime
+	 * put back, the backing file's size and mtime are the file's again
+	 * (size_known and mtime_set cleared), and its ctime the node's while
+	 * the backing file's is the one it had then (bctime): a change made
+	 * in BACKING_DIR beside the mount then shows. */
+	bool bctime_set;
+	struct timespec bctime;
 };
 
 enum dio_mode { DIO_AUTO, DIO_ALWAYS, DIO_NEVER };

@@ -342,6 +342,50 @@ int stat_node_fd(struct node *n, int fd, struct stat *st)
 
 /* Complete @st, the backing inode's attributes just read, with what the
  * cache holds of the node's data. */
+/* A closed node whose data is all written back: its mtime put back on
+ * the backing file, whose size and times (@st, taken again) are the
+ * file's from now on; false (nothing changed) when the backing file
+ * cannot be reached.  Before, the node reported the size and mtime of
+ * its last close for as long as it lived: a change made in BACKING_DIR
+ * beside the mount never showed, and an append through the mount went to
+ * the old size, over the new data. */
+static bool settle_locked(struct node *n, struct stat *st)
+{
+	assert_held(&n->lock);
+	/* Changed beside the mount already: another size, or an mtime
+	 * before the node's (writeback gives a later one; a later one set
+	 * beside the mount with the same size is not told from it).  The
+	 * backing file's attributes, ctime too, and its mtime kept. */
+	if ((uint64_t)st->st_size != n->size ||
+	    (n->mtime_set && (st->st_mtim.tv_sec < n->mtime.tv_sec ||
+			      (st->st_mtim.tv_sec == n->mtime.tv_sec &&
+			       st->st_mtim.tv_nsec < n->mtime.tv_nsec)))) {
+		n->size_known = false;
+		n->mtime_set = false;
+		n->ctime = (struct timespec){ 0, 0 };
+		return true;
+	}
+	int fd = nfd(n);
+	if (fd < 0)
+		return false;
+	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
+	struct stat now;
+	bool ok = (!n->mtime_set || !utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) &&
+		  !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	nfd_put(n, fd);
+	if (!ok)
+		return false;
+	st->st_size = now.st_size;
+	st->st_blocks = now.st_blocks;
+	st->st_mtim = now.st_mtim;
+	st->st_ctim = now.st_ctim;
+	n->size_known = false;
+	n->mtime_set = false;
+	n->bctime = now.st_ctim;
+	n->bctime_set = true;
+	return true;
+}
+
 void node_attr(struct node *n, struct stat *st)
 {
 	atomic_store_explicit(&n->mode, st->st_mode, memory_order_relaxed);
@@ -354,24 +398,33 @@ void node_attr(struct node *n, struct stat *st)
 		st->st_size = (off_t)fi.size;
 		unwritten = fi.unwritten_bytes;
 	} else if (n->size_known) {
-		st->st_size = (off_t)n->size;
 		/* what was unwritten at the last close: how much is left now
 		 * (it counted twice once written back: in the backing file's
-		 * blocks too) */
+		 * blocks too), and whether the backing file holds the data as
+		 * it is (written, and its size trimmed from the pages'), then
+		 * settled (a remote backend's data is not the backing file's) */
 		wbc_file *h;
-		if (n->unwritten && !engine_open(n, &h)) {
-			if (!wbc_file_info(h, &fi))
+		bool synced = false;
+		if ((n->unwritten || !M.remote) && !engine_open(n, &h)) {
+			if (!wbc_file_info(h, &fi)) {
 				n->unwritten = fi.unwritten_bytes;
+				synced = !fi.unwritten_bytes && fi.backend_size == fi.size;
+			}
 			wbc_file_close(h);
 		}
 		unwritten = n->unwritten;
+		if (!synced || M.remote || !settle_locked(n, st))
+			st->st_size = (off_t)n->size;
 	}
 	if (n->mtime_set)
 		st->st_mtim = n->mtime;
 	/* writeback moves the backing ctime too: while data went through
 	 * the engine, the file's is the last change made through the mount
-	 * (tar and rsync compare it) */
-	if (n->wrote && (n->ctime.tv_sec || n->ctime.tv_nsec))
+	 * (tar and rsync compare it), until the backing file's changes from
+	 * the one it had when it settled */
+	if (n->wrote && (n->ctime.tv_sec || n->ctime.tv_nsec) &&
+	    (!n->bctime_set || (st->st_ctim.tv_sec == n->bctime.tv_sec &&
+				st->st_ctim.tv_nsec == n->bctime.tv_nsec)))
 		st->st_ctim = n->ctime;
 	pthread_mutex_unlock(&n->lock);
 	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);
@@ -386,6 +439,7 @@ void node_written_locked(struct node *n)
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
 	n->ctime = n->mtime;
 	n->mtime_set = true;
+	n->bctime_set = false;
 }
 
 /* A change of the node's inode through the mount (its ctime). */

@@ -357,7 +357,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		if ((to_set & FUSE_SET_ATTR_MTIME) && !lnk) {
 			/* the file's mtime from now on, also after writeback */
 			pthread_mutex_lock(&n->lock);
-			if (n->wrote) {
+			/* data still to be written back (open, or not yet
+			 * settled) would move the backing mtime */
+			if (n->wrote && (n->opens || n->size_known)) {
 				n->mtime = st.st_mtim;
 				n->mtime_set = true;
 			}
