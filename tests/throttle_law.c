@@ -84,6 +84,27 @@ int main(void)
 	CHECK_EQ(wbc_dev_add(c, "mem,max_bytes=40K", &maxb), 0);
 	CHECK(dev_wb_thresh(maxb, 200) <= 10 + 1e-9);
 	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* the shares' counts: a clock read before the locks, older than the
+	 * period's stamp another thread moved meanwhile (here: the stamp 1
+	 * ms ahead), keeps them (unsigned, the difference wrapped: every
+	 * count halved to nothing and the writer's device had the whole) */
+	c = t_quiet_cache(64u << 20);
+	wbc_dev *pa, *pb;
+	CHECK_EQ(wbc_dev_add(c, "mem", &pa), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &pb), 0);
+	prop_account(pa, 30000);
+	prop_account(pb, 10000);
+	double fa = prop_fraction(pa);
+	CHECK(fa > 0.7 && fa < 0.8);
+	pthread_mutex_lock(&c->prop_lock);
+	c->prop_stamp_ns = wbc_now_ns() + 1000 * 1000;
+	pthread_mutex_unlock(&c->prop_lock);
+	prop_account(pb, 1);
+	printf("shares after an event behind the stamp: %.3f / %.3f (were %.3f / %.3f)\n",
+	       prop_fraction(pa), prop_fraction(pb), fa, 1 - fa);
+	CHECK(fabs(prop_fraction(pa) - fa) < 0.001);
+	CHECK_EQ(wbc_cache_close(c), 0);
 	printf("throttle_law: ok\n");
 	return 0;
 }

@@ -177,7 +177,11 @@ void prop_account(struct wbc_dev *dev, uint64_t pages)
 	uint64_t now = wbc_now_ns();
 	pthread_mutex_lock(&c->dev_lock);
 	pthread_mutex_lock(&c->prop_lock);
-	while (now - c->prop_stamp_ns >= PROP_PERIOD_NS) {
+	/* signed: @now was read before the locks, and a thread that took
+	 * them first with a later clock may have moved the stamp past it
+	 * (unsigned, the difference wrapped: every count halved to nothing,
+	 * and this device's share became the whole) */
+	while ((int64_t)(now - c->prop_stamp_ns) >= (int64_t)PROP_PERIOD_NS) {
 		c->prop_stamp_ns += PROP_PERIOD_NS;
 		c->prop_total /= 2;
 		for (struct wbc_dev *d = c->devs; d; d = d->next)

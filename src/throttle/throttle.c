@@ -337,9 +337,18 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 	double pos = pos_ratio_cubic(gd->setpoint, gd->dirty, gd->limit);
 	double f = wb_pos_ratio(dev, gd, wb_thresh);
 	if (dev->strict_limit) {
+		/* the device's own share (max_ratio and max_bytes kept), not
+		 * wb_pos_ratio's ramp-up room, which is thresh/8 whatever the
+		 * share: a strict device capped at 1 MiB held 6.4 MiB.  As the
+		 * kernel's strictlimit: a device with under 8 pages unclean
+		 * is sped up instead (a new one ramps up). */
 		double wb_dirty = (double)ctr_unclean(&dev->ctr);
-		double wb_bg = *wb_thresh * gd->bg_thresh / gd->thresh;
-		pos = WBC_MIN(pos, pos_ratio_cubic((*wb_thresh + wb_bg) / 2, wb_dirty, *wb_thresh));
+		double st = WBC_MIN(WBC_MAX(dev_wb_thresh(dev, gd->thresh), 1), gd->thresh);
+		double wb_bg = st * gd->bg_thresh / gd->thresh;
+		if (wb_dirty < 8)
+			pos = WBC_MIN(pos * 2, 2);
+		else
+			pos = WBC_MIN(pos, pos_ratio_cubic((st + wb_bg) / 2, wb_dirty, st));
 	} else {
 		pos *= f;
 	}
