@@ -326,6 +326,10 @@ struct wbc_dev {
 /* [core] made by wbc_cache_open, freed by wbc_cache_close (core/cache.c) */
 struct wbc_cache {
 	struct wbc_config cfg;
+	/* [core] this cache's number, unique in the process (never reused,
+	 * as an address is): a thread's check interval is one cache's
+	 * (throttle.c) */
+	uint64_t uid;
 	/* [mm] the arena's geometry (mm/arena.c), fixed at open */
 	uint32_t page_shift;
 	size_t page_size;

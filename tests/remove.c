@@ -14,8 +14,10 @@
 #include <pthread.h>
 
 static const struct wbc_backend_ops *mops;
+static atomic_int in_remove;   /* the backend's remove has begun */
 static int slow_remove(void *ctx, void *file)
 {
+	atomic_store(&in_remove, 1);
 	usleep(300 * 1000);
 	return mops->remove(ctx, file);
 }
@@ -62,10 +64,14 @@ static void open_while_removed(bool create)
 	CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_file_close(f), 0);
+	atomic_store(&in_remove, 0);
 	struct rm_job j = { .dev = dev };
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, remove_main, &j), 0);
-	usleep(100 * 1000);   /* in the backend's remove (the open waits either way) */
+	/* in the backend's remove, the name shut: the open waits for it
+	 * (a fixed 100 ms sleep let a late remover find the open's handle:
+	 * remove -EBUSY) */
+	CHECK(T_WAIT_UNTIL(atomic_load(&in_remove)));
 	int r = wbc_file_open(dev, "r", create ? WBC_O_CREAT : 0, &f);
 	CHECK_EQ(pthread_join(t, NULL), 0);
 	printf("  open%s while the backend removes: %d (%s), remove %d\n",

@@ -242,11 +242,14 @@ static void fsync_and_errors(int mode)
 
 	/* 4. a fault of the lower device */
 	CHECK_EQ(wbc_file_open(up, "", 0, &g), 0);
+	/* the fault first: none of these writes may reach the lower backend
+	 * before it, however long this thread is away (background writeback
+	 * could write them all, and the fsync found nothing to fail) */
+	model_set_faults(lower, 0, UINT64_MAX / 2, 0);
 	for (uint64_t i = 0; i < 32; i++) {
 		block(buf, i, 4);
 		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), i << 16), sizeof(buf));
 	}
-	model_set_faults(lower, 0, UINT64_MAX / 2, 0);
 	uint64_t t0 = wbc_now_ns();
 	CHECK_EQ(wbc_fsync(f), -EIO);
 	double fault_s = (double)(wbc_now_ns() - t0) / 1e9;

@@ -103,7 +103,7 @@ struct writer {
 static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
-	throttle_dirtied();
+	throttle_dirtied(w->dev->cache);
 	CHECK_EQ(balance_dirty_pages(w->dev, NULL), 0);
 	wbc_thread_stats(&w->st);
 	atomic_store(&w->done, true);
@@ -142,7 +142,7 @@ static bool let_go(wbc_cache *c, wbc_dev *dev, long release)
 /* The pause a deferred check of a writer to @dev owes (0: none). */
 static uint64_t owed(wbc_dev *dev)
 {
-	throttle_dirtied();
+	throttle_dirtied(dev->cache);
 	throttle_defer_begin();
 	CHECK_EQ(balance_dirty_pages(dev, NULL), 0);
 	return throttle_defer_end();

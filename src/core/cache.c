@@ -78,6 +78,8 @@ int wbc_cache_open(const struct wbc_config *cfg, wbc_cache **out)
 	struct wbc_cache *c = wbc_zalloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
+	static atomic_uint_fast64_t next_uid;
+	c->uid = atomic_fetch_add(&next_uid, 1) + 1;
 	c->cfg = *cfg;
 	c->page_size = cfg->page_size;
 	c->page_shift = shift;

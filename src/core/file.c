@@ -650,7 +650,7 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 		/* a thread whose last check failed (a dead device) checks
 		 * again before it dirties more: it never adds to a dirty limit
 		 * that nothing drains */
-		if (throttle_due() && (err = balance_dirty_pages(dev, ino->group)))
+		if (throttle_due(c) && (err = balance_dirty_pages(dev, ino->group)))
 			break;
 		if (throttle_owed())
 			break;      /* wbc_pwrite_nowait: the rest after the pause */
@@ -660,7 +660,7 @@ ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 			break;
 		}
 		done += n;
-		if (r && throttle_dirtied() && (err = balance_dirty_pages(dev, ino->group)))
+		if (r && throttle_dirtied(c) && (err = balance_dirty_pages(dev, ino->group)))
 			break;
 		if (throttle_owed())
 			break;

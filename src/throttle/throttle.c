@@ -174,6 +174,10 @@
 #define JIFFY_NS NS_PER_MS
 
 struct throttle_tls {
+	/* the cache (uid) whose thresholds set the interval and the debt
+	 * below: a write into another cache checks first, afresh (a small
+	 * cache took a big one's interval and held 25 times its limit) */
+	uint64_t cache_uid;
 	long nr_dirtied;            /* newly dirtied since the last check */
 	long nr_dirtied_pause;      /* check when nr_dirtied reaches this */
 	uint64_t paused_when;       /* ns: end of the last pause (or check) */
@@ -378,8 +382,11 @@ static double local_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp, const 
 /* ------------------------------------------------------------------ */
 /* the throttle                                                         */
 
-bool throttle_dirtied(void)
+static void tls_cache(struct wbc_cache *c);
+
+bool throttle_dirtied(struct wbc_cache *c)
 {
+	tls_cache(c);
 	tls.st.pages_dirtied++;
 	return ++tls.nr_dirtied >= tls.nr_dirtied_pause;
 }
@@ -403,9 +410,21 @@ uint64_t throttle_defer_end(void)
 	return ns;
 }
 
-bool throttle_due(void)
+bool throttle_due(struct wbc_cache *c)
 {
-	return tls.nr_dirtied >= tls.nr_dirtied_pause;
+	return tls.nr_dirtied >= tls.nr_dirtied_pause || tls.cache_uid != c->uid;
+}
+
+/* The thread's interval and debt are @c's from now on: another cache's
+ * are dropped. */
+static void tls_cache(struct wbc_cache *c)
+{
+	if (tls.cache_uid == c->uid)
+		return;
+	tls.cache_uid = c->uid;
+	tls.nr_dirtied = 0;
+	tls.nr_dirtied_pause = 1;
+	tls.paused_when = wbc_now_ns();
 }
 
 void wbc_thread_stats(struct wbc_thread_stats *st)
@@ -587,13 +606,22 @@ static bool dev_strict_over(struct wbc_dev *dev, const struct dom *gd)
 
 /* Below freerun (the writer's domain and its group's): no pause; the
  * next check after poll_interval's pages.  True when it passed. */
-static bool freerun_pass(const struct dom *gd, const struct dom *md, uint64_t now)
+static bool freerun_pass(struct wbc_cache *c, const struct dom *gd, const struct dom *md,
+			 uint64_t now)
 {
 	if (!dom_freerun(gd) || (md && !dom_freerun(md)))
 		return false;
 	long intv = poll_interval(gd->dirty, gd->thresh);
 	if (md)
 		intv = WBC_MIN(intv, poll_interval(md->dirty, md->thresh));
+	/* check again no later than the page that takes the cache (or a
+	 * group) over its background threshold: that check wakes the
+	 * flushers (balance_domains).  Unchecked, a writer's last pages
+	 * could leave it over with every flusher asleep, and with no
+	 * periodic writeback (dirty_writeback_centisecs=0) for good. */
+	long below_bg = -over_bg_pages(c);
+	if (below_bg >= 0)
+		intv = WBC_MIN(intv, below_bg + 1);
 	tls.nr_dirtied = 0;
 	tls.nr_dirtied_pause = intv;
 	tls.paused_when = now;
@@ -608,7 +636,7 @@ static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
 		struct dom gd, md = { 0 };
 		balance_domains(dev, grp, &gd, &md, now);
 		bool strict_over = dev->strict_limit && dev_strict_over(dev, &gd);
-		if (!strict_over && freerun_pass(&gd, grp ? &md : NULL, now))
+		if (!strict_over && freerun_pass(dev->cache, &gd, grp ? &md : NULL, now))
 			return 0;
 		/* the kernel started background writeback when none ran */
 		if (ctr_dirty(&dev->ctr) > 0)
@@ -640,6 +668,7 @@ static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
 int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 {
 	struct wbc_cache *c = dev->cache;
+	tls_cache(c);
 	if (dev->throttle_2011 && !tls.local)
 		return balance_dirty_pages_2011(dev, grp);
 	long slack = (long)throttle_slack_pages(c);
@@ -654,7 +683,7 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		if (tls.local && gd.dirty > gd.bg_thresh && ctr_dirty(&dev->ctr) > 0)
 			flusher_kick(dev, false);   /* the device's own background */
 		bool strict_over = strict && dev_strict_over(dev, &gd);
-		if (!strict_over && freerun_pass(&gd, grp ? &md : NULL, now))
+		if (!strict_over && freerun_pass(dev->cache, &gd, grp ? &md : NULL, now))
 			return 0;
 		/* pass: this writer's device holds little of its share (a pipe
 		 * through a domain filled by some other, slower or stalled,

@@ -36,17 +36,20 @@ long over_bg_pages(struct wbc_cache *c);
  * dead (dev_dead_error): the thread then stays due (throttle_due) and
  * must not dirty more before a call that returns 0. */
 int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp);
-/* Count one newly dirtied page; true when the caller should call
- * balance_dirty_pages (its thread reached its check interval). */
-bool throttle_dirtied(void);
+/* Count one newly dirtied page (of cache @c); true when the caller should
+ * call balance_dirty_pages (its thread reached its check interval, or
+ * the interval is another cache's). */
+bool throttle_dirtied(struct wbc_cache *c);
 /* Between these, balance_dirty_pages owes its pause instead of sleeping
  * (wbc_pwrite_nowait): throttle_owed() is then true and the write stops
  * there; end returns the pause. */
 void throttle_defer_begin(void);
 bool throttle_owed(void);
 uint64_t throttle_defer_end(void);
-/* The calling thread is due for balance_dirty_pages (its last one failed). */
-bool throttle_due(void);
+/* The calling thread is due for balance_dirty_pages before it dirties a
+ * page of cache @c (its last check failed, or its interval is another
+ * cache's). */
+bool throttle_due(struct wbc_cache *c);
 /* One check under the 2011 rule (throttle=2011, for experiments; throttle.c,
  * THE 2011 RULE): the pause, the pages before the next check, and whether
  * the writer pauses again after it. */

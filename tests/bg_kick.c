@@ -1,0 +1,89 @@
+/*
+ * Two ways a writer's check interval left a cache over its limits:
+ *   2. A writer's last pages take the cache over its background threshold
+ *      (no periodic writeback): background writeback starts.  The check
+ *      interval below freerun is about the square root of the room left,
+ *      and only a check wakes the flushers: pages that crossed the line
+ *      between two checks stayed dirty for good (18 of 48 cases here).
+ *   1. A thread that wrote into a big cache, then into a small one: its
+ *      interval was the big cache's (thread-local), and the small cache
+ *      held 14 times its limit before the thread's first check there.
+ */
+#include "testutil.h"
+#include "internal.h"
+
+static void crossing(void)
+{
+	static char page[4096];
+	for (int extra = 1; extra <= 48; extra++) {
+		struct wbc_config cfg = t_config(16 << 20, 4096);
+		cfg.dirty_ratio = 50;
+		cfg.dirty_background_ratio = 10;
+		cfg.dirty_writeback_centisecs = 0;
+		wbc_cache *c;
+		wbc_dev *d;
+		wbc_file *f;
+		CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+		CHECK_EQ(wbc_dev_add(c, "mem", &d), 0);
+		CHECK_EQ(wbc_file_open(d, "x", WBC_O_CREAT, &f), 0);
+		struct wbc_stats st;
+		wbc_stats(c, &st);
+		uint64_t n = st.bg_thresh_bytes / 4096 + (uint64_t)extra;
+		for (uint64_t i = 0; i < n; i++)
+			CHECK_EQ(wbc_pwrite(f, page, 4096, i * 4096), 4096);
+		bool below = T_WAIT_UNTIL((wbc_stats(c, &st), st.writeback_bytes == 0 &&
+							       st.dirty_bytes <= st.bg_thresh_bytes));
+		if (!below) {
+			fprintf(stderr, "%llu pages (the background threshold and %d): %llu dirty, "
+				"no background writeback\n", (unsigned long long)n, extra,
+				(unsigned long long)st.dirty_bytes / 4096);
+			exit(1);
+		}
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), 0);
+	}
+	printf("2. the background threshold crossed by 1..48 pages: written back down to it\n");
+}
+
+static void two_caches(void)
+{
+	struct wbc_config ca = t_config(1u << 30, 4096), cb = t_config(16u << 20, 4096);
+	cb.dirty_bytes = 64 << 10;            /* 16 pages */
+	wbc_cache *a, *b;
+	CHECK_EQ(wbc_cache_open(&ca, &a), 0);
+	CHECK_EQ(wbc_cache_open(&cb, &b), 0);
+	wbc_dev *da, *db;
+	CHECK_EQ(wbc_dev_add(a, "mem", &da), 0);
+	CHECK_EQ(wbc_dev_add(b, "model:bw=1M", &db), 0);
+	wbc_file *fa, *fb;
+	CHECK_EQ(wbc_file_open(da, "a", WBC_O_CREAT, &fa), 0);
+	CHECK_EQ(wbc_file_open(db, "b", WBC_O_CREAT, &fb), 0);
+	static char buf[4096];
+	for (int i = 0; i < 4; i++)           /* the big cache's interval */
+		CHECK_EQ(wbc_pwrite(fa, buf, sizeof(buf), i * 4096ull), 4096);
+	uint64_t peak = 0;
+	for (int i = 0; i < 400; i++) {
+		CHECK_EQ(wbc_pwrite(fb, buf, sizeof(buf), i * 4096ull), 4096);
+		struct wbc_stats st;
+		wbc_stats(b, &st);
+		peak = WBC_MAX(peak, st.dirty_bytes + st.writeback_bytes);
+	}
+	struct wbc_stats st;
+	wbc_stats(b, &st);
+	uint64_t bound = st.limit_bytes + throttle_slack_pages(b) * 4096;
+	printf("1. after a 1 GiB cache, a cache with a 64 KiB limit: peak %llu KiB (limit and "
+	       "slack %llu KiB)\n", (unsigned long long)peak >> 10, (unsigned long long)bound >> 10);
+	CHECK(peak <= bound);
+	CHECK_EQ(wbc_file_close(fa), 0);
+	CHECK_EQ(wbc_file_close(fb), 0);
+	CHECK_EQ(wbc_cache_close(b), 0);
+	CHECK_EQ(wbc_cache_close(a), 0);
+}
+
+int main(void)
+{
+	two_caches();   /* first: the thread's interval not yet another test's */
+	crossing();
+	printf("bg_kick: ok\n");
+	return 0;
+}
