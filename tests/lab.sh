@@ -49,9 +49,14 @@ echo "$list" | grep -q "throttle=2011" && echo "$list" | grep -q "throttle=curre
 echo "$list" | grep -q "chunk=4M" && echo "$list" | grep -q "chunk=bw" ||
 	fail "chunk runs do not switch chunk"
 
-out=$($W lab --quick --out "$dir/out" all 2>&1); rc=$?
+# every experiment in the plain build; under a sanitizer the three whose
+# runs use the most threads (the others' switches, the 2011 throttle and
+# the chunk size, have tests of their own there)
+run=all
+[ "$BUILD" = build/release ] || { names="dirty-list remote stacked"; run=$names; }
+out=$($W lab --quick --out "$dir/out" $run 2>&1); rc=$?
 echo "$out"
-[ $rc -eq 0 ] || fail "lab --quick all: exit $rc"
+[ $rc -eq 0 ] || fail "lab --quick $run: exit $rc"
 for n in $names; do
 	echo "$out" | grep -Eq "^$n +.*(reproduced|NOT reproduced)" || fail "no table row for $n"
 	python3 - "$dir/out/$n.svg" <<'P' || fail "$n.svg is not a chart of the runs"

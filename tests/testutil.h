@@ -20,6 +20,19 @@
 
 #define T_SKIP 77
 
+/* A sanitizer build (gcc's macros; clang's __has_feature): tests that
+ * prove by volume run less there, where races and memory are the point. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define T_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define T_SANITIZED 1
+#endif
+#endif
+#ifndef T_SANITIZED
+#define T_SANITIZED 0
+#endif
+
 #define CHECK(cond) do { \
 	if (!(cond)) { \
 		fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
