@@ -109,7 +109,13 @@ struct wbc_backend_caps {
 	size_t align;
 	unsigned flags;             /* WBC_BACKEND_* */
 	unsigned reserved_u;
-	uint64_t reserved[4];
+	/* the largest file it holds, in bytes (a file system's s_maxbytes);
+	 * 0: 2^62.  A write through the cache that starts there fails with
+	 * -EFBIG and one across it is short, a truncate past it -EFBIG, at
+	 * once, as the kernel's: not taken into the cache and never
+	 * written */
+	uint64_t max_file_size;
+	uint64_t reserved[3];
 };
 /* The backend holds a single file, named "" (a block device, an NBD
  * export): the engine opens no other name. */

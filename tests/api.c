@@ -3,6 +3,16 @@
  * names, offsets, and handles used after close.
  */
 #include "testutil.h"
+#include "wbcache_backend.h"
+
+/* the mem backend, naming no largest file */
+static const struct wbc_backend_ops *big_inner;
+static void big_caps(void *ctx, struct wbc_backend_caps *caps)
+{
+	big_inner->caps(ctx, caps);
+	caps->max_file_size = 0;
+}
+static void no_destroy(void *ctx) { (void)ctx; }   /* the mem device's */
 
 #include <limits.h>
 
@@ -112,9 +122,35 @@ int main(void)
 	CHECK_EQ(wbc_pwrite(f, b, 0, 0), 0);
 	CHECK_EQ(wbc_pwrite(f, b, 10, 0), 10);
 	CHECK_EQ(wbc_pread(f, b, 10, 100), 0);                  /* past EOF */
-	CHECK_EQ(wbc_pwrite(f, b, 10, (1ull << 62) - 10), 10);  /* the last bytes allowed */
-	CHECK_EQ(wbc_file_size(f), 1ull << 62);
+	/* the backend's largest file (mem: 2^40): a write from there is
+	 * EFBIG, one across it short, a truncate past it EFBIG, at once (it
+	 * was taken into the cache, and its writeback failed for good) */
+	CHECK_EQ(wbc_pwrite(f, b, 10, 1ull << 40), -EFBIG);
+	CHECK_EQ(wbc_pwrite(f, b, 10, (1ull << 40) - 4), 4);
+	CHECK_EQ(wbc_file_size(f), 1ull << 40);
+	CHECK_EQ(wbc_truncate(f, (1ull << 40) + 1), -EFBIG);
+	CHECK_EQ(wbc_pwrite(f, b, 0, 1ull << 40), 0);
 	CHECK_EQ(wbc_truncate(f, 10), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	/* a backend that names no largest file: 2^62, the last bytes allowed */
+	{
+		const struct wbc_backend_ops *mops;
+		void *mctx = wbc_dev_backend(dev, &mops);
+		static struct wbc_backend_ops big;
+		big = *mops;
+		big.caps = big_caps;
+		big.destroy = no_destroy;
+		big_inner = mops;
+		wbc_dev *bd;
+		wbc_file *bf;
+		CHECK_EQ(wbc_dev_add_backend(c, &big, mctx, "", &bd), 0);
+		CHECK_EQ(wbc_file_open(bd, "big", WBC_O_CREAT, &bf), 0);
+		CHECK_EQ(wbc_pwrite(bf, b, 10, (1ull << 62) - 10), 10);
+		CHECK_EQ(wbc_file_size(bf), 1ull << 62);
+		CHECK_EQ(wbc_pwrite(bf, b, 10, (1ull << 62) - 5), -EINVAL);
+		CHECK_EQ(wbc_truncate(bf, 10), 0);
+		CHECK_EQ(wbc_file_close(bf), 0);
+	}
 
 	/* use after close */
 	wbc_file *g;
@@ -151,6 +187,21 @@ int main(void)
 	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "name", 0, &f), -EINVAL);
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	/* a file on a file system: its largest file, found by the backend
+	 * (ext4 with 4 KiB blocks: 16 TiB), is refused at once */
+	{
+		const struct wbc_backend_ops *fops;
+		void *fctx = wbc_dev_backend(dev, &fops);
+		struct wbc_backend_caps caps = { 0 };
+		fops->caps(fctx, &caps);
+		printf("largest file on %s's file system: %llu\n", dir,
+		       (unsigned long long)caps.max_file_size);
+		if (caps.max_file_size) {
+			CHECK_EQ(wbc_pwrite(f, b, 10, caps.max_file_size), -EFBIG);
+			CHECK_EQ(wbc_pwrite(f, b, 10, caps.max_file_size - 3), 3);
+			CHECK_EQ(wbc_truncate(f, 0), 0);
+		}
+	}
 	CHECK_EQ(wbc_cache_close(c), 0);
 	t_rmdir(dir);
 	printf("api: ok\n");

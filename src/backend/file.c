@@ -77,6 +77,7 @@ struct fbe {
 	unsigned fail_submits;  /* sq_lock: tests, file_fail_submits() */
 	int fail_err;
 	size_t max_io, dio_align;   /* caps */
+	uint64_t max_file;          /* caps.max_file_size (0: not found) */
 	unsigned qd;
 	pthread_t reaper;
 	/* the worker pool, where io_uring is not used (see above) */
@@ -704,6 +705,48 @@ static void file_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->max_io = f->max_io;
 	caps->align = f->dio_align;
 	caps->flags = f->dir ? 0 : WBC_BACKEND_ONE_FILE;
+	caps->max_file_size = f->max_file;
+}
+
+/*
+ * The largest file the file system of directory @dirfd takes (its
+ * s_maxbytes: 16 TiB on ext4 with 4 KiB blocks), found by truncating an
+ * unnamed file there; 0 where it cannot be found: no O_TMPFILE (or no
+ * write access), files that are not sparse (a truncate would allocate),
+ * or an answer other than EFBIG or EINVAL.  Under a file size limit of
+ * the process (RLIMIT_FSIZE, `ulimit -f`), that limit: no writeback can
+ * go past it (a write there raises SIGXFSZ), and a buffered write(2)
+ * past it fails with EFBIG, as a write here then does.
+ */
+static uint64_t fs_max_file(int dirfd)
+{
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+		return rl.rlim_cur ? (uint64_t)rl.rlim_cur : 1;
+	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	uint64_t lo = 0, hi = (uint64_t)INT64_MAX;   /* lo fits, hi + 1 does not */
+	if (ftruncate(fd, 1 << 20) || fstat(fd, &st) || st.st_blocks) {
+		lo = 0;
+	} else if (!ftruncate(fd, (off_t)hi)) {
+		lo = hi;
+	} else {
+		while (lo < hi) {
+			uint64_t mid = lo + (hi - lo + 1) / 2;
+			if (!ftruncate(fd, (off_t)mid)) {
+				lo = mid;
+			} else if (errno == EFBIG || errno == EINVAL) {
+				hi = mid - 1;
+			} else {
+				lo = 0;   /* ENOSPC, EIO, EDQUOT: no answer */
+				break;
+			}
+		}
+	}
+	close(fd);
+	return lo;
 }
 
 static const struct wbc_backend_ops file_ops = {
@@ -894,6 +937,22 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 	}
 	if (!max_io)
 		max_io = blk_max_io(probe_fd);
+	/* the largest file: a device's size; a directory's file system's
+	 * (a regular file's: its directory's) */
+	if (f->single && f->single->blk) {
+		f->max_file = f->single->blk_size;
+	} else if (f->dirfd >= 0) {
+		f->max_file = fs_max_file(f->dirfd);
+	} else {
+		char *d = strdup(path), *slash = d ? strrchr(d, '/') : NULL;
+		int dfd = !d ? -1 : open(slash ? (slash == d ? "/" : (*slash = 0, d)) : ".",
+					 O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			f->max_file = fs_max_file(dfd);
+			close(dfd);
+		}
+		free(d);
+	}
 	if (direct && f->single)
 		/* opened buffered where O_DIRECT was refused */
 		f->dio_align = fcntl(f->single->fd, F_GETFL) & O_DIRECT ?

@@ -264,6 +264,7 @@ static void mem_caps(void *ctx, struct wbc_backend_caps *caps)
 	(void)ctx;
 	caps->queue_depth = MEM_QD;
 	caps->max_io = MEM_MAX_IO;
+	caps->max_file_size = MEM_MAX_OBJ;
 }
 
 /* No flush: what a completed write stored is as durable as RAM gets. */

@@ -452,6 +452,10 @@ static void model_caps(void *ctx, struct wbc_backend_caps *caps)
 	struct model *m = ctx;
 	caps->queue_depth = m->cfg.qd;
 	caps->max_io = m->cfg.max_io;
+	/* its data is a mem backend's: that one's largest file */
+	struct wbc_backend_caps mc = { 0 };
+	m->mem_ops->caps(m->mem, &mc);
+	caps->max_file_size = mc.max_file_size;
 }
 
 static int model_open(void *ctx, const char *name, unsigned flags, void **obj, uint64_t *size)

@@ -55,6 +55,7 @@ struct stack {
 	wbc_file *lf;               /* the lower file (fixed) */
 	int mode;                   /* WBC_STACK_* */
 	size_t align;               /* direct: the lower backend's */
+	uint64_t max_file;          /* the lower backend's largest file */
 	unsigned nworkers;
 	pthread_mutex_t lock;       /* the queue and stop */
 	pthread_cond_t cond;
@@ -71,6 +72,7 @@ static void stack_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->max_io = STACK_MAX_IO;
 	caps->align = s->align;
 	caps->flags = WBC_BACKEND_ONE_FILE;
+	caps->max_file_size = s->max_file;
 }
 
 static int stack_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
@@ -316,15 +318,16 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 		free(s);
 		return rc;
 	}
-	if (mode == WBC_STACK_DIRECT) {
-		/* the lower backend's alignment is this device's */
-		const struct wbc_backend_ops *lops;
-		void *lctx = wbc_dev_backend(lower, &lops);
-		struct wbc_backend_caps lc;
-		memset(&lc, 0, sizeof(lc));
-		lops->caps(lctx, &lc);
+	/* the lower backend's largest file is this device's; in direct mode
+	 * its alignment too */
+	const struct wbc_backend_ops *lops;
+	void *lctx = wbc_dev_backend(lower, &lops);
+	struct wbc_backend_caps lc;
+	memset(&lc, 0, sizeof(lc));
+	lops->caps(lctx, &lc);
+	s->max_file = lc.max_file_size;
+	if (mode == WBC_STACK_DIRECT)
 		s->align = lc.align;
-	}
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	for (; s->nworkers < workers; s->nworkers++) {

@@ -77,6 +77,7 @@ struct backend {
 	size_t max_io;          /* largest single I/O in bytes */
 	size_t dio_align;       /* caps.align */
 	bool single;            /* WBC_BACKEND_ONE_FILE */
+	uint64_t max_file;      /* caps.max_file_size, at most WBC_MAX_OFFSET */
 };
 
 /* Check @ops and fill @be from its caps: 0, or -EINVAL with a message. */

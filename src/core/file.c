@@ -465,9 +465,10 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 
 /* The start of wbc_pread and wbc_pwrite: the handle, or NULL with *@ret
  * set (an error, or all a direct handle's I/O did). */
-static struct wbc_file *io_begin(wbc_file *h, int op, const void *buf, size_t len,
+static struct wbc_file *io_begin(wbc_file *h, int op, const void *buf, size_t *lenp,
 				 uint64_t off, ssize_t *ret)
 {
+	size_t len = *lenp;
 	struct wbc_file *f = handle_get(h);
 	if (!f || (!buf && len)) {
 		*ret = !f ? -EBADF : -EINVAL;
@@ -485,13 +486,24 @@ static struct wbc_file *io_begin(wbc_file *h, int op, const void *buf, size_t le
 		return off >= WBC_MAX_OFFSET ? NULL : f;
 	}
 	*ret = range_check(off, len);
-	return *ret ? NULL : f;
+	if (*ret)
+		return NULL;
+	/* the backend's largest file (generic_write_check_limits): a write
+	 * from there fails, one across it is short */
+	uint64_t max = f->inode->dev->be->max_file;
+	if (len && off >= max) {
+		*ret = -EFBIG;
+		return NULL;
+	}
+	if (len > max - off)
+		*lenp = (size_t)(max - off);
+	return f;
 }
 
 ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 {
 	ssize_t ret;
-	struct wbc_file *f = io_begin(h, BIO_READ, buf, len, off, &ret);
+	struct wbc_file *f = io_begin(h, BIO_READ, buf, &len, off, &ret);
 	if (!f)
 		return ret;
 	int err = 0;
@@ -635,7 +647,7 @@ static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, 
 ssize_t wbc_pwrite(wbc_file *h, const void *buf, size_t len, uint64_t off)
 {
 	ssize_t ret;
-	struct wbc_file *f = io_begin(h, BIO_WRITE, buf, len, off, &ret);
+	struct wbc_file *f = io_begin(h, BIO_WRITE, buf, &len, off, &ret);
 	if (!f)
 		return ret;
 	int err = 0;
@@ -754,6 +766,8 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
 	struct backend *be = ino->dev->be;
+	if (size > be->max_file)
+		return -EFBIG;   /* inode_newsize_ok */
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
 	while (ino->sizing)

@@ -4,6 +4,7 @@
  * umount`.
  */
 #include "mount.h"
+#include "wbcache_backend.h"   /* wbc_dev_backend: the device's caps */
 
 #include <inttypes.h>
 #include <limits.h>
@@ -184,54 +185,6 @@ static void detach_done(void)
 	detach_fd = -1;
 }
 
-/*
- * The largest file BACKING_DIR's file system takes (its s_maxbytes: 16 TiB
- * on ext4 with 4 KiB blocks), found by truncating an unnamed file there
- * (a named one where O_TMPFILE is not offered): a write past it is
- * refused with EFBIG at once, as the file system would, instead of being
- * taken into the cache and never written.  Only where files are sparse
- * (a truncate allocates nothing: else the search would write zeros), and
- * only EFBIG and EINVAL say "too large" (SIGXFSZ ignored meanwhile: a
- * file size limit of the caller's says nothing of the file system).
- * UINT64_MAX where it cannot be found (a read-only directory, vfat).
- */
-static uint64_t max_file_size(const char *dir)
-{
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	char name[PATH_MAX + 32] = "";
-	if (fd < 0) {
-		snprintf(name, sizeof(name), "%s/.wbcache-probe-XXXXXX", dir);
-		fd = mkostemp(name, O_CLOEXEC);
-		if (fd < 0)
-			return UINT64_MAX;
-		unlink(name);
-	}
-	struct sigaction ign = { .sa_handler = SIG_IGN }, old;
-	sigaction(SIGXFSZ, &ign, &old);
-	struct stat st;
-	uint64_t lo = 0, hi = (uint64_t)INT64_MAX;   /* lo fits, hi + 1 does not */
-	if (ftruncate(fd, 1 << 20) || fstat(fd, &st) || st.st_blocks) {
-		lo = UINT64_MAX;   /* not sparse, or no truncate at all */
-	} else if (!ftruncate(fd, (off_t)hi)) {
-		lo = hi;
-	} else {
-		while (lo < hi) {
-			uint64_t mid = lo + (hi - lo + 1) / 2;
-			if (!ftruncate(fd, (off_t)mid)) {
-				lo = mid;
-			} else if (errno == EFBIG || errno == EINVAL) {
-				hi = mid - 1;
-			} else {
-				lo = UINT64_MAX;   /* ENOSPC, EIO, EDQUOT: no answer */
-				break;
-			}
-		}
-	}
-	sigaction(SIGXFSZ, &old, NULL);
-	close(fd);
-	return lo ? lo : UINT64_MAX;
-}
-
 /* Root with root's powers (mount.fuse3's drop_privileges keeps uid 0 and
  * drops every capability): the capability to give files away, which the
  * daemon's root behaviour (chown of new entries, the caller's ids for a
@@ -390,7 +343,6 @@ mounted_fd:
 		}
 	}
 	/* a remote backend's data is not in BACKING_DIR's files */
-	M.max_file = M.remote ? UINT64_MAX : max_file_size(M.backing);
 	M.root.fd = M.root_fd;
 	M.root.pfd = -1;
 	atomic_init(&M.root.mode, st.st_mode);
@@ -468,6 +420,15 @@ mounted_fd:
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
 		goto out;
 	}
+	/* the largest file BACKING_DIR's file system takes (the device's
+	 * backend found it: 16 TiB on ext4 with 4 KiB blocks): a write or
+	 * an fallocate past it is refused with EFBIG at once, as the file
+	 * system would (the engine refuses writes past it too) */
+	const struct wbc_backend_ops *bops;
+	void *bctx = wbc_dev_backend(M.dev, &bops);
+	struct wbc_backend_caps bcaps = { 0 };
+	bops->caps(bctx, &bcaps);
+	M.max_file = bcaps.max_file_size ? bcaps.max_file_size : UINT64_MAX;
 
 	char fsname[PATH_MAX + 512], shown[PATH_MAX];
 	snprintf(shown, sizeof(shown), "%s", M.backing);
