@@ -25,7 +25,7 @@
  *      server runs again the data is written.
  *   7. edges: an export whose size is not a whole number of pages takes
  *      a write to its last bytes (the last page is not sent past the
- *      end); fua=1 on a server that offers no FUA: written-back data the
+ *      end), and refuses one past them (EFBIG, short across the end); fua=1 on a server that offers no FUA: written-back data the
  *      server lost with its restart is an fsync error, not success; a
  *      socket that never answers the handshake: the device's add fails
  *      after timeout=, not never; fua=1 and a server that comes back
@@ -469,6 +469,11 @@ static void test_edges(void)
 	wbc_file *f;
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
 	CHECK_EQ(wbc_file_size(f), 1000000);
+	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999990), 10);
+	/* past the export's end: refused when made (it was cached and its
+	 * writeback failed for good), across it short */
+	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 1000000), -EFBIG);
+	CHECK_EQ(wbc_pwrite(f, "abcdefghij", 10, 999995), 5);
 	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999990), 10);
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_file_close(f), 0);

@@ -893,6 +893,9 @@ static void nbd_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->queue_depth = WBC_MAX(NBD_QUEUE_DEPTH, b->fixed);
 	caps->align = b->align;
 	caps->flags = WBC_BACKEND_ONE_FILE;
+	/* the export's size: a write past it is refused when made, not
+	 * cached to fail at writeback (an export of 0 bytes takes none) */
+	caps->max_file_size = b->size ? b->size : 1;
 }
 
 static int nbd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
