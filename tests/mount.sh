@@ -28,6 +28,11 @@ for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_
 	[ -n "$msg" ] || fail "-o $bad: no message"
 	mounted "$mt" && fail "-o $bad mounted anyway"
 done
+# a device option given again: the later one wins, as in mount(8) (the
+# device refuses a key given twice: such a mount failed)
+"$W" mount "$bk" "$mt" -o qd=4 -o qd=8,min_ratio=5 -o min_ratio=7 2>"$top/rep.log" ||
+	fail "-o qd twice: $(cat "$top/rep.log")"
+"$W" umount "$mt" || fail "umount after -o qd twice"
 # a refused cache configuration says which value is at fault
 msg=$("$W" mount "$bk" "$mt" -o dirty_ratio=0 2>&1)
 echo "$msg" | grep -q "dirty_ratio 0 needs dirty_bytes" || fail "-o dirty_ratio=0: '$msg'"

@@ -98,6 +98,38 @@ static int parse_seconds(const char *key, const char *val, double *out)
 	return 0;
 }
 
+/* @list ("k=v,k=v", or a spec "rados:POOL,k=v") with @key set to @val: a
+ * new string, the key's earlier value replaced (a later -o wins, as in
+ * mount(8): the device refuses a key given twice), else the pair added
+ * at the end; NULL without memory. */
+static char *kv_set(const char *list, const char *key, const char *val)
+{
+	size_t kl = strlen(key), n = strlen(list) + kl + strlen(val) + 3;
+	char *out = malloc(n);
+	if (!out)
+		return NULL;
+	out[0] = '\0';
+	bool set = false;
+	for (const char *t = *list ? list : NULL; t;) {
+		const char *next = strchr(t, ',');
+		size_t len = next ? (size_t)(next - t) : strlen(t);
+		size_t used = strlen(out);
+		if (len > kl && !strncmp(t, key, kl) && t[kl] == '=') {
+			if (!set)
+				snprintf(out + used, n - used, "%s%s=%s", used ? "," : "", key, val);
+			set = true;
+		} else {
+			snprintf(out + used, n - used, "%s%.*s", used ? "," : "", (int)len, t);
+		}
+		t = next ? next + 1 : NULL;
+	}
+	if (!set) {
+		size_t used = strlen(out);
+		snprintf(out + used, n - used, "%s%s=%s", used ? "," : "", key, val);
+	}
+	return out;
+}
+
 int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 	       char *fuseopts, size_t fuselen, enum dio_mode *dio, struct mopts *mo)
 {
@@ -162,9 +194,8 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 		bool radoskey = false;
 		for (size_t i = 0; val && i < sizeof(radoskeys) / sizeof(radoskeys[0]); i++)
 			if (!strcmp(kv, radoskeys[i][0])) {
-				char *spec = NULL;
-				if (asprintf(&spec, "%s%s%s=%s", M.remote ? M.remote : "",
-					     M.remote ? "," : "", radoskeys[i][1], val) < 0)
+				char *spec = kv_set(M.remote ? M.remote : "", radoskeys[i][1], val);
+				if (!spec)
 					return -1;
 				free(M.remote);
 				M.remote = spec;
@@ -187,12 +218,14 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		if (devkey) {
-			size_t used = strlen(devopts);
-			if ((size_t)snprintf(devopts + used, devlen - used, "%s%s=%s", used ? "," : "",
-					     kv, val) >= devlen - used) {
+			char *set = kv_set(devopts, kv, val);
+			if (!set || strlen(set) >= devlen) {
+				free(set);
 				fprintf(stderr, "wbcache mount: too many device options\n");
 				return -1;
 			}
+			strcpy(devopts, set);
+			free(set);
 			continue;
 		}
 		int rc = -1;
