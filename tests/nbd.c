@@ -671,13 +671,15 @@ static void *accept_main(void *arg)
 		CHECK_EQ(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 		p->fds[i][0] = c;
 		p->fds[i][1] = s;
+		/* counted before its pump runs: the handshake goes through it,
+		 * and the add may return before this thread runs again */
+		atomic_store(&p->n, i + 1);
 		struct pump *pu = malloc(sizeof(*pu));
 		CHECK(pu);
 		*pu = (struct pump){ p, i };
 		pthread_t t;
 		CHECK_EQ(pthread_create(&t, NULL, pump_main, pu), 0);
 		pthread_detach(t);
-		atomic_store(&p->n, i + 1);
 	}
 }
 

@@ -173,11 +173,23 @@
 #define EXCEEDED_PAGES 8
 #define JIFFY_NS NS_PER_MS
 
+/* A thread's interval and debt in one cache (throttle_tls). */
+struct throttle_cache_state {
+	uint64_t uid;
+	long nr_dirtied, nr_dirtied_pause;
+	uint64_t paused_when;
+};
+#define TLS_CACHES 4
+
 struct throttle_tls {
 	/* the cache (uid) whose thresholds set the interval and the debt
-	 * below: a write into another cache checks first, afresh (a small
-	 * cache took a big one's interval and held 25 times its limit) */
+	 * below: a write into another cache checks first, with that cache's
+	 * own (a small cache took a big one's interval and held 14 times its
+	 * limit); the states of the last caches written before, most recent
+	 * first, are kept (a thread that writes two caches in turn keeps
+	 * its debt in each) */
 	uint64_t cache_uid;
+	struct throttle_cache_state others[TLS_CACHES];
 	long nr_dirtied;            /* newly dirtied since the last check */
 	long nr_dirtied_pause;      /* check when nr_dirtied reaches this */
 	uint64_t paused_when;       /* ns: end of the last pause (or check) */
@@ -349,7 +361,7 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 		double wb_dirty = (double)ctr_unclean(&dev->ctr);
 		double st = WBC_MIN(WBC_MAX(dev_wb_thresh(dev, gd->thresh), 1), gd->thresh);
 		double wb_bg = st * gd->bg_thresh / gd->thresh;
-		if (wb_dirty < 8)
+		if (wb_dirty < WBC_MIN(8, st))   /* within a share under 8 pages too */
 			pos = WBC_MIN(pos * 2, 2);
 		else
 			pos = WBC_MIN(pos, pos_ratio_cubic((st + wb_bg) / 2, wb_dirty, st));
@@ -415,16 +427,29 @@ bool throttle_due(struct wbc_cache *c)
 	return tls.nr_dirtied >= tls.nr_dirtied_pause || tls.cache_uid != c->uid;
 }
 
-/* The thread's interval and debt are @c's from now on: another cache's
- * are dropped. */
+/* The thread's interval and debt are @c's from now on: the other
+ * cache's are kept for its next write there (TLS_CACHES of them). */
 static void tls_cache(struct wbc_cache *c)
 {
 	if (tls.cache_uid == c->uid)
 		return;
-	tls.cache_uid = c->uid;
-	tls.nr_dirtied = 0;
-	tls.nr_dirtied_pause = 1;
-	tls.paused_when = wbc_now_ns();
+	struct throttle_cache_state cur = {
+		tls.cache_uid, tls.nr_dirtied, tls.nr_dirtied_pause, tls.paused_when
+	};
+	struct throttle_cache_state next = { c->uid, 0, 1, wbc_now_ns() };
+	int i;
+	for (i = 0; i < TLS_CACHES - 1; i++)
+		if (tls.others[i].uid == c->uid)
+			break;
+	if (tls.others[i].uid == c->uid)
+		next = tls.others[i];
+	/* others[0..i) move down one, the one taken (or the oldest) out */
+	memmove(&tls.others[1], &tls.others[0], (size_t)i * sizeof(tls.others[0]));
+	tls.others[0] = cur;
+	tls.cache_uid = next.uid;
+	tls.nr_dirtied = next.nr_dirtied;
+	tls.nr_dirtied_pause = next.nr_dirtied_pause;
+	tls.paused_when = next.paused_when;
 }
 
 void wbc_thread_stats(struct wbc_thread_stats *st)
@@ -614,14 +639,19 @@ static bool freerun_pass(struct wbc_cache *c, const struct dom *gd, const struct
 	long intv = poll_interval(gd->dirty, gd->thresh);
 	if (md)
 		intv = WBC_MIN(intv, poll_interval(md->dirty, md->thresh));
-	/* check again no later than the page that takes the cache (or a
-	 * group) over its background threshold: that check wakes the
-	 * flushers (balance_domains).  Unchecked, a writer's last pages
-	 * could leave it over with every flusher asleep, and with no
-	 * periodic writeback (dirty_writeback_centisecs=0) for good. */
-	long below_bg = -over_bg_pages(c);
-	if (below_bg >= 0)
-		intv = WBC_MIN(intv, below_bg + 1);
+	/* Without periodic writeback (dirty_writeback_centisecs=0), check
+	 * again no later than the page that takes the cache (or a group)
+	 * over its background threshold: that check wakes the flushers
+	 * (balance_domains).  Unchecked, a writer's last pages left it over
+	 * with every flusher asleep for good.  With it, the flushers look
+	 * at each periodic wakeup, as the kernel's (wb_check_background_
+	 * flush): no check per page near the threshold, where small files
+	 * would wake a flusher for each. */
+	if (!c->cfg.dirty_writeback_centisecs) {
+		long below_bg = -over_bg_pages(c);
+		if (below_bg >= 0)
+			intv = WBC_MIN(intv, below_bg + 1);
+	}
 	tls.nr_dirtied = 0;
 	tls.nr_dirtied_pause = intv;
 	tls.paused_when = now;

@@ -177,6 +177,7 @@ struct node {
 	 * in BACKING_DIR beside the mount then shows. */
 	bool bctime_set;
 	struct timespec bctime;
+	bool mtime_explicit;         /* mtime set through the mount (setattr) */
 };
 
 enum dio_mode { DIO_AUTO, DIO_ALWAYS, DIO_NEVER };

@@ -342,36 +342,64 @@ int stat_node_fd(struct node *n, int fd, struct stat *st)
 
 /* Complete @st, the backing inode's attributes just read, with what the
  * cache holds of the node's data. */
-/* A closed node whose data is all written back: its mtime put back on
- * the backing file, whose size and times (@st, taken again) are the
- * file's from now on; false (nothing changed) when the backing file
- * cannot be reached.  Before, the node reported the size and mtime of
- * its last close for as long as it lived: a change made in BACKING_DIR
- * beside the mount never showed, and an append through the mount went to
- * the old size, over the new data. */
+static bool ts_before(struct timespec a, struct timespec b)
+{
+	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
+/* @st's size and times taken again from the backing file (a stat taken
+ * before another thread's settle: its mtime not yet put back). */
+static void restat_locked(struct node *n, struct stat *st)
+{
+	assert_held(&n->lock);
+	int fd = nfd(n);
+	struct stat now;
+	if (fd >= 0 && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		st->st_size = now.st_size;
+		st->st_blocks = now.st_blocks;
+		st->st_mtim = now.st_mtim;
+		st->st_ctim = now.st_ctim;
+	}
+	nfd_put(n, fd);
+}
+
+/*
+ * A closed node whose data is all written back settles: its mtime put
+ * back on the backing file, whose size and times (@st, taken again under
+ * the node's lock) are the file's from now on; false (nothing changed)
+ * when the backing file cannot be reached.  Before, the node reported the
+ * size and mtime of its last close for as long as it lived: a change made
+ * in BACKING_DIR beside the mount never showed, and an append through
+ * the mount went to the old size, over the new data.
+ *
+ * Changed beside the mount already: another size, or an mtime more than a
+ * second before a write's here (writeback gives a later one; a later one
+ * set beside the mount with the same size is not told from it, and an
+ * mtime set explicitly through the mount, which writeback may have moved
+ * either way, is not compared).  Then the backing file's attributes are
+ * the file's, its ctime too, and nothing is put back.  An mtime that
+ * cannot be put back (a daemon that does not own the file) stays the
+ * node's to report.
+ */
 static bool settle_locked(struct node *n, struct stat *st)
 {
 	assert_held(&n->lock);
-	/* Changed beside the mount already: another size, or an mtime
-	 * before the node's (writeback gives a later one; a later one set
-	 * beside the mount with the same size is not told from it).  The
-	 * backing file's attributes, ctime too, and its mtime kept. */
-	if ((uint64_t)st->st_size != n->size ||
-	    (n->mtime_set && (st->st_mtim.tv_sec < n->mtime.tv_sec ||
-			      (st->st_mtim.tv_sec == n->mtime.tv_sec &&
-			       st->st_mtim.tv_nsec < n->mtime.tv_nsec)))) {
-		n->size_known = false;
-		n->mtime_set = false;
-		n->ctime = (struct timespec){ 0, 0 };
-		return true;
-	}
 	int fd = nfd(n);
 	if (fd < 0)
 		return false;
-	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
 	struct stat now;
-	bool ok = (!n->mtime_set || !utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) &&
-		  !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	bool ok = !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	struct timespec early = { n->mtime.tv_sec - 1, n->mtime.tv_nsec };
+	bool beside = ok && ((uint64_t)now.st_size != n->size ||
+			     (n->mtime_set && !n->mtime_explicit && ts_before(now.st_mtim, early)));
+	bool keep_mtime = false;
+	if (ok && !beside && n->mtime_set) {
+		struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
+		if (utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+			keep_mtime = true;
+		else
+			ok = !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	}
 	nfd_put(n, fd);
 	if (!ok)
 		return false;
@@ -380,9 +408,14 @@ static bool settle_locked(struct node *n, struct stat *st)
 	st->st_mtim = now.st_mtim;
 	st->st_ctim = now.st_ctim;
 	n->size_known = false;
-	n->mtime_set = false;
-	n->bctime = now.st_ctim;
-	n->bctime_set = true;
+	if (!keep_mtime)
+		n->mtime_set = false;
+	if (beside) {
+		n->ctime = (struct timespec){ 0, 0 };
+	} else {
+		n->bctime = now.st_ctim;
+		n->bctime_set = true;
+	}
 	return true;
 }
 
@@ -415,6 +448,8 @@ void node_attr(struct node *n, struct stat *st)
 		unwritten = n->unwritten;
 		if (!synced || M.remote || !settle_locked(n, st))
 			st->st_size = (off_t)n->size;
+	} else if (n->bctime_set && ts_before(st->st_ctim, n->bctime)) {
+		restat_locked(n, st);
 	}
 	if (n->mtime_set)
 		st->st_mtim = n->mtime;
@@ -439,6 +474,7 @@ void node_written_locked(struct node *n)
 	clock_gettime(CLOCK_REALTIME, &n->mtime);
 	n->ctime = n->mtime;
 	n->mtime_set = true;
+	n->mtime_explicit = false;
 	n->bctime_set = false;
 }
 
@@ -702,9 +738,11 @@ int before_unlink(dev_t dev, ino_t ino)
 			if (n->pfd < 0 && n->pfd_holds > 0)
 				n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 			pthread_mutex_unlock(&n->fdlock);
-		} else if (n->wrote || M.remote) {
-			keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 		}
+		/* also while open: the last release may come before the
+		 * unlink, and let go of the open's descriptor first */
+		if (n->wrote || M.remote)
+			keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 		pthread_mutex_unlock(&n->lock);
 	}
 	node_put(n);

@@ -362,6 +362,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			if (n->wrote && (n->opens || n->size_known)) {
 				n->mtime = st.st_mtim;
 				n->mtime_set = true;
+				n->mtime_explicit = true;
 			}
 			pthread_mutex_unlock(&n->lock);
 		}
