@@ -720,16 +720,32 @@ static void file_caps(void *ctx, struct wbc_backend_caps *caps)
  */
 static uint64_t fs_max_file(int dirfd)
 {
+	/* the search stays at or under the process's limit: a truncate
+	 * past it would raise SIGXFSZ */
+	uint64_t cap = (uint64_t)INT64_MAX;
 	struct rlimit rl;
-	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY)
-		return rl.rlim_cur ? (uint64_t)rl.rlim_cur : 1;
+	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    (uint64_t)rl.rlim_cur < cap)
+		cap = (uint64_t)rl.rlim_cur;
+	if (cap < (1u << 20))
+		return cap ? cap : 1;
 	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		/* no O_TMPFILE there: a name of its own, removed at once */
+		char name[64];
+		static atomic_uint seq;
+		snprintf(name, sizeof(name), ".wbcache-probe-%d-%u", (int)getpid(),
+			 atomic_fetch_add(&seq, 1));
+		fd = openat(dirfd, name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			unlinkat(dirfd, name, 0);
+	}
 	if (fd < 0)
-		return 0;
+		return cap < (uint64_t)INT64_MAX ? cap : 0;
 	struct stat st;
-	uint64_t lo = 0, hi = (uint64_t)INT64_MAX;   /* lo fits, hi + 1 does not */
+	uint64_t lo = 0, hi = cap;   /* lo fits, hi + 1 does not */
 	if (ftruncate(fd, 1 << 20) || fstat(fd, &st) || st.st_blocks) {
-		lo = 0;
+		lo = cap < (uint64_t)INT64_MAX ? cap : 0;
 	} else if (!ftruncate(fd, (off_t)hi)) {
 		lo = hi;
 	} else {
@@ -746,7 +762,8 @@ static uint64_t fs_max_file(int dirfd)
 		}
 	}
 	close(fd);
-	return lo;
+	/* what the engine holds anyway needs no naming */
+	return lo >= WBC_MAX_OFFSET ? 0 : lo;
 }
 
 static const struct wbc_backend_ops file_ops = {
@@ -937,14 +954,15 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 	}
 	if (!max_io)
 		max_io = blk_max_io(probe_fd);
-	/* the largest file: a device's size; a directory's file system's
-	 * (a regular file's: its directory's) */
+	/* the largest file: a directory's file system's (a regular file's:
+	 * its own directory's, through symbolic links); none named for a
+	 * device, which may grow (lvextend: a resize reads its size again) */
 	if (f->single && f->single->blk) {
-		f->max_file = f->single->blk_size;
+		f->max_file = 0;
 	} else if (f->dirfd >= 0) {
 		f->max_file = fs_max_file(f->dirfd);
 	} else {
-		char *d = strdup(path), *slash = d ? strrchr(d, '/') : NULL;
+		char *d = realpath(path, NULL), *slash = d ? strrchr(d, '/') : NULL;
 		int dfd = !d ? -1 : open(slash ? (slash == d ? "/" : (*slash = 0, d)) : ".",
 					 O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0) {

@@ -766,10 +766,15 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	struct inode *ino = f->inode;
 	struct wbc_cache *c = ino->dev->cache;
 	struct backend *be = ino->dev->be;
-	if (size > be->max_file)
-		return -EFBIG;   /* inode_newsize_ok */
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
+	/* growth past the backend's largest file (inode_newsize_ok); a
+	 * shrink to a size still past it is fine */
+	if (size > be->max_file && size > ino->i_size) {
+		pthread_mutex_unlock(&ino->lock);
+		pthread_rwlock_unlock(&ino->rwsem);
+		return -EFBIG;
+	}
 	while (ino->sizing)
 		inode_wait_locked(ino);
 	ino->sizing = true;

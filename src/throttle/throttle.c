@@ -361,7 +361,12 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 		double wb_dirty = (double)ctr_unclean(&dev->ctr);
 		double st = WBC_MIN(WBC_MAX(dev_wb_thresh(dev, gd->thresh), 1), gd->thresh);
 		double wb_bg = st * gd->bg_thresh / gd->thresh;
-		if (wb_dirty < WBC_MIN(8, st))   /* within a share under 8 pages too */
+		/* the ramp-up floor: 8 pages, or a cap under that (max_ratio,
+		 * max_bytes), never the share a new device has yet */
+		double cap = gd->thresh * dev->max_ratio / 100;
+		if (dev->max_bytes)
+			cap = WBC_MIN(cap, (double)(dev->max_bytes >> dev->cache->page_shift));
+		if (wb_dirty < WBC_MIN(8, cap))
 			pos = WBC_MIN(pos * 2, 2);
 		else
 			pos = WBC_MIN(pos, pos_ratio_cubic((st + wb_bg) / 2, wb_dirty, st));

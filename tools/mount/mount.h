@@ -176,7 +176,7 @@ struct node {
 	 * the backing file's is the one it had then (bctime): a change made
 	 * in BACKING_DIR beside the mount then shows. */
 	bool bctime_set;
-	struct timespec bctime;
+	struct timespec bctime, bmtime;
 	bool mtime_explicit;         /* mtime set through the mount (setattr) */
 };
 

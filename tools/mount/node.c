@@ -414,6 +414,7 @@ static bool settle_locked(struct node *n, struct stat *st)
 		n->ctime = (struct timespec){ 0, 0 };
 	} else {
 		n->bctime = now.st_ctim;
+		n->bmtime = now.st_mtim;
 		n->bctime_set = true;
 	}
 	return true;
@@ -448,18 +449,25 @@ void node_attr(struct node *n, struct stat *st)
 		unwritten = n->unwritten;
 		if (!synced || M.remote || !settle_locked(n, st))
 			st->st_size = (off_t)n->size;
-	} else if (n->bctime_set && ts_before(st->st_ctim, n->bctime)) {
+	} else if (n->bctime_set &&
+		   (ts_before(st->st_ctim, n->bctime) ||
+		    (!ts_before(n->bctime, st->st_ctim) && (st->st_mtim.tv_sec != n->bmtime.tv_sec ||
+							    st->st_mtim.tv_nsec != n->bmtime.tv_nsec)))) {
+		/* taken before another thread's settle (its ctime older, or
+		 * the same tick's with the writeback's mtime) */
 		restat_locked(n, st);
 	}
-	if (n->mtime_set)
+	bool same_ctime = !n->bctime_set || (st->st_ctim.tv_sec == n->bctime.tv_sec &&
+					     st->st_ctim.tv_nsec == n->bctime.tv_nsec);
+	/* an mtime kept after a settle (it could not be put back) holds
+	 * until the backing file changes beside the mount */
+	if (n->mtime_set && same_ctime)
 		st->st_mtim = n->mtime;
 	/* writeback moves the backing ctime too: while data went through
 	 * the engine, the file's is the last change made through the mount
 	 * (tar and rsync compare it), until the backing file's changes from
 	 * the one it had when it settled */
-	if (n->wrote && (n->ctime.tv_sec || n->ctime.tv_nsec) &&
-	    (!n->bctime_set || (st->st_ctim.tv_sec == n->bctime.tv_sec &&
-				st->st_ctim.tv_nsec == n->bctime.tv_nsec)))
+	if (n->wrote && (n->ctime.tv_sec || n->ctime.tv_nsec) && same_ctime)
 		st->st_ctim = n->ctime;
 	pthread_mutex_unlock(&n->lock);
 	st->st_blocks += (blkcnt_t)((unwritten + 511) / 512);

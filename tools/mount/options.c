@@ -209,9 +209,14 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 					val);
 				return -1;
 			}
+			/* the rados options given so far stay; a backend=
+			 * given before is replaced (the later wins) */
+			const char *rest = M.remote;
+			if (rest && !strncmp(rest, "rados:", 6))
+				rest = strchr(rest, ',') ? strchr(rest, ',') + 1 : "";
 			char *spec = NULL;
-			if (asprintf(&spec, "%s%s%s", val, M.remote ? "," : "",
-				     M.remote ? M.remote : "") < 0)
+			if (asprintf(&spec, "%s%s%s", val, rest && *rest ? "," : "",
+				     rest ? rest : "") < 0)
 				return -1;
 			free(M.remote);
 			M.remote = spec;
