@@ -705,7 +705,9 @@ static void file_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->max_io = f->max_io;
 	caps->align = f->dio_align;
 	caps->flags = f->dir ? 0 : WBC_BACKEND_ONE_FILE;
-	caps->max_file_size = f->max_file;
+	/* a device's size now (a resize reads it again: lvextend) */
+	caps->max_file_size = f->single && f->single->blk ?
+			      __atomic_load_n(&f->single->blk_size, __ATOMIC_RELAXED) : f->max_file;
 }
 
 /*
@@ -718,17 +720,23 @@ static void file_caps(void *ctx, struct wbc_backend_caps *caps)
  * go past it (a write there raises SIGXFSZ), and a buffered write(2)
  * past it fails with EFBIG, as a write here then does.
  */
+/* The process's file size limit (RLIMIT_FSIZE), or INT64_MAX. */
+static uint64_t fsize_limit(void)
+{
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    (uint64_t)rl.rlim_cur < (uint64_t)INT64_MAX)
+		return rl.rlim_cur ? (uint64_t)rl.rlim_cur : 1;
+	return (uint64_t)INT64_MAX;
+}
+
 static uint64_t fs_max_file(int dirfd)
 {
 	/* the search stays at or under the process's limit: a truncate
-	 * past it would raise SIGXFSZ */
-	uint64_t cap = (uint64_t)INT64_MAX;
-	struct rlimit rl;
-	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-	    (uint64_t)rl.rlim_cur < cap)
-		cap = (uint64_t)rl.rlim_cur;
+	 * past it would raise SIGXFSZ; without an answer, that limit */
+	uint64_t cap = fsize_limit(), none = cap < (uint64_t)INT64_MAX ? cap : 0;
 	if (cap < (1u << 20))
-		return cap ? cap : 1;
+		return cap;
 	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		/* no O_TMPFILE there: a name of its own, removed at once */
@@ -737,15 +745,19 @@ static uint64_t fs_max_file(int dirfd)
 		snprintf(name, sizeof(name), ".wbcache-probe-%d-%u", (int)getpid(),
 			 atomic_fetch_add(&seq, 1));
 		fd = openat(dirfd, name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-		if (fd >= 0)
-			unlinkat(dirfd, name, 0);
+		if (fd >= 0 && unlinkat(dirfd, name, 0)) {
+			/* it stays (an append-only directory): left empty,
+			 * never grown */
+			close(fd);
+			return none;
+		}
 	}
 	if (fd < 0)
-		return cap < (uint64_t)INT64_MAX ? cap : 0;
+		return none;
 	struct stat st;
 	uint64_t lo = 0, hi = cap;   /* lo fits, hi + 1 does not */
 	if (ftruncate(fd, 1 << 20) || fstat(fd, &st) || st.st_blocks) {
-		lo = cap < (uint64_t)INT64_MAX ? cap : 0;
+		lo = none;
 	} else if (!ftruncate(fd, (off_t)hi)) {
 		lo = hi;
 	} else {
@@ -756,7 +768,7 @@ static uint64_t fs_max_file(int dirfd)
 			} else if (errno == EFBIG || errno == EINVAL) {
 				hi = mid - 1;
 			} else {
-				lo = 0;   /* ENOSPC, EIO, EDQUOT: no answer */
+				lo = none;   /* ENOSPC, EIO, EDQUOT: no answer */
 				break;
 			}
 		}
@@ -958,7 +970,7 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 	 * its own directory's, through symbolic links); none named for a
 	 * device, which may grow (lvextend: a resize reads its size again) */
 	if (f->single && f->single->blk) {
-		f->max_file = 0;
+		f->max_file = 0;   /* file_caps: its size now */
 	} else if (f->dirfd >= 0) {
 		f->max_file = fs_max_file(f->dirfd);
 	} else {
@@ -968,6 +980,8 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 		if (dfd >= 0) {
 			f->max_file = fs_max_file(dfd);
 			close(dfd);
+		} else if (fsize_limit() < (uint64_t)INT64_MAX) {
+			f->max_file = fsize_limit();
 		}
 		free(d);
 	}

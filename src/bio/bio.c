@@ -60,6 +60,19 @@ int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ct
 	return 0;
 }
 
+uint64_t backend_max_file(struct backend *be, size_t page_size)
+{
+	struct wbc_backend_caps caps;
+	memset(&caps, 0, sizeof(caps));
+	be->ops->caps(be->ctx, &caps);
+	uint64_t m = caps.max_file_size ? WBC_MIN(caps.max_file_size, WBC_MAX_OFFSET)
+					: WBC_MAX_OFFSET;
+	if (!be->single)   /* its writeback writes whole pages, then trims */
+		m = m / page_size * page_size;
+	__atomic_store_n(&be->max_file, m, __ATOMIC_RELAXED);
+	return m;
+}
+
 int backend_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
 {
 	*size = 0;

@@ -77,8 +77,16 @@ struct backend {
 	size_t max_io;          /* largest single I/O in bytes */
 	size_t dio_align;       /* caps.align */
 	bool single;            /* WBC_BACKEND_ONE_FILE */
-	uint64_t max_file;      /* caps.max_file_size, at most WBC_MAX_OFFSET */
+	/* caps.max_file_size, at most WBC_MAX_OFFSET, in whole pages but
+	 * for a one-file device (a page past it is never written back: a
+	 * file size limit's SIGXFSZ); atomic: a one-file device's
+	 * is asked again when a write or a truncate goes past it (a device
+	 * that grew) */
+	uint64_t max_file;
 };
+/* Ask @be's caps for its largest file again: store and return it (whole
+ * pages of @page_size but for a one-file device). */
+uint64_t backend_max_file(struct backend *be, size_t page_size);
 
 /* Check @ops and fill @be from its caps: 0, or -EINVAL with a message. */
 int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ctx,

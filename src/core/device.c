@@ -289,6 +289,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	 * max_sectors_kb is a soft limit the kernel splits at) */
 	if (be->max_io < c->page_size)
 		be->max_io = c->page_size;
+	backend_max_file(be, c->page_size);
 	dev->cache = c;
 	dev->be = be;
 	wbc_mutex_init(&dev->list_lock);

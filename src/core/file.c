@@ -490,7 +490,10 @@ static struct wbc_file *io_begin(wbc_file *h, int op, const void *buf, size_t *l
 		return NULL;
 	/* the backend's largest file (generic_write_check_limits): a write
 	 * from there fails, one across it is short */
-	uint64_t max = f->inode->dev->be->max_file;
+	struct backend *be = f->inode->dev->be;
+	uint64_t max = __atomic_load_n(&be->max_file, __ATOMIC_RELAXED);
+	if (be->single && len > max - WBC_MIN(off, max))   /* a device that grew? */
+		max = backend_max_file(be, f->inode->dev->cache->page_size);
 	if (len && off >= max) {
 		*ret = -EFBIG;
 		return NULL;
@@ -769,8 +772,10 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 	pthread_rwlock_wrlock(&ino->rwsem);
 	pthread_mutex_lock(&ino->lock);
 	/* growth past the backend's largest file (inode_newsize_ok); a
-	 * shrink to a size still past it is fine */
-	if (size > be->max_file && size > ino->i_size) {
+	 * shrink to a size still past it is fine; a one-file device's own
+	 * resize decides (a device may have grown: lvextend) */
+	if (!be->single && size > __atomic_load_n(&be->max_file, __ATOMIC_RELAXED) &&
+	    size > ino->i_size) {
 		pthread_mutex_unlock(&ino->lock);
 		pthread_rwlock_unlock(&ino->rwsem);
 		return -EFBIG;

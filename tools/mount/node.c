@@ -493,6 +493,16 @@ void node_changed(struct node *n)
 		return;
 	pthread_mutex_lock(&n->lock);
 	clock_gettime(CLOCK_REALTIME, &n->ctime);
+	if (n->bctime_set) {
+		/* a change through the mount, not beside it: the backing
+		 * times it left are the settled ones (a kept mtime holds) */
+		struct stat st = { 0 };
+		restat_locked(n, &st);
+		if (st.st_ctim.tv_sec || st.st_ctim.tv_nsec) {
+			n->bctime = st.st_ctim;
+			n->bmtime = st.st_mtim;
+		}
+	}
 	pthread_mutex_unlock(&n->lock);
 }
 
