@@ -55,9 +55,7 @@ int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ct
 		be->max_io = WBC_MAX(be->max_io / caps.align * caps.align, caps.align);
 	be->dio_align = caps.align;
 	be->single = caps.flags & WBC_BACKEND_ONE_FILE;
-	be->max_file = caps.max_file_size ? WBC_MIN(caps.max_file_size, WBC_MAX_OFFSET)
-					  : WBC_MAX_OFFSET;
-	return 0;
+	return 0;   /* max_file: backend_max_file, once the page size is known */
 }
 
 uint64_t backend_max_file(struct backend *be, size_t page_size)

@@ -133,7 +133,8 @@ static int opts_check(const char *opts, const char *whole, char *msg, size_t msg
  * model's options), else after the first comma (after the path of file:
  * and dir:, after stack:ID/NAME, after "mem", "model", "opener" and
  * "stack"): a tunable is the same option in every one of them, first or
- * not.  0 or -ENOMEM.
+ * not.  0, or -EINVAL (an empty option, or one given twice) or -ENOMEM
+ * with a message.
  */
 static int split_dev_opts(char *spec, char **tun, char *msg, size_t msglen)
 {

@@ -347,6 +347,15 @@ static bool ts_before(struct timespec a, struct timespec b)
 	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
 }
 
+/* The size and times of @from into @st (its other fields kept). */
+static void take_size_times(struct stat *st, const struct stat *from)
+{
+	st->st_size = from->st_size;
+	st->st_blocks = from->st_blocks;
+	st->st_mtim = from->st_mtim;
+	st->st_ctim = from->st_ctim;
+}
+
 /* @st's size and times taken again from the backing file (a stat taken
  * before another thread's settle: its mtime not yet put back). */
 static void restat_locked(struct node *n, struct stat *st)
@@ -354,12 +363,8 @@ static void restat_locked(struct node *n, struct stat *st)
 	assert_held(&n->lock);
 	int fd = nfd(n);
 	struct stat now;
-	if (fd >= 0 && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		st->st_size = now.st_size;
-		st->st_blocks = now.st_blocks;
-		st->st_mtim = now.st_mtim;
-		st->st_ctim = now.st_ctim;
-	}
+	if (fd >= 0 && !fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		take_size_times(st, &now);
 	nfd_put(n, fd);
 }
 
@@ -403,10 +408,7 @@ static bool settle_locked(struct node *n, struct stat *st)
 	nfd_put(n, fd);
 	if (!ok)
 		return false;
-	st->st_size = now.st_size;
-	st->st_blocks = now.st_blocks;
-	st->st_mtim = now.st_mtim;
-	st->st_ctim = now.st_ctim;
+	take_size_times(st, &now);
 	n->size_known = false;
 	if (!keep_mtime)
 		n->mtime_set = false;
