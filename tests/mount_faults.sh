@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A full backing file system through the mount (default mode): writers
 # get ENOSPC once the store has failed for retry_timeout, never hang;
-# a writer paused by the throttle dies at once on SIGKILL; metadata
+# a writer paused by the throttle dies at once on SIGKILL, and a signal
+# it handles leaves its write whole; metadata
 # answers meanwhile; fsync reports the error; SIGTERM ends the daemon,
 # and in the foreground the unwritten data makes the exit status 1; a
 # lost write is reported by the close of a dup and still by fsync.
@@ -101,6 +102,57 @@ timeout 10 "$W" stat "$mt" >/dev/null || fail "wbcache stat did not answer with 
 kill_wait "a paused writer" $dpids
 rm -f "$bk/filler"
 do_umount || fail "wbcache umount once space was freed: $(cat "$top/umount.log")"
+
+# ---- a signal a paused writer handles does not cut its write short, as
+# on a local file system (only a fatal one does): no short write, no
+# EINTR, the data whole; a writer so signalled and then killed still dies
+rm -f "$bk"/*
+do_mount "mem=32M,retry_timeout=600"
+head -c 15000000 /dev/zero >"$bk/filler"
+cat >"$top/sigw.py" <<'PY'
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+got = 0
+def handler(sig, frame):
+    global got
+    got += 1
+signal.signal(signal.SIGUSR1, handler)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+n = 1 << 20
+buf = ctypes.create_string_buffer(b"\x5a" * n, n)
+bad = []
+for i in range(int(sys.argv[2])):
+    r = libc.write(fd, buf, n)
+    if r < 0:
+        bad.append("errno %d" % ctypes.get_errno())
+        break
+    if r != n:
+        bad.append("short write %d of %d" % (r, n))
+        break
+try:
+    os.close(fd)      # may tell of the writeback the full store failed
+except OSError:
+    pass
+print("signals %d bad %s" % (got, bad or "none"))
+PY
+python3 "$top/sigw.py" "$mt/s1" 12 >"$top/s1.out" 2>&1 & s1=$!
+python3 "$top/sigw.py" "$mt/s2" 12 >"$top/s2.out" 2>&1 & s2=$!
+dpids="$s1 $s2"
+for _ in $(seq 300); do paused 8 && break; sleep 0.1; done
+paused 8 || fail "the signalled writers were not paused"
+for _ in $(seq 40); do kill -USR1 $s1 $s2; sleep 0.05; done
+alive $s1 || fail "a paused writer ended at SIGUSR1: $(cat "$top/s1.out")"
+"$W" stat "$mt" | awk '/^InterruptedPauses:/ { exit $2 == 0 ? 0 : 1 }' ||
+	fail "a pause ended for a handled signal"
+kill_wait "a paused writer signalled before" $s1
+dpids=$s2
+rm -f "$mt/s1" "$bk/filler"
+timeout 120 tail --pid=$s2 -f /dev/null || fail "the signalled writer did not finish once space was freed"
+wait $s2; dpids=
+grep -q "bad none" "$top/s2.out" || fail "signalled writer: $(cat "$top/s2.out")"
+grep -q "signals 0 " "$top/s2.out" && fail "the writer never saw a signal: $(cat "$top/s2.out")"
+do_umount || fail "wbcache umount after the signalled writer: $(cat "$top/umount.log")"
+[ "$(stat -c %s "$bk/s2")" = $((12 << 20)) ] || fail "the signalled writer's file: $(stat -c %s "$bk/s2") bytes"
 
 # ---- on_error=drop: the close of one of two descriptors (dup, a child's
 # exit) reports the lost write and leaves it to the fsync of the other

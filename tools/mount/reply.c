@@ -7,18 +7,24 @@
  * the kernel meanwhile, as a throttled writer of a local file system waits
  * in balance_dirty_pages, and the workers stay free for every other
  * request (lookups, stat, readdir, fsync, other devices' writers), however
- * many writers are throttled.  A writer interrupted meanwhile (any signal,
- * a SIGKILL too) is answered at once with what is in (a short write).
+ * many writers are throttled.  As there, only a fatal signal ends a
+ * pause: a writer killed meanwhile is answered at once with what is in (a
+ * short write, or EINTR); any other signal (a handler for SIGUSR1,
+ * SIGCHLD, a profiler's SIGPROF) leaves its write to finish whole, as a
+ * local file system's write would.
  * The queue is sorted by due time (its lock, D.lock: see the lock order in
  * mount.h).
  */
 #include "mount.h"
 
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct deferred {
 	fuse_req_t req;
+	pid_t tid;                   /* the writer's thread (0: not known) */
 	size_t count;                /* bytes in so far */
 	uint64_t due;                /* CLOCK_MONOTONIC ns */
 	bool interrupted;
@@ -37,6 +43,37 @@ static uint64_t mono_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Whether the thread @tid has a fatal signal pending.  FUSE sends an
+ * INTERRUPT for any signal; the kernel then waits on for the answer, and
+ * gives up only at a fatal one (which it marks, whatever the signal was, as
+ * a SIGKILL queued on each thread of the process).  /proc shows the
+ * thread's pending set (SigPnd) and the process's (ShdPnd).  A thread not
+ * found (gone; or 0: the writer is outside the daemon's pid namespace)
+ * counts as killed: its write is answered at once.  No lock held (a read
+ * of /proc).
+ */
+static bool fatal_pending(pid_t tid)
+{
+	if (tid <= 0)
+		return true;
+	char path[48], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return true;
+	unsigned long long set, pending = 0;
+	int found = 0;
+	while (found < 2 && fgets(line, sizeof(line), f))
+		if (sscanf(line, "SigPnd: %llx", &set) == 1 ||
+		    sscanf(line, "ShdPnd: %llx", &set) == 1) {
+			pending |= set;
+			found++;
+		}
+	fclose(f);
+	return found < 2 || (pending & (1ull << (SIGKILL - 1)));
 }
 
 static void deferred_queue_locked(struct deferred *d)
@@ -87,13 +124,23 @@ static void *replier_main(void *unused)
 			D.head = d->next;
 			bool stopping = D.stop;
 			pthread_mutex_unlock(&D.lock);
+			/* A writer a signal interrupted: killed since?  Asked
+			 * at each of its pauses (an INTERRUPT comes once, for
+			 * the first signal, and one that came while the write
+			 * was off the queue found nothing). */
+			bool killed = d->req && !d->interrupted &&
+				      fuse_req_interrupted(d->req) && fatal_pending(d->tid);
+			if (killed)
+				d->interrupted = true;
 			bool again = deferred_continue(d, stopping);
-			pthread_mutex_lock(&D.lock);
-			/* an interrupt while it was off the queue found nothing */
-			if (again && d->req && fuse_req_interrupted(d->req)) {
+			if (again && fuse_req_interrupted(d->req) && fatal_pending(d->tid)) {
+				killed = true;
 				d->interrupted = true;
 				d->due = 0;
 			}
+			pthread_mutex_lock(&D.lock);
+			if (killed)
+				D.interrupted++;
 			if (again) {
 				deferred_queue_locked(d);
 				continue;
@@ -121,11 +168,14 @@ static void *replier_main(void *unused)
 	return NULL;
 }
 
-/* libfuse: the writer of @req was interrupted; answer it now.  @req is
- * alive during the call; if it is no longer queued it was answered. */
+/* libfuse: the writer of @req was interrupted by a signal; if it was a
+ * fatal one, answer it now.  @req is alive during the call; if it is no
+ * longer queued it was answered. */
 static void deferred_interrupt(fuse_req_t req, void *unused)
 {
 	(void)unused;
+	if (!fatal_pending(fuse_req_ctx(req)->pid))
+		return;   /* the replier asks again at the writer's next pause */
 	pthread_mutex_lock(&D.lock);
 	for (struct deferred **pp = &D.head; *pp; pp = &(*pp)->next) {
 		if ((*pp)->req == req) {
@@ -195,6 +245,7 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 		return;
 	}
 	d->req = req;
+	d->tid = fuse_req_ctx(req)->pid;
 	d->count = count;
 	d->due = mono_ns() + pause_ns;
 	d->interrupted = false;
@@ -204,10 +255,12 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 	d->rest_len = rest_len;
 	memcpy(d->buf, rest, rest_len);
 	fuse_req_interrupt_func(req, deferred_interrupt, NULL);
+	bool killed = fuse_req_interrupted(req) && fatal_pending(d->tid);
 	pthread_mutex_lock(&D.lock);
-	if (fuse_req_interrupted(req)) {
+	if (killed) {
 		d->due = 0;
 		d->interrupted = true;
+		D.interrupted++;
 	}
 	deferred_queue_locked(d);
 	D.queued++;
