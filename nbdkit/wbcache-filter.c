@@ -858,8 +858,8 @@ struct handle {
  * any connection covers the writes completed on all (multi-conn), so each
  * connection's next FLUSH fails while the cache has lost more than that
  * connection was told of; one opened later starts from what some FLUSH
- * has told already.  (A handle's own error sequence is not enough: a FUA
- * write's sync takes the error from it.) */
+ * has told already.  (A handle's own error sequence is not enough: it
+ * tells an error once, to one of the connection's requests in flight.) */
 static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t lost_told;
 
@@ -869,17 +869,28 @@ static uint64_t lost_bytes(void)
 	return wbc_stats(g.cache, &st) == 0 ? st.lost_bytes : 0;
 }
 
-/* -EIO when data was lost since @h was told; it is told now. */
-static int check_lost(struct handle *h)
+/* What @h had been told of when a request began. */
+static uint64_t lost_seen(struct handle *h)
+{
+	pthread_mutex_lock(&lost_lock);
+	uint64_t seen = h->lost_seen;
+	pthread_mutex_unlock(&lost_lock);
+	return seen;
+}
+
+/* -EIO when data was lost since @h was told, as it was when its request
+ * began (@seen: a connection's requests run at once, and two FLUSHes in
+ * flight cover the same writes: each fails); @h is told now. */
+static int check_lost(struct handle *h, uint64_t seen)
 {
 	uint64_t lost = lost_bytes();
 	pthread_mutex_lock(&lost_lock);
-	bool news = lost > h->lost_seen;
-	h->lost_seen = lost;
+	if (lost > h->lost_seen)
+		h->lost_seen = lost;
 	if (lost > lost_told)
 		lost_told = lost;
 	pthread_mutex_unlock(&lost_lock);
-	return news ? -EIO : 0;
+	return lost > seen ? -EIO : 0;
 }
 
 /* The plugin's name for its default export, as nbdkit asked it (it
@@ -1068,28 +1079,47 @@ static int wbcache_pwrite(nbdkit_next *next, void *handle, const void *buf, uint
 {
 	(void)next;
 	struct handle *h = handle;
-	const char *p = buf;
-	uint64_t off = offset;
-	uint32_t left = count;
-	while (left) {
-		ssize_t r = wbc_pwrite(h->f, p, left, off);
-		if (r <= 0) {
-			*err = r < 0 ? (int)-r : EIO;
-			nbdkit_error("wbcache: write at %" PRIu64 ": %s", off,
-				     wbc_strerror(r < 0 ? (int)r : -EIO));
-			return -1;
-		}
-		p += r;
-		off += (uint64_t)r;
-		left -= (uint32_t)r;
-	}
+	/* A FUA write's sync goes through a handle of its own, opened
+	 * before the write: a file's error sequence tells each handle of an
+	 * error once, and a connection's requests run at once; through the
+	 * connection's handle, one FUA write's failed writeback could be told
+	 * to another in flight, and the first acknowledged */
+	wbc_file *fua = NULL;
 	if (flags & NBDKIT_FLAG_FUA) {
-		int r = wbc_fsync_range(h->f, offset, count, 1);
+		int r = wbc_file_open(g.dev, "", 0, &fua);
 		if (r) {
 			*err = -r;
 			nbdkit_error("wbcache: FUA write at %" PRIu64 ": %s", offset, wbc_strerror(r));
 			return -1;
 		}
+	}
+	const char *p = buf;
+	uint64_t off = offset;
+	uint32_t left = count;
+	int r = 0;
+	while (left && !r) {
+		ssize_t n = wbc_pwrite(h->f, p, left, off);
+		if (n <= 0) {
+			r = n < 0 ? (int)n : -EIO;
+			nbdkit_error("wbcache: write at %" PRIu64 ": %s", off, wbc_strerror(r));
+			break;
+		}
+		p += n;
+		off += (uint64_t)n;
+		left -= (uint32_t)n;
+	}
+	if (fua) {
+		if (!r) {
+			r = wbc_fsync_range(fua, offset, count, 1);
+			if (r)
+				nbdkit_error("wbcache: FUA write at %" PRIu64 ": %s", offset,
+					     wbc_strerror(r));
+		}
+		wbc_file_close(fua);
+	}
+	if (r) {
+		*err = -r;
+		return -1;
 	}
 	return 0;
 }
@@ -1099,10 +1129,11 @@ static int wbcache_flush(nbdkit_next *next, void *handle, uint32_t flags, int *e
 	(void)next;
 	(void)flags;
 	struct handle *h = handle;
+	uint64_t seen = lost_seen(h);
 	int r = wbc_fdatasync(h->f);
 	if (!r)
 		r = check_at_risk();
-	int lost = check_lost(h);   /* told even when the sync failed */
+	int lost = check_lost(h, seen);   /* told even when the sync failed */
 	if (!r)
 		r = lost;
 	if (r) {
