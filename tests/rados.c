@@ -366,6 +366,23 @@ static void test_dead_cache_leftovers(void)
 	for (size_t i = 0; i < 2 * MiB; i++)
 		CHECK_EQ(back[i], i < 3 * MiB / 2 ? 0x5a : 0);
 	CHECK_EQ(wbc_file_close(f), 0);
+
+	/* a size that does not parse: refused, nothing trimmed (it was read
+	 * as 0, and every object past it removed) */
+	for (uint64_t i = 0; i < 3; i++) {
+		objname(o, sizeof(o), "garbled", i);
+		CHECK_EQ(rados_write_full(ioc, o, junk, MiB), 0);
+	}
+	objname(o, sizeof(o), "garbled", 0);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.size", "12abc", 5), 0);
+	n = snprintf(buf, sizeof(buf), "%u", 3 * MiB);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.extent", buf, (size_t)n), 0);
+	CHECK_EQ(wbc_file_open(dev, "garbled", 0, &f), -EUCLEAN);
+	CHECK_EQ(obj_size("garbled", 0), MiB);
+	CHECK_EQ(obj_size("garbled", 2), MiB);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.size", "", 0), 0);
+	CHECK_EQ(wbc_file_open(dev, "garbled", 0, &f), -EUCLEAN);
+	CHECK_EQ(obj_size("garbled", 2), MiB);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(back);
 	free(junk);

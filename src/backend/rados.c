@@ -137,6 +137,10 @@ struct rfile {
 	 * Written under meta_lock and lock, read under either */
 	uint64_t trim_at, trim_upto;
 	atomic_bool fenced;         /* our lock was broken: writes fail */
+	/* b->files_lock: the keeper's renewal or a flush of every file uses
+	 * it without that lock (a synchronous operation, which may wait for
+	 * a slow OSD); it stays on the list until they are done */
+	unsigned busy;
 	bool lock_shared;           /* another handle of this backend holds it */
 	bool removed;               /* by remove(): close has nothing to write */
 };
@@ -185,8 +189,12 @@ struct rbe {
 	int close_err;              /* lock: the first of their errors, for flush */
 	pthread_cond_t closing_cond;
 
-	pthread_mutex_t files_lock; /* files; held across the keeper's checks */
+	/* files.  Never held across an operation on the cluster: close()
+	 * runs on the completion thread, and every file's completions would
+	 * wait behind one slow object */
+	pthread_mutex_t files_lock;
 	struct list_head files;
+	pthread_cond_t files_idle;  /* a file's busy fell to 0 */
 	pthread_cond_t keeper_cond;
 	bool keeper_stop;
 
@@ -258,7 +266,14 @@ static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint
 	if (r < 0)
 		return r;
 	buf[r] = '\0';
-	*v = strtoull(buf, NULL, 10);
+	/* a size or extent that does not parse is no size: refused (read as
+	 * 0, the open would trim every object away) */
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(buf, &end, 10);
+	if (!r || end != buf + r || errno || buf[0] < '0' || buf[0] > '9')
+		return -EUCLEAN;
+	*v = n;
 	return 0;
 }
 
@@ -638,6 +653,31 @@ static int take_lock(struct rfile *f, uint8_t flags)
 	return r;
 }
 
+/* Keep @f listed (its node valid) while files_lock is let go. */
+static void file_hold_locked(struct rfile *f)
+{
+	assert_held(&f->b->files_lock);
+	f->busy++;
+}
+
+static void file_unhold_locked(struct rfile *f)
+{
+	assert_held(&f->b->files_lock);
+	if (!--f->busy)
+		pthread_cond_broadcast(&f->b->files_idle);
+}
+
+/* Take @f off the list, once no one uses it without the lock. */
+static void file_unlist(struct rfile *f)
+{
+	struct rbe *b = f->b;
+	pthread_mutex_lock(&b->files_lock);
+	while (f->busy)
+		pthread_cond_wait(&b->files_idle, &b->files_lock);
+	list_del_init(&f->node);
+	pthread_mutex_unlock(&b->files_lock);
+}
+
 static void *keeper_main(void *arg)
 {
 	struct rbe *b = arg;
@@ -654,16 +694,21 @@ static void *keeper_main(void *arg)
 		if (now < next_check)
 			continue;
 		next_check = now + b->keeper_ns;
-		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
+		for (struct list_head *pos = b->files.next; pos != &b->files && !b->keeper_stop;
+		     pos = pos->next) {
 			struct rfile *f = container_of(pos, struct rfile, node);
 			if (atomic_load(&f->fenced))
 				continue;
+			file_hold_locked(f);
+			pthread_mutex_unlock(&b->files_lock);
 			int r = take_lock(f, LIBRADOS_LOCK_FLAG_MUST_RENEW);
 			if (r == -ENOENT || r == -EBUSY || r == -ESHUTDOWN) {
 				atomic_store(&f->fenced, true);
 				fprintf(stderr, "wbcache: rados: the lock on %s was broken: its writes "
 					"fail from now on\n", f->name);
 			}
+			pthread_mutex_lock(&b->files_lock);
+			file_unhold_locked(f);
 		}
 	}
 	pthread_mutex_unlock(&b->files_lock);
@@ -806,9 +851,13 @@ static int rados_flush(void *ctx, void *file, unsigned flags)
 	pthread_mutex_lock(&b->files_lock);
 	for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
 		struct rfile *f = container_of(pos, struct rfile, node);
+		file_hold_locked(f);
+		pthread_mutex_unlock(&b->files_lock);
 		int r = atomic_load(&f->fenced) ? -EIO : flush_file(f);
 		if (r && !err)
 			err = r;
+		pthread_mutex_lock(&b->files_lock);
+		file_unhold_locked(f);
 	}
 	pthread_mutex_unlock(&b->files_lock);
 	return err;
@@ -908,6 +957,10 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		    !(r = get_u64_xattr(b->io, o, XATTR_SIZE, &sz)))
 			r = get_u64_xattr(b->io, o, XATTR_EXTENT, &ext);
 		sync_end(b);
+		if (r == -EUCLEAN)
+			fprintf(stderr, "wbcache: rados: %s: its size attributes (%s, %s, %s) do "
+				"not parse: not opened, nothing trimmed\n", f->name, XATTR_OBJSIZE,
+				XATTR_SIZE, XATTR_EXTENT);
 		if (!r && made_with && made_with != b->objsize) {
 			fprintf(stderr, "wbcache: rados: %s was made with object_size=%llu, not %llu: "
 				"open it with that\n", f->name, (unsigned long long)made_with,
@@ -1012,9 +1065,7 @@ static void rados_close_file(void *ctx, void *file)
 {
 	struct rbe *b = ctx;
 	struct rfile *f = file;
-	pthread_mutex_lock(&b->files_lock);
-	list_del_init(&f->node);
-	pthread_mutex_unlock(&b->files_lock);
+	file_unlist(f);
 	if (!atomic_load(&f->fenced) && !f->lock_shared && !f->removed) {
 		pthread_mutex_lock(&f->lock);
 		uint64_t size = f->size;
@@ -1103,9 +1154,7 @@ static int rbe_remove(void *ctx, void *file)
 		return -EIO;
 	if (f->lock_shared)
 		return -EBUSY;
-	pthread_mutex_lock(&b->files_lock);
-	list_del_init(&f->node);
-	pthread_mutex_unlock(&b->files_lock);
+	file_unlist(f);
 	pthread_mutex_lock(&f->lock);
 	/* every object that may hold data: up to what writes reached, and
 	 * a shrink's removals still pending (not the size: a sparse file's
@@ -1160,6 +1209,7 @@ static void free_rbe(struct rbe *b)
 	pthread_cond_destroy(&b->watch_cond);
 	pthread_cond_destroy(&b->cond);
 	pthread_cond_destroy(&b->keeper_cond);
+	pthread_cond_destroy(&b->files_idle);
 	pthread_cond_destroy(&b->closing_cond);
 	free(b->pool);
 	free(b);
@@ -1324,7 +1374,9 @@ static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errle
 	}
 	if (!rc)
 		rados_conf_parse_env(b->cluster, NULL);   /* CEPH_ARGS */
-	if (!rc && o.timeout > 0) {
+	if (!rc) {
+		/* 0: never, also where ceph.conf or CEPH_ARGS set one (and
+		 * client_mount_timeout's own default, 300 s) */
 		char t[32];
 		snprintf(t, sizeof(t), "%g", o.timeout);
 		rados_conf_set(b->cluster, "rados_osd_op_timeout", t);
@@ -1360,6 +1412,7 @@ static struct rbe *new_rbe(void)
 	wbc_cond_init(&b->watch_cond);
 	pthread_cond_init(&b->cond, NULL);
 	wbc_cond_init(&b->keeper_cond);
+	wbc_cond_init(&b->files_idle);
 	pthread_cond_init(&b->closing_cond, NULL);
 	list_init(&b->files);
 	return b;
