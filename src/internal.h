@@ -61,7 +61,9 @@
  *                       another.  Under dirty_list=list (the old policy,
  *                       for experiments) writers and completions take it
  *                       too, in mark_inode_dirty, with no lock held but
- *                       inode->file_lock (file_lock=file), and queue_io
+ *                       inode->file_lock (file_lock=file) and the lock
+ *                       bit of the page dirtied (no one waits for a
+ *                       page's lock under list_lock), and queue_io
  *                       walks b_dirty under it.
  *   name_shard->lock    one shard of a device's name hash (fs/inode.c),
  *                       the drop of the last reference of an inode in it
@@ -104,9 +106,14 @@
  * above holds within each device, and devices are ordered top down
  * (a device can only stand on one made before it: no cycle).
  *
- * No lock is held across backend submission, a wait for I/O, a sleep, or a
+ * No mutex is held across backend submission, a wait for I/O, a sleep, or a
  * read-in from the backend (an invariant of the design): waits use condition
- * variables, which release the mutex.  The one exception is the old policy
+ * variables, which release the mutex.  inode->rwsem is not a mutex: a
+ * writer holds it shared across its throttle pauses and a read-in, as the
+ * kernel's writer holds i_rwsem in balance_dirty_pages; a truncate waiting
+ * for it exclusive goes before new readers (it is made writer-preferring,
+ * like i_rwsem: with readers first, writers whose holds overlapped kept a
+ * truncate out for good), so nothing takes it shared twice in one thread.  The one exception is the old policy
  * file_lock=file, kept for experiments because it is what it renders:
  * inode->file_lock is held across the submission of a file's run and a
  * writer's read of a partial page it claimed; neither waits for anything

@@ -617,9 +617,18 @@ static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, 
 	claim->busy = cl.busy;
 	if (err)
 		return err;
+	/* A page newly dirty puts its file on the dirty lists before its
+	 * lock is let go: a writer of the page after this one finds it dirty
+	 * and marks nothing, and a sync it makes after its write returns
+	 * must find the file (it found none, and returned with the data
+	 * unwritten, in the window between the unlock and the mark). */
 	if (cl.dirtied) {
 		/* the fast path: one trip through the inode lock */
 		memcpy(page_data(c, p) + poff, src, n);
+		if (cl.newly) {
+			account_dirtied(ino, 1);
+			mark_inode_dirty(ino);
+		}
 		page_unlock(ino, p, 0);
 	} else {
 		/* a partial write to a page not in the cache: read it first */
@@ -638,11 +647,11 @@ static int write_page_claimed(struct inode *ino, uint64_t pos, const char *src, 
 		if (cl.end > ino->i_size)
 			ino->i_size = cl.end;
 		pthread_mutex_unlock(&ino->lock);
+		if (cl.newly) {
+			account_dirtied(ino, 1);
+			mark_inode_dirty(ino);
+		}
 		page_unlock(ino, p, 0);
-	}
-	if (cl.newly) {
-		account_dirtied(ino, 1);
-		mark_inode_dirty(ino);
 	}
 	return cl.newly;
 }

@@ -336,7 +336,12 @@ static struct inode *inode_new(size_t nlen)
 	if (ino) {
 		memset(ino, 0, bytes);
 		ino->name_cap = (uint32_t)(bytes - offsetof(struct inode, name_buf));
-		pthread_rwlock_init(&ino->rwsem, NULL);
+		/* writer-preferring (internal.h, inode->rwsem) */
+		pthread_rwlockattr_t ra;
+		pthread_rwlockattr_init(&ra);
+		pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+		pthread_rwlock_init(&ino->rwsem, &ra);
+		pthread_rwlockattr_destroy(&ra);
 		wbc_mutex_init(&ino->file_lock);
 		wbc_mutex_init(&ino->lock);
 		wbc_cond_init(&ino->wait);

@@ -315,7 +315,8 @@ static void *flusher_main(void *arg)
 	bool kick_pending = false;
 
 	pthread_mutex_lock(&dev->work_lock);
-	while (!dev->stop) {
+	/* a sync queued before the stop is served: its caller waits for it */
+	while (!dev->stop || !list_empty(&dev->work_list)) {
 		atomic_fetch_add_explicit(&dev->flusher_turns, 1, memory_order_relaxed);
 		if (!list_empty(&dev->work_list)) {
 			struct wb_work *w = container_of(dev->work_list.next, struct wb_work, list);
