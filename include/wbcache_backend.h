@@ -187,8 +187,10 @@ struct wbc_backend_ops {
 	int (*flush)(void *ctx, void *file, unsigned flags);
 
 	/* Required.  Set @file's size to @size: cut, or extend with zeros.  A
-	 * WBC_BACKEND_ONE_FILE backend of fixed size returns -EFBIG above it
-	 * and succeeds (doing nothing) at or below it. */
+	 * WBC_BACKEND_ONE_FILE backend of fixed size returns -EFBIG above it,
+	 * -EINVAL below it (a device cannot be cut: cut and extended again,
+	 * its old bytes would read back as the file's) and succeeds, doing
+	 * nothing, at it. */
 	int (*resize)(void *ctx, void *file, uint64_t size);
 
 	/* Required.  Free the backend: called once, by wbc_cache_close(),

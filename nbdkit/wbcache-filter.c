@@ -509,7 +509,7 @@ static int be_resize(void *ctx, void *file, uint64_t size)
 {
 	(void)ctx;
 	(void)file;
-	return size > (uint64_t)g.size ? -EFBIG : 0;
+	return size == (uint64_t)g.size ? 0 : size > (uint64_t)g.size ? -EFBIG : -EINVAL;
 }
 
 static void workers_stop(void)

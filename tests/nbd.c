@@ -7,7 +7,8 @@
  *      server that is not there: a message.
  *   2. data: written through one cache, read back through a fresh one on
  *      the same server (misses go to the server); a read at the export's
- *      end is short; resize: EFBIG above the export, fine at its size;
+ *      end is short; resize: EFBIG above the export, EINVAL below it
+ *      (O_TRUNC does nothing), fine at its size;
  *      fsync sends NBD_CMD_FLUSH (nbdkit's log filter records it).
  *   3. the window: on a fast server (memory plugin) it grows above its
  *      start; on a slow one (delay and rate filters) it stays below the
@@ -196,6 +197,15 @@ static void test_data(void)
 	CHECK_EQ(wbc_truncate(f, 64 * MiB + 4096), -EFBIG);
 	CHECK_EQ(wbc_file_size(f), 64 * MiB);                  /* a refused extension */
 	CHECK_EQ(wbc_fsync(f), 0);                             /* ... leaves nothing to fix */
+	/* an export cannot be cut: cut and extended again, its old bytes
+	 * read back as the file's (the resize did nothing and said 0) */
+	CHECK_EQ(wbc_truncate(f, MiB), -EINVAL);
+	CHECK_EQ(wbc_file_size(f), 64 * MiB);
+	CHECK_EQ(wbc_truncate(f, 64 * MiB), 0);
+	wbc_file *t;
+	CHECK_EQ(wbc_file_open(dev, "", WBC_O_TRUNC, &t), 0);   /* O_TRUNC: nothing to cut */
+	CHECK_EQ(wbc_file_size(t), 64 * MiB);
+	CHECK_EQ(wbc_file_close(t), 0);
 	char tail[8192];
 	CHECK_EQ(wbc_pread(f, tail, sizeof(tail), 64 * MiB - 100), 100);   /* the end */
 	struct wbc_backend_stats st = bstats(dev);

@@ -650,7 +650,10 @@ static int file_resize(void *ctx, void *obj, uint64_t size)
 		uint64_t now;
 		if (!ioctl(o->fd, BLKGETSIZE64, &now))
 			__atomic_store_n(&o->blk_size, now, __ATOMIC_RELAXED);
-		return size <= __atomic_load_n(&o->blk_size, __ATOMIC_RELAXED) ? 0 : -EFBIG;
+		uint64_t end = __atomic_load_n(&o->blk_size, __ATOMIC_RELAXED);
+		/* a device cannot be cut (ftruncate: EINVAL): cut and
+		 * extended again, its old bytes would read back */
+		return size == end ? 0 : size > end ? -EFBIG : -EINVAL;
 	}
 	int fd = obj_get_fd(f, o);
 	if (fd < 0)

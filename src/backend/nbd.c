@@ -919,7 +919,9 @@ static int nbd_resize(void *ctx, void *file, uint64_t size)
 {
 	(void)file;
 	struct nbe *b = ctx;
-	return size <= b->size ? 0 : -EFBIG;
+	/* a fixed export: neither cut (its bytes would read back when
+	 * extended again) nor extended */
+	return size == b->size ? 0 : size > b->size ? -EFBIG : -EINVAL;
 }
 
 static void nbd_stats(void *ctx, struct wbc_backend_stats *st)

@@ -127,6 +127,10 @@ int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *gr
 	}
 	if (flags & WBC_O_TRUNC) {
 		err = wbc_truncate(*out, 0);
+		/* a device (one file of fixed size) cannot be cut: O_TRUNC
+		 * means nothing there, as on a block device */
+		if (err == -EINVAL && handle_get(*out)->inode->dev->be->single)
+			err = 0;
 		if (err) {
 			wbc_file_close(*out);
 			*out = NULL;
