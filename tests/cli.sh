@@ -61,6 +61,15 @@ expect_err "model:lat=0x10" run dd --dev model:lat=0x10
 expect_msg "model:lat=1e9" "lat=TIME<=60s" run dd --dev model:lat=1e9 --size 1M
 expect_err "--version with more" --version --bogus
 expect_err "help of no such command" help frob
+# the stray argument is the one named (it said 'run' for `help run x`)
+expect_msg "help with a stray argument" "unexpected argument 'x'" help run x
+# output that cannot be written: exit 1 and why (each exited 0, nothing
+# written)
+for args in --help "run --help" "lab --list"; do
+	out=$($W $args 2>&1 >/dev/full); rc=$?
+	[ $rc -eq 1 ] || fail "$args >/dev/full: exit $rc, expected 1"
+	echo "$out" | grep -q "writing to standard output" || fail "$args >/dev/full: '$out'"
+done
 $W help run | grep -q -- "--dev" || fail "help run does not show run's help"
 $W rados-unlock --help | grep -q "^usage: wbcache rados-unlock" || fail "rados-unlock --help"
 $W --help | grep -q "mount BACKING_DIR" || fail "--help does not list mount"
@@ -273,6 +282,26 @@ wait $rpid; rc=$?
 grep -q "^dd: 1 thread" "$dir/intr.out" || fail "SIGINT: no report: $(cat "$dir/intr.out")"
 [ -z "$(ls "$dir/intr")" ] || fail "SIGINT: files left: $(ls "$dir/intr")"
 grep -q '"finished": false' "$dir/intr.json" || fail "SIGINT: the JSON says finished"
+# ... and says at once that it writes back before exiting (it went silent
+# until its final fsync ended: minutes on a slow device)
+grep -Eq "^wbcache: SIGINT: stopping; writing back [0-9]+ MiB before exiting \(another SIGINT ends it" \
+	"$dir/intr.out" || fail "SIGINT: no line on the writeback: $(cat "$dir/intr.out")"
+# a report into a pipe whose reader has gone (| head -1): not killed by
+# SIGPIPE (exit 141, files left, no writeback, no trace) but exit 1 after
+# the clean-up, the trace written
+closed_pipe() {   # closed_pipe CMD...: CMD's stdout a pipe with no reader
+	python3 -c 'import os, subprocess, sys
+r, w = os.pipe(); os.close(r)
+p = subprocess.run(sys.argv[1:], stdout=w)
+sys.exit(p.returncode if p.returncode >= 0 else 128 - p.returncode)' "$@"
+}
+mkdir "$dir/pipe"
+out=$(closed_pipe $W run dd --dev "dir:$dir/pipe" --size 8M --threads 2 --no-fsync \
+	--trace "$dir/pipe.csv" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "report into a closed pipe: exit $rc, expected 1: $out"
+echo "$out" | grep -q "writing the report: Broken pipe" || fail "closed pipe: '$out'"
+[ -z "$(ls "$dir/pipe")" ] || fail "closed pipe: files left: $(ls "$dir/pipe")"
+head -1 "$dir/pipe.csv" | grep -q '^t_s,' || fail "closed pipe: no trace"
 
 # the report to a full disk: exit 1
 $W run dd --dev mem --size 64K --bs 4K --mem 1M --quiet >/dev/full 2>/dev/null && fail "report to /dev/full: exit 0"
@@ -291,6 +320,46 @@ echo "$out" | grep -q -- "--json /dev/full: cannot write it" || fail "--json /de
 expect_msg "same output twice" "name the same file" run dd --size 64K --mem 1M --dev mem \
 	--trace "$dir/x" --plot "$dir/x"
 expect_msg "empty --dir" "bad value '' for --dir" run dd --size 64K --mem 1M --dir ''
+# a comma in --dir: refused before anything is made (dir:DIR took it for
+# device options: "x,y" made, then "bad option 'y'"; x,direct=0 wrote
+# into x)
+expect_msg "--dir with a comma" "a comma cannot be in" run dd --size 64K --mem 1M --dir "$dir/cx,y"
+expect_msg "--dir with an option" "a comma cannot be in" run dd --size 64K --mem 1M \
+	--dir "$dir/cz,direct=0"
+[ ! -e "$dir/cx,y" ] && [ ! -e "$dir/cz" ] || fail "a refused --dir was made"
+# one output file under two names: refused (only the strings were compared)
+(cd "$dir" && "$wabs" run dd --dev mem --size 64K --mem 1M --json a.json --trace ./a.json \
+	>/dev/null 2>"$dir/same.err"); rc=$?
+[ $rc -eq 2 ] && grep -q "name the same file" "$dir/same.err" ||
+	fail "--json a.json --trace ./a.json: exit $rc: $(cat "$dir/same.err")"
+[ ! -e "$dir/a.json" ] || fail "a refused run left its output"
+# the JSON's total written_bytes counts a stacked device's bytes once (the
+# device under it writes them back again: 32 MiB were 64)
+$W run dd --dev model:bw=400M --dev stack:0/img --size 32M --mem 16M --quiet \
+	--json "$dir/st.json" >/dev/null || fail "stacked run with --json"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["written_bytes"] == j["bytes"] == 32 << 20, (j["written_bytes"], j["bytes"])' \
+	"$dir/st.json" || fail "stacked written_bytes: $(head -c 600 "$dir/st.json")"
+# the headline's seconds are the writers': not filling their --bs
+# buffers before (128 MiB a byte at a time: half a second, the headline
+# a quarter of the thread's MB/s)
+$W run dd --dev mem --size 128M --bs 128M --mem 64M --quiet --json "$dir/bs.json" \
+	>"$dir/bs.out" || fail "dd --bs 128M"
+python3 - "$dir/bs.json" "$dir/bs.out" <<'PY' || fail "headline includes the fill: $(cat "$dir/bs.out")"
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+mbs = float(re.search(r"^ +0 +0 +([0-9.]+) ", open(sys.argv[2]).read(), re.M).group(1))
+thread_s = j["bytes"] / (mbs * 1e6)
+assert j["secs"] - thread_s < 0.25, (j["secs"], thread_s)
+PY
+# a writer's error names the operation, the file and the device
+out=$($W run dd --dev dir:/proc --size 1M --quiet 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] || fail "dd on dir:/proc: exit $rc"
+echo "$out" | grep -q "a writer failed: .*(thread 0 creating file dd\.[0-9.]* on dir:/proc;" ||
+	fail "dd on dir:/proc: '$out'"
+# a stack over a device of one file names a file it does not have
+expect_msg "stack over a stack, with a NAME" "holds only one file" run dd --dev mem \
+	--dev stack:0/img --dev stack:1/img2
 # a model option's error names the value as given
 expect_msg "bad model schedule" "'sched=1s@0%'" run dd --dev 'model:sched=1s@0%'
 # --deadline: the JSON has null for what the run did not sum up

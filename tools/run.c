@@ -77,6 +77,10 @@ struct worker {
 	uint64_t reads, read_bytes;  /* randrw */
 	double secs;
 	int err;
+	/* what failed (err): the operation and the file, for the message */
+	const char *err_op;
+	bool err_on_file;          /* err_op was on a file: err_file, or the one file */
+	char err_file[96];
 	uint64_t *pauses;          /* ns */
 	uint64_t *fsyncs;          /* ns: latencies of --fsync-every's fdatasyncs */
 	size_t nfsyncs, fcap;
@@ -111,6 +115,16 @@ static struct run {
 	/* SIGINT or SIGTERM: the run stops as at its --time, reports and
 	 * removes its files, then exits 130 (a second one ends it at once) */
 	atomic_bool interrupted;
+	/* dirty + writeback bytes at the last look (the sampler's, or before
+	 * the close): what an interrupt says is still to be written back */
+	atomic_uint_fast64_t dirty_now;
+	bool status_tty;            /* the live status line is drawn on stderr */
+	bool under[RUN_MAX_DEVS];   /* a stack: device stands on it: no writer's */
+	int out_errno;              /* the first error writing the report */
+	/* the writers' start: each fills its buffer, says it is ready and
+	 * waits for go, so that the clock (t0) starts after every fill */
+	unsigned ready;
+	bool go;
 	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
 } R;
 
@@ -151,11 +165,68 @@ static void note_pause(struct worker *w, struct wbc_thread_stats *prev)
 	*prev = st;
 }
 
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+
+/* @v in decimal at @p; returns the end (async-signal-safe, no stdio) */
+static char *put_u64(char *p, uint64_t v)
+{
+	char tmp[24];
+	int n = 0;
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10));
+	while (n)
+		*p++ = tmp[--n];
+	return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+	while (*s)
+		*p++ = *s++;
+	return p;
+}
+
+/* The first SIGINT or SIGTERM: the run stops and writes back what is
+ * dirty, which may take minutes on a slow device; one line says so at once
+ * (write(2): stdio is not for a handler).  SA_RESETHAND: the same signal
+ * again kills the process, leaving its data files and no report. */
 static void on_interrupt(int sig)
 {
-	(void)sig;
-	atomic_store(&R.interrupted, true);
+	int saved = errno;
+	if (!atomic_exchange(&R.interrupted, true)) {
+		char msg[256], *p = msg;
+		uint64_t mib = (atomic_load(&R.dirty_now) + (1u << 20) - 1) >> 20;
+		const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+		p = put_str(p, R.status_tty ? "\nwbcache: " : "wbcache: ");
+		p = put_str(p, name);
+		p = put_str(p, ": stopping; writing back ");
+		p = put_u64(p, mib);
+		p = put_str(p, " MiB before exiting (another ");
+		p = put_str(p, name);
+		p = put_str(p, " ends it at once, leaving its data files and no report)\n");
+		ssize_t r = write(STDERR_FILENO, msg, (size_t)(p - msg));
+		(void)r;
+	}
 	atomic_store(&R.stop, true);
+	errno = saved;
+}
+
+/* fflush(stdout), the first error kept for the message at the end (a
+ * later flush with nothing to write says nothing of why) */
+static void flush_report(void)
+{
+	if (fflush(stdout) && !R.out_errno)
+		R.out_errno = errno ? errno : EIO;
+}
+
+/* What is dirty or in writeback now: for an interrupt's message. */
+static void note_dirty(void)
+{
+	struct wbc_stats st;
+	wbc_stats(R.cache, &st);
+	atomic_store(&R.dirty_now, st.dirty_bytes + st.writeback_bytes);
 }
 
 /* dd: writer @id's share of --size (the last one takes what does not
@@ -274,6 +345,27 @@ static int timed_fsync(struct worker *w, wbc_file *f)
 	return err;
 }
 
+/* A writer is ready (its buffer filled, or it failed): count it, and
+ * wait until the main thread starts the clock. */
+static void gate_wait(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	R.ready++;
+	pthread_cond_broadcast(&gate_cond);
+	while (!R.go)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+/* The writer's error @err in operation @op on file @name. */
+static void worker_fail(struct worker *w, int err, const char *op, const char *name)
+{
+	w->err = err;
+	w->err_op = op;
+	w->err_on_file = true;
+	snprintf(w->err_file, sizeof(w->err_file), "%s", name);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -286,12 +378,19 @@ static void *worker_main(void *arg)
 		free(buf);
 		free(rbuf);
 		w->err = -ENOMEM;
-		atomic_fetch_add(&R.workers_done, 1);   /* the sampler waits for every one */
+		w->err_op = "allocating its buffer";
+		gate_wait();   /* the main thread waits for every one */
+		atomic_fetch_add(&R.workers_done, 1);   /* the sampler too */
 		return NULL;
 	}
 	uint64_t seed = 0x9e3779b97f4a7c15ull * (w->id + 1);
-	for (uint64_t i = 0; i < o->bs; i++)
-		buf[i] = (char)(xrand(&seed) >> 56);
+	/* eight bytes per number: a 512 MiB buffer took seconds a byte at a
+	 * time (and it is filled before the clock starts anyway) */
+	for (uint64_t i = 0; i < o->bs; i += 8) {
+		uint64_t x = xrand(&seed);
+		memcpy(buf + i, &x, o->bs - i < 8 ? (size_t)(o->bs - i) : 8);
+	}
+	gate_wait();
 	char name[96];
 	wbc_file *f = NULL;
 	double t0 = now_s();
@@ -305,8 +404,11 @@ static void *worker_main(void *arg)
 		/* randwrite and jbod write into their laid-out files; the one
 		 * file of a device is shared, never truncated */
 		int oflags = w->one_file ? 0 : seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
-		if ((w->err = wbc_file_open(w->dev, name, oflags, &f)))
+		int e = wbc_file_open(w->dev, name, oflags, &f);
+		if (e) {
+			worker_fail(w, e, oflags & WBC_O_CREAT ? "creating" : "opening", name);
 			break;
+		}
 		uint64_t share = dd_share(w->id), blocks = o->file_size / o->bs;
 		while ((o->time_s > 0 || w->bytes < share) && !time_up()) {
 			/* a region of the one file: --time wraps around in it */
@@ -315,7 +417,7 @@ static void *worker_main(void *arg)
 			if (o->wl == WL_RANDRW && xrand(&seed) % 100 >= o->rwmix) {
 				ssize_t r = wbc_pread(f, rbuf, o->bs, off);
 				if (r < 0) {
-					w->err = (int)r;
+					worker_fail(w, (int)r, "reading", name);
 					break;
 				}
 				w->reads++;
@@ -333,7 +435,7 @@ static void *worker_main(void *arg)
 			double tw = o->lat_log ? now_s() : 0;
 			ssize_t r = wbc_pwrite(f, buf, n, off);
 			if (r < 0) {
-				w->err = (int)r;
+				worker_fail(w, (int)r, "writing", name);
 				break;
 			}
 			if (o->lat_log)
@@ -344,8 +446,10 @@ static void *worker_main(void *arg)
 			atomic_fetch_add_explicit(&R.bytes_done, (uint64_t)r, memory_order_relaxed);
 			note_pause(w, &prev);
 			if (o->fsync_every && w->bytes / o->fsync_every != (w->bytes - (uint64_t)r) / o->fsync_every &&
-			    (w->err = timed_fsync(w, f)))
+			    (e = timed_fsync(w, f))) {
+				worker_fail(w, e, "fdatasync of", name);
 				break;
+			}
 		}
 		break;
 	}
@@ -353,13 +457,16 @@ static void *worker_main(void *arg)
 		for (uint64_t k = 0; k < o->files && !time_up(); k++) {
 			wbc_file *g;
 			fname(name, sizeof(name), "fsm", w->id, k);
-			if ((w->err = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &g)))
+			int e = wbc_file_open(w->dev, name, WBC_O_CREAT | WBC_O_TRUNC, &g);
+			if (e) {
+				worker_fail(w, e, "creating", name);
 				break;
+			}
 			for (uint64_t off = 0; off < o->file_size && !w->err; off += o->bs) {
 				size_t n = (size_t)(o->file_size - off < o->bs ? o->file_size - off : o->bs);
 				ssize_t r = wbc_pwrite(g, buf, n, off);
 				if (r < 0) {
-					w->err = (int)r;
+					worker_fail(w, (int)r, "writing", name);
 				} else {
 					w->bytes += (uint64_t)r;
 					atomic_fetch_add_explicit(&R.bytes_done, (uint64_t)r,
@@ -373,8 +480,11 @@ static void *worker_main(void *arg)
 		}
 		break;
 	}
-	if (f && !w->err && o->fsync_end)
-		w->err = wbc_fsync(f);
+	if (f && !w->err && o->fsync_end) {
+		int e = wbc_fsync(f);
+		if (e)
+			worker_fail(w, e, "fsync of", name);
+	}
 	w->secs = now_s() - t0;
 	wbc_file_close(f);
 	free(buf);
@@ -407,6 +517,7 @@ static void take_sample(double dt, struct wbc_stats *prev)
 	s->freerun = (double)st.freerun_bytes / MiB;
 	s->setpoint = (double)st.setpoint_bytes / MiB;
 	s->limit = (double)st.limit_bytes / MiB;
+	atomic_store(&R.dirty_now, st.dirty_bytes + st.writeback_bytes);
 	uint64_t np = st.pauses - prev->pauses;
 	s->pause_ms = np ? (double)(st.paused_ns - prev->paused_ns) / (double)np / 1e6 : 0;
 	*prev = st;
@@ -691,7 +802,10 @@ static void write_json(const char *path, const struct json_fig *j)
 			max_ns = dd.list_lock_max_hold_ns;
 		waits += dd.list_lock_waits;
 		uint64_t wr = ds.written_back_bytes - R.written0[d];
-		written += wr;
+		/* a device under a stack: device writes back what that one
+		 * wrote back (again): counted once, the stacked device's */
+		if (!R.under[d])
+			written += wr;
 		fprintf(f, "%s\n  {\"spec\": ", d ? "," : "");
 		json_str(f, R.o.devs[d]);
 		fprintf(f, ", \"written_bytes\": %llu, \"list_lock_holds\": %llu, "
@@ -1106,11 +1220,11 @@ static void run_usage(FILE *out)
 "options (SIZE: bytes, or with K, M, G, T: powers of 1024; an option for\n"
 "other workloads than the one run is refused):\n"
 "  --dev SPEC         a device, up to 16 (see devices below); default dir:DIR,\n"
-"                     jbod: four model devices at 25/50/100/200 MB/s\n"
+"                     jbod: four model devices at 25/50/100/200 MiB/s\n"
 "  --dir DIR          data directory: the default device dir:DIR (made if\n"
 "                     missing) and the demonstration's trace and plot\n"
 "                     (default $WBCACHE_DIR, else " DEFAULT_DIR "); refused\n"
-"                     with --dev and by jbod\n"
+"                     with --dev, by jbod, and with a comma in its name\n"
 "  --threads N        writers, 1..1024 (default 1; jbod: per device, default 2)\n"
 "  --size SIZE        dd, the demonstration: bytes in all, split evenly over the\n"
 "                     threads, the last taking the rest (default 1G; with\n"
@@ -1173,9 +1287,12 @@ static void run_usage(FILE *out)
 "  file_lock=page|file, max_inflight=N, chunk=bw|SIZE, throttle=current|2011;\n"
 "  the model's seek=TIME, send=1 and discard=1\n"
 "\n"
-"exit status: 0; 1 the run failed (a write, the writeback, the layout, DIR);\n"
-"2 a bad workload, option, spec or cache configuration (one line says why);\n"
-"3 --deadline passed\n");
+"exit status: 0; 1 the run failed (a write, the writeback, the layout, DIR,\n"
+"the report or an output file at the end); 2 a bad workload, option, spec or\n"
+"cache configuration, or an output file that cannot be written at the start\n"
+"(one line says why); 3 --deadline passed; 130 SIGINT or SIGTERM: the run\n"
+"stopped, reported, wrote back and removed its files (the same signal again:\n"
+"ends it at once, its files left)\n");
 }
 
 static int bad(const char *what, const char *val)
@@ -1517,6 +1634,10 @@ int cmd_run(int argc, char **argv)
 {
 	memset(&R, 0, sizeof(R));
 	struct opts *o = &R.o;
+	/* a report to a pipe whose reader has gone (| head) is an error of
+	 * the report (EPIPE, exit 1 at the end), not the end of the process:
+	 * the run still writes back, removes its files and writes its outputs */
+	signal(SIGPIPE, SIG_IGN);
 	int rc = parse_opts(argc, argv, o);
 	if (rc)
 		return rc == 1 ? 0 : rc;
@@ -1531,6 +1652,15 @@ int cmd_run(int argc, char **argv)
 			for (unsigned i = 0; i < 4; i++)
 				o->devs[o->ndev++] = jbod_default[i];
 		} else {
+			/* DIR becomes a device spec, where a comma starts the
+			 * options (--dir /tmp/x,direct=0 wrote into /tmp/x):
+			 * refused before anything is made */
+			if (strchr(o->dir, ',')) {
+				fprintf(stderr, "wbcache: %s %s: a comma cannot be in the data "
+					"directory's name (it would start device options)\n",
+					o->dir_given ? "--dir" : "$WBCACHE_DIR", o->dir);
+				return 2;
+			}
 			snprintf(dirspec, sizeof(dirspec), "dir:%s", o->dir);
 			o->devs[o->ndev++] = dirspec;
 			uses_dir = true;
@@ -1569,7 +1699,13 @@ int cmd_run(int argc, char **argv)
 	 * the run, not after it */
 	const char *outs[][2] = { { "--trace", o->trace }, { "--plot", o->plot },
 				  { "--json", o->json }, { "--lat-log", o->lat_log } };
-	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+	/* each output's file (st_dev, st_ino), and whether this check made it:
+	 * those made are removed once all are checked, so that a second name
+	 * of one file (./a.json beside a.json, a link) finds the first */
+	struct stat ost[4];
+	bool made[4] = { false }, have[4] = { false };
+	rc = 0;
+	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]) && !rc; i++) {
 		if (!outs[i][1])
 			continue;
 		if (!strcmp(outs[i][1], "-")) {
@@ -1582,35 +1718,40 @@ int cmd_run(int argc, char **argv)
 			fflush(stdout);
 			if ((R.json_fd = dup(STDOUT_FILENO)) < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
 				fprintf(stderr, "wbcache: --json -: %s\n", strerror(errno));
-				return 2;
+				rc = 2;
 			}
 			continue;
 		}
-		for (size_t k = 0; k < i; k++)
-			if (outs[k][1] && !strcmp(outs[k][1], outs[i][1])) {
-				fprintf(stderr, "wbcache: %s and %s name the same file, %s\n",
-					outs[k][0], outs[i][0], outs[i][1]);
-				return 2;
-			}
 		/* one that is not there is made and removed again: a run
 		 * refused later leaves no empty file; O_NONBLOCK: a FIFO
 		 * without a reader says ENXIO instead of stopping here */
 		const int how = O_WRONLY | O_CLOEXEC | O_NONBLOCK;
-		bool made = false;
 		int fd = open(outs[i][1], how);
 		if (fd < 0 && errno == ENOENT) {
 			fd = open(outs[i][1], how | O_CREAT | O_EXCL, 0644);
-			made = fd >= 0;
+			made[i] = fd >= 0;
 		}
 		if (fd < 0) {
 			fprintf(stderr, "wbcache: %s %s: cannot write it: %s\n", outs[i][0], outs[i][1],
 				strerror(errno));
-			return 2;
+			rc = 2;
+			break;
 		}
+		have[i] = !fstat(fd, &ost[i]);
 		close(fd);
-		if (made)
-			unlink(outs[i][1]);
+		for (size_t k = 0; k < i && !rc; k++)
+			if (have[k] && have[i] && ost[k].st_dev == ost[i].st_dev &&
+			    ost[k].st_ino == ost[i].st_ino) {
+				fprintf(stderr, "wbcache: %s %s and %s %s name the same file\n",
+					outs[k][0], outs[k][1], outs[i][0], outs[i][1]);
+				rc = 2;
+			}
 	}
+	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++)
+		if (made[i])
+			unlink(outs[i][1]);
+	if (rc)
+		return rc;
 	int err = wbc_cache_open(&o->cfg, &R.cache);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "wbcache: cannot allocate a cache of %.0f MiB: %s (--mem may "
@@ -1635,7 +1776,7 @@ int cmd_run(int argc, char **argv)
 	}
 	/* writers write to the devices no stacked device of the run stands
 	 * on (stack:N/NAME: device N is under it) */
-	bool under[RUN_MAX_DEVS] = { false };
+	bool *under = R.under;
 	unsigned targets[RUN_MAX_DEVS], nt = 0;
 	for (unsigned d = 0; d < o->ndev; d++)
 		if (!strncmp(o->devs[d], "stack:", 6)) {
@@ -1676,7 +1817,7 @@ int cmd_run(int argc, char **argv)
 	       wl_names[o->wl], R.nw, o->ndev, (double)st.mem_bytes / MiB,
 	       (double)st.bg_thresh_bytes / MiB, (double)st.setpoint_bytes / MiB,
 	       (double)st.limit_bytes / MiB);
-	fflush(stdout);
+	flush_report();
 	unsigned on_dev[RUN_MAX_DEVS] = { 0 };
 	for (unsigned i = 0; i < R.nw; i++) {
 		struct worker *w = &R.w[i];
@@ -1695,6 +1836,7 @@ int cmd_run(int argc, char **argv)
 	}
 	/* from here on the run has files to remove: an interrupt stops it
 	 * as its --time would, and it cleans up */
+	R.status_tty = !o->quiet && isatty(STDERR_FILENO);
 	struct sigaction sa = { .sa_handler = on_interrupt, .sa_flags = SA_RESETHAND };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
@@ -1702,28 +1844,45 @@ int cmd_run(int argc, char **argv)
 	if (WL_RANDOM(o->wl) && !o->no_layout && (err = layout())) {
 		fprintf(stderr, "wbcache: laying out the files: %s\n",
 			err == -EINTR ? "interrupted" : wbc_strerror(err));
+		note_dirty();
 		wbc_cache_close(R.cache);
 		remove_files(o);
 		return err == -EINTR ? 130 : 1;
 	}
-	wbc_stats(R.cache, &st);
-	wb_bytes0 = st.written_back_bytes;
-	for (unsigned d = 0; d < o->ndev; d++) {
-		struct wbc_dev_stats ds;
-		wbc_dev_stats(R.dev[d], &ds);
-		R.written0[d] = R.last_written[d] = ds.written_back_bytes;
-	}
-	wb_cpu0 = wb_threads_cpu(false);
-	lib_cpu0 = any_rados() ? threads_cpu_mode("!", false) : 0;
-	getrusage(RUSAGE_SELF, &ru0);
-	wb_user0 = wb_threads_cpu(true);
-	R.t0 = now_s();
+	note_dirty();
 	pthread_t sampler;
 	unsigned started = 0;
 	int terr = 0;
 	while (started < R.nw &&
 	       !(terr = pthread_create(&R.w[started].th, NULL, worker_main, &R.w[started])))
 		started++;
+	/* the clock starts when every writer has filled its buffer (a
+	 * 512 MiB one took as long as the writes): the headline's seconds,
+	 * --time and --deadline are the writers' */
+	pthread_mutex_lock(&gate_lock);
+	while (!terr && R.ready < R.nw)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+	if (!terr) {
+		wbc_stats(R.cache, &st);
+		wb_bytes0 = st.written_back_bytes;
+		for (unsigned d = 0; d < o->ndev; d++) {
+			struct wbc_dev_stats ds;
+			wbc_dev_stats(R.dev[d], &ds);
+			R.written0[d] = R.last_written[d] = ds.written_back_bytes;
+		}
+		wb_cpu0 = wb_threads_cpu(false);
+		lib_cpu0 = any_rados() ? threads_cpu_mode("!", false) : 0;
+		getrusage(RUSAGE_SELF, &ru0);
+		wb_user0 = wb_threads_cpu(true);
+		R.t0 = now_s();
+	} else {
+		atomic_store(&R.stop, true);
+	}
+	pthread_mutex_lock(&gate_lock);
+	R.go = true;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
 	if (!terr && (terr = pthread_create(&sampler, NULL, sampler_main, NULL)))
 		started = R.nw + 1;   /* every writer, and not the sampler */
 	if (terr) {
@@ -1738,6 +1897,7 @@ int cmd_run(int argc, char **argv)
 			fprintf(stderr, "wbcache: cannot start writer thread %u of %u: %s\n",
 				started + 1, R.nw, strerror(terr));
 		wbc_cache_close(R.cache);
+		remove_files(o);   /* the writers that started made theirs */
 		return 1;
 	}
 	if (o->deadline_s > 0) {
@@ -1753,18 +1913,33 @@ int cmd_run(int argc, char **argv)
 	double secs = now_s() - R.t0;
 	pthread_join(sampler, NULL);
 	int werr = 0;
+	const struct worker *wf = NULL;
 	for (unsigned i = 0; i < R.nw; i++)
-		if (R.w[i].err && !werr)
+		if (R.w[i].err && !werr) {
 			werr = R.w[i].err;
+			wf = &R.w[i];
+		}
 	report(secs);
-	fflush(stdout);   /* before the close, which may take long (--no-fsync) */
+	flush_report();   /* before the close, which may take long (--no-fsync) */
 	if (werr) {
+		/* the operation, the file and the device: "No such file or
+		 * directory" alone named none of them */
+		char what[160];
+		if (!wf->err_on_file)
+			what[0] = '\0';
+		else if (wf->one_file)
+			snprintf(what, sizeof(what), " the device's file");
+		else
+			snprintf(what, sizeof(what), " file %s", wf->err_file);
 		wbc_stats(R.cache, &st);
-		fprintf(stderr, "wbcache: a writer failed: %s (%.1f MiB dirty, %.1f MiB of it at "
-			"risk after failed writes)\n", wbc_strerror(werr),
+		fprintf(stderr, "wbcache: a writer failed: %s (thread %u %s%s on %s; "
+			"%.1f MiB dirty, %.1f MiB of it at risk after failed writes)\n",
+			wbc_strerror(werr), wf->id, wf->err_op ? wf->err_op : "writing", what,
+			R.o.devs[wf->dev_idx],
 			(double)(st.dirty_bytes + st.writeback_bytes) / MiB,
 			(double)st.at_risk_bytes / MiB);
 	}
+	note_dirty();
 	int cerr = wbc_cache_close_stats(R.cache, &st);
 	if (cerr)
 		fprintf(stderr, "wbcache: writeback at close failed: %s (%.1f MiB of written data "
@@ -1796,8 +1971,10 @@ int cmd_run(int argc, char **argv)
 	free(R.w);
 	free(R.s);
 	/* the report reached its reader (a full disk, a closed pipe: not 0) */
-	if (fflush(stdout) || ferror(stdout)) {
-		fprintf(stderr, "wbcache: writing the report: %s\n", strerror(errno ? errno : EIO));
+	flush_report();
+	if (R.out_errno || ferror(stdout)) {
+		fprintf(stderr, "wbcache: writing the report: %s\n",
+			strerror(R.out_errno ? R.out_errno : EIO));
 		return 1;
 	}
 	if (atomic_load(&R.interrupted)) {

@@ -54,8 +54,9 @@ static void usage(FILE *out)
 "\n"
 "  --help, --version, help COMMAND (its --help)\n"
 "\n"
-"exit status: 0; 1 the command failed; 2 a bad command line; 3 a run that\n"
-"passed its --deadline\n");
+"exit status: 0; 1 the command failed (its output not written, too); 2 a\n"
+"bad command line; 3 a run that passed its --deadline; 130 a run or lab\n"
+"interrupted (SIGINT, SIGTERM; lab: 128 + the signal)\n");
 }
 
 /* wbcache rados-unlock SPEC NAME: 0 broken (or not locked), 1 failed,
@@ -83,7 +84,41 @@ static int cmd_rados_unlock(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * What a command printed reached standard output: `wbcache stat MNT
+ * >/dev/full` and --help into a closed pipe said nothing and exited 0.
+ * Flushed and closed here, the error said on standard error.  A closed
+ * descriptor 1 (>&-) is no error where nothing was written to it (EBADF
+ * at the close, as coreutils' close_stdout).
+ */
+static int close_stdout(int rc)
+{
+	/* e: the error, -1 where stdio kept only that there was one (an
+	 * earlier write's, its buffer dropped) */
+	int e = ferror(stdout) ? -1 : 0;
+	errno = 0;
+	if (fflush(stdout))
+		e = errno ? errno : -1;
+	errno = 0;
+	if (fclose(stdout) && !e && errno != EBADF)
+		e = errno ? errno : -1;
+	if (!e || rc)
+		return rc;
+	if (e > 0)
+		fprintf(stderr, "wbcache: writing to standard output: %s\n", strerror(e));
+	else
+		fprintf(stderr, "wbcache: writing to standard output failed\n");
+	return 1;
+}
+
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+	return close_stdout(dispatch(argc, argv));
+}
+
+static int dispatch(int argc, char **argv)
 {
 	if (argc < 2) {
 		usage(stderr);
@@ -95,13 +130,15 @@ int main(int argc, char **argv)
 		const char *known[] = { "run", "lab", "mount", "stat", "umount", "rados-unlock" };
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 			if (!strcmp(argv[2], known[i]))
-				return main(3, (char *[]){ argv[0], sub[0], sub[1], NULL });
+				return dispatch(3, (char *[]){ argv[0], sub[0], sub[1], NULL });
 		fprintf(stderr, "wbcache: help: unknown command '%s' (try --help)\n", argv[2]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		if (argc > 2) {
-			fprintf(stderr, "wbcache: unexpected argument '%s' (try --help)\n", argv[2]);
+			/* `help COMMAND x`: x is the stray one, not COMMAND */
+			int k = !strcmp(argv[1], "help") && argc > 3 ? 3 : 2;
+			fprintf(stderr, "wbcache: unexpected argument '%s' (try --help)\n", argv[k]);
 			return 2;
 		}
 		usage(stdout);

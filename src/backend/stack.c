@@ -303,6 +303,20 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	}
 	s->cap = 4 * STACK_QD;
 	s->mode = mode;
+	/* a device of one file (file:, NBD, a stacked one) has no file of
+	 * another name: its open says only EINVAL */
+	const struct wbc_backend_ops *lops;
+	void *lctx = wbc_dev_backend(lower, &lops);
+	struct wbc_backend_caps lc;
+	memset(&lc, 0, sizeof(lc));
+	lops->caps(lctx, &lc);
+	if ((lc.flags & WBC_BACKEND_ONE_FILE) && name[0]) {
+		snprintf(err, errlen, "stack: the device under it holds only one file, and "
+			 "'%s' is not it (its file has no name: stack:N/ with no NAME)", name);
+		free(s->q);
+		free(s);
+		return -EINVAL;
+	}
 	rc = wbc_file_open(lower, name, WBC_O_CREAT | (mode == WBC_STACK_DIRECT ? WBC_O_DIRECT : 0),
 			   &s->lf);
 	if (rc) {
@@ -320,11 +334,6 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	}
 	/* the lower backend's largest file is this device's; in direct mode
 	 * its alignment too */
-	const struct wbc_backend_ops *lops;
-	void *lctx = wbc_dev_backend(lower, &lops);
-	struct wbc_backend_caps lc;
-	memset(&lc, 0, sizeof(lc));
-	lops->caps(lctx, &lc);
 	s->max_file = lc.max_file_size;
 	if (mode == WBC_STACK_DIRECT)
 		s->align = lc.align;
