@@ -49,6 +49,39 @@ echo "$list" | grep -q "throttle=2011" && echo "$list" | grep -q "throttle=curre
 echo "$list" | grep -q "chunk=4M" && echo "$list" | grep -q "chunk=bw" ||
 	fail "chunk runs do not switch chunk"
 
+# a lab stopped by a signal stops its run too (a kill of the lab alone
+# left it running up to its --deadline): the run gets SIGTERM and is
+# waited for, the table says "interrupted", the exit is 128 + the signal
+$W lab --quick --out "$dir/sig" jbod >"$dir/sig.out" 2>&1 &
+lpid=$!
+# the run under way: its first line logged, then its writers going (a
+# run killed in its first milliseconds, before its handler, has no files)
+for _ in $(seq 200); do
+	cpid=$(pgrep -P $lpid) && [ -s "$dir/sig/jbod-1.log" ] && break
+	sleep 0.1
+done
+[ -n "$cpid" ] && [ -s "$dir/sig/jbod-1.log" ] || fail "SIGTERM: the lab started no run in 20 s"
+sleep 0.5
+kill -TERM $lpid
+wait $lpid; rc=$?
+[ $rc -eq 143 ] || fail "lab SIGTERM: exit $rc, expected 143: $(cat "$dir/sig.out")"
+if kill -0 $cpid 2>/dev/null; then
+	kill -TERM $cpid
+	fail "lab SIGTERM: its run $cpid is still running"
+fi
+grep -Eq "^jbod .* interrupted$" "$dir/sig.out" || fail "lab SIGTERM: no table: $(cat "$dir/sig.out")"
+grep -q "^wbcache: SIGTERM: stopping" "$dir/sig/jbod-1.log" || fail "lab SIGTERM: the run was not stopped"
+# its standard output closed (a pipe whose reader has gone): no SIGPIPE
+# death, no run started into it; exit 1 with the reason
+out=$(python3 -c 'import os, subprocess, sys
+r, w = os.pipe(); os.close(r)
+p = subprocess.run(sys.argv[1:], stdout=w)
+sys.exit(p.returncode if p.returncode >= 0 else 128 - p.returncode)' \
+	$W lab --quick --out "$dir/pipe" jbod 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "lab into a closed pipe: exit $rc, expected 1: $out"
+echo "$out" | grep -q "writing the report: Broken pipe" || fail "lab into a closed pipe: '$out'"
+[ -z "$(ls "$dir/pipe")" ] || fail "lab into a closed pipe ran: $(ls "$dir/pipe")"
+
 # every experiment in the plain build; under a sanitizer the three whose
 # runs use the most threads (the others' switches, the 2011 throttle and
 # the chunk size, have tests of their own there)

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -539,28 +540,102 @@ static void print_cmd(FILE *f, const struct lab_run *r)
 		fprintf(f, "%s%s", i ? " " : "", r->argv[i]);
 }
 
+/*
+ * SIGINT, SIGTERM, SIGHUP: the lab stops.  The run going on (a child,
+ * which a kill of the lab alone left running up to its --deadline) is
+ * sent SIGTERM: it stops as at its --time, writes back, removes its files
+ * and exits; the lab waits for it, prints the table of what it has and
+ * exits 128 + the signal.  SIGTERM, whatever the lab got: a ^C on the
+ * terminal reaches the run as SIGINT too, and a second SIGINT would end
+ * it at once, its files left behind; a SIGTERM after a SIGINT does not.
+ */
+static volatile sig_atomic_t lab_sig, lab_child;
+
+static void on_lab_signal(int sig)
+{
+	int saved = errno;
+	lab_sig = sig;
+	if (lab_child > 0)
+		kill((pid_t)lab_child, SIGTERM);
+	errno = saved;
+}
+
+static void lab_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_lab_signal };   /* no SA_RESTART: waitpid */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
 static int exec_run(struct lab_run *r, const char *self)
 {
 	if (r->overflow)   /* a run without all its arguments is not this run */
 		return -E2BIG;
+	/* the lab's signals held from before the spawn until lab_child is
+	 * set: one that comes between is forwarded, not lost */
+	sigset_t sigs, old;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, &old);
+	if (lab_sig) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		return -EINTR;
+	}
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, r->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	/* the run: the caller's signal mask, SIGPIPE as by default (the lab
+	 * ignores it) */
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	sigset_t dfl;
+	sigemptyset(&dfl);
+	sigaddset(&dfl, SIGPIPE);
+	posix_spawnattr_setsigdefault(&at, &dfl);
+	posix_spawnattr_setsigmask(&at, &old);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 	r->argv[r->argc] = NULL;
 	pid_t pid;
-	int e = posix_spawn(&pid, self, &fa, NULL, r->argv, environ);
+	int e = posix_spawn(&pid, self, &fa, &at, r->argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	if (!e)
+		lab_child = pid;
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (e)
 		return -e;
 	int st;
 	while (waitpid(pid, &st, 0) < 0) {
-		if (errno != EINTR)
+		if (errno != EINTR) {
+			lab_child = 0;
 			return -errno;
+		}
 	}
+	lab_child = 0;
 	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	return 0;
+}
+
+/* stdout still reaches its reader (a closed pipe: EPIPE, SIGPIPE being
+ * ignored): the lab stops before its next run, none of which anyone
+ * would see */
+static int lab_out_errno;
+
+static bool out_ok(void)
+{
+	errno = 0;
+	if (!fflush(stdout) && !ferror(stdout))
+		return true;
+	lab_out_errno = errno ? errno : EIO;
+	if (!lab_sig)
+		lab_sig = -1;
+	return false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -679,6 +754,8 @@ static const char *fmt_v(char *buf, size_t len, double v, bool more, const char 
 
 int cmd_lab(int argc, char **argv)
 {
+	/* see out_ok() */
+	signal(SIGPIPE, SIG_IGN);
 	bool quick = false, list = false;
 	const char *out = "wbcache-lab";
 	const struct experiment *sel[NR_EXP];
@@ -785,17 +862,19 @@ int cmd_lab(int argc, char **argv)
 		const struct experiment *e;
 		struct exp_result x;
 		bool ok;
+		bool interrupted;          /* stopped by a signal: no figures */
 	} rows[NR_EXP];
 	int failed = 0;
-	for (size_t i = 0; i < nsel; i++) {
+	size_t ndone = 0;   /* rows with an experiment's outcome */
+	lab_signals();
+	for (size_t i = 0; i < nsel && !lab_sig; i++) {
 		const struct experiment *x = sel[i];
 		struct lab_run runs[MAX_RUNS];
 		int n = 0;
 		x->build(runs, &n, quick);
 		printf("== %s: %s\n", x->name, x->title);
-		fflush(stdout);
-		bool ok = true;
-		for (int k = 0; k < n; k++) {
+		bool ok = out_ok();
+		for (int k = 0; k < n && ok; k++) {
 			struct lab_run *r = &runs[k];
 			snprintf(r->json, sizeof(r->json), "%s/%s-%d.json", out, x->name, k + 1);
 			snprintf(r->trace, sizeof(r->trace), "%s/%s-%d.csv", out, x->name, k + 1);
@@ -804,7 +883,10 @@ int cmd_lab(int argc, char **argv)
 			printf("   %-42s ", r->label);
 			print_cmd(stdout, r);
 			printf("\n");
-			fflush(stdout);
+			if (!out_ok()) {
+				ok = false;
+				break;
+			}
 			/* the run's own files, then the quiet report */
 			arg(r, "--json");
 			arg(r, "%s", r->json);
@@ -816,6 +898,10 @@ int cmd_lab(int argc, char **argv)
 			arg(r, "--deadline");
 			arg(r, "%g", r->deadline > 0 ? r->deadline : quick ? 60 : 300);
 			int se = exec_run(r, self);
+			if (lab_sig) {   /* the run was stopped: its figures are not the run's */
+				ok = false;
+				break;
+			}
 			if (se || (r->status && r->status != 3)) {
 				char *lg = slurp(r->log);
 				const char *last = lg ? lg : "";
@@ -837,6 +923,8 @@ int cmd_lab(int argc, char **argv)
 		}
 		rows[i].e = x;
 		rows[i].ok = ok;
+		rows[i].interrupted = !ok && lab_sig;
+		ndone = i + 1;
 		memset(&rows[i].x, 0, sizeof(rows[i].x));
 		if (ok) {
 			x->judge(runs, n, &rows[i].x);
@@ -844,19 +932,25 @@ int cmd_lab(int argc, char **argv)
 			snprintf(svg, sizeof(svg), "%s/%s.svg", out, x->name);
 			chart(svg, x, runs, n);
 			printf("   chart: %s\n", svg);
-		} else {
+		} else if (!rows[i].interrupted) {
 			failed++;
 		}
 		free_runs(runs, n);
 	}
+	if (lab_sig == -1) {
+		fprintf(stderr, "wbcache lab: writing the report: %s; stopped\n",
+			strerror(lab_out_errno));
+		return 1;
+	}
 
 	printf("\n%-11s %-18s %-16s %-12s %-12s %8s %8s  %s\n", "experiment", "thread: old",
 	       "thread: new", "old", "new", "old/new", "thread", "effect");
-	for (size_t i = 0; i < nsel; i++) {
+	for (size_t i = 0; i < ndone; i++) {
 		const struct experiment *x = rows[i].e;
 		if (!rows[i].ok) {
-			printf("%-11s %-18s %-16s %-12s %-12s %8s %8.2f  run failed\n", x->name,
-			       x->thread_old, x->thread_new, "-", "-", "-", x->thread_ratio);
+			printf("%-11s %-18s %-16s %-12s %-12s %8s %8.2f  %s\n", x->name,
+			       x->thread_old, x->thread_new, "-", "-", "-", x->thread_ratio,
+			       rows[i].interrupted ? "interrupted" : "run failed");
 			continue;
 		}
 		const struct exp_result *r = &rows[i].x;
@@ -871,10 +965,16 @@ int cmd_lab(int argc, char **argv)
 		       fmt_v(b, sizeof(b), r->new_v, r->new_more, r->unit), ratio, x->thread_ratio,
 		       r->reproduced ? "reproduced" : "NOT reproduced", x->goal);
 	}
-	for (size_t i = 0; i < nsel; i++)
+	for (size_t i = 0; i < ndone; i++)
 		if (rows[i].ok && rows[i].x.extra[0])
 			printf("\n%s: %s\n", rows[i].e->name, rows[i].x.extra);
 	if (quick)
 		printf("\n(--quick: short runs, seconds an experiment; the effects need the full runs)\n");
+	if (lab_sig > 0) {
+		fflush(stdout);
+		fprintf(stderr, "wbcache lab: %s: stopped; the table is of the experiments "
+			"that ran\n", strsignal(lab_sig));
+		return 128 + lab_sig;
+	}
 	return failed ? 1 : 0;
 }
