@@ -1,7 +1,12 @@
 /*
  * The handle table (layer fs).  Handles are generation-checked slots in a
  * table of fixed chunks, so a handle used after close is answered -EBADF
- * instead of touching freed memory.
+ * instead of touching freed memory.  handle_get takes no reference (an
+ * atomic per call on the hot path): a close while another thread is in a
+ * call on the handle may free the inode that call uses.  The contract
+ * (wbc_file_open(3)) is that the caller closes a handle once no call on it
+ * is running; the mount, the filter and the CLI each close a handle only
+ * after its last request.
  */
 #include "fs/fs.h"
 
