@@ -1109,8 +1109,20 @@ static int wbcache_pwrite(nbdkit_next *next, void *handle, const void *buf, uint
 		left -= (uint32_t)n;
 	}
 	if (fua) {
+		/* The error sequence is the file's: any writeback of the
+		 * export that failed meanwhile fails this sync, not only one of
+		 * this range.  Under the retry policy a page whose writeback
+		 * failed stays dirty, so a sync of the range again writes it
+		 * again: one that then succeeds (no error since the last told)
+		 * found the whole range written; a few tries, while other
+		 * ranges' failures keep coming.  Under drop a failed page is
+		 * clean and lost: a second sync would find nothing to write,
+		 * so the first error stands. */
 		if (!r) {
-			r = wbc_fsync_range(fua, offset, count, 1);
+			int tries = strcmp(on_error, "retry") == 0 ? 3 : 1;
+			do
+				r = wbc_fsync_range(fua, offset, count, 1);
+			while (r && --tries);
 			if (r)
 				nbdkit_error("wbcache: FUA write at %" PRIu64 ": %s", offset,
 					     wbc_strerror(r));

@@ -373,9 +373,14 @@ while i < n or h.aio_in_flight() > 0:
         h.aio_pwrite(data, off, completion=done(off, data), flags=nbd.CMD_FLAG_FUA)
         i += 1
     h.poll(-1)
-print(counts)
+print(counts, flush=True)
 assert counts["bad"] == 0, "FUA writes acknowledged, not in the plugin"
-assert counts["failed"] > 0 and counts["ok"] > 0, "the plugin's faults did not show"
+assert counts["failed"] > 0, "the plugin's faults did not show"
+# under retry a sync of the range again writes what failed (one failure
+# anywhere failed each FUA write in flight: 94% failed; 36% here); under
+# drop the first error stands
+if len(sys.argv) <= 4:
+    assert counts["failed"] < 0.8 * n, "FUA writes failed for others' errors"
 if len(sys.argv) > 4:      # on_error=drop: two FLUSHes over a loss
     h.aio_pwrite(os.urandom(1 << 20), 0)
     while h.aio_in_flight() > 0:

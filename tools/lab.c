@@ -599,7 +599,12 @@ static int exec_run(struct lab_run *r, const char *self)
 	sigaddset(&dfl, SIGPIPE);
 	posix_spawnattr_setsigdefault(&at, &dfl);
 	posix_spawnattr_setsigmask(&at, &old);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	/* its own process group: a terminal's ^C or hang-up reaches the lab
+	 * alone, which stops the run with SIGTERM (a second ^C straight to
+	 * the run killed it with its files left) */
+	posix_spawnattr_setpgroup(&at, 0);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
+				      POSIX_SPAWN_SETPGROUP);
 	r->argv[r->argc] = NULL;
 	pid_t pid;
 	int e = posix_spawn(&pid, self, &fa, &at, r->argv, environ);

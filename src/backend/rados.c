@@ -263,6 +263,8 @@ static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint
 		*v = 0;
 		return 0;
 	}
+	if (r == -ERANGE)
+		return -EUCLEAN;   /* longer than any number */
 	if (r < 0)
 		return r;
 	buf[r] = '\0';

@@ -133,12 +133,18 @@ static void *replier_main(void *unused)
 			if (killed)
 				d->interrupted = true;
 			bool again = deferred_continue(d, stopping);
-			if (again && fuse_req_interrupted(d->req) && fatal_pending(d->tid)) {
+			bool intr = again && fuse_req_interrupted(d->req);
+			bool killed_now = intr && fatal_pending(d->tid);
+			pthread_mutex_lock(&D.lock);
+			/* an INTERRUPT since the look found it not queued: ask
+			 * now (rare, and a read of /proc under the lock) */
+			if (again && !intr && fuse_req_interrupted(d->req))
+				killed_now = fatal_pending(d->tid);
+			if (killed_now) {
 				killed = true;
 				d->interrupted = true;
 				d->due = 0;
 			}
-			pthread_mutex_lock(&D.lock);
 			if (killed)
 				D.interrupted++;
 			if (again) {
@@ -255,8 +261,13 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 	d->rest_len = rest_len;
 	memcpy(d->buf, rest, rest_len);
 	fuse_req_interrupt_func(req, deferred_interrupt, NULL);
-	bool killed = fuse_req_interrupted(req) && fatal_pending(d->tid);
+	bool intr = fuse_req_interrupted(req);
+	bool killed = intr && fatal_pending(d->tid);
 	pthread_mutex_lock(&D.lock);
+	/* an INTERRUPT since the look found it not queued: ask now (rare,
+	 * and a read of /proc under the lock) */
+	if (!intr && fuse_req_interrupted(req))
+		killed = fatal_pending(d->tid);
 	if (killed) {
 		d->due = 0;
 		d->interrupted = true;
