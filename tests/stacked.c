@@ -385,6 +385,35 @@ static void specs(void)
 	CHECK(!memcmp(back + 100, buf, sizeof(buf)));
 	CHECK_EQ(wbc_file_open(up, "x", 0, &f), -EINVAL);   /* one file: "" */
 	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* a dirty limit of the whole cache leaves a stacked device over a
+	 * device of the same cache no page to write back into: refused (its
+	 * writer waited for good, both flushers idle); over another cache's
+	 * device it is fine, and writes more than its cache */
+	struct wbc_config cfg = t_config(MiB, 4096);
+	cfg.dirty_ratio = 100;
+	cfg.dirty_background_ratio = 50;
+	wbc_cache *full, *other = cache_of(16 * MiB);
+	CHECK_EQ(wbc_cache_open(&cfg, &full), 0);
+	CHECK_EQ(wbc_dev_add(full, "mem", &d0), 0);
+	msg[0] = '\0';
+	CHECK_EQ(wbc_dev_add_msg(full, "stack:0/img", &up, msg, sizeof(msg)), -EINVAL);
+	printf("6. dirty_ratio=100, stack:0/img         %s\n", msg);
+	CHECK(strstr(msg, "dirty limit"));
+	CHECK_EQ(wbc_dev_add_stacked(full, d0, "img", NULL, &up, msg, sizeof(msg)), -EINVAL);
+	wbc_dev *lo;
+	CHECK_EQ(wbc_dev_add(other, "mem", &lo), 0);
+	CHECK_EQ(wbc_dev_add_stacked(full, lo, "img", NULL, &up, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
+	char *big = malloc(4 * MiB);
+	CHECK(big);
+	memset(big, 0x33, 4 * MiB);
+	CHECK_EQ(wbc_pwrite(f, big, 4 * MiB, 0), 4 * MiB);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	free(big);
+	CHECK_EQ(wbc_cache_close(full), 0);
+	CHECK_EQ(wbc_cache_close(other), 0);
 }
 
 int main(void)

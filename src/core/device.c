@@ -332,6 +332,27 @@ struct stack_target {
 };
 
 /*
+ * A stacked device over a device of the same cache writes its data back
+ * into that cache's pages: with a dirty limit of (nearly) all of the cache
+ * its dirty and writeback pages can fill it, its writeback then finds no
+ * page to write into the device under it, and nothing else frees one (a
+ * writer paused for good, every flusher idle).  The cache's pages past the
+ * limit are the room its writeback has; refused with fewer than this.
+ */
+static int stack_room(wbc_cache *c, wbc_dev *lower, char *msg, size_t msglen)
+{
+	uint64_t room = WBC_MAX(1, WBC_MIN(16, c->nr_pages / 8));
+	if (lower->cache != c || c->thresh + room <= c->nr_pages)
+		return 0;
+	snprintf(msg, msglen, "stack: the device under it is in the same cache, whose dirty "
+		 "limit (%llu of its %llu pages) leaves the stacked device's writeback fewer "
+		 "than %llu pages to write into it: lower dirty_ratio or dirty_bytes",
+		 (unsigned long long)c->thresh, (unsigned long long)c->nr_pages,
+		 (unsigned long long)room);
+	return -EINVAL;
+}
+
+/*
  * The backend of a spec "stack:ID/NAME[,opts]" (@rest: after "stack:"):
  * file NAME of device ID of cache @c (its number in the order devices
  * were added, from 0).  0 or -errno with a message.
@@ -365,7 +386,7 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 		snprintf(msg, msglen, "stack:%lu: no device %lu in this cache (devices are "
 			 "numbered from 0 in the order they were added)", id, id);
 		err = -EINVAL;
-	} else {
+	} else if (!(err = stack_room(c, lower, msg, msglen))) {
 		err = stack_backend_new(lower, nm, name[nlen] ? name + nlen + 1 : "", ops, ctx,
 					msg, msglen);
 	}
@@ -400,7 +421,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 		err = parse_tunables(&probe, tun, msg, msglen);
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
-	if (!err && stack)   /* "stack[,opts]" */
+	if (!err && stack && !(err = stack_room(c, stack->lower, msg, msglen)))   /* "stack[,opts]" */
 		err = stack_backend_new(stack->lower, stack->name, bspec[5] ? bspec + 6 : "",
 					&ops, &ctx, msg, msglen);
 	else if (!err && !strncmp(bspec, "stack:", 6))
