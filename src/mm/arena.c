@@ -82,15 +82,19 @@ static char *arena_map(size_t len, int *err)
 /* Back [a, a + len) with memory now where the kernel can, so that no
  * write pays for a first-touch fault later; zeroed, as anonymous memory
  * is.  A hint both: the pages fault in on use if refused. */
-static void arena_populate(char *a, size_t len)
+/* 0, or -ENOMEM where the memory cannot be had now (the open fails then,
+ * rather than a later write meeting the out-of-memory killer); an old
+ * kernel without MADV_POPULATE_WRITE (EINVAL) commits it as it is used */
+static int arena_populate(char *a, size_t len)
 {
 #ifdef MADV_HUGEPAGE
 	(void)madvise(a, map_round(len), MADV_HUGEPAGE);
 #endif
 #ifdef MADV_POPULATE_WRITE
-	/* an old kernel, or no memory for it now */
-	(void)madvise(a, map_round(len), MADV_POPULATE_WRITE);
+	if (madvise(a, map_round(len), MADV_POPULATE_WRITE) && errno == ENOMEM)
+		return -ENOMEM;
 #endif
+	return 0;
 }
 
 /*
@@ -130,8 +134,14 @@ int arena_init(struct wbc_cache *c)
 			arena_unmap(c->arena, c->arena_len);
 		return err;
 	}
-	arena_populate(c->arena, c->arena_len);
-	arena_populate((char *)c->pages, c->pages_len);
+	if ((err = arena_populate(c->arena, c->arena_len)) ||
+	    (err = arena_populate((char *)c->pages, c->pages_len))) {
+		arena_unmap((char *)c->pages, c->pages_len);
+		arena_unmap(c->arena, c->arena_len);
+		c->pages = NULL;
+		c->arena = NULL;
+		return err;
+	}
 	wbc_mutex_init(&c->lru_lock);
 	wbc_cond_init(&c->free_cond);
 	/* Free list in arena order, so a streaming writer gets neighbouring
