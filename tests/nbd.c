@@ -143,8 +143,9 @@ static void check_server(const char *uri, const char *want, size_t len, uint64_t
 static void test_specs(void)
 {
 	printf("1. specs\n");
-	struct t_nbdkit s, one;
+	struct t_nbdkit s, one, empty;
 	t_nbdkit_start(&s, dir, "spec", (const char *[]){ "memory", "16M", NULL });
+	t_nbdkit_start(&empty, dir, "empty", (const char *[]){ "memory", "0", NULL });
 	t_nbdkit_start(&one, dir, "one", (const char *[]){ "--filter=multi-conn", "memory", "16M",
 							   "multi-conn-mode=disable", NULL });
 	wbc_cache *c = open_cache(16 * MiB);
@@ -156,6 +157,9 @@ static void test_specs(void)
 	CHECK_EQ(add_err(c, s.uri, "conns=2,min_ratio=5,window=fixed:8,on_error=drop"), 0);
 	CHECK(add_err(c, "nbd+unix:///?socket=/nonexistent/sock", "") < 0);
 	CHECK_EQ(add_err(c, one.uri, "conns=2"), -EINVAL);         /* no multi-conn there */
+	/* an empty export holds no byte: refused (a byte written was taken,
+	 * and every fsync failed until the close lost it) */
+	CHECK_EQ(add_err(c, empty.uri, ""), -EINVAL);
 	wbc_dev *d4 = add(c, s.uri, ""), *d1 = add(c, one.uri, "");
 	struct wbc_backend_stats st4 = bstats(d4), st1 = bstats(d1);
 	printf("    multi-conn server: %u/%u connections; without: %u/%u\n", st4.connected,
@@ -173,6 +177,7 @@ static void test_specs(void)
 	CHECK_EQ(wbc_cache_close(c), 0);
 	t_nbdkit_stop(&s);
 	t_nbdkit_stop(&one);
+	t_nbdkit_stop(&empty);
 }
 
 static void test_data(void)
@@ -464,6 +469,29 @@ static void test_stall(void)
 	wbc_cache_close_stats(c, &st);
 	CHECK_EQ(st.lost_bytes, 0);
 	check_server(s.uri, data, len, 0);
+
+	/* written back, not flushed, the server stopped: the flush that
+	 * failed with its connection tells of those writes once; the next
+	 * one, after the reconnect, succeeds (it failed too: told twice) */
+	struct wbc_config cfg = t_config(16 * MiB, 4096);
+	cfg.dirty_expire_centisecs = 10;
+	cfg.dirty_writeback_centisecs = 10;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "timeout=1");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	write_all(f, data, 64 << 10, 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	write_all(f, data + (64 << 10), 64 << 10, 0);
+	CHECK(T_WAIT_UNTIL((wbc_stats(c, &st), !st.dirty_bytes && !st.writeback_bytes)));
+	kill(s.pid, SIGSTOP);
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	kill(s.pid, SIGCONT);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
+	CHECK_EQ(wbc_fsync(f), 0);
+	printf("    written back, unflushed, server stopped: one fsync failed, the next succeeded\n");
+	CHECK_EQ(wbc_file_close(f), 0);
+	(void)wbc_dev_sync(dev);   /* the device's own report of the failed flush */
+	CHECK_EQ(wbc_cache_close(c), 0);
 	free(data);
 	t_nbdkit_stop(&s);
 }

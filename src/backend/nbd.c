@@ -232,6 +232,7 @@ struct nbe {
 	struct nbd_flushreq *flush_done;
 	struct wbc_io *failed_head; /* completed without a request (no memory) */
 	uint64_t write_gen, flushed_gen;
+	uint64_t failed_gen;        /* writes up to it: a failed flush told so */
 	bool lost_unflushed;
 	struct vegas_window win;   /* congestion control (window.c) */
 
@@ -310,6 +311,7 @@ static void cmd_finish(struct nbd_cmd *cmd, int error)
 		struct nbd_flushreq *f = cmd->flush;
 		if (error) {
 			f->err = cmd_error(error);
+			b->failed_gen = WBC_MAX(b->failed_gen, f->gen);
 		} else {
 			b->flushed_gen = WBC_MAX(b->flushed_gen, f->gen);
 			if (b->lost_unflushed) {
@@ -338,13 +340,17 @@ static int cmd_cb(void *user_data, int *error)
 	return 1;   /* retire the command */
 }
 
-/* The up connection with the fewest bytes in flight, or NULL. */
+/* The up connection with the fewest bytes in flight, or NULL.  Not one
+ * whose handle died since it was last looked at (a send that killed it
+ * aborted its commands: it looked the least loaded, and every command
+ * after it would have gone there to fail while the others were up). */
 static struct nbd_conn *pick_conn(struct nbe *b)
 {
 	struct nbd_conn *best = NULL;
 	for (unsigned i = 0; i < b->nconns; i++) {
 		struct nbd_conn *c = &b->conns[i];
-		if (c->state == C_UP && (!best || c->inflight_bytes < best->inflight_bytes))
+		if (c->state == C_UP && (!best || c->inflight_bytes < best->inflight_bytes) &&
+		    handle_alive(c->h))
 			best = c;
 	}
 	return best;
@@ -551,7 +557,11 @@ static void conn_down(struct nbe *b, struct nbd_conn *c, uint64_t now, const cha
 	/* anything libnbd did not call back (a handle closed while alive) */
 	while (!list_empty(&c->cmds))
 		cmd_finish(container_of(c->cmds.next, struct nbd_cmd, node), ENOTCONN);
-	if (was_up && c->last_write_gen > b->flushed_gen && b->can_flush && !writes_fua(b))
+	/* its writes no flush covered, unless a flush that failed told of
+	 * them (its own, failed just above: told twice, the next good flush
+	 * failed too) */
+	if (was_up && c->last_write_gen > WBC_MAX(b->flushed_gen, b->failed_gen) &&
+	    b->can_flush && !writes_fua(b))
 		b->lost_unflushed = true;
 	c->state = C_DOWN;
 	c->retry_at_ns = now + c->backoff_ns;
@@ -894,8 +904,8 @@ static void nbd_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->align = b->align;
 	caps->flags = WBC_BACKEND_ONE_FILE;
 	/* the export's size: a write past it is refused when made, not
-	 * cached to fail at writeback (an export of 0 bytes takes none) */
-	caps->max_file_size = b->size ? b->size : 1;
+	 * cached to fail at writeback (an empty export is refused at add) */
+	caps->max_file_size = b->size;
 }
 
 static int nbd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
@@ -1194,6 +1204,11 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 		} else if (nbd_is_read_only(h) == 1) {
 			snprintf(err, errlen, "%s: the export is read-only", b->uri);
 			rc = -EROFS;
+		} else if (size == 0) {
+			/* it can hold no byte: a write taken would fail at
+			 * writeback for good */
+			snprintf(err, errlen, "%s: the export is empty (0 bytes)", b->uri);
+			rc = -EINVAL;
 		} else if (conns > 1 && !b->multi_conn) {
 			snprintf(err, errlen, "%s: the server does not allow multi-conn: conns=1",
 				 b->uri);

@@ -109,6 +109,11 @@ void window_sample(struct vegas_window *w, bool write, size_t len, uint64_t sent
 	int op = write;
 	unsigned k = rtt_class(len);
 	if (now - w->base_epoch_ns > BASE_WINDOW_NS) {
+		/* after an idle spell of more than two windows the previous
+		 * one's base is older than a window too: forgotten (a device
+		 * that slowed while idle looked queued for a window more) */
+		if (now - w->base_epoch_ns > 2 * BASE_WINDOW_NS)
+			memset(w->base_cur, 0xff, sizeof(w->base_cur));
 		memcpy(w->base_prev, w->base_cur, sizeof(w->base_prev));
 		for (int o = 0; o < 2; o++)
 			for (int i = 0; i < WINDOW_RTT_CLASSES; i++)
