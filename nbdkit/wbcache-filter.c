@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -491,6 +492,10 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* The plugin's failed flushes: a FUA write during which one failed is not
+ * synced again (wbcache_pwrite). */
+static atomic_ulong flush_failures;
+
 static int be_flush(void *ctx, void *file, unsigned flags)
 {
 	(void)ctx;
@@ -502,6 +507,8 @@ static int be_flush(void *ctx, void *file, unsigned flags)
 	plugin_enter();
 	int r = g.ctx->flush(g.ctx, 0, &err);
 	plugin_leave();
+	if (r == -1)
+		atomic_fetch_add(&flush_failures, 1);
 	return r == -1 ? -(err > 0 ? err : EIO) : 0;
 }
 
@@ -1085,6 +1092,8 @@ static int wbcache_pwrite(nbdkit_next *next, void *handle, const void *buf, uint
 	 * connection's handle, one FUA write's failed writeback could be told
 	 * to another in flight, and the first acknowledged */
 	wbc_file *fua = NULL;
+	/* before the write: a failed flush from here on may have lost it */
+	unsigned long flushes_failed = atomic_load(&flush_failures);
 	if (flags & NBDKIT_FLAG_FUA) {
 		int r = wbc_file_open(g.dev, "", 0, &fua);
 		if (r) {
@@ -1111,18 +1120,20 @@ static int wbcache_pwrite(nbdkit_next *next, void *handle, const void *buf, uint
 	if (fua) {
 		/* The error sequence is the file's: any writeback of the
 		 * export that failed meanwhile fails this sync, not only one of
-		 * this range.  Under the retry policy a page whose writeback
+		 * this range.  Under the retry policy a page whose write
 		 * failed stays dirty, so a sync of the range again writes it
 		 * again: one that then succeeds (no error since the last told)
 		 * found the whole range written; a few tries, while other
-		 * ranges' failures keep coming.  Under drop a failed page is
-		 * clean and lost: a second sync would find nothing to write,
-		 * so the first error stands. */
+		 * ranges' failures keep coming.  Not after a failed flush of
+		 * the plugin (its pages were written and are clean: a second
+		 * sync would write nothing, and its flush's success says
+		 * nothing of what the failed one lost), nor under drop (a
+		 * failed page is clean and lost): the first error stands. */
 		if (!r) {
 			int tries = strcmp(on_error, "retry") == 0 ? 3 : 1;
 			do
 				r = wbc_fsync_range(fua, offset, count, 1);
-			while (r && --tries);
+			while (r && --tries && atomic_load(&flush_failures) == flushes_failed);
 			if (r)
 				nbdkit_error("wbcache: FUA write at %" PRIu64 ": %s", offset,
 					     wbc_strerror(r));

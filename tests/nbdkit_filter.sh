@@ -407,6 +407,50 @@ for mode in retry drop; do
 done
 echo "FUA writes racing on one connection, FLUSHes over a loss: ok"
 
+# FUA writes, one at a time, over a plugin whose flush fails half the
+# time (nbdkit's log filter between records each flush): none is
+# acknowledged when a flush of the plugin failed during it (a sync of its
+# range again found its pages clean, wrote nothing, and a flush that then
+# succeeded acknowledged it: 17 of 34)
+cat >"$T/fuaflush.py" <<'EOF'
+import nbd, sys
+uri, log = sys.argv[1], sys.argv[2]
+h = nbd.NBD()
+h.connect_uri(uri)
+def flush_errors():
+    return sum(1 for l in open(log) if "...Flush" in l and "return=-1" in l)
+ok = failed = bad = 0
+for i in range(40):
+    before = flush_errors()
+    try:
+        h.pwrite(bytes([i]) * 65536, i * 65536, nbd.CMD_FLAG_FUA)
+        ok += 1
+        if flush_errors() > before:
+            bad += 1
+    except nbd.Error:
+        failed += 1
+print("ok", ok, "failed", failed, "acknowledged after a failed flush", bad)
+assert bad == 0, "FUA writes acknowledged though a flush of the plugin failed during them"
+assert ok and failed, "the plugin's flush faults did not show"
+print("ok")
+EOF
+truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
+# (nbdkit's error filter injects no flush errors: a plugin of its own,
+# whose every other flush fails)
+D=$T/disk.img
+start fuaflush --filter="$FILTER" --filter=log eval logfile="$T/fuaflush.plugin.log" \
+	get_size='echo 67108864' \
+	pread="dd if=$D skip=\$4 count=\$3 iflag=skip_bytes,count_bytes status=none" \
+	pwrite="dd of=$D seek=\$4 conv=notrunc oflag=seek_bytes status=none" \
+	can_flush='exit 0' can_fua='echo native' \
+	flush="n=\$(cat $T/flushes 2>/dev/null || echo 0); echo \$((n + 1)) >$T/flushes; \
+	       if [ \$((n % 2)) = 1 ]; then echo 'EIO injected' >&2; exit 1; fi" \
+	wbcache-mem=16M
+$PY "$T/fuaflush.py" "$(uri fuaflush)" "$T/fuaflush.plugin.log" >"$T/fuaflush.out" 2>&1 ||
+	fail "FUA writes over failing flushes: $(cat "$T/fuaflush.out")"
+stop fuaflush KILL
+echo "FUA writes over a plugin whose flushes fail: ok"
+
 # block status while a write is at risk: never a hole where the cache
 # holds data the plugin lacks.  Two requests 50 ms apart over a plugin
 # whose writes take 300 ms and fail: the second found the first's write in

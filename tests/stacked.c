@@ -401,13 +401,20 @@ static void specs(void)
 	printf("6. dirty_ratio=100, stack:0/img         %s\n", msg);
 	CHECK(strstr(msg, "dirty limit"));
 	CHECK_EQ(wbc_dev_add_stacked(full, d0, "img", NULL, &up, msg, sizeof(msg)), -EINVAL);
-	wbc_dev *lo;
-	CHECK_EQ(wbc_dev_add(other, "mem", &lo), 0);
-	CHECK_EQ(wbc_dev_add_stacked(full, lo, "img", NULL, &up, msg, sizeof(msg)), 0);
+	/* stack_throttle=direct writes around the cache under it: fine */
+	CHECK_EQ(wbc_dev_add_msg(full, "stack:0/dimg,stack_throttle=direct", &up, msg, sizeof(msg)),
+		 0);
 	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
 	char *big = malloc(4 * MiB);
 	CHECK(big);
 	memset(big, 0x33, 4 * MiB);
+	CHECK_EQ(wbc_pwrite(f, big, 4 * MiB, 0), 4 * MiB);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	wbc_dev *lo;
+	CHECK_EQ(wbc_dev_add(other, "mem", &lo), 0);
+	CHECK_EQ(wbc_dev_add_stacked(full, lo, "img", NULL, &up, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, big, 4 * MiB, 0), 4 * MiB);
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_file_close(f), 0);

@@ -545,9 +545,10 @@ static void print_cmd(FILE *f, const struct lab_run *r)
  * which a kill of the lab alone left running up to its --deadline) is
  * sent SIGTERM: it stops as at its --time, writes back, removes its files
  * and exits; the lab waits for it, prints the table of what it has and
- * exits 128 + the signal.  SIGTERM, whatever the lab got: a ^C on the
- * terminal reaches the run as SIGINT too, and a second SIGINT would end
- * it at once, its files left behind; a SIGTERM after a SIGINT does not.
+ * exits 128 + the signal.  The run is in a process group of its own, so
+ * a terminal's ^C or hang-up reaches the lab alone (a second SIGINT
+ * straight to the run would end it at once, its files left behind); the
+ * lab sends SIGTERM, whatever it got.  (^Z stops the lab, not the run.)
  */
 static volatile sig_atomic_t lab_sig, lab_child;
 

@@ -337,12 +337,27 @@ struct stack_target {
  * its dirty and writeback pages can fill it, its writeback then finds no
  * page to write into the device under it, and nothing else frees one (a
  * writer paused for good, every flusher idle).  The cache's pages past the
- * limit are the room its writeback has; refused with fewer than this.
+ * limit are the room its writeback has (writers overshoot the limit by a
+ * little each, its workers write up to a megabyte each): refused with
+ * fewer than an eighth of the cache (16 pages of room still hung with 16
+ * writers, 52 once in three).  stack_throttle=direct writes around the
+ * lower device's cache: no room needed.
  */
-static int stack_room(wbc_cache *c, wbc_dev *lower, char *msg, size_t msglen)
+static bool stack_direct(const char *opts)
 {
-	uint64_t room = WBC_MAX(1, WBC_MIN(16, c->nr_pages / 8));
-	if (lower->cache != c || c->thresh + room <= c->nr_pages)
+	for (const char *p = opts; p && *p; p += strcspn(p, ","), p += *p == ',') {
+		size_t n = strcspn(p, ",");
+		if (n == 21 && !strncmp(p, "stack_throttle=direct", n))
+			return true;
+	}
+	return false;
+}
+
+static int stack_room(wbc_cache *c, wbc_dev *lower, const char *opts, char *msg,
+		      size_t msglen)
+{
+	uint64_t room = WBC_MAX(1, c->nr_pages / 8);
+	if (lower->cache != c || c->thresh + room <= c->nr_pages || stack_direct(opts))
 		return 0;
 	snprintf(msg, msglen, "stack: the device under it is in the same cache, whose dirty "
 		 "limit (%llu of its %llu pages) leaves the stacked device's writeback fewer "
@@ -386,7 +401,7 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 		snprintf(msg, msglen, "stack:%lu: no device %lu in this cache (devices are "
 			 "numbered from 0 in the order they were added)", id, id);
 		err = -EINVAL;
-	} else if (!(err = stack_room(c, lower, msg, msglen))) {
+	} else if (!(err = stack_room(c, lower, name + nlen, msg, msglen))) {
 		err = stack_backend_new(lower, nm, name[nlen] ? name + nlen + 1 : "", ops, ctx,
 					msg, msglen);
 	}
@@ -421,7 +436,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 		err = parse_tunables(&probe, tun, msg, msglen);
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
-	if (!err && stack && !(err = stack_room(c, stack->lower, msg, msglen)))   /* "stack[,opts]" */
+	if (!err && stack && !(err = stack_room(c, stack->lower, bspec, msg, msglen)))   /* "stack[,opts]" */
 		err = stack_backend_new(stack->lower, stack->name, bspec[5] ? bspec + 6 : "",
 					&ops, &ctx, msg, msglen);
 	else if (!err && !strncmp(bspec, "stack:", 6))
