@@ -436,14 +436,15 @@ print("ok")
 EOF
 truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
 # (nbdkit's error filter injects no flush errors: a plugin of its own,
-# whose every other flush fails)
+# whose every other flush fails; its dd without a sanitized nbdkit's
+# preloaded runtime, which fails it)
 D=$T/disk.img
 start fuaflush --filter="$FILTER" --filter=log eval logfile="$T/fuaflush.plugin.log" \
 	get_size='echo 67108864' \
-	pread="dd if=$D skip=\$4 count=\$3 iflag=skip_bytes,count_bytes status=none" \
-	pwrite="dd of=$D seek=\$4 conv=notrunc oflag=seek_bytes status=none" \
+	pread="env -u LD_PRELOAD dd if=$D skip=\$4 count=\$3 iflag=skip_bytes,count_bytes status=none" \
+	pwrite="env -u LD_PRELOAD dd of=$D seek=\$4 conv=notrunc oflag=seek_bytes status=none" \
 	can_flush='exit 0' can_fua='echo native' \
-	flush="n=\$(cat $T/flushes 2>/dev/null || echo 0); echo \$((n + 1)) >$T/flushes; \
+	flush="n=0; read n <$T/flushes 2>/dev/null; echo \$((n + 1)) >$T/flushes; \
 	       if [ \$((n % 2)) = 1 ]; then echo 'EIO injected' >&2; exit 1; fi" \
 	wbcache-mem=16M
 $PY "$T/fuaflush.py" "$(uri fuaflush)" "$T/fuaflush.plugin.log" >"$T/fuaflush.out" 2>&1 ||
