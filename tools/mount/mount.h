@@ -107,7 +107,8 @@ int report_connect(const char *name, char *own, size_t ownlen);
  * with its request's own lock held; under D.lock the mount calls libfuse
  * only to ask whether a request was interrupted (fuse_req_interrupted,
  * which takes the session's lock, one libfuse never holds while it calls
- * the mount), and the replier calls the engine and answers requests with
+ * the mount) and, rarely, reads /proc for the writer's pending signals
+ * (reply.c, killed_since_locked), and the replier calls the engine and answers requests with
  * D.lock released.  uring.c's locks (a queue's q->lock, the helpers'
  * H.lock, the start's S.lock) are leaves too: taken with none of these
  * held, none taken under them (uring.c's header); so is ops.c's Dirs.lock

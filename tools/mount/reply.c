@@ -76,6 +76,15 @@ static bool fatal_pending(pid_t tid)
 	return found < 2 || (pending & (1ull << (SIGKILL - 1)));
 }
 
+/* Under D.lock: an INTERRUPT for @req that came after the look without
+ * the lock (@looked: what it saw) found the write not queued; was its
+ * writer killed?  Rare: a read of /proc under the lock. */
+static bool killed_since_locked(fuse_req_t req, pid_t tid, bool looked)
+{
+	assert_held(&D.lock);
+	return !looked && fuse_req_interrupted(req) && fatal_pending(tid);
+}
+
 static void deferred_queue_locked(struct deferred *d)
 {
 	assert_held(&D.lock);
@@ -136,10 +145,8 @@ static void *replier_main(void *unused)
 			bool intr = again && fuse_req_interrupted(d->req);
 			bool killed_now = intr && fatal_pending(d->tid);
 			pthread_mutex_lock(&D.lock);
-			/* an INTERRUPT since the look found it not queued: ask
-			 * now (rare, and a read of /proc under the lock) */
-			if (again && !intr && fuse_req_interrupted(d->req))
-				killed_now = fatal_pending(d->tid);
+			if (again && killed_since_locked(d->req, d->tid, intr))
+				killed_now = true;
 			if (killed_now) {
 				killed = true;
 				d->interrupted = true;
@@ -264,10 +271,8 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 	bool intr = fuse_req_interrupted(req);
 	bool killed = intr && fatal_pending(d->tid);
 	pthread_mutex_lock(&D.lock);
-	/* an INTERRUPT since the look found it not queued: ask now (rare,
-	 * and a read of /proc under the lock) */
-	if (!intr && fuse_req_interrupted(req))
-		killed = fatal_pending(d->tid);
+	if (killed_since_locked(req, d->tid, intr))
+		killed = true;
 	if (killed) {
 		d->due = 0;
 		d->interrupted = true;
