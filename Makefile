@@ -74,11 +74,13 @@ EXAMPLES := $(BUILD)/examples/dirstore-demo $(BUILD)/examples/wbcopy
 # (--exclude-libs), the filter exports nbdkit's entry point alone
 NBDKIT_CFLAGS = $(shell pkg-config --cflags nbdkit 2>/dev/null)
 NBDKIT_FILTER := $(BUILD)/nbdkit-wbcache-filter.so
+# a plugin the filter's test puts under it (tests/plugins/)
+NBDKIT_TEST_PLUGINS := $(BUILD)/tests/nbdkit-flakyflush-plugin.so
 # `make install`: nbdkit's filter directory under PREFIX (PREFIX=/usr: the
 # system's, `pkg-config --variable=filterdir nbdkit`)
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
 NBDKIT_FILTERDIR ?= $(PREFIX)/lib/$(if $(MULTIARCH),$(MULTIARCH)/)nbdkit/filters
-ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES) $(NBDKIT_FILTER)
+ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES) $(NBDKIT_FILTER) $(NBDKIT_TEST_PLUGINS)
 ifeq ($(SAN),)
   ALL += $(SHLIB)
 endif
@@ -157,6 +159,10 @@ $(NBDKIT_FILTER): nbdkit/wbcache-filter.c $(LIB) | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(NBDKIT_CFLAGS) -MMD -MP -MF $(@:.so=.d) -MT $@ -fPIC -shared \
 		-fvisibility=hidden $< $(LIB) $(LDLIBS) -Wl,--exclude-libs,ALL -o $@
+
+$(BUILD)/tests/nbdkit-%-plugin.so: tests/plugins/%.c Makefile | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(NBDKIT_CFLAGS) -fPIC -shared $< -o $@
 
 # The main job: stream 1 GiB through the engine on the file backend.
 run: deps-install
