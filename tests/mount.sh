@@ -178,7 +178,9 @@ if command -v fs_mark >/dev/null; then
 	mkdir "$mt/fsm"
 	(cd "$top" && fs_mark -d "$mt/fsm" -n 300 -s 4096 -t 2 -S 1 -k) >"$top/fsmark.log" 2>&1 ||
 		fail "fs_mark: $(tail -5 "$top/fsmark.log")"
-	[ "$(find "$mt/fsm" -type f | wc -l)" = 600 ] || fail "fs_mark files missing"
+	n=$(find "$mt/fsm" -type f 2>"$top/find.err" | wc -l)
+	[ "$n" = 600 ] || fail "fs_mark files missing: $n through the mount ($(cat "$top/find.err")), \
+$(find "$mt/fsm" -type f | wc -l) again, $(find "$bk/fsm" -type f | wc -l) in BACKING_DIR; fs_mark: $(tail -4 "$top/fsmark.log")"
 fi
 
 # ---- unmount by fusermount3: everything written back, exit 0
