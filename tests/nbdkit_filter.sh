@@ -23,7 +23,8 @@
 #     recovers (the data reaches the file), or, past the retry timeout,
 #     the loss is logged and counted; on_error=drop counts it lost; FUA
 #     writes racing on one connection are never acknowledged unwritten,
-#     and FLUSHes in flight at once over a loss all fail.
+#     and two FLUSHes in flight at once over a loss both fail (the second
+#     begun, over a plugin that delays each write, before the first ends).
 # Skips when nbdkit is not installed.  A sanitized build's filter runs with
 # its sanitizer runtime preloaded into nbdkit (skipped when it cannot be).
 set -u
@@ -380,32 +381,46 @@ assert counts["failed"] > 0, "the plugin's faults did not show"
 # under retry a sync of the range again writes what failed (one failure
 # anywhere failed each FUA write in flight: 94% failed; 36% here); under
 # drop the first error stands
-if len(sys.argv) <= 4:
+if sys.argv[4] == "retry":
     assert counts["failed"] < 0.8 * n, "FUA writes failed for others' errors"
-if len(sys.argv) > 4:      # on_error=drop: two FLUSHes over a loss
-    h.aio_pwrite(os.urandom(1 << 20), 0)
-    while h.aio_in_flight() > 0:
-        h.poll(-1)
-    res = []
-    def fl(err):
-        res.append(err.value)
-        err.value = 0
-        return 1
-    h.aio_flush(completion=fl)
-    h.aio_flush(completion=fl)
-    while h.aio_in_flight() > 0:
-        h.poll(-1)
-    assert len(res) == 2 and all(res), "FLUSHes in flight over dropped data: %s" % res
 print("ok")
 EOF
 for mode in retry drop; do
 	truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
 	start fua$mode --filter="$FILTER" --filter=error file "$T/disk.img" error-pwrite-rate=30% \
 		error-pwrite=EIO wbcache-mem=64M wbcache-on-error=$mode wbcache-retry-timeout=1
-	$PY "$T/fuarace.py" "$(uri fua$mode)" "$T/disk.img" 600 ${mode/retry/} >"$T/fua$mode.out" 2>&1 ||
+	$PY "$T/fuarace.py" "$(uri fua$mode)" "$T/disk.img" 600 $mode >"$T/fua$mode.out" 2>&1 ||
 		fail "FUA writes racing, on_error=$mode: $(cat "$T/fua$mode.out")"
 	stop fua$mode KILL
 done
+# two FLUSHes in flight at once over dropped data both fail.  The
+# plugin fails every write, after a second's delay: the first FLUSH's
+# writeback lasts that second, so the second FLUSH has begun before the
+# first is told of the loss (one that begins after is told nothing new,
+# as a second fsync after an error)
+cat >"$T/flushes.py" <<'EOF'
+import nbd, os, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.pwrite(os.urandom(1 << 20), 0)
+res = []
+def fl(err):
+    res.append(err.value)
+    err.value = 0
+    return 1
+h.aio_flush(completion=fl)
+h.aio_flush(completion=fl)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+assert len(res) == 2 and all(res), "FLUSHes in flight over dropped data: %s" % res
+h.flush()   # told: the next one succeeds
+print("ok")
+EOF
+start flushes --filter="$FILTER" --filter=delay --filter=error file "$T/disk.img" error-pwrite-rate=100% \
+	error-pwrite=EIO delay-write=1 wbcache-mem=64M wbcache-on-error=drop
+$PY "$T/flushes.py" "$(uri flushes)" >"$T/flushes.out" 2>&1 ||
+	fail "two FLUSHes over a loss: $(cat "$T/flushes.out")"
+stop flushes KILL
 echo "FUA writes racing on one connection, FLUSHes over a loss: ok"
 
 # FUA writes, one at a time, over a plugin whose flush fails half the
