@@ -548,6 +548,18 @@ void wbc_thread_stats(struct wbc_thread_stats *st);
 int wbc_thread_set_local_throttle(int on);
 
 /*
+ * Reserve pages for the calling thread (the kernel's PF_MEMALLOC), for a
+ * thread that cleans a device's pages by writing them into another device
+ * of the same cache (a stacked device's worker does): the cache keeps a
+ * few free pages (a 64th of it, 2 to 256) that only such threads take, so
+ * that when every other page is dirty their writes, which will free the
+ * dirty ones, still find pages.  Other threads wait for writeback rather
+ * than take the last of them.  @on non-zero turns it on, 0 off;
+ * thread-local, all caches.  Returns the previous setting.
+ */
+int wbc_thread_set_memalloc(int on);
+
+/*
  * Groups (the kernel's memory-cgroup writeback domains): a group has its
  * own dirty limit; files opened in it charge their dirty pages to it, and a
  * writer to such a file is throttled by whichever of the cache's and the

@@ -349,6 +349,10 @@ struct wbc_cache {
 	pthread_cond_t free_cond;   /* lru_lock: a page was freed */
 	struct page *free_list;
 	uint64_t nr_free, clock_hand;
+	/* free pages kept for memalloc threads (wbc_thread_set_memalloc):
+	 * others take the free list only above it, and a page they reclaim
+	 * while it is short goes to the free list (fixed at open) */
+	uint64_t nr_reserve;
 	unsigned free_waiters;
 	uint64_t free_gen;          /* lru_lock: pages freed or cleaned (waiters' wakeups) */
 

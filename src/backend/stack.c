@@ -160,6 +160,10 @@ static void *stack_worker(void *arg)
 	pthread_setname_np(pthread_self(), "wbc-stack");
 	if (s->mode == WBC_STACK_LOCAL)
 		wbc_thread_set_local_throttle(1);
+	/* through the lower device's cache, which may be the upper's: its
+	 * reserve pages (every other page may be the upper's, dirty) */
+	if (s->mode != WBC_STACK_DIRECT)
+		wbc_thread_set_memalloc(1);
 	/* direct: each I/O waits for the lower backend; completed at once,
 	 * its pages are clean sooner than if it waited for a batch's last */
 	unsigned batch_max = s->mode == WBC_STACK_DIRECT ? 1 : BATCH;

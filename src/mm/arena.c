@@ -152,6 +152,10 @@ int arena_init(struct wbc_cache *c)
 		c->free_list = &c->pages[i];
 	}
 	c->nr_free = c->nr_pages;
+	/* the memalloc threads' reserve: a page is all one needs to go on
+	 * (each copy waits for the one before to be written), more keep
+	 * their writes flowing; 2..256 pages, a 64th of the cache */
+	c->nr_reserve = WBC_MIN(WBC_MAX(c->nr_pages / 64, 2), 256);
 	return 0;
 }
 

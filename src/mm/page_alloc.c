@@ -14,6 +14,16 @@
  * a busy inode is simply passed over.  A writer that finds no reclaimable
  * page kicks every flusher and waits for a completion to free one (the
  * writeback layer's calls, through cache->alloc_ops).
+ *
+ * The reserve (the kernel's PF_MEMALLOC reserves): a thread that cleans
+ * one device's pages by writing them into another device of the same
+ * cache (a stacked device's worker: wbc_thread_set_memalloc) needs pages
+ * of that cache to do it.  When every page is dirty or in writeback, the
+ * pages of the upper device, its writes would wait for pages only its
+ * own writes can free (64 writers on a 4 MiB cache hung so).  The last
+ * nr_reserve free pages are its alone: other threads take the free list
+ * only above them, and a page they reclaim while the reserve is short
+ * refills it first; they wait as for writeback when none is left.
  */
 #include "mm/mm.h"
 
@@ -33,8 +43,24 @@ void page_free_locked(struct wbc_cache *c, struct page *p)
 	c->free_list = p;
 	c->nr_free++;
 	c->free_gen++;
-	if (c->free_waiters)
-		pthread_cond_signal(&c->free_cond);
+	/* one waiter, unless the page is the reserve's: then the waiter
+	 * woken might be one that may not take it */
+	if (c->free_waiters) {
+		if (c->nr_free <= c->nr_reserve)
+			pthread_cond_broadcast(&c->free_cond);
+		else
+			pthread_cond_signal(&c->free_cond);
+	}
+}
+
+/* wbc_thread_set_memalloc: this thread may take the reserve */
+static __thread bool memalloc;
+
+int wbc_thread_set_memalloc(int on)
+{
+	int was = memalloc;
+	memalloc = on != 0;
+	return was;
 }
 
 void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index)
@@ -159,7 +185,7 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 	pthread_mutex_lock(&c->lru_lock);
 	for (;;) {
 		struct page *p = c->free_list;
-		if (p) {
+		if (p && (memalloc || c->nr_free > c->nr_reserve)) {
 			c->free_list = p->next_free;
 			c->nr_free--;
 			p->on_free = false;
@@ -173,9 +199,13 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			if (++c->clock_hand == c->nr_pages)
 				c->clock_hand = 0;
 			if (try_reclaim_locked(c, p)) {
+				atomic_fetch_add(&c->st_reclaimed, 1);
+				if (!memalloc && c->nr_free < c->nr_reserve) {
+					page_free_locked(c, p);   /* the reserve first */
+					continue;
+				}
 				waiter_unregister_locked(c, &registered);
 				pthread_mutex_unlock(&c->lru_lock);
-				atomic_fetch_add(&c->st_reclaimed, 1);
 				return p;
 			}
 		}
