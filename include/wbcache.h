@@ -553,9 +553,12 @@ int wbc_thread_set_local_throttle(int on);
  * of the same cache (a stacked device's worker does): the cache keeps a
  * few free pages (a 64th of it, 2 to 256) that only such threads take, so
  * that when every other page is dirty their writes, which will free the
- * dirty ones, still find pages.  Other threads wait for writeback rather
- * than take the last of them.  @on non-zero turns it on, 0 off;
- * thread-local, all caches.  Returns the previous setting.
+ * dirty ones, find pages.  Other threads wait for writeback rather
+ * than take the last of them.  @on 0 turns it off; 1 is for a thread
+ * writing into a device over storage, N for one writing into a device
+ * stacked N - 1 deep on devices of the same cache: it leaves those under
+ * it all but 1/N of the reserve, as their writes clean the pages its own
+ * fill.  Thread-local, all caches.  Returns the previous setting.
  */
 int wbc_thread_set_memalloc(int on);
 

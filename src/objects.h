@@ -354,6 +354,7 @@ struct wbc_cache {
 	 * while it is short goes to the free list (fixed at open) */
 	uint64_t nr_reserve;
 	unsigned free_waiters;
+	unsigned memalloc_waiters;  /* lru_lock: of free_waiters, memalloc threads */
 	uint64_t free_gen;          /* lru_lock: pages freed or cleaned (waiters' wakeups) */
 
 	atomic_llong nr_cached;     /* [mm] resident pages (changed with lru_lock) */

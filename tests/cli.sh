@@ -155,6 +155,16 @@ for m in global local direct; do
 	[ $m = direct ] || echo "$out" | grep -Eq "^ +0 +32\.0 .*model:" ||
 		fail "stacked $m: nothing reached the device under it: $out"
 done
+# many writers over a stack in the same cache, a tiny cache, and a stack
+# over a stack: every page became the stacked device's, dirty, and the
+# workers waited for pages only their writes could free (hung: 3 in 3,
+# and every time with two levels, before the memalloc reserve)
+for args in "--mem 64K --threads 16 --size 4M --dev model:bw=200M --dev stack:0/img" \
+	    "--mem 4M --threads 64 --size 64M --dev model:bw=200M --dev stack:0/img" \
+	    "--mem 4M --threads 4 --size 64M --dev model:bw=200M --dev stack:0/img --dev stack:1/"; do
+	out=$(timeout -k 5 240 $W run dd --dirty-ratio 87 $args --quiet 2>&1) ||
+		fail "stacked, $args: exit $? (124: hung): $out"
+done
 $W run --help | grep -q "stack:N/NAME" || fail "run --help does not name stack:"
 # threads on devices, as run --help and wbcache(1) say: thread i on the
 # (i mod N)-th device the writers write to (not one a stack: device

@@ -19,6 +19,8 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 #define PS 4096
 #define NPAGES 1024
@@ -40,11 +42,14 @@ static uint64_t nr_free(wbc_cache *c)
 	return n;
 }
 
+static atomic_int waiter_done;
+
 static void *plain_waiter(void *arg)
 {
 	int err = 0;
 	struct page *p = page_alloc(arg, &err);
 	CHECK(p);
+	atomic_store(&waiter_done, 1);
 	return p;
 }
 
@@ -79,8 +84,14 @@ int main(void)
 	/* 3 */
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, plain_waiter, c), 0);
-	for (uint64_t i = 0; i < R + 1; i++)
+	for (uint64_t i = 0; i < R; i++)
 		give_back(c, taken[--n]);
+	/* the reserve whole again: the waiter must still wait (a wait of a
+	 * few of its 50 ms re-looks; a bug could pass unseen, never fail) */
+	usleep(200 * 1000);
+	CHECK(!atomic_load(&waiter_done));
+	CHECK_EQ(nr_free(c), R);
+	give_back(c, taken[--n]);
 	void *got;
 	CHECK_EQ(pthread_join(t, &got), 0);
 	CHECK(got);

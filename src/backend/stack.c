@@ -57,6 +57,7 @@ struct stack {
 	size_t align;               /* direct: the lower backend's */
 	uint64_t max_file;          /* the lower backend's largest file */
 	unsigned nworkers;
+	int level;                  /* 1; over a stack, 1 + its level (the reserve's share) */
 	pthread_mutex_t lock;       /* the queue and stop */
 	pthread_cond_t cond;
 	struct wbc_io **q;          /* a ring of cap entries */
@@ -161,9 +162,10 @@ static void *stack_worker(void *arg)
 	if (s->mode == WBC_STACK_LOCAL)
 		wbc_thread_set_local_throttle(1);
 	/* through the lower device's cache, which may be the upper's: its
-	 * reserve pages (every other page may be the upper's, dirty) */
+	 * reserve pages (every other page may be the upper's, dirty); a
+	 * stack over a stack leaves the one under it a part of them */
 	if (s->mode != WBC_STACK_DIRECT)
-		wbc_thread_set_memalloc(1);
+		wbc_thread_set_memalloc(s->level);
 	/* direct: each I/O waits for the lower backend; completed at once,
 	 * its pages are clean sooner than if it waited for a batch's last */
 	unsigned batch_max = s->mode == WBC_STACK_DIRECT ? 1 : BATCH;
@@ -307,6 +309,7 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	}
 	s->cap = 4 * STACK_QD;
 	s->mode = mode;
+	s->level = 1;
 	/* a device of one file (file:, NBD, a stacked one) has no file of
 	 * another name: its open says only EINVAL */
 	const struct wbc_backend_ops *lops;
@@ -314,6 +317,8 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	struct wbc_backend_caps lc;
 	memset(&lc, 0, sizeof(lc));
 	lops->caps(lctx, &lc);
+	if (lops == &stack_ops)
+		s->level = ((struct stack *)lctx)->level + 1;
 	if ((lc.flags & WBC_BACKEND_ONE_FILE) && name[0]) {
 		snprintf(err, errlen, "stack: the device under it holds only one file, and "
 			 "'%s' is not it (its file has no name: stack:N/ with no NAME)", name);

@@ -23,7 +23,9 @@
  * own writes can free (64 writers on a 4 MiB cache hung so).  The last
  * nr_reserve free pages are its alone: other threads take the free list
  * only above them, and a page they reclaim while the reserve is short
- * refills it first; they wait as for writeback when none is left.
+ * refills it first; they wait as for writeback when none is left.  A
+ * thread writing into a stacked device of the same cache has a higher
+ * level and leaves those under it a part (keep_free).
  */
 #include "mm/mm.h"
 
@@ -46,20 +48,20 @@ void page_free_locked(struct wbc_cache *c, struct page *p)
 	/* one waiter, unless the page is the reserve's: then the waiter
 	 * woken might be one that may not take it */
 	if (c->free_waiters) {
-		if (c->nr_free <= c->nr_reserve)
-			pthread_cond_broadcast(&c->free_cond);
-		else
+		if (c->nr_free > c->nr_reserve)
 			pthread_cond_signal(&c->free_cond);
+		else if (c->memalloc_waiters)
+			pthread_cond_broadcast(&c->free_cond);
 	}
 }
 
 /* wbc_thread_set_memalloc: this thread may take the reserve */
-static __thread bool memalloc;
+static __thread int memalloc;   /* 0, or the thread's level: 1 takes all */
 
 int wbc_thread_set_memalloc(int on)
 {
 	int was = memalloc;
-	memalloc = on != 0;
+	memalloc = on < 0 ? 0 : on;
 	return was;
 }
 
@@ -175,7 +177,20 @@ static void waiter_unregister_locked(struct wbc_cache *c, bool *registered)
 		return;
 	*registered = false;
 	c->free_waiters--;
+	if (memalloc)
+		c->memalloc_waiters--;
 	atomic_fetch_sub(&c->page_waiters, 1);
+}
+
+/* The free pages the calling thread leaves: the reserve, or for a
+ * memalloc thread of level L what levels under it need (R - R/L: level 1
+ * takes all, level 2 half, ...; a stack over a stack whose workers took
+ * all hung: the pages they dirtied needed the lower workers' writes) */
+static uint64_t keep_free(struct wbc_cache *c)
+{
+	if (!memalloc)
+		return c->nr_reserve;
+	return c->nr_reserve - WBC_MAX(c->nr_reserve / (uint64_t)memalloc, 1);
 }
 
 static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
@@ -185,7 +200,7 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 	pthread_mutex_lock(&c->lru_lock);
 	for (;;) {
 		struct page *p = c->free_list;
-		if (p && (memalloc || c->nr_free > c->nr_reserve)) {
+		if (p && c->nr_free > keep_free(c)) {
 			c->free_list = p->next_free;
 			c->nr_free--;
 			p->on_free = false;
@@ -194,13 +209,14 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			pthread_mutex_unlock(&c->lru_lock);
 			return p;
 		}
-		for (unsigned i = 0; i < RECLAIM_BATCH; i++) {
+		uint64_t batch = WBC_MIN((uint64_t)RECLAIM_BATCH, c->nr_pages);
+		for (uint64_t i = 0; i < batch; i++) {
 			p = &c->pages[c->clock_hand];
 			if (++c->clock_hand == c->nr_pages)
 				c->clock_hand = 0;
 			if (try_reclaim_locked(c, p)) {
 				atomic_fetch_add(&c->st_reclaimed, 1);
-				if (!memalloc && c->nr_free < c->nr_reserve) {
+				if (c->nr_free < keep_free(c)) {
 					page_free_locked(c, p);   /* the reserve first */
 					continue;
 				}
@@ -209,7 +225,7 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 				return p;
 			}
 		}
-		swept += RECLAIM_BATCH;
+		swept += batch;
 		/* Two full turns clear every referenced bit and visit every page
 		 * once more: nothing is reclaimable now. */
 		if (swept < 2 * c->nr_pages) {
@@ -227,6 +243,8 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			 * before is found by it, one cleaned after wakes us */
 			registered = true;
 			c->free_waiters++;
+			if (memalloc)
+				c->memalloc_waiters++;
 			atomic_fetch_add(&c->page_waiters, 1);
 			atomic_thread_fence(memory_order_seq_cst);
 			gen = c->free_gen;
