@@ -333,7 +333,8 @@ if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
 	bk=$top/tiny
 	"$W" mount "$bk" "$mt" -f -o mem=16M 2>"$top/fg.log" &
 	fg=$!
-	for _ in $(seq 100); do mountpoint -q "$mt" && break; sleep 0.1; done
+	for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
+	mountpoint -q "$mt" || fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"
 	pid=$fg
 	dd if=/dev/zero of="$mt/big" bs=1M count=3 conv=fsync status=none 2>/dev/null &&
 		fail "fsync on a full file system succeeded"

@@ -21,7 +21,7 @@
  *      along sees the error once, and a fresh cache reads every byte back.
  *   5. on_error=drop: the server gone, the pages are dropped and counted
  *      lost; fsync says so; once it is back, fsync succeeds.
- *   6. a stalled server (SIGSTOP) with timeout=1: fsync fails instead of
+ *   6. a stalled server (SIGSTOP) with timeout=3: fsync fails instead of
  *      waiting for ever, another device's writer finishes, and once the
  *      server runs again the data is written.
  *   7. edges: an export whose size is not a whole number of pages takes
@@ -437,7 +437,7 @@ static void test_drop(void)
 
 static void test_stall(void)
 {
-	printf("6. server stalled (SIGSTOP), timeout=1\n");
+	printf("6. server stalled (SIGSTOP), timeout=3\n");
 	struct t_nbdkit s;
 	t_nbdkit_start(&s, dir, "stall", (const char *[]){ "memory", "64M", NULL });
 	size_t len = 4 * MiB;
@@ -445,7 +445,7 @@ static void test_stall(void)
 	CHECK(data);
 	t_fill(data, len, 17);
 	wbc_cache *c = open_cache(64 * MiB);
-	wbc_dev *dev = add(c, s.uri, "timeout=1,retry_timeout=600"), *mem;
+	wbc_dev *dev = add(c, s.uri, "timeout=3,retry_timeout=600"), *mem;
 	CHECK_EQ(wbc_dev_add(c, "mem", &mem), 0);
 	wbc_file *f;
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
@@ -477,7 +477,7 @@ static void test_stall(void)
 	cfg.dirty_expire_centisecs = 10;
 	cfg.dirty_writeback_centisecs = 10;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	dev = add(c, s.uri, "timeout=1");
+	dev = add(c, s.uri, "timeout=3");
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
 	write_all(f, data, 64 << 10, 0);
 	CHECK_EQ(wbc_fsync(f), 0);

@@ -320,8 +320,12 @@ fails("flush", a.flush)
 fails("second flush", a.flush)           # still not written: fails again
 fails("flush on another connection", b.flush)
 fails("FUA write", lambda: b.pwrite(b"y" * 4096, 0, nbd.CMD_FLAG_FUA))
-time.sleep(0.2)
-st = dict(l.split("=") for l in open(os.path.dirname(disk) + "/fault.stats").read().split())
+# (the statistics file is written every 50 ms: polled, for a busy nbdkit)
+for _ in range(600):
+    st = dict(l.split("=") for l in open(os.path.dirname(disk) + "/fault.stats").read().split())
+    if int(st["at_risk_bytes"]) >= 4 << 20 and int(st["write_errors"]) > 0:
+        break
+    time.sleep(0.05)
 assert int(st["at_risk_bytes"]) >= 4 << 20 and int(st["write_errors"]) > 0, st
 assert int(st["lost_bytes"]) == 0, st
 os.unlink(inject)
