@@ -107,17 +107,36 @@ int main(void)
 		static char big[CHUNK];
 		CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &a), 0);
 		CHECK_EQ(wbc_file_open(dev, "b", WBC_O_CREAT, &b), 0);
-		uint64_t pa = 0, pb = 0, off = 0;
-		int tries = 0;
-		while (!pa && tries++ < 64) {   /* until a pause is owed */
-			ssize_t r = wbc_pwrite_nowait(a, big, CHUNK, off, &pa);
-			CHECK(r > 0);
-			off += (uint64_t)r;
+		/* the throttle's shortest pause (throttle.c): a debt within it of
+		 * its end is forgiven.  The first writer writes on, pausing as
+		 * told, until it owes three times that (its first debts are
+		 * barely more: a preemption of 0.3 ms between the two calls
+		 * let the second through); a pair of calls further apart than
+		 * the debt less that proves nothing, and is tried again */
+		const uint64_t min_pause = 10 * 1000 * 1000;
+		uint64_t pa = 0, pb = 0, off = 0, gap = 0;
+		ssize_t r = 0;
+		int pairs = 0;
+		for (;;) {
+			int tries = 0;
+			for (pa = 0; pa < 3 * min_pause && tries++ < 2000;) {
+				if (pa)
+					sleep_ns(pa);
+				r = wbc_pwrite_nowait(a, big, CHUNK, off, &pa);
+				CHECK(r > 0);
+				off += (uint64_t)r;
+			}
+			CHECK(pa >= 3 * min_pause);
+			uint64_t t0 = wbc_now_ns();
+			r = wbc_pwrite_nowait(b, big, CHUNK, 0, &pb);
+			gap = wbc_now_ns() - t0;
+			if (gap + min_pause < pa || ++pairs == 20)
+				break;
+			sleep_ns(pa > pb ? pa : pb);
 		}
-		CHECK(pa > 0);
-		ssize_t r = wbc_pwrite_nowait(b, big, CHUNK, 0, &pb);
 		printf("one thread, two writers: the first owes %.1f ms, the second then %.1f ms "
-		       "(%zd bytes in)\n", (double)pa / 1e6, (double)pb / 1e6, r);
+		       "(%zd bytes in, %.1f ms after; %d pairs too far apart)\n", (double)pa / 1e6,
+		       (double)pb / 1e6, r, (double)gap / 1e6, pairs);
 		CHECK(r > 0);
 		CHECK(pb > 0);
 		/* stopped at its first check (36 KiB here), not let through
