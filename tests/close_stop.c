@@ -2,7 +2,8 @@
  * wbc_cache_close with a device still busy: no device is freed while
  * another runs (src/core/cache.c).  Devices in add order: "mem", B (a
  * mem device's backend behind a wrapper whose writes fail with EIO while
- * `failing`, and whose close of file "c" takes 2 s and ends the failure),
+ * `failing`, and whose close of file "c" ends the failure and lasts until
+ * a write went through),
  * A ("mem", added last, stopped first).  B holds at-risk data of "d" and
  * an open handle on "c" at the close: while B's backend closes "c", B's
  * flusher retries d's writes, they succeed, and the bandwidth update walks
@@ -18,7 +19,7 @@
 #include <stdatomic.h>
 
 static const struct wbc_backend_ops *mops;
-static atomic_bool failing;
+static atomic_bool failing, let_through;
 static void *file_c;
 
 static int w_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
@@ -33,7 +34,12 @@ static void w_close(void *ctx, void *file)
 {
 	if (file == file_c) {
 		atomic_store(&failing, false);
-		usleep(2000 * 1000);   /* B's flusher writes meanwhile */
+		/* B's flusher writes meanwhile: until a write went through
+		 * (its retry may be seconds off, its backoff grown; 60 s at
+		 * most: the close's outcome is checked either way) */
+		for (int i = 0; i < 6000 && !atomic_load(&let_through); i++)
+			usleep(10 * 1000);
+		usleep(100 * 1000);
 	}
 	mops->close(ctx, file);
 }
@@ -43,8 +49,11 @@ static int w_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *
 	/* slow (busy time: the bandwidth update measures only a device that
 	 * was busy for much of its interval) */
 	usleep(100 * 1000);
-	if (!atomic_load(&failing))
-		return mops->submit(ctx, ios, n, queued);
+	if (!atomic_load(&failing)) {
+		int r = mops->submit(ctx, ios, n, queued);
+		atomic_store(&let_through, true);
+		return r;
+	}
 	for (unsigned i = 0; i < n; i++)
 		wbc_io_complete(ios[i], -EIO);
 	return 0;
