@@ -253,12 +253,13 @@ sync_all
 cat "$mt/r" >/dev/null; ls -l "$mt" >/dev/null
 rm "$mt/r"
 # (regular files: a thread's ring may keep a removed directory, no space)
+# (the kernel's RELEASE may come after rm returns: polled, 10 s)
 removed_held() { find -L /proc/"$pid"/fd -mindepth 1 -maxdepth 1 -type f -links 0 2>/dev/null | wc -l; }
-held=$(removed_held)
+for _ in $(seq 100); do held=$(removed_held); [ "$held" = 0 ] && break; sleep 0.1; done
 [ "$held" = 0 ] || fail "the daemon holds $held descriptors of removed files"
 head -c 1000 /dev/zero >"$mt/r2"; sync_all; stat "$mt/r2" >/dev/null
 rm "$bk/r2"   # removed beside the mount
-held=$(removed_held)
+for _ in $(seq 100); do held=$(removed_held); [ "$held" = 0 ] && break; sleep 0.1; done
 [ "$held" = 0 ] || fail "the daemon holds $held descriptors of a file removed in BACKING_DIR"
 
 # ---- a listing's attributes (READDIRPLUS) are the cache's: sizes of data
