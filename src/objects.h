@@ -351,8 +351,10 @@ struct wbc_cache {
 	uint64_t nr_free, clock_hand;
 	/* free pages kept for memalloc threads (wbc_thread_set_memalloc):
 	 * others take the free list only above it, and a page they reclaim
-	 * while it is short goes to the free list (fixed at open) */
+	 * while it is short goes to the free list (set at open; raised for
+	 * the deepest memalloc level seen, max_level) */
 	uint64_t nr_reserve;
+	int max_level;
 	unsigned free_waiters;
 	unsigned memalloc_waiters;  /* lru_lock: of free_waiters, memalloc threads */
 	uint64_t free_gen;          /* lru_lock: pages freed or cleaned (waiters' wakeups) */

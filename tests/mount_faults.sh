@@ -225,7 +225,7 @@ head -c 15000000 /dev/zero >"$bk/filler"
 "$W" mount "$bk" "$mt" -f -o mem=64M,retry_timeout=1 2>"$top/fg.log" &
 fg=$!
 for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
-mountpoint -q "$mt" || fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"
+mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
 pid=$fg
 head -c 8000000 /dev/zero >"$mt/lost" 2>/dev/null
 fusermount3 -u "$mt"

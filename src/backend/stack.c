@@ -57,7 +57,7 @@ struct stack {
 	size_t align;               /* direct: the lower backend's */
 	uint64_t max_file;          /* the lower backend's largest file */
 	unsigned nworkers;
-	int level;                  /* 1; over a stack, 1 + its level (the reserve's share) */
+	int level;                  /* 1; over a stack whose workers write through a cache, 1 + its level (the reserve's share) */
 	pthread_mutex_t lock;       /* the queue and stop */
 	pthread_cond_t cond;
 	struct wbc_io **q;          /* a ring of cap entries */
@@ -318,7 +318,8 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	memset(&lc, 0, sizeof(lc));
 	lops->caps(lctx, &lc);
 	if (lops == &stack_ops)
-		s->level = ((struct stack *)lctx)->level + 1;
+		s->level = ((struct stack *)lctx)->level +
+			   (((struct stack *)lctx)->mode == WBC_STACK_DIRECT ? 0 : 1);
 	if ((lc.flags & WBC_BACKEND_ONE_FILE) && name[0]) {
 		snprintf(err, errlen, "stack: the device under it holds only one file, and "
 			 "'%s' is not it (its file has no name: stack:N/ with no NAME)", name);

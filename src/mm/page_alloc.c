@@ -188,6 +188,7 @@ static void waiter_unregister_locked(struct wbc_cache *c, bool *registered)
  * all hung: the pages they dirtied needed the lower workers' writes) */
 static uint64_t keep_free(struct wbc_cache *c)
 {
+	assert_held(&c->lru_lock);
 	if (!memalloc)
 		return c->nr_reserve;
 	return c->nr_reserve - WBC_MAX(c->nr_reserve / (uint64_t)memalloc, 1);
@@ -198,6 +199,15 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 	uint64_t swept = 0, gen = 0;
 	bool waited = false, dead_seen = false, registered = false;
 	pthread_mutex_lock(&c->lru_lock);
+	/* a deeper level than seen: the reserve at least L(L-1) pages, so
+	 * that every level's share R/L is larger than the next one's (two
+	 * levels with one share: the upper took what the lower needed; a
+	 * third level in a 64 KiB cache hung); at most half the cache */
+	if (memalloc > c->max_level) {
+		c->max_level = memalloc;
+		uint64_t want = (uint64_t)memalloc * (uint64_t)(memalloc - 1);
+		c->nr_reserve = WBC_MAX(c->nr_reserve, WBC_MIN(want, c->nr_pages / 2));
+	}
 	for (;;) {
 		struct page *p = c->free_list;
 		if (p && c->nr_free > keep_free(c)) {
