@@ -551,7 +551,8 @@ int wbc_thread_set_local_throttle(int on);
  * Reserve pages for the calling thread (the kernel's PF_MEMALLOC), for a
  * thread that cleans a device's pages by writing them into another device
  * of the same cache (a stacked device's worker does): the cache keeps a
- * few free pages (a 64th of it, 2 to 256) that only such threads take, so
+ * few free pages (a 64th of it, 2 to 256; for a stack N deep at least
+ * N(N-1), at most half the cache) that only such threads take, so
  * that when every other page is dirty their writes, which will free the
  * dirty ones, find pages.  Other threads wait for writeback rather
  * than take the last of them.  @on 0 turns it off; 1 is for a thread
