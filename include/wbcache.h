@@ -559,7 +559,9 @@ int wbc_thread_set_local_throttle(int on);
  * writing into a device over storage, N for one writing into a device
  * stacked N - 1 deep on devices of the same cache: it leaves those under
  * it all but 1/N of the reserve, as their writes clean the pages its own
- * fill.  Thread-local, all caches.  Returns the previous setting.
+ * fill.  Set it before opening the file the thread writes through: the
+ * open grows the reserve (-ENOBUFS when N(N-1) is over half the cache).
+ * Thread-local, all caches.  Returns the previous setting.
  */
 int wbc_thread_set_memalloc(int on);
 

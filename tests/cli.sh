@@ -158,13 +158,21 @@ done
 # many writers over a stack in the same cache, a tiny cache, and a stack
 # over a stack: every page became the stacked device's, dirty, and the
 # workers waited for pages only their writes could free (hung: 3 in 3,
-# and every time with two levels, before the memalloc reserve)
+# and every time with two levels, before the memalloc reserve; three
+# levels in 128 KiB hung when the reserve grew only at the top level's
+# first allocation, after the writers had taken the pages above the old)
 for args in "--mem 64K --threads 16 --size 4M --dev model:bw=200M --dev stack:0/img" \
 	    "--mem 4M --threads 64 --size 64M --dev model:bw=200M --dev stack:0/img" \
-	    "--mem 4M --threads 4 --size 64M --dev model:bw=200M --dev stack:0/img --dev stack:1/"; do
+	    "--mem 4M --threads 4 --size 64M --dev model:bw=200M --dev stack:0/img --dev stack:1/" \
+	    "--mem 128K --threads 4 --size 4M --dev model:bw=200M --dev stack:0/img --dev stack:1/ --dev stack:2/"; do
 	out=$(timeout -k 5 240 $W run dd --dirty-ratio 87 $args --quiet 2>&1) ||
 		fail "stacked, $args: exit $? (124: hung): $out"
 done
+# four levels in 16 pages: no reserve gives each level a share of its own
+# (hung): refused at the add
+expect_msg "four stack levels in 64 KiB" "needs a reserve of 12 of its pages" \
+	run dd --dirty-ratio 87 --mem 64K --size 1M --dev model:bw=200M --dev stack:0/img \
+	--dev stack:1/ --dev stack:2/ --dev stack:3/
 $W run --help | grep -q "stack:N/NAME" || fail "run --help does not name stack:"
 # threads on devices, as run --help and wbcache(1) say: thread i on the
 # (i mod N)-th device the writers write to (not one a stack: device

@@ -327,10 +327,20 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 		free(s);
 		return -EINVAL;
 	}
+	/* opened at the workers' level: the lower cache grows its reserve
+	 * for them now, before writers fill it */
+	int was = wbc_thread_set_memalloc(mode == WBC_STACK_DIRECT ? 0 : s->level);
 	rc = wbc_file_open(lower, name, WBC_O_CREAT | (mode == WBC_STACK_DIRECT ? WBC_O_DIRECT : 0),
 			   &s->lf);
+	wbc_thread_set_memalloc(was);
 	if (rc) {
-		if (rc == -EBUSY)
+		if (rc == -ENOBUFS)
+			snprintf(err, errlen, "stack: a stack %d levels deep over one cache needs "
+				 "a reserve of %d of its pages, at most half of it: a cache of "
+				 "%d pages or more, fewer levels, or stack_throttle=direct",
+				 s->level, s->level * (s->level - 1),
+				 2 * s->level * (s->level - 1));
+		else if (rc == -EBUSY)
 			snprintf(err, errlen, "stack: the lower file '%s' is open %s: "
 				 "stack_throttle=direct and the lower device's cache cannot "
 				 "share it", name, mode == WBC_STACK_DIRECT ?

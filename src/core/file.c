@@ -116,7 +116,10 @@ int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *gr
 	if (!name_ok(dev->be, name))
 		return -EINVAL;
 	bool direct = flags & WBC_O_DIRECT;
-	int err = handle_open(dev, name, flags & WBC_O_CREAT, group,
+	int err = direct ? 0 : page_reserve_level(dev->cache);
+	if (err)
+		return err;
+	err = handle_open(dev, name, flags & WBC_O_CREAT, group,
 			      direct ? HANDLE_DIRECT : HANDLE_CACHED, out);
 	if (err)
 		return err;

@@ -63,6 +63,10 @@ struct page *page_alloc(struct wbc_cache *c, int *err);
 /* A free or reclaimable page now, or NULL: never waits (a reader that
  * holds locked pages of a file must not wait for one). */
 struct page *page_try_alloc(struct wbc_cache *c);
+/* Grow the reserve for the calling thread's memalloc level L (at an
+ * open): 0, or -ENOBUFS when the cache is too small (L(L-1) pages over
+ * half of it). */
+int page_reserve_level(struct wbc_cache *c);
 void page_free_locked(struct wbc_cache *c, struct page *p);  /* lru_lock held */
 void page_bind(struct wbc_cache *c, struct page *p, struct inode *ino, uint64_t index);
 void page_release(struct wbc_cache *c, struct page *p);  /* unbind + free */

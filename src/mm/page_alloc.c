@@ -194,20 +194,45 @@ static uint64_t keep_free(struct wbc_cache *c)
 	return c->nr_reserve - WBC_MAX(c->nr_reserve / (uint64_t)memalloc, 1);
 }
 
+/* A deeper memalloc level than seen: the reserve at least L(L-1) pages,
+ * so that every level's share R/L is larger than the next one's (two
+ * levels with one share: the upper took what the lower needed; a third
+ * level in a 64 KiB cache hung); at most half the cache. */
+static void reserve_level_locked(struct wbc_cache *c)
+{
+	assert_held(&c->lru_lock);
+	if (memalloc <= c->max_level)
+		return;
+	c->max_level = memalloc;
+	uint64_t want = (uint64_t)memalloc * (uint64_t)(memalloc - 1);
+	c->nr_reserve = WBC_MAX(c->nr_reserve, WBC_MIN(want, c->nr_pages / 2));
+}
+
+/* At the open of a file by a memalloc thread (a stacked device opens its
+ * lower file so): the reserve grown before its first allocation (grown
+ * only then, plain writers had taken every page above the old reserve,
+ * and a level-3 worker, left less than its share, waited for pages its
+ * own writes held: three levels in a 128 KiB cache hung).  -ENOBUFS when
+ * half the cache is less than L(L-1) pages: two levels would share one
+ * share (four levels in a 64 KiB cache hung). */
+int page_reserve_level(struct wbc_cache *c)
+{
+	if (!memalloc)
+		return 0;
+	if ((uint64_t)memalloc * (uint64_t)(memalloc - 1) > c->nr_pages / 2)
+		return -ENOBUFS;
+	pthread_mutex_lock(&c->lru_lock);
+	reserve_level_locked(c);
+	pthread_mutex_unlock(&c->lru_lock);
+	return 0;
+}
+
 static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 {
 	uint64_t swept = 0, gen = 0;
 	bool waited = false, dead_seen = false, registered = false;
 	pthread_mutex_lock(&c->lru_lock);
-	/* a deeper level than seen: the reserve at least L(L-1) pages, so
-	 * that every level's share R/L is larger than the next one's (two
-	 * levels with one share: the upper took what the lower needed; a
-	 * third level in a 64 KiB cache hung); at most half the cache */
-	if (memalloc > c->max_level) {
-		c->max_level = memalloc;
-		uint64_t want = (uint64_t)memalloc * (uint64_t)(memalloc - 1);
-		c->nr_reserve = WBC_MAX(c->nr_reserve, WBC_MIN(want, c->nr_pages / 2));
-	}
+	reserve_level_locked(c);
 	for (;;) {
 		struct page *p = c->free_list;
 		if (p && c->nr_free > keep_free(c)) {
