@@ -305,6 +305,9 @@ struct wbc_dev {
 	/* a local-throttle thread was throttled on the device since the last
 	 * rate update (its writers' line is the device's own domain) */
 	atomic_bool local_throttled;
+	/* the group whose line held a writer to the device since the last
+	 * rate update (NULL: none), so that the update balances that line */
+	struct wbc_group *_Atomic throttled_group;
 	/* pauses of writers to this device, and their total length (ns) */
 	atomic_ullong st_pauses, st_paused_ns;
 

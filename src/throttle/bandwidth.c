@@ -68,16 +68,57 @@ static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint6
 	/* writers throttled on the device's own line (local throttle) since
 	 * the last update: their line is the one to balance */
 	bool local = atomic_exchange_explicit(&dev->local_throttled, false, memory_order_relaxed);
+	/* a group whose line held writers to the device: theirs is the lower
+	 * of it and the cache's (writer_pos_ratio).  Without it, writers
+	 * held by a group while the cache was below its freerun were never
+	 * balanced: dirty_ratelimit stayed at the device's whole bandwidth
+	 * for any number of them */
+	struct wbc_group *grp = atomic_exchange_explicit(&dev->throttled_group, NULL,
+							 memory_order_relaxed);
+	uint64_t now = wbc_now_ns();
 	if (local)
 		dom_local(dev, &d);
 	else
-		dom_global(c, &d);
-	if (d.dirty <= d.freerun)
-		return;            /* nobody is throttled: nothing to balance */
+		dom_global_writer(dev, &d, now);   /* as its writers see it: without
+						    * dead devices' pages, which took
+						    * dirty_ratelimit to 1 page/s */
+	bool below = d.dirty < d.setpoint, held = d.dirty > d.freerun;
 	double wb_thresh;
 	double pos = pos_ratio_cubic(d.setpoint, d.dirty, d.limit);
-	if (!local)
+	if (!local && dev->strict_limit) {
+		/* the strict line (writer_pos_ratio), as the kernel's
+		 * wb_update_dirty_ratelimit under strictlimit: held by it
+		 * while the cache was below freerun, the writers were never
+		 * balanced (4 writers on a 20 MB/s strict device each kept
+		 * the whole 17 MB/s) */
+		double wb_dirty = (double)ctr_unclean(&dev->ctr);
+		double st = WBC_MIN(WBC_MAX(dev_wb_thresh(dev, d.thresh), 1), d.thresh);
+		double sp = (st + st * d.bg_thresh / d.thresh) / 2;
+		if (wb_dirty > sp) {
+			double spos = pos_ratio_cubic(sp, wb_dirty, st);
+			if (spos < pos) {
+				pos = spos;
+				below = false;
+			}
+			held = true;
+		}
+	} else if (!local) {
 		pos *= wb_pos_ratio(dev, &d, &wb_thresh);
+	}
+	if (grp) {
+		struct dom md;
+		dom_group_writer(grp, dev, &md, now);
+		if (md.dirty > md.freerun || held) {
+			double mpos = pos_ratio_cubic(md.setpoint, md.dirty, md.limit);
+			if (mpos < pos) {
+				pos = mpos;
+				below = md.dirty < md.setpoint;
+			}
+			held = true;
+		}
+	}
+	if (!held)
+		return;            /* nobody is throttled: nothing to balance */
 	double ratelimit = (double)atomic_load(&dev->dirty_ratelimit);
 	double task = ratelimit * pos;
 	double dirty_rate = (double)dirtied / elapsed_s;
@@ -92,7 +133,7 @@ static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint6
 	balanced = WBC_MIN(balanced, write_bw);
 	double prev = dev->balanced_ratelimit > 0 ? dev->balanced_ratelimit : balanced;
 	double step = 0;
-	if (d.dirty < d.setpoint) {
+	if (below) {
 		double x = WBC_MIN(WBC_MIN(prev, balanced), task);
 		if (ratelimit < x)
 			step = x - ratelimit;
@@ -108,9 +149,9 @@ static void update_ratelimit_locked(struct wbc_dev *dev, double elapsed_s, uint6
 	/* far off (2x or more) with the position agreeing: move at once by
 	 * up to 2x rather than by 1/8 steps (a device whose bandwidth fell
 	 * 10x would otherwise sit at the limit for many seconds) */
-	if (d.dirty > d.setpoint && balanced < ratelimit / 2)
+	if (!below && balanced < ratelimit / 2)
 		step = ratelimit - WBC_MAX(balanced, ratelimit / 2);
-	else if (d.dirty < d.setpoint && balanced > ratelimit * 2)
+	else if (below && balanced > ratelimit * 2)
 		step = WBC_MIN(balanced, ratelimit * 2) - ratelimit;
 	if (ratelimit < balanced)
 		ratelimit = WBC_MIN(ratelimit + step, balanced);

@@ -241,9 +241,6 @@ void dom_group(struct wbc_group *g, struct dom *d)
 	dom_fill(d, (double)ctr_unclean(&g->ctr), (double)g->thresh, (double)g->bg_thresh);
 }
 
-static void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d,
-			     uint64_t now);
-
 long over_bg_pages(struct wbc_cache *c)
 {
 	long over = ctr_dirty(&c->ctr) - (long)c->bg_thresh;
@@ -346,6 +343,15 @@ double wb_pos_ratio(struct wbc_dev *dev, const struct dom *d, double *wb_thresh_
 	return f;
 }
 
+/* The most of @thresh that @dev's max_ratio and max_bytes let it hold. */
+static double dev_cap_pages(struct wbc_dev *dev, double thresh)
+{
+	double cap = thresh * dev->max_ratio / 100;
+	if (dev->max_bytes)
+		cap = WBC_MIN(cap, (double)(dev->max_bytes >> dev->cache->page_shift));
+	return cap;
+}
+
 /* pos_ratio of a writer to @dev in group @grp (NULL: none). */
 static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 			       struct dom *gd, double *wb_thresh)
@@ -363,10 +369,7 @@ static double writer_pos_ratio(struct wbc_dev *dev, struct wbc_group *grp,
 		double wb_bg = st * gd->bg_thresh / gd->thresh;
 		/* the ramp-up floor: 8 pages, or a cap under that (max_ratio,
 		 * max_bytes), never the share a new device has yet */
-		double cap = gd->thresh * dev->max_ratio / 100;
-		if (dev->max_bytes)
-			cap = WBC_MIN(cap, (double)(dev->max_bytes >> dev->cache->page_shift));
-		if (wb_dirty < WBC_MIN(8, cap))
+		if (wb_dirty < WBC_MIN(8, dev_cap_pages(dev, gd->thresh)))
 			pos = WBC_MIN(pos * 2, 2);
 		else
 			pos = WBC_MIN(pos, pos_ratio_cubic((st + wb_bg) / 2, wb_dirty, st));
@@ -501,7 +504,7 @@ static void sleep_ns(uint64_t ns)
  * writeback cleans them before their device recovers.  A writer to a
  * live device does not count them in the global domain: waiting for them
  * would stop it for as long as the other device is dead (invariant 5;
- * a strict_limit device, which has no pass, waited for ever).  They stay
+ * a strict_limit device, which then had no pass, waited for ever).  They stay
  * in the arena, which bounds memory all the same (invariant 1).
  */
 static double dead_pages_except(struct wbc_cache *c, struct wbc_dev *dev, uint64_t now)
@@ -528,6 +531,12 @@ void dom_local(struct wbc_dev *dev, struct dom *d)
 		 wb_thresh * (double)c->bg_thresh / thresh);
 }
 
+void dom_global_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
+{
+	dom_global(dev->cache, d);
+	d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
+}
+
 /* The global domain as a writer to @dev sees it; the device's own for a
  * local-throttle thread. */
 static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
@@ -536,8 +545,7 @@ static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
 		dom_local(dev, d);
 		return;
 	}
-	dom_global(dev->cache, d);
-	d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
+	dom_global_writer(dev, d, now);
 }
 
 /* Group @g's domain as a writer to @dev sees it: without the pages of
@@ -548,8 +556,7 @@ static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
  * may go over its own limit by up to the other groups' pages on it
  * (the global limit still holds, and they are in the arena, which
  * bounds memory all the same). */
-static void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d,
-			     uint64_t now)
+void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d, uint64_t now)
 {
 	dom_group(g, d);
 	if (d->dirty > d->freerun)
@@ -618,8 +625,13 @@ static void balance_domains(struct wbc_dev *dev, struct wbc_group *grp, struct d
 			    struct dom *md, uint64_t now)
 {
 	dom_writer(dev, gd, now);
-	if (grp)
+	if (grp) {
 		dom_group_writer(grp, dev, md, now);
+		/* its line may hold this writer: the rate update balances it */
+		if (md->dirty > md->freerun &&
+		    atomic_load_explicit(&dev->throttled_group, memory_order_relaxed) != grp)
+			atomic_store_explicit(&dev->throttled_group, grp, memory_order_relaxed);
+	}
 	if (over_bg_thresh(dev->cache))
 		wakeup_flusher_threads(dev->cache, false);
 	bandwidth_update(dev, now);
@@ -729,10 +741,24 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 			      (double)PASS_WINDOW_NS / 1e9;
 		pass = WBC_MIN(pass, (double)c->thresh / PASS_MAX_PART);
 		pass = WBC_MIN(pass, dev_wb_thresh(dev, (double)c->thresh) / 4);
-		pass = WBC_MAX(pass, (double)dev_pass(c));
-		if (unclean <= (long)pass && !strict && (!grp || md.dirty < md.limit)) {
+		/* a strict device passes too, as the kernel's wb under
+		 * strictlimit ("give the other good wb's a pipe"), within its
+		 * cap: with no pass its writers waited, spinning, for as long
+		 * as another, stalled, device held the cache at its limit */
+		double floor = (double)dev_pass(c);
+		if (strict)
+			floor = WBC_MIN(floor, dev_cap_pages(dev, (double)c->thresh));
+		pass = WBC_MAX(pass, floor);
+		if (unclean <= (long)pass && !strict_over && (!grp || md.dirty < md.limit)) {
+			long intv = WBC_MIN((long)pass - unclean, slack);
+			/* in a group, a part of the room under the group's limit
+			 * (pass and slack are the cache's: a 1 MiB group in a
+			 * 512 MiB cache held 4 MiB, over its limit most of the
+			 * time, with one writer) */
+			if (grp)
+				intv = WBC_MIN(intv, (long)((md.limit - md.dirty) / GAP_SHARE));
 			tls.nr_dirtied = 0;
-			tls.nr_dirtied_pause = WBC_MAX(WBC_MIN((long)pass - unclean, slack), 1);
+			tls.nr_dirtied_pause = WBC_MAX(intv, 1);
 			tls.paused_when = now;
 			return 0;
 		}
@@ -754,7 +780,10 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 				       : writer_pos_ratio(dev, grp, &gd, &wb_thresh);
 		/* near the limit, each thread may take only a small part of
 		 * what is left before it checks again */
-		long gap_share = (long)(WBC_MAX(gd.limit - gd.dirty, 0) / GAP_SHARE);
+		double room = WBC_MAX(gd.limit - gd.dirty, 0);
+		if (grp)   /* and of its group's */
+			room = WBC_MIN(room, WBC_MAX(md.limit - md.dirty, 0));
+		long gap_share = (long)(room / GAP_SHARE);
 		double rate = (double)atomic_load(&dev->dirty_ratelimit) * pos;  /* pages/s */
 		/* never sleep longer than the device needs to write what it
 		 * holds (the kernel's wb_max_pause): a small cache on a fast

@@ -66,6 +66,10 @@ void dom_global(struct wbc_cache *c, struct dom *d);
  * pages against its share (throttle.c, LOCAL THROTTLE). */
 void dom_local(struct wbc_dev *dev, struct dom *d);
 void dom_group(struct wbc_group *g, struct dom *d);
+/* The global domain, and group @g's, as a writer to @dev sees them: the
+ * pages of dead devices other than @dev left out (throttle.c). */
+void dom_global_writer(struct wbc_dev *dev, struct dom *d, uint64_t now);
+void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d, uint64_t now);
 double wb_pos_ratio(struct wbc_dev *dev, const struct dom *d, double *wb_thresh);
 double dev_wb_thresh(struct wbc_dev *dev, double thresh);
 /* The most pages one thread may dirty past the limit before it checks:
