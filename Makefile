@@ -164,19 +164,23 @@ $(BUILD)/tests/nbdkit-%-plugin.so: tests/plugins/%.c Makefile | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(NBDKIT_CFLAGS) -fPIC -shared $< -o $@
 
+# run, check and bench build on every CPU (make -jN given: its jobs)
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+ALL_J = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(JOBS))
+
 # The main job: stream 1 GiB through the engine on the file backend.
 run: deps-install
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) $(ALL_J) --no-print-directory all
 	$(CLI) run
 
 # the layering of src/ first (scripts/check-layers; src/internal.h)
 check: deps-install
 	scripts/check-layers
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) $(ALL_J) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) tests/run
 
 bench: deps-install
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) $(ALL_J) --no-print-directory all
 	WBCACHE_BUILD=$(BUILD) bench/stream.sh
 	WBCACHE_BUILD=$(BUILD) bench/randwrite.sh
 	WBCACHE_BUILD=$(BUILD) bench/example.sh
