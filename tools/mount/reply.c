@@ -98,13 +98,18 @@ static void deferred_queue_locked(struct deferred *d)
 }
 
 /* Write what is left of @d once its pause is over; true when it is
- * queued again (paused again). */
+ * queued again (paused again).  @stopping (the daemon ends, the cache is
+ * written back after): all of it now, waiting out the pauses here, not
+ * dropped: the writer was told nothing yet, and for a mapping's
+ * write-back (FUSE_WRITE_CACHE) the kernel ignores a short count, so the
+ * rest would be lost without a word. */
 static bool deferred_continue(struct deferred *d, bool stopping)
 {
-	if (!d->rest_len || d->interrupted || stopping)
+	if (!d->rest_len || d->interrupted)
 		return false;
 	uint64_t pause = 0;
-	ssize_t r = wbc_pwrite_nowait(d->h, d->rest, d->rest_len, d->off, &pause);
+	ssize_t r = stopping ? wbc_pwrite(d->h, d->rest, d->rest_len, d->off) :
+			       wbc_pwrite_nowait(d->h, d->rest, d->rest_len, d->off, &pause);
 	if (r < 0) {
 		if (!d->count) {
 			fuse_reply_err(d->req, (int)-r);
@@ -219,7 +224,8 @@ int replier_start(void)
 	return -err;
 }
 
-/* Answer everything queued now, and end the thread. */
+/* Answer everything queued (what is left of each write written first,
+ * its pauses waited out by the replier), and end the thread. */
 void replier_stop(void)
 {
 	if (!D.started)

@@ -76,9 +76,9 @@
  * Lifetimes.  The queues, their rings, entries and buffers live from
  * uring_begin to uring_end.  The end, once libfuse's loop has ended:
  * uring_quiesce makes the ring threads handle no more requests (one that
- * comes is left to the kernel, which ends it when the connection goes)
- * and waits until each has finished the ones it was handling, then stops
- * the helpers (each finishes its jobs, answering); the replier then
+ * comes is answered ENOTCONN at once: a helper may wait for it, see
+ * arrived) and waits until each has finished the ones it was handling,
+ * then stops the helpers (each finishes its jobs, answering); the replier then
  * answers what it holds (replier_stop), through the ring threads, which
  * still commit; uring_end then ends each ring thread once it has
  * submitted the commits it holds, closing its ring (the kernel then
@@ -438,8 +438,16 @@ static void arrived(struct uq *q, struct ent *e)
 	e->commit_id = h->io.commit_id;
 	q->waiting--;
 	atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
-	if (!atomic_load_explicit(&serving, memory_order_acquire))
-		return;   /* ending: left to the kernel's abort of the connection */
+	if (!atomic_load_explicit(&serving, memory_order_acquire)) {
+		/* Ending: answered at once, not left for the abort of the
+		 * connection, which comes only after the helpers are joined:
+		 * a helper's request may wait on this one (a direct write's
+		 * invalidation of a dirty mapped page sends its write-back
+		 * here and waits for it), and the end would wait for ever */
+		answer_err(e, unique, ENOTCONN);
+		commit_here(q, e);
+		return;
+	}
 	if (len < IN_HEADER + psz || len - IN_HEADER - psz > OP_IN_MAX || psz > payload_len) {
 		logmsg("io_uring: a malformed request (opcode %u, length %u, payload %u)",
 		       opcode, len, psz);
