@@ -114,6 +114,37 @@ except OSError as e:
     assert e.errno == errno.EFBIG, e' "$top/fm2/big" || fail "EFBIG under ulimit -f"
 "$W" umount "$top/fm2" || fail "umount of the second mount"
 
+# ---- an O_TRUNC open while a throttled write is still being answered
+# (its rest queued for the replier): the write is whole before or after
+# the truncate, as on a local file system (the truncate went between its
+# parts: the write returned 1 MiB, the file was zeros but its last bytes)
+mkdir -p "$top/fb3" "$top/fm3"
+trunc_fail() { fusermount3 -u "$top/fm3"; fail "$@"; }
+"$W" mount "$top/fb3" "$top/fm3" -o mem=16M,dirty_bytes=512K,dirty_background_bytes=128K ||
+	fail "mount with small dirty limits"
+python3 - "$top/fm3/tr" <<'EOF2' || trunc_fail "O_TRUNC open during a throttled write"
+import os, random, sys, threading, time
+f, size = sys.argv[1], 1 << 20
+buf = b"A" * size
+for i in range(30):
+    os.close(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    delay = random.random() * 0.01
+    def trunc():
+        time.sleep(delay)
+        os.close(os.open(f, os.O_WRONLY | os.O_TRUNC))
+    t = threading.Thread(target=trunc)
+    t.start()
+    fd = os.open(f, os.O_WRONLY)
+    w = os.write(fd, buf)
+    os.close(fd)
+    t.join()
+    data = open(f, "rb").read()
+    if data and (w != size or data != buf):
+        raise SystemExit(f"round {i}: write returned {w}, file {len(data)} bytes, "
+                         f"{data.count(b'A')} of them written")
+EOF2
+"$W" umount "$top/fm3" || fail "umount of the mount with small dirty limits"
+
 # ---- statfs: the free space without what the cache still has to write
 head -c 16M /dev/urandom >"$mt/df1"
 free_mt=$(( $(stat -f -c '%a * %S' "$mt") )) free_bk=$(( $(stat -f -c '%a * %S' "$bk") ))
@@ -158,6 +189,29 @@ fallocate -p -o 0 -l 8M "$mt/fp" || fail "punch of 8 MiB"
 [ "$(stat -c %s "$mt/fp")" = 8388608 ] || fail "punch changed the size: $(stat -c %s "$mt/fp")"
 [ "$(stat -c %b "$bk/fp")" -lt 1024 ] || fail "punched, the backing file keeps $(stat -c %b "$bk/fp") blocks"
 cmp -n 8388608 "$mt/fp" /dev/zero || fail "punched range reads other than zeros"
+# a punch of a sparse file takes no room in the backing file system
+# (zeros were written over the whole range first: a punch of 256 MiB over
+# a 16 MiB file system failed with ENOSPC and left them dirty)
+mkdir -p "$top/pb" "$top/pm"
+if mount -t tmpfs -o size=16M tmpfs "$top/pb" 2>/dev/null; then
+	punch_fail() {
+		mounted "$top/pm" && fusermount3 -u "$top/pm"
+		for _ in $(seq 100); do mounted "$top/pm" || break; sleep 0.1; done
+		umount -l "$top/pb"
+		fail "$@"
+	}
+	"$W" mount "$top/pb" "$top/pm" -o mem=16M,retry_timeout=1 || punch_fail "mount over a 16 MiB tmpfs"
+	truncate -s 256M "$top/pm/img" && head -c 1M /dev/urandom >"$top/p1" &&
+		dd if="$top/p1" of="$top/pm/img" bs=1M seek=100 conv=notrunc status=none ||
+		punch_fail "a sparse file on the small mount"
+	fallocate -p -o 0 -l 256M "$top/pm/img" 2>"$top/punch.log" ||
+		punch_fail "punch of a sparse file: $(cat "$top/punch.log")"
+	cmp -n 268435456 "$top/pm/img" /dev/zero || punch_fail "punched sparse file reads other than zeros"
+	"$W" umount "$top/pm" || punch_fail "umount after the punch of a sparse file"
+	[ "$(stat -c %b "$top/pb/img")" -lt 1024 ] ||
+		punch_fail "punched, the sparse file keeps $(stat -c %b "$top/pb/img") blocks"
+	umount "$top/pb"
+fi
 
 # ---- rename over a file with dirty data and a handle open on it; copy_file_range
 python3 - "$mt" <<'PY' || fail "rename over an open dirty file"

@@ -63,6 +63,16 @@ if setcap "$bk/cap" 2>/dev/null; then
 	hascap "$bk/cap" && fail "a truncate by nobody kept the file capability"
 fi
 
+# ---- trusted.* names are listed to root only, as the backing file system
+# lists them (the daemon, root, listed them to every caller)
+echo data >"$mt/tx"
+if setfattr -n trusted.wbctest -v 1 "$mt/tx" 2>/dev/null && setfattr -n user.wbctest -v 1 "$mt/tx"; then
+	names=$(as_nobody "$py" -c 'import os, sys; print(sorted(os.listxattr(sys.argv[1])))' "$mt/tx")
+	[ "$names" = "['user.wbctest']" ] || fail "listxattr as nobody: $names"
+	names=$("$py" -c 'import os, sys; print(sorted(os.listxattr(sys.argv[1])))' "$mt/tx")
+	[ "$names" = "['trusted.wbctest', 'user.wbctest']" ] || fail "listxattr as root: $names"
+fi
+
 # ---- set-group-ID directories
 mkdir "$mt/g"; chgrp 100 "$mt/g"; chmod 2777 "$mt/g"
 as_nobody touch "$mt/g/f" || fail "create as nobody"
@@ -104,6 +114,12 @@ more" ] || fail "append through a stale negative entry: $(cat "$mt/cr/open")"
 as_nobody "$py" -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o4755))' \
 	"$mt/cr/suid" || fail "create 04755 as nobody"
 [ "$(mode "$bk/cr/suid")" = 4755 ] || fail "a new 04755 file of nobody's: mode $(mode "$bk/cr/suid")"
+# ... and one made by mknod (the chown cleared it), a FIFO's too
+as_nobody "$py" -c 'import os, sys; os.mknod(sys.argv[1], 0o104755); os.mkfifo(sys.argv[2], 0o4644)' \
+	"$mt/cr/msuid" "$mt/cr/mfifo" || fail "mknod 04755 as nobody"
+[ "$(mode "$bk/cr/msuid")" = 4755 ] && [ "$(stat -c %u "$bk/cr/msuid")" = 65534 ] ||
+	fail "mknod 04755 as nobody: mode $(mode "$bk/cr/msuid"), owner $(stat -c %u "$bk/cr/msuid")"
+[ "$(mode "$bk/cr/mfifo")" = 4644 ] || fail "mkfifo 04644 as nobody: mode $(mode "$bk/cr/mfifo")"
 
 # ---- the creator's umask
 (umask 002; touch "$mt/u"; mkdir "$mt/ud")

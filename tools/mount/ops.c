@@ -23,6 +23,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* data is cached once, here: no FUSE writeback cache (see the man
 	 * page, KERNEL CACHE) */
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* no atomic O_TRUNC: the kernel sends an open's O_TRUNC with the
+	 * OPEN, which it does not serialize with the file's writes (it holds
+	 * the inode's lock only with the writeback cache), so a truncate
+	 * went between the parts of a throttled write that was still being
+	 * answered (reply.c): the write returned whole, its first part was
+	 * cut and the rest written past the hole.  Without it the kernel
+	 * truncates through SETATTR under the inode's lock, after the write */
+	conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
 	/* libfuse asks for READDIRPLUS (and the kernel's adaptive use of it)
 	 * since op_readdirplus exists */
 	if (!M.readdirplus)
@@ -424,15 +432,32 @@ static bool new_owner(fuse_req_t req, struct node *parent, uid_t *uid, gid_t *gi
 	return *uid != (uid_t)-1 || *gid != (gid_t)-1;
 }
 
+/* The chown of a new entry clears its set-user-ID and set-group-ID bits
+ * (a file, a FIFO, a device: any but a directory), root's chown too: the
+ * caller made it with them (mknod), and they go back, as op_create does. */
 static void own_new(fuse_req_t req, struct node *parent, const char *name)
 {
 	uid_t uid;
 	gid_t gid;
 	if (!new_owner(req, parent, &uid, &gid))
 		return;
-	int fd = nfd(parent);
-	if (fd < 0 || fchownat(fd, name, uid, gid, AT_SYMLINK_NOFOLLOW))
+	int pf = nfd(parent);
+	int fd = pf < 0 ? -1 : openat(pf, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) || fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		logmsg("chown of a new entry failed: %s", strerror(errno));
+	} else if ((st.st_mode & (S_ISUID | S_ISGID)) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) {
+		mode_t m = st.st_mode & 07777;
+		/* set-group-ID with group execute, of a group the caller is
+		 * not in (the directory's): the kernel's mode_strip_sgid */
+		if (gid == (gid_t)-1 && (m & S_IXGRP) && st.st_gid != fuse_req_ctx(req)->gid &&
+		    !caller_in_group(req, st.st_gid))
+			m &= ~(mode_t)S_ISGID;
+		if (chmod_fd(fd, m))
+			logmsg("mode of a new entry: %s", strerror(errno));
+	}
+	if (fd >= 0)
+		close(fd);
 }
 
 static void reply_new(fuse_req_t req, struct node *parent, const char *name, int rc)
@@ -874,6 +899,75 @@ static int backing_fallocate(struct node *n, int mode, off_t off, off_t len)
 	return err;
 }
 
+/* Zeros through the engine over [@pos, @stop) of @h: 0 or -errno. */
+static int write_zeros(wbc_file *h, uint64_t pos, uint64_t stop)
+{
+	static const char zeros[1 << 16];
+	while (pos < stop) {
+		ssize_t r = wbc_pwrite(h, zeros, (size_t)MINU(stop - pos, sizeof(zeros)), pos);
+		if (r <= 0)
+			return r < 0 ? (int)r : -EIO;
+		pos += (uint64_t)r;
+	}
+	return 0;
+}
+
+/*
+ * A punch of [@off, @stop) (within the size): the range's dirty pages
+ * written back first, so that each cached page of it holds what the
+ * backing file holds (zeros over its holes); then zeros through the
+ * engine only where the backing file has data (SEEK_DATA), written back,
+ * and the range punched there, which frees its space.  Zeros written
+ * over the whole range allocated it in the backing file before the
+ * punch: a punch of a sparse file (a VM image's discard, fallocate -d)
+ * needed the range's size free there, failed with ENOSPC where it was
+ * not, and left the zeros dirty, never written.  Where the backing file
+ * cannot be read for its holes (a remote backend's data is not there; a
+ * daemon that may not open it), the whole range gets zeros.
+ */
+static int punch(struct node *n, wbc_file *h, uint64_t off, uint64_t stop)
+{
+	char path[64];
+	int fd = M.remote ? -1 : nfd(n), rfd = -1, err;
+	if (fd >= 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		rfd = open(path, O_RDONLY | O_CLOEXEC);
+		nfd_put(n, fd);
+	}
+	if (rfd < 0) {
+		err = write_zeros(h, off, stop);
+	} else {
+		err = wbc_fsync_range(h, off, stop - off, 1);
+		for (uint64_t pos = off; !err && pos < stop;) {
+			off_t d = lseek(rfd, (off_t)pos, SEEK_DATA), e;
+			if (d < 0 && errno == ENXIO)
+				break;           /* no data from @pos on */
+			if (d < 0)
+				d = (off_t)pos, e = (off_t)stop;   /* no SEEK_DATA: all data */
+			else if ((uint64_t)d >= stop)
+				break;
+			else if ((e = lseek(rfd, d, SEEK_HOLE)) < 0 || (uint64_t)e > stop)
+				e = (off_t)stop;
+			err = write_zeros(h, (uint64_t)d, (uint64_t)e);
+			pos = (uint64_t)e;
+		}
+		close(rfd);
+	}
+	/* the zeros written back, then the backing file's range punched;
+	 * the kernel holds the file's writers off meanwhile */
+	if (!err)
+		err = wbc_fsync_range(h, off, stop - off, 1);
+	if (!err) {
+		err = backing_fallocate(n, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+					(off_t)(stop - off));
+		/* a file system without holes, or a file the daemon (not
+		 * root) may not open for writing: the zeros stand */
+		if (err == -EOPNOTSUPP || err == -EACCES || err == -EPERM)
+			err = 0;
+	}
+	return err;
+}
+
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
@@ -893,30 +987,15 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	uint64_t end = (uint64_t)off + (uint64_t)len;
 	if (!err && !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))) {
 		err = backing_fallocate(n, FALLOC_FL_KEEP_SIZE, off, len);
+	} else if (!err && (mode & FALLOC_FL_PUNCH_HOLE)) {
+		uint64_t stop = MINU(end, info.size);
+		if (stop > (uint64_t)off)
+			err = punch(n, h, (uint64_t)off, stop);
 	} else if (!err) {
-		/* zeros over the range, within the size for a punch or KEEP_SIZE */
-		static const char zeros[1 << 16];
-		uint64_t stop = (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) ?
-				MINU(end, info.size) : end;
-		for (uint64_t pos = (uint64_t)off; !err && pos < stop;) {
-			size_t chunk = (size_t)MINU(stop - pos, sizeof(zeros));
-			ssize_t r = wbc_pwrite(h, zeros, chunk, pos);
-			err = r < 0 ? (int)r : 0;
-			pos += chunk;
-		}
-		/* a punch frees the space too: the zeros written back (the
-		 * cache keeps them, clean), then the backing file's range
-		 * punched; the kernel holds the file's writers off meanwhile */
-		if (!err && (mode & FALLOC_FL_PUNCH_HOLE) && stop > (uint64_t)off)
-			err = wbc_fsync_range(h, (uint64_t)off, stop - (uint64_t)off, 1);
-		if (!err && (mode & FALLOC_FL_PUNCH_HOLE) && stop > (uint64_t)off) {
-			err = backing_fallocate(n, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
-						(off_t)(stop - (uint64_t)off));
-			/* a file system without holes, or a file the daemon
-			 * (not root) may not open for writing: the zeros stand */
-			if (err == -EOPNOTSUPP || err == -EACCES || err == -EPERM)
-				err = 0;
-		}
+		/* zeros over the range, within the size with KEEP_SIZE */
+		uint64_t stop = (mode & FALLOC_FL_KEEP_SIZE) ? MINU(end, info.size) : end;
+		if (stop > (uint64_t)off)
+			err = write_zeros(h, (uint64_t)off, stop);
 	}
 	if (!err && !(mode & FALLOC_FL_KEEP_SIZE) && end > info.size)
 		err = wbc_truncate(h, end);
@@ -1274,6 +1353,52 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	free(val);
 }
 
+/*
+ * The names of @path's extended attributes that a caller other than root
+ * may see, as listxattr(2) answers it (into @val of @size bytes; @size 0:
+ * the length): the backing file system lists trusted.* names only to a
+ * caller with CAP_SYS_ADMIN, and the daemon, root, would get them all
+ * (their values stay refused by the kernel, their names were listed).
+ */
+static ssize_t list_visible(const char *path, char *val, size_t size)
+{
+	static const char hidden[] = "trusted.";
+	char *all = NULL;
+	ssize_t len;
+	for (int tries = 0; ; tries++) {
+		len = listxattr(path, NULL, 0);
+		if (len <= 0)
+			return len;
+		char *b = realloc(all, (size_t)len);
+		if (!b) {
+			free(all);
+			errno = ENOMEM;
+			return -1;
+		}
+		all = b;
+		len = listxattr(path, all, (size_t)len);
+		if (len >= 0 || errno != ERANGE || tries == 3)
+			break;   /* (ERANGE: a name was added meanwhile) */
+	}
+	size_t out = 0;
+	for (ssize_t i = 0; len > 0 && i < len; i += (ssize_t)strlen(all + i) + 1) {
+		size_t l = strlen(all + i) + 1;
+		if (!strncmp(all + i, hidden, sizeof(hidden) - 1))
+			continue;
+		if (size && out + l <= size)
+			memcpy(val + out, all + i, l);
+		out += l;
+	}
+	free(all);
+	if (len < 0)
+		return -1;
+	if (size && out > size) {
+		errno = ERANGE;
+		return -1;
+	}
+	return (ssize_t)out;
+}
+
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct node *n = node_of(ino);
@@ -1293,6 +1418,12 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 			fuse_reply_xattr(req, 0);
 	} else if (fd < 0) {
 		fuse_reply_err(req, -fd);
+	} else if (fuse_req_ctx(req)->uid != 0) {
+		ssize_t r = list_visible(path, val, size);
+		int e = errno;
+		nfd_put(n, fd);
+		errno = e;
+		reply_xattr_value(req, size, val, r);
 	} else {
 		ssize_t r = listxattr(path, val, size);
 		int e = errno;
