@@ -109,6 +109,8 @@ for _ in $(seq 300); do
 	"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 >= 4 ? 0 : 1 }' && break
 	sleep 0.1
 done
+"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 >= 4 ? 0 : 1 }' ||
+	fail "the four writers were not paused"
 kill -TERM "$pid"
 sleep 1
 rm -f "$bk/filler"
@@ -127,6 +129,52 @@ for i in 1 2 3 4; do
 	[ "$(stat -c %s "$bk/p$i")" = $((1 << 20)) ] ||
 		fail "writer $i's file after SIGTERM: $(stat -c %s "$bk/p$i") bytes"
 done
+
+# ---- SIGTERM while a worker's direct write over a full store has a dirty
+# mapped page in its range (over /dev/fuse; mount_uring.sh: the rings):
+# once the store has room the write ends without invalidating the
+# kernel's pages (the page's write-back, which that sends, no thread
+# reads any more: libfuse's loop waited for the worker for ever)
+rm -f "$bk"/*
+do_mount "uring=0,mem=16M,dirty_bytes=256K,dirty_background_bytes=128K,retry_timeout=300"
+head -c 65536 /dev/zero >"$mt/inv"
+sync
+head -c $((16 << 20)) /dev/zero >"$bk/filler" 2>/dev/null
+python3 - "$mt/inv" "$pid" "$bk/filler" <<'PY' &
+import mmap, os, sys, threading, time, signal
+p, pid, filler = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+r = os.open(p, os.O_RDONLY)             # through the kernel's page cache
+os.pread(r, 16, 0)
+w = os.open(p, os.O_WRONLY)             # direct, invalidating r's pages
+m = os.open(p, os.O_RDWR)
+mm = mmap.mmap(m, 65536)
+def wr():
+    try:
+        os.pwrite(w, b"D" * (4 << 20), 0)   # pauses on the full store
+    except OSError:
+        pass
+threading.Thread(target=wr, daemon=True).start()
+time.sleep(3)
+mm[0:4096] = b"m" * 4096                 # a dirty mapped page in its range
+os.kill(pid, signal.SIGTERM)
+time.sleep(2)
+os.unlink(filler)                        # the write goes on
+time.sleep(60)
+os._exit(0)
+PY
+dpids=$!
+if ! wait_gone "$pid" 900; then
+	# a hung daemon: its connection aborted so that cleanup can end
+	mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
+	dev=$(awk -v m="$mt" '$5 == m {print $3}' /proc/self/mountinfo)
+	[ -n "$dev" ] && echo 1 >"/sys/fs/fuse/connections/${dev#*:}/abort"
+	fail "the daemon still ran 90 s after SIGTERM (a worker's direct write waits for a write-back no thread reads)"
+fi
+pid=
+kill -9 $dpids 2>/dev/null
+wait $dpids 2>/dev/null
+dpids=
+mountpoint -q "$mt" && fusermount3 -u "$mt"
 
 # ---- 24 writers paused by the throttle (more than the daemon's 16 FUSE
 # workers) on a store that stays full: metadata answers; they die at once

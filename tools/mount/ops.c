@@ -822,7 +822,11 @@ static void write_now(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	pthread_mutex_lock(&n->lock);
 	node_written_locked(n);
 	pthread_mutex_unlock(&n->lock);
-	if (inval && r)
+	/* not once the session ends: the kernel may write a dirty mapped
+	 * page of the range back first, and no thread reads that request
+	 * any more (a worker is not cancelled in a request: libfuse's loop
+	 * waited for this one, at SIGTERM, for ever) */
+	if (inval && r && !fuse_session_exited(M.se))
 		fuse_lowlevel_notify_inval_inode(M.se, ino, off, (off_t)r);
 	write_after(req, h, (size_t)r, buf + r, pause ? size - (size_t)r : 0,
 		    (uint64_t)off + (uint64_t)r, pause);
