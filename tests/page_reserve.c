@@ -53,8 +53,50 @@ static void *plain_waiter(void *arg)
 	return p;
 }
 
+/* Stacked levels: the reserve grows at each stack's add, before any of
+ * its workers allocates (it grew at their first allocation, when writers
+ * had taken the pages above the old reserve: three levels in 128 KiB
+ * hung); a level whose L(L-1) pages are over half the cache is refused;
+ * stacks chained across caches are each level 1 in the cache their
+ * workers write into (a 64 KiB cache under four such was refused). */
+static void levels(void)
+{
+	char msg[512];
+	struct wbc_config cfg = t_config(32 * 4096, 4096);
+	wbc_cache *c;
+	wbc_dev *d[5];
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "model:bw=100M", &d[0]), 0);
+	CHECK_EQ(c->nr_reserve, 2);
+	CHECK_EQ(wbc_dev_add_stacked(c, d[0], "img", "", &d[1], msg, sizeof(msg)), 0);
+	CHECK_EQ(c->nr_reserve, 2);
+	CHECK_EQ(wbc_dev_add_stacked(c, d[1], "", "", &d[2], msg, sizeof(msg)), 0);
+	CHECK_EQ(c->nr_reserve, 2);
+	CHECK_EQ(wbc_dev_add_stacked(c, d[2], "", "", &d[3], msg, sizeof(msg)), 0);
+	CHECK_EQ(c->nr_reserve, 6);   /* 3 levels: 3 * 2 pages */
+	CHECK_EQ(wbc_dev_add_stacked(c, d[3], "", "", &d[4], msg, sizeof(msg)), 0);
+	CHECK_EQ(c->nr_reserve, 12);
+	wbc_dev *d5;
+	CHECK_EQ(wbc_dev_add_stacked(c, d[4], "", "", &d5, msg, sizeof(msg)), -ENOBUFS);
+	CHECK(strstr(msg, "needs a reserve of 20"));
+	CHECK_EQ(wbc_cache_close(c), 0);
+
+	wbc_cache *cs[5];
+	for (int i = 0; i < 5; i++) {
+		cfg = t_config(i == 3 ? 16 * 4096 : 4096 * 4096, 4096);
+		CHECK_EQ(wbc_cache_open(&cfg, &cs[i]), 0);
+	}
+	CHECK_EQ(wbc_dev_add(cs[0], "model:bw=100M", &d[0]), 0);
+	for (int i = 1; i < 5; i++)
+		CHECK_EQ(wbc_dev_add_stacked(cs[i], d[i - 1], i == 1 ? "f" : "", "", &d[i], msg,
+					     sizeof(msg)), 0);
+	for (int i = 4; i >= 0; i--)
+		CHECK_EQ(wbc_cache_close(cs[i]), 0);
+}
+
 int main(void)
 {
+	levels();
 	struct wbc_config cfg = t_config(NPAGES * PS, PS);
 	wbc_cache *c;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);

@@ -101,7 +101,7 @@ int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void
  * "stack_throttle=global|local|direct,workers=N" (comma separated, either
  * or none).  See stack.c. */
 enum { WBC_STACK_GLOBAL, WBC_STACK_LOCAL, WBC_STACK_DIRECT };
-int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
+int stack_backend_new(wbc_dev *lower, const void *lower_cache, const char *name, const char *opts,
 		      const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
 
 /* registry.c: the built-in backend a device spec names ("mem",

@@ -57,7 +57,8 @@ struct stack {
 	size_t align;               /* direct: the lower backend's */
 	uint64_t max_file;          /* the lower backend's largest file */
 	unsigned nworkers;
-	int level;                  /* 1; over a stack whose workers write through a cache, 1 + its level (the reserve's share) */
+	int level;                  /* 1; over a stack whose workers write through the same cache, 1 + its level (the reserve's share) */
+	const void *lcache;         /* the cache the workers write into (an identity only) */
 	pthread_mutex_t lock;       /* the queue and stop */
 	pthread_cond_t cond;
 	struct wbc_io **q;          /* a ring of cap entries */
@@ -293,7 +294,7 @@ static int stack_parse(const char *opts, int *mode, unsigned *workers, char *err
 	return 0;
 }
 
-int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
+int stack_backend_new(wbc_dev *lower, const void *lower_cache, const char *name, const char *opts,
 		      const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
 {
 	int mode;
@@ -310,6 +311,7 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	s->cap = 4 * STACK_QD;
 	s->mode = mode;
 	s->level = 1;
+	s->lcache = lower_cache;
 	/* a device of one file (file:, NBD, a stacked one) has no file of
 	 * another name: its open says only EINVAL */
 	const struct wbc_backend_ops *lops;
@@ -317,7 +319,9 @@ int stack_backend_new(wbc_dev *lower, const char *name, const char *opts,
 	struct wbc_backend_caps lc;
 	memset(&lc, 0, sizeof(lc));
 	lops->caps(lctx, &lc);
-	if (lops == &stack_ops)
+	/* only a lower stack whose workers write into the cache ours write
+	 * into shares its reserve: one over another cache's is level 1 there */
+	if (lops == &stack_ops && ((struct stack *)lctx)->lcache == lower_cache)
 		s->level = ((struct stack *)lctx)->level +
 			   (((struct stack *)lctx)->mode == WBC_STACK_DIRECT ? 0 : 1);
 	if ((lc.flags & WBC_BACKEND_ONE_FILE) && name[0]) {

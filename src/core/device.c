@@ -402,7 +402,7 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 			 "numbered from 0 in the order they were added)", id, id);
 		err = -EINVAL;
 	} else if (!(err = stack_room(c, lower, name + nlen, msg, msglen))) {
-		err = stack_backend_new(lower, nm, name[nlen] ? name + nlen + 1 : "", ops, ctx,
+		err = stack_backend_new(lower, lower->cache, nm, name[nlen] ? name + nlen + 1 : "", ops, ctx,
 					msg, msglen);
 	}
 	free(nm);
@@ -437,7 +437,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
 	if (!err && stack && !(err = stack_room(c, stack->lower, bspec, msg, msglen)))   /* "stack[,opts]" */
-		err = stack_backend_new(stack->lower, stack->name, bspec[5] ? bspec + 6 : "",
+		err = stack_backend_new(stack->lower, stack->lower->cache, stack->name, bspec[5] ? bspec + 6 : "",
 					&ops, &ctx, msg, msglen);
 	else if (!err && !strncmp(bspec, "stack:", 6))
 		err = stack_from_spec(c, bspec + 6, &ops, &ctx, msg, msglen);

@@ -950,8 +950,9 @@ static int punch(struct node *n, wbc_file *h, uint64_t off, uint64_t stop)
 				d = (off_t)pos, e = (off_t)stop;   /* no SEEK_DATA: all data */
 			else if ((uint64_t)d >= stop)
 				break;
-			else if ((e = lseek(rfd, d, SEEK_HOLE)) < 0 || (uint64_t)e > stop)
-				e = (off_t)stop;
+			else if ((e = lseek(rfd, d, SEEK_HOLE)) <= d || (uint64_t)e > stop)
+				e = (off_t)stop;   /* (an error, or the file changed meanwhile:
+						    * no progress would loop for ever) */
 			err = write_zeros(h, (uint64_t)d, (uint64_t)e);
 			pos = (uint64_t)e;
 		}
