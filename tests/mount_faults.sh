@@ -18,6 +18,19 @@ extra_cleanup() {
 	mountpoint -q "$top/tiny" && umount -l "$top/tiny"
 }
 bk=$top/tiny
+# writers_gone WHAT: the writers ($dpids) end within 30 s of the daemon
+writers_gone() {
+	local d
+	for d in $dpids; do
+		for _ in $(seq 300); do alive "$d" || break; sleep 0.1; done
+		alive "$d" && fail "$1 still ran 30 s after the daemon ended"
+	done
+	wait $dpids 2>/dev/null
+	dpids=
+	mountpoint -q "$mt" && fusermount3 -u "$mt"
+}
+# paused N: N or more writes are paused (their answers deferred)
+paused() { "$W" stat "$mt" | awk -v n="$1" '/^DeferredReplies:/ { exit $2 >= n ? 0 : 1 }'; }
 
 # ---- writers end with ENOSPC (retry_timeout 2 s), metadata answers
 do_mount "mem=64M,retry_timeout=2"
@@ -67,20 +80,11 @@ for i in 1 2 3 4; do
 	dd if=/dev/zero of="$mt/t$i" bs=1M count=1000 status=none 2>/dev/null &
 	dpids="$dpids $!"
 done
-for _ in $(seq 300); do
-	"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 >= 4 ? 0 : 1 }' && break
-	sleep 0.1
-done
+for _ in $(seq 300); do paused 4 && break; sleep 0.1; done
 kill -TERM "$pid"
 wait_gone "$pid" 600 || fail "the daemon did not end at SIGTERM with writers paused"
 pid=
-for d in $dpids; do
-	for _ in $(seq 300); do alive "$d" || break; sleep 0.1; done
-	alive "$d" && fail "a writer still ran 30 s after the daemon ended"
-done
-wait $dpids 2>/dev/null
-dpids=
-mountpoint -q "$mt" && fusermount3 -u "$mt"
+writers_gone "a writer"
 
 # ---- SIGTERM while writes (of one request each) are paused, then the
 # store freed: each paused write is written whole before the daemon ends, not answered with what
@@ -105,24 +109,14 @@ for i in 1 2 3 4; do
 	python3 "$top/w4.py" "$mt/p$i" >"$top/p$i.out" 2>&1 &
 	dpids="$dpids $!"
 done
-for _ in $(seq 300); do
-	"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 >= 4 ? 0 : 1 }' && break
-	sleep 0.1
-done
-"$W" stat "$mt" | awk '/^DeferredReplies:/ { exit $2 >= 4 ? 0 : 1 }' ||
-	fail "the four writers were not paused"
+for _ in $(seq 300); do paused 4 && break; sleep 0.1; done
+paused 4 || fail "the four writers were not paused"
 kill -TERM "$pid"
 sleep 1
 rm -f "$bk/filler"
 wait_gone "$pid" 1200 || fail "the daemon did not end at SIGTERM once space was freed"
 pid=
-for d in $dpids; do
-	for _ in $(seq 300); do alive "$d" || break; sleep 0.1; done
-	alive "$d" && fail "a paused writer still ran 30 s after the daemon ended"
-done
-wait $dpids 2>/dev/null
-dpids=
-mountpoint -q "$mt" && fusermount3 -u "$mt"
+writers_gone "a paused writer"
 for i in 1 2 3 4; do
 	grep -qx "wrote $((1 << 20))" "$top/p$i.out" ||
 		fail "writer $i paused at SIGTERM: $(cat "$top/p$i.out")"
@@ -136,45 +130,8 @@ done
 # kernel's pages (the page's write-back, which that sends, no thread
 # reads any more: libfuse's loop waited for the worker for ever)
 rm -f "$bk"/*
-do_mount "uring=0,mem=16M,dirty_bytes=256K,dirty_background_bytes=128K,retry_timeout=300"
-head -c 65536 /dev/zero >"$mt/inv"
-sync
-head -c $((16 << 20)) /dev/zero >"$bk/filler" 2>/dev/null
-python3 - "$mt/inv" "$pid" "$bk/filler" <<'PY' &
-import mmap, os, sys, threading, time, signal
-p, pid, filler = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-r = os.open(p, os.O_RDONLY)             # through the kernel's page cache
-os.pread(r, 16, 0)
-w = os.open(p, os.O_WRONLY)             # direct, invalidating r's pages
-m = os.open(p, os.O_RDWR)
-mm = mmap.mmap(m, 65536)
-def wr():
-    try:
-        os.pwrite(w, b"D" * (4 << 20), 0)   # pauses on the full store
-    except OSError:
-        pass
-threading.Thread(target=wr, daemon=True).start()
-time.sleep(3)
-mm[0:4096] = b"m" * 4096                 # a dirty mapped page in its range
-os.kill(pid, signal.SIGTERM)
-time.sleep(2)
-os.unlink(filler)                        # the write goes on
-time.sleep(60)
-os._exit(0)
-PY
-dpids=$!
-if ! wait_gone "$pid" 900; then
-	# a hung daemon: its connection aborted so that cleanup can end
-	mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
-	dev=$(awk -v m="$mt" '$5 == m {print $3}' /proc/self/mountinfo)
-	[ -n "$dev" ] && echo 1 >"/sys/fs/fuse/connections/${dev#*:}/abort"
-	fail "the daemon still ran 90 s after SIGTERM (a worker's direct write waits for a write-back no thread reads)"
-fi
-pid=
-kill -9 $dpids 2>/dev/null
-wait $dpids 2>/dev/null
-dpids=
-mountpoint -q "$mt" && fusermount3 -u "$mt"
+term_during_inval "uring=0,mem=16M,dirty_bytes=256K,dirty_background_bytes=128K,retry_timeout=300" \
+	"a worker's direct write waits for a write-back no thread reads"
 
 # ---- 24 writers paused by the throttle (more than the daemon's 16 FUSE
 # workers) on a store that stays full: metadata answers; they die at once
@@ -187,7 +144,6 @@ for i in $(seq 24); do
 	dd if=/dev/zero of="$mt/k$i" bs=1M count=1000 status=none 2>/dev/null &
 	dpids="$dpids $!"
 done
-paused() { "$W" stat "$mt" | awk -v n="$1" '/^DeferredReplies:/ { exit $2 >= n ? 0 : 1 }'; }
 for _ in $(seq 300); do paused 24 && break; sleep 0.1; done
 paused 24 || fail "the writers were not paused"
 timeout 10 ls "$mt" >/dev/null || fail "ls did not answer with 24 writers paused"

@@ -248,44 +248,8 @@ fi
 # ends and so does the daemon (it waited for the helper for ever)
 if mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null; then
 	bk=$top/tiny
-	do_mount "uring=1,mem=16M,dirty_bytes=256K,dirty_background_bytes=128K,retry_timeout=300"
-	head -c 65536 /dev/zero >"$mt/inv"
-	sync
-	head -c $((16 << 20)) /dev/zero >"$bk/filler" 2>/dev/null
-	python3 - "$mt/inv" "$pid" "$bk/filler" <<'PY' &
-import mmap, os, sys, threading, time, signal
-p, pid, filler = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-r = os.open(p, os.O_RDONLY)             # through the kernel's page cache
-os.pread(r, 16, 0)
-w = os.open(p, os.O_WRONLY)             # direct, invalidating r's pages
-m = os.open(p, os.O_RDWR)
-mm = mmap.mmap(m, 65536)
-def wr():
-    try:
-        os.pwrite(w, b"D" * (4 << 20), 0)   # pauses on the full store
-    except OSError:
-        pass
-threading.Thread(target=wr, daemon=True).start()
-time.sleep(3)
-mm[0:4096] = b"m" * 4096                 # a dirty mapped page in its range
-os.kill(pid, signal.SIGTERM)
-time.sleep(2)
-os.unlink(filler)                        # the write goes on
-time.sleep(60)
-os._exit(0)
-PY
-	bgpids=$!
-	if ! wait_gone "$pid" 900; then
-		# a hung daemon: its connection aborted so that cleanup can end
-		mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
-		dev=$(awk -v m="$mt" '$5 == m {print $3}' /proc/self/mountinfo)
-		[ -n "$dev" ] && echo 1 >"/sys/fs/fuse/connections/${dev#*:}/abort"
-		fail "the daemon still ran 90 s after SIGTERM (a helper's direct write waits for a write-back no ring answers)"
-	fi
-	pid=
-	kill -9 $bgpids 2>/dev/null
-	wait $bgpids 2>/dev/null
-	bgpids=
+	term_during_inval "uring=1,mem=16M,dirty_bytes=256K,dirty_background_bytes=128K,retry_timeout=300" \
+		"a helper's direct write waits for a write-back no ring answers"
 	umount "$top/tiny"
 fi
 echo "mount_uring tests passed"

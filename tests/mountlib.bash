@@ -65,6 +65,56 @@ wait_gone() {
 	return 1
 }
 
+# term_during_inval OPTS WHAT: mount with OPTS over the store $bk; a direct
+# write over the store, filled, pauses with a dirty mapped page in its
+# range and a read-only open through the kernel's cache; SIGTERM, then the
+# store freed: the daemon must end (the write's invalidation of the
+# kernel's pages sends the mapped page's write-back, which nothing served
+# any more: it waited for ever).  WHAT: said when it hangs.
+term_during_inval() {
+	local tp dev
+	do_mount "$1"
+	head -c 65536 /dev/zero >"$mt/inv"
+	sync
+	head -c $((16 << 20)) /dev/zero >"$bk/filler" 2>/dev/null
+	python3 - "$mt/inv" "$pid" "$bk/filler" <<'PY' &
+import mmap, os, sys, threading, time, signal
+p, pid, filler = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+r = os.open(p, os.O_RDONLY)             # through the kernel's page cache
+os.pread(r, 16, 0)
+w = os.open(p, os.O_WRONLY)             # direct, invalidating r's pages
+m = os.open(p, os.O_RDWR)
+mm = mmap.mmap(m, 65536)
+def wr():
+    try:
+        os.pwrite(w, b"D" * (4 << 20), 0)   # pauses on the full store
+    except OSError:
+        pass
+threading.Thread(target=wr, daemon=True).start()
+time.sleep(3)
+mm[0:4096] = b"m" * 4096                 # a dirty mapped page in its range
+os.kill(pid, signal.SIGTERM)
+time.sleep(2)
+os.unlink(filler)                        # the write goes on
+time.sleep(60)
+os._exit(0)
+PY
+	tp=$!
+	if ! wait_gone "$pid" 900; then
+		# a hung daemon: its connection aborted so that cleanup can end
+		mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
+		dev=$(awk -v m="$mt" '$5 == m {print $3}' /proc/self/mountinfo)
+		[ -n "$dev" ] && echo 1 >"/sys/fs/fuse/connections/${dev#*:}/abort"
+		kill -9 $tp 2>/dev/null
+		fail "the daemon still ran 90 s after SIGTERM ($2)"
+	fi
+	pid=
+	kill -9 $tp 2>/dev/null
+	wait $tp 2>/dev/null
+	mounted "$mt" && fusermount3 -u "$mt"
+	return 0
+}
+
 # daemon_pid: the pid of the daemon serving $mt
 daemon_pid() { awk '/^DaemonPid:/ {print $2}' <("$W" stat "$mt"); }
 
