@@ -134,6 +134,7 @@ int main(void)
 	CHECK_EQ(waitpid(pid, &ws, 0), pid);
 	CHECK(WIFEXITED(ws));
 	CHECK_EQ(WEXITSTATUS(ws), 0);
+	t_rmdir(dir);
 	printf("no_uring: ok\n");
 	return 0;
 }
