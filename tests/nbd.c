@@ -450,7 +450,7 @@ static void test_stall(void)
 	wbc_file *f;
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
 	write_all(f, data, len, 0);
-	kill(s.pid, SIGSTOP);
+	t_nbdkit_pause(&s);
 	/* no reply: after timeout= the commands fail, not hang */
 	CHECK_EQ(wbc_fsync(f), -EIO);
 	t_stream(mem, NULL, "other", 32 * MiB, 5, 1);
@@ -459,7 +459,7 @@ static void test_stall(void)
 	printf("    stalled: %u connections up, %llu KiB at risk; 32 MiB written to a mem device\n",
 	       bstats(dev).connected, (unsigned long long)st.at_risk_bytes >> 10);
 	CHECK(st.at_risk_bytes > 0);
-	kill(s.pid, SIGCONT);
+	t_nbdkit_resume(&s);
 	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
 	int errs = 0, r;
 	while ((r = wbc_fsync(f)) && errs < 5)
@@ -483,9 +483,9 @@ static void test_stall(void)
 	CHECK_EQ(wbc_fsync(f), 0);
 	write_all(f, data + (64 << 10), 64 << 10, 0);
 	CHECK(T_WAIT_UNTIL((wbc_stats(c, &st), !st.dirty_bytes && !st.writeback_bytes)));
-	kill(s.pid, SIGSTOP);
+	t_nbdkit_pause(&s);
 	CHECK_EQ(wbc_fsync(f), -EIO);
-	kill(s.pid, SIGCONT);
+	t_nbdkit_resume(&s);
 	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
 	CHECK_EQ(wbc_fsync(f), 0);
 	printf("    written back, unflushed, server stopped: one fsync failed, the next succeeded\n");

@@ -86,6 +86,23 @@ static inline void t_nbdkit_start(struct t_nbdkit *s, const char *dir, const cha
 	t_nbdkit_spawn(s);
 }
 
+/* Stop the server (SIGSTOP) and return once it is stopped, every thread:
+ * a stop signal wakes one of its threads, which stops the others when it
+ * runs; on a busy machine the others answered a request sent after
+ * kill() returned. */
+static inline void t_nbdkit_pause(struct t_nbdkit *s)
+{
+	CHECK_EQ(kill(s->pid, SIGSTOP), 0);
+	int status = 0;
+	CHECK_EQ(waitpid(s->pid, &status, WUNTRACED), s->pid);
+	CHECK(WIFSTOPPED(status));
+}
+
+static inline void t_nbdkit_resume(struct t_nbdkit *s)
+{
+	CHECK_EQ(kill(s->pid, SIGCONT), 0);
+}
+
 /* Kill the server (SIGKILL: no goodbye to its clients) and reap it. */
 static inline void t_nbdkit_kill(struct t_nbdkit *s)
 {

@@ -234,7 +234,8 @@ EOF
 # the last write was neither FUA nor flushed: still only in the cache
 # (30 s from expiry, far under the background threshold)
 if cmp -s -i $((40 << 20)):0 -n 65536 "$T/disk.img" <(head -c 65536 /dev/zero | tr '\0' 'Z'); then
-	fail "an unflushed write reached the plugin at once: the filter does not cache writes"
+	fail "an unflushed write reached the plugin at once: the filter does not cache writes" \
+	     "(last statistics: $(grep -E '^(dirty_bytes|written_back_bytes|page_waits|pauses)=' "$T/data.stats" | tr '\n' ' '))"
 fi
 echo "data, flush, FUA, zero, kill -9: ok"
 

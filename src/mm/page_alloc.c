@@ -34,6 +34,11 @@
 #define RECLAIM_BATCH 1024
 /* A waiter for a free page re-kicks the flushers this often. */
 #define PAGE_WAIT_NS (50ull * 1000 * 1000)
+/* A sweep that passed over clean pages of a file whose lock was held
+ * looks again after this long, doubling up to BUSY_WAIT_MAX_NS (a lock
+ * let go wakes nobody). */
+#define BUSY_WAIT_NS (250ull * 1000)
+#define BUSY_WAIT_MAX_NS (4ull * 1000 * 1000)
 
 void page_free_locked(struct wbc_cache *c, struct page *p)
 {
@@ -104,17 +109,24 @@ void page_release_chain(struct wbc_cache *c, struct page *p, unsigned n)
 	pthread_mutex_unlock(&c->lru_lock);
 }
 
-/* Try to evict the page under the CLOCK hand.  lru_lock held. */
-static bool try_reclaim_locked(struct wbc_cache *c, struct page *p)
+/* Try to evict the page under the CLOCK hand.  lru_lock held.  *busy
+ * counts the pages passed over only because their file's lock was held
+ * (clean, as far as a look without the lock sees).  @force: no second
+ * chance (the bit is cleared all the same). */
+static bool try_reclaim_locked(struct wbc_cache *c, struct page *p, uint64_t *busy, bool force)
 {
 	assert_held(&c->lru_lock);
 	struct inode *ino = p->inode;
 	if (!ino)
 		return false;           /* free or in transit */
-	if (atomic_exchange_explicit(&p->referenced, false, memory_order_relaxed))
+	if (atomic_exchange_explicit(&p->referenced, false, memory_order_relaxed) && !force)
 		return false;           /* second chance */
-	if (pthread_mutex_trylock(&ino->lock))
-		return false;           /* lock order is inode -> lru: never wait */
+	if (pthread_mutex_trylock(&ino->lock)) {
+		/* lock order is inode -> lru: never wait here */
+		if (!(pg_flags(p) & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED)))
+			(*busy)++;
+		return false;
+	}
 	bool ok = !(pg_flags(p) & (PG_DIRTY | PG_WRITEBACK | PG_LOCKED));
 	if (ok) {
 		void *e = pm_delete(&ino->map, p->index);
@@ -229,7 +241,7 @@ int page_reserve_level(struct wbc_cache *c)
 
 static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 {
-	uint64_t swept = 0, gen = 0;
+	uint64_t swept = 0, gen = 0, busy = 0, busy_wait = BUSY_WAIT_NS;
 	bool waited = false, dead_seen = false, registered = false;
 	pthread_mutex_lock(&c->lru_lock);
 	reserve_level_locked(c);
@@ -249,7 +261,13 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			p = &c->pages[c->clock_hand];
 			if (++c->clock_hand == c->nr_pages)
 				c->clock_hand = 0;
-			if (try_reclaim_locked(c, p)) {
+			/* registered (two turns found nothing): a clean page
+			 * touched again since the last turn is taken all the
+			 * same.  (A hot file's readers touched every clean
+			 * page during a wait: the one turn after it passed
+			 * them all over, and the allocation waited as for
+			 * writeback and kicked every flusher to write all.) */
+			if (try_reclaim_locked(c, p, &busy, registered)) {
 				atomic_fetch_add(&c->st_reclaimed, 1);
 				if (c->nr_free < keep_free(c)) {
 					page_free_locked(c, p);   /* the reserve first */
@@ -284,6 +302,28 @@ static struct page *page_alloc_mode(struct wbc_cache *c, int *err, bool wait)
 			atomic_thread_fence(memory_order_seq_cst);
 			gen = c->free_gen;
 			swept = c->nr_pages;
+			busy = 0;
+			continue;
+		}
+		/* Clean pages passed over because their file's lock was held
+		 * (a file that takes every page of the cache, as a block
+		 * export's one file, has its lock held by its writers, its
+		 * readers and writeback most of the time; a holder preempted
+		 * on a busy machine holds it for milliseconds): they are
+		 * free to take once it is let go.  Look again soon, without
+		 * kicking the flushers: a start-all kick here wrote back
+		 * pages just dirtied, far under every threshold (a block
+		 * export's unflushed write was in the plugin at once), and
+		 * the wait was up to PAGE_WAIT_NS.  (A lock holder never
+		 * waits for a page: a claim lets its file's lock go first.) */
+		if (busy) {
+			atomic_fetch_add(&c->st_busy_waits, 1);
+			busy = 0;
+			if (c->free_gen == gen)
+				wbc_cond_timedwait_ns(&c->free_cond, &c->lru_lock, busy_wait);
+			busy_wait = WBC_MIN(busy_wait * 2, BUSY_WAIT_MAX_NS);
+			gen = c->free_gen;
+			swept = c->nr_pages;   /* one turn: the referenced bits are clear */
 			continue;
 		}
 		if (!waited) {
