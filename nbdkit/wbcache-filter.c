@@ -621,8 +621,8 @@ static void stats_write(const struct wbc_stats *st, const struct wbc_dev_stats *
 		st->bg_thresh_bytes, st->thresh_bytes, st->setpoint_bytes, st->limit_bytes,
 		st->written_bytes, st->written_back_bytes, st->read_in_bytes, st->write_ios,
 		st->write_errors, st->lost_bytes, st->at_risk_bytes, st->pauses, st->paused_ns,
-		st->max_pause_ns, st->page_waits, st->reclaimed_pages, st->write_bw, ds ? ds->failing_ns : 0, ds ? -ds->dead_error : 0,
-		final);
+		st->max_pause_ns, st->page_waits, st->reclaimed_pages, st->write_bw,
+		ds ? ds->failing_ns : 0, ds ? -ds->dead_error : 0, final);
 	if (fclose(f) || rename(tmp, stats_path)) {
 		if (!warned)
 			nbdkit_error("wbcache-stats: cannot write %s: %m (not said again)", stats_path);
