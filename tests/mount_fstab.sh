@@ -66,6 +66,14 @@ mount -t fuse.wbcache "$bk" "$mt" -o mem=16M,drop_privileges 2>"$top/m.log" ||
 pid=$(daemon_pid)
 [ -n "$pid" ] || fail "drop_privileges: not a wbcache mount"
 cp "$top/model" "$mt/c"
+# files made, written and removed by four processes at once: a sanitizer
+# build sees the order the kernel gives requests on a descriptor it did
+# not see opened (a node made by one request, used by the next)
+for j in 1 2 3 4; do
+	(mkdir "$mt/d$j" && for i in $(seq 300); do echo "$j $i" >"$mt/d$j/f$i" || exit 1; done &&
+	 [ "$(cat "$mt/d$j/f77")" = "$j 77" ] && rm -r "$mt/d$j") &
+done
+for j in 1 2 3 4; do wait %$j || fail "drop_privileges: files made and removed ($j)"; done
 umount "$mt" || fail "umount (drop_privileges)"
 wait_gone "$pid" 600 || fail "daemon did not end (drop_privileges)"
 pid=

@@ -82,10 +82,15 @@ static uint32_t get32(const void *p)
 	return v;
 }
 
+#ifdef __SANITIZE_THREAD__
+char conn_wire;
+#endif
+
 static ssize_t conn_read(int fd, void *buf, size_t len, void *userdata)
 {
 	(void)userdata;
 	ssize_t r = read(fd, buf, len);
+	conn_received();
 	if (r >= 40 + 16 && !atomic_load_explicit(&init_done, memory_order_acquire) &&
 	    get32((char *)buf + 4) == OP_INIT) {
 		const char *in = (const char *)buf + 40;
@@ -101,6 +106,7 @@ static ssize_t conn_read(int fd, void *buf, size_t len, void *userdata)
 static ssize_t conn_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
+	conn_sending();
 	ssize_t r = uring_reply(iov, count);
 	if (r >= 0)
 		return r;

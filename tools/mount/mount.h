@@ -304,6 +304,26 @@ int mount_sync(bool owner);   /* owner: the daemon's user or root asks */
 
 /* conn.c */
 void conn_hook(struct fuse_session *se);
+/*
+ * The kernel orders each request after the answers sent before it was
+ * read: a node or a handle made for one request, answered, is used by
+ * the next, in another thread, and freed by a later one.  ThreadSanitizer
+ * sees that order through the descriptor when it saw /dev/fuse opened
+ * (it orders a read after the writes to it), but not for a descriptor
+ * the daemon was given (mount.fuse3's drop_privileges passes /dev/fd/N)
+ * nor through io_uring: its builds are told at the two ends (conn.c's
+ * reads and writes, uring.c's arrivals); the others do nothing.
+ */
+#ifdef __SANITIZE_THREAD__
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+extern char conn_wire;
+#define conn_received() __tsan_acquire(&conn_wire)
+#define conn_sending() __tsan_release(&conn_wire)
+#else
+#define conn_received() ((void)0)
+#define conn_sending() ((void)0)
+#endif
 bool conn_uring_offered(void);
 void conn_uring_want(bool want);
 bool conn_uring_granted(void);

@@ -437,6 +437,7 @@ static void arrived(struct uq *q, struct ent *e)
 	memcpy(&nodeid, h->in_out + 16, 8);
 	e->commit_id = h->io.commit_id;
 	q->waiting--;
+	conn_received();
 	atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
 	if (!atomic_load_explicit(&serving, memory_order_acquire)) {
 		/* Ending: answered at once, not left for the abort of the
