@@ -7,7 +7,8 @@
 # fio --verify=crc32c (psync and io_uring engines), concurrent mkdir and
 # rmdir, fsync'd and O_DSYNC data on the store before unmount, a
 # throttled writer that keeps going while metadata answers, 40 writers
-# stuck on a full store while metadata answers on every CPU, direct writes
+# stuck on a full store while metadata answers on every CPU, a ring that
+# fails ends the mount (data written back), direct writes
 # beside cached and mapped opens (answered by a helper thread), writers
 # stuck on a full store that die at SIGKILL (INTERRUPT through /dev/fuse
 # for requests on the rings), SIGTERM with requests on the rings.
@@ -160,6 +161,25 @@ do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 diff -r --no-dereference "$tree" "$bk/x/$(basename "$tree")" >"$top/diff" || fail "tar tree differs: $(head -5 "$top/diff")"
 for i in $(seq 300); do [ "$(cat "$bk/many/f$i")" = "$i" ] || fail "many/f$i"; done
 cmp "$top/model" "$bk/synced" && cmp "$top/model" "$bk/dsync" || fail "data after unmount"
+
+# ---- a ring whose wait fails for good (WBCACHE_MOUNT_URING_FAIL=wait:
+# the wait of the queue that answers a read of user.wbcache.ring-fail on
+# the root, as for a dropped completion, EBADR): its CPU's requests would
+# wait for ever; the mount ends as at SIGTERM instead, what it held
+# written back
+export WBCACHE_MOUNT_URING_FAIL=wait
+do_mount "uring=1,dirty_expire_centisecs=60000"
+unset WBCACHE_MOUNT_URING_FAIL
+echo held >"$mt/held"
+last=$((ncpu - 1))
+timeout 60 taskset -c "$last" getfattr -n user.wbcache.ring-fail "$mt" >/dev/null 2>&1
+timeout 60 taskset -c "$last" sh -c "echo cpu$last >'$mt/failing'" 2>/dev/null
+wait_gone "$pid" 600 || fail "the daemon did not end after its ring failed"
+pid=
+for _ in $(seq 100); do mounted "$mt" || break; sleep 0.1; done
+mounted "$mt" && fail "still mounted after a ring failed"
+[ "$(cat "$bk/held" 2>/dev/null)" = held ] || fail "a failed ring's mount did not write back"
+rm -f "$bk/held" "$bk/failing"
 
 # ---- a throttled writer keeps going (its answers come from the replier)
 # while metadata answers.  Its pauses are made certain by a store that is

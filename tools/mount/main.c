@@ -474,7 +474,7 @@ mounted_fd:
 		/* INIT is answered here, before the mount is reported up, so
 		 * uring=1 fails the mount with its reason */
 		char why[256];
-		rc = uring_begin(se, mo.threads, mo.uring == URING_ON, why, sizeof(why));
+		rc = uring_begin(se, mountpoint, mo.threads, mo.uring == URING_ON, why, sizeof(why));
 		if (rc && mo.uring == URING_ON) {
 			fprintf(stderr, "wbcache mount: -o uring=1: %s\n", why);
 			replier_stop();
@@ -500,6 +500,10 @@ mounted_fd:
 	if (lrc && lrc != SIGINT && lrc != SIGTERM && lrc != SIGHUP)
 		logmsg("session ended with an error: %s", strerror(lrc < 0 ? -lrc : lrc));
 	status = 0;
+	if (uring_failed()) {
+		status = 1;
+		snprintf(endwhy, sizeof(endwhy), "a ring of FUSE over io_uring failed (see the log)");
+	}
 out:
 	if (status == 2 && mountpoint && !strncmp(mountpoint, "/dev/fd/", 8))
 		/* mount.fuse3 (-o drop_privileges) made the mount before it

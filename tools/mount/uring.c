@@ -40,7 +40,8 @@
  * the mount's failure (exit 2, with the reason); uring=auto logs it and
  * serves /dev/fuse.  (WBCACHE_MOUNT_URING_FAIL=1 in the daemon's
  * environment makes the last queue's registration fail that way, for
- * the tests.)
+ * the tests; =wait makes a queue's wait fail later, see FAIL_XATTR.)
+ * A wait that fails for good later ends the mount (ring_wait_failed).
  *
  * Who answers.  A ring thread serves its completions in order.  An answer
  * the handling thread gives while it handles the request (the usual case)
@@ -56,6 +57,21 @@
  * CHUNK more whenever fewer than LOW_WATER wait in the kernel, up to
  * CHUNK * MAX_CHUNKS; past that, further requests of its CPU wait in the
  * kernel until one is answered.
+ *
+ * Kicks.  A request that finds none of its queue's entries waiting is put
+ * on the kernel's list for the queue, and only a COMMIT_AND_FETCH takes it
+ * from there: a REGISTER does not (fs/fuse/dev_uring.c,
+ * fuse_uring_do_register).  So a burst that takes a queue's last entries
+ * before the ring thread registers more can leave a request (an ls beside
+ * 40 writers paused on a full store) on that list while the new entries
+ * wait unused, for as long as nothing else of that CPU is answered: for
+ * ever, where the others are paused writers.  So after registering more,
+ * the ring thread kicks its queue: a short-lived thread pinned to the
+ * queue's CPU reads KICK_XATTR on the mount's root; that request takes
+ * a new entry, is answered at once (ENODATA) and its COMMIT_AND_FETCH
+ * takes the oldest request on the list.  A request older than the kick
+ * (a lower unique) that arrives after it came off that list, where more
+ * may wait: another kick, until a kick finds the list empty.
  *
  * Helpers.  A ring thread must not wait long (its CPU's other requests
  * wait behind it), and must never wait for the kernel: a request that
@@ -90,11 +106,13 @@
 
 #include <liburing.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* include/uapi/linux/fuse.h (7.42) */
@@ -152,6 +170,14 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
  * are their addresses) */
 #define WAKE_TAG 1u
 #define POISON_TAG 2u
+/* read on the root by a kick (see Kicks), answered ENODATA by the ring
+ * thread */
+#define KICK_XATTR "user.wbcache.kick"
+/* WBCACHE_MOUNT_URING_FAIL=wait in the daemon's environment (for the
+ * tests): a read of this attribute on the root is answered, then the
+ * wait of the queue that answered it fails for good (ring_wait_failed) */
+#define FAIL_XATTR "user.wbcache.ring-fail"
+static bool fail_xattr;
 
 struct uq;
 struct ent {
@@ -190,11 +216,15 @@ struct uq {
 	struct chunk *chunks[MAX_CHUNKS];
 	atomic_uint nchunks;
 	unsigned waiting;            /* owner: entries whose command is in the kernel */
+	unsigned short_of;           /* owner: waits failed for memory in a row */
 	pthread_mutex_t lock;        /* commits, quiet, stop */
 	pthread_cond_t cond;         /* quiet */
 	struct ent *commits;
 	bool quiet;                  /* it handles no more requests */
 	bool stop;
+	uint64_t kick_unique;        /* owner: the last kick's request */
+	bool want_kick;              /* owner: one came off the kernel's list */
+	bool fail_now;               /* owner: FAIL_XATTR was read */
 	int rc;                      /* S.lock: the start's result */
 	char why[160];               /* S.lock: its reason */
 	bool reported;               /* S.lock */
@@ -216,6 +246,7 @@ static unsigned nq;
 static size_t payload_len;
 static struct fuse_session *sess;
 static int fuse_fd;
+static char *kick_path;          /* the mount point, for kicks (NULL: none) */
 static atomic_bool active;
 static atomic_bool serving;      /* the ring threads handle requests */
 static atomic_ullong offloaded;
@@ -425,6 +456,40 @@ static void answer_err(struct ent *e, uint64_t unique, int err)
 	e->replied = true;
 }
 
+/* A kick (see Kicks): its own thread, which touches nothing of the
+ * daemon's (it may outlive the rings, waiting in the kernel). */
+static void *kick_main(void *arg)
+{
+	pthread_setname_np(pthread_self(), "wbc-ring-kick");
+	getxattr(kick_path, KICK_XATTR, NULL, 0);
+	(void)arg;
+	return NULL;
+}
+
+/* The ring thread: kick its queue (entries just registered). */
+static void kick(struct uq *q)
+{
+	if (!kick_path || !atomic_load_explicit(&serving, memory_order_relaxed))
+		return;
+	pthread_attr_t at;
+	if (pthread_attr_init(&at))
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(q->qid, &set);
+	pthread_t t;
+	if (!pthread_attr_setaffinity_np(&at, sizeof(set), &set) &&
+	    !pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) &&
+	    pthread_create(&t, &at, kick_main, NULL)) {
+		static atomic_bool told;
+		if (!atomic_exchange(&told, true))
+			logmsg("io_uring: queue %u: cannot start a kick", q->qid);
+	}
+	pthread_attr_destroy(&at);
+}
+
+static void grow(struct uq *q);
+
 /* A request arrived in @e: rebuild it and serve it. */
 static void arrived(struct uq *q, struct ent *e)
 {
@@ -437,6 +502,15 @@ static void arrived(struct uq *q, struct ent *e)
 	memcpy(&nodeid, h->in_out + 16, 8);
 	e->commit_id = h->io.commit_id;
 	q->waiting--;
+	/* more entries before this request is handled (which may take a
+	 * while): registered now, not after the rest of the batch */
+	if (q->waiting < LOW_WATER &&
+	    atomic_load_explicit(&q->nchunks, memory_order_relaxed) < MAX_CHUNKS)
+		grow(q);
+	/* older than the last kick: it waited on the kernel's list, where
+	 * others may still wait */
+	if (unique < q->kick_unique)
+		q->want_kick = true;
 	conn_received();
 	atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
 	if (!atomic_load_explicit(&serving, memory_order_acquire)) {
@@ -453,6 +527,21 @@ static void arrived(struct uq *q, struct ent *e)
 		logmsg("io_uring: a malformed request (opcode %u, length %u, payload %u)",
 		       opcode, len, psz);
 		answer_err(e, unique, EIO);
+		commit_here(q, e);
+		return;
+	}
+	if (opcode == OP_GETXATTR && nodeid == FUSE_ROOT_ID && psz >= sizeof(KICK_XATTR) &&
+	    !memcmp(e->buf + PREFIX, KICK_XATTR, sizeof(KICK_XATTR))) {
+		/* its commit takes the oldest request waiting on the list */
+		q->kick_unique = unique;
+		answer_err(e, unique, ENODATA);
+		commit_here(q, e);
+		return;
+	}
+	if (fail_xattr && opcode == OP_GETXATTR && nodeid == FUSE_ROOT_ID &&
+	    psz >= sizeof(FAIL_XATTR) && !memcmp(e->buf + PREFIX, FAIL_XATTR, sizeof(FAIL_XATTR))) {
+		q->fail_now = true;   /* answered; then the queue's wait fails */
+		answer_err(e, unique, ENODATA);
 		commit_here(q, e);
 		return;
 	}
@@ -490,16 +579,54 @@ static void ended(struct ent *e, int res)
 	atomic_store_explicit(&e->unique, 0, memory_order_relaxed);
 }
 
-static void grow(struct uq *q);
+/*
+ * The ring's wait failed with @rc: true to go on.  A passing failure
+ * (a signal, a full completion queue, memory short for a while) is
+ * waited again.  Any other (a completion dropped, EBADR; the ring's
+ * owner gone) leaves its CPU's requests unserved for ever, their callers
+ * in D state: the mount ends then, as at SIGTERM (what the cache holds is
+ * written back, the mount point is unmounted), with the reason in the log
+ * and exit status 1.
+ */
+static atomic_bool ring_broke;
+
+bool uring_failed(void)
+{
+	return atomic_load(&ring_broke);
+}
+
+static bool ring_wait_failed(struct uq *q, int rc)
+{
+	static atomic_bool told;
+	if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY)
+		return true;
+	if ((rc == -ENOMEM || rc == -ENOBUFS) && q->short_of++ < 10000) {
+		if (!atomic_exchange(&told, true))
+			logmsg("io_uring: queue %u: %s, waiting", q->qid, strerror(-rc));
+		usleep(1000);
+		return true;
+	}
+	logmsg("io_uring: queue %u: %s: the mount ends (its CPU's requests cannot be served)",
+	       q->qid, strerror(-rc));
+	atomic_store(&ring_broke, true);
+	kill(getpid(), SIGTERM);
+	return false;
+}
 
 static void ring_loop(struct uq *q)
 {
 	for (;;) {
-		int rc = io_uring_submit_and_wait(&q->ring, 1);
-		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-			logmsg("io_uring: queue %u: %s", q->qid, strerror(-rc));
-			return;
+		int rc;
+		if (q->fail_now) {   /* the tests' failure (FAIL_XATTR) */
+			io_uring_submit(&q->ring);
+			rc = -EBADR;
+		} else {
+			rc = io_uring_submit_and_wait(&q->ring, 1);
 		}
+		if (rc >= 0)
+			q->short_of = 0;
+		else if (!ring_wait_failed(q, rc))
+			return;
 		bool stop = false;
 		unsigned head, n = 0;
 		struct io_uring_cqe *cqe;
@@ -536,9 +663,11 @@ static void ring_loop(struct uq *q)
 			io_uring_submit(&q->ring);
 			return;
 		}
-		if (q->waiting < LOW_WATER && n &&
-		    atomic_load_explicit(&q->nchunks, memory_order_relaxed) < MAX_CHUNKS)
-			grow(q);
+		if (q->want_kick) {
+			q->want_kick = false;
+			io_uring_submit(&q->ring);   /* the commits first */
+			kick(q);
+		}
 	}
 }
 
@@ -615,12 +744,18 @@ static int add_chunk(struct uq *q)
 	return 0;
 }
 
-/* Few entries left in the kernel: register a chunk more. */
+/* Few entries left in the kernel: register a chunk more, now, then kick
+ * the queue (a request may wait on the kernel's list, see Kicks). */
 static void grow(struct uq *q)
 {
 	static atomic_bool told;
-	if (add_chunk(q) && !atomic_exchange(&told, true))
-		logmsg("io_uring: queue %u: no more ring entries: %s", q->qid, q->why);
+	if (add_chunk(q)) {
+		if (!atomic_exchange(&told, true))
+			logmsg("io_uring: queue %u: no more ring entries: %s", q->qid, q->why);
+		return;
+	}
+	io_uring_submit(&q->ring);
+	kick(q);
 }
 
 /* Register the queue's first entries; 0, or -errno with the reason in
@@ -771,6 +906,7 @@ static void free_all(void)
 	nq = 0;
 	free(H.threads);
 	H.threads = NULL;
+	/* kick_path stays: a kick's thread may still read it */
 }
 
 /* The kernel's queues: one per possible CPU (num_possible_cpus). */
@@ -810,9 +946,16 @@ bool uring_enabled(void)
 	return c == 'Y' || c == 'y' || c == '1';
 }
 
-int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *why, size_t len)
+int uring_begin(struct fuse_session *se, const char *mountpoint, unsigned helpers, bool required,
+		char *why, size_t len)
 {
 	sess = se;
+	const char *fail = getenv("WBCACHE_MOUNT_URING_FAIL");
+	fail_xattr = fail && !strcmp(fail, "wait");
+	/* kicks need the mount point by name (not one mount.fuse3 passed
+	 * as /dev/fd/N) */
+	if (!kick_path && mountpoint && *mountpoint == '/' && strncmp(mountpoint, "/dev/fd/", 8))
+		kick_path = strdup(mountpoint);
 	fuse_fd = fuse_session_fd(se);
 	nq = possible_cpus();
 	Q = calloc(nq, sizeof(*Q));
