@@ -270,10 +270,7 @@ static int wb_sync(struct wbc_dev *dev)
 		int e = inode_sync_size(touched[i]);
 		if (e && !err)
 			err = e;
-		iput(touched[i]);
 	}
-	free(touched);
-	walk_listed(dev, prune_visit, NULL);
 	/* a failed flush may have lost completed writes of any file written
 	 * since the last good one (a stacked device's lower device failed
 	 * to write them): their error, as wbc_fsync_range makes it its
@@ -286,6 +283,14 @@ static int wb_sync(struct wbc_dev *dev)
 		dev_record_error_files(dev, e, dev->flush_good);
 	else
 		dev->flush_good = gen + 1;
+	/* the files this sync wrote are let go only now: one whose last
+	 * reference this is (written, closed) is still in the name table
+	 * when a failed flush is made its error above, and its teardown
+	 * keeps the error by name for the next opener (fs/inode.c) */
+	for (size_t i = 0; i < nr; i++)
+		iput(touched[i]);
+	free(touched);
+	walk_listed(dev, prune_visit, NULL);
 	pthread_mutex_lock(&dev->err_lock);
 	bool no = false;   /* wbc_dev_sync: the errors since its last call */
 	e = errseq_check_advance(&dev->wb_err, &dev->sync_err_since, &no);

@@ -1,0 +1,57 @@
+/*
+ * A failed flush of the whole device (wbc_dev_sync) is the error of every
+ * file written since the device's last good flush (doc/design.md), also of
+ * a file whose inode went meanwhile (written and closed, no handle open
+ * when the flush failed): the error is kept by name, and the next opener's
+ * fsync tells it, as a failed write's is.
+ *   1. written, closed, and written back by the sync whose flush fails
+ *      (its inode was let go before the flush: the error was no one's).
+ * The backend (tests/store_backend.h) fails the next flush on demand.
+ */
+#include "store_backend.h"
+
+static wbc_cache *c;
+static wbc_dev *dev;
+
+static void open_cache(bool periodic)
+{
+	struct wbc_config cfg = t_config(16u << 20, 4096);
+	cfg.dirty_writeback_centisecs = periodic ? 1 : 0;
+	cfg.dirty_expire_centisecs = 1;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_backend(c, &sb_ops, NULL, "", &dev), 0);
+}
+
+static void write_close(const char *name)
+{
+	wbc_file *f;
+	char buf[8192];
+	memset(buf, 'x', sizeof(buf));
+	CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	CHECK_EQ(wbc_file_close(f), 0);
+}
+
+static void reopen_told(const char *name)
+{
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, name, 0, &f), 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);      /* the flush lost its writes */
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+}
+
+int main(void)
+{
+	/* 1 */
+	open_cache(false);
+	write_close("a");
+	sb_set(&sb_fail_flush, true);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);
+	reopen_told("a");
+	printf("1. written by the sync whose flush failed: the next opener is told\n");
+	CHECK_EQ(wbc_cache_close(c), 0);
+
+	printf("flush_orphan: ok\n");
+	return 0;
+}
