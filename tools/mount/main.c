@@ -474,7 +474,7 @@ mounted_fd:
 		/* INIT is answered here, before the mount is reported up, so
 		 * uring=1 fails the mount with its reason */
 		char why[256];
-		rc = uring_begin(se, mountpoint, mo.threads, mo.uring == URING_ON, why, sizeof(why));
+		rc = uring_begin(se, mo.threads, mo.uring == URING_ON, why, sizeof(why));
 		if (rc && mo.uring == URING_ON) {
 			fprintf(stderr, "wbcache mount: -o uring=1: %s\n", why);
 			replier_stop();

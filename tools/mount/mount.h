@@ -341,8 +341,7 @@ void dirs_close_all(void);
  * without io_uring, unless @required).  After the loop: uring_quiesce
  * (no more requests handled), replier_stop, uring_end. */
 enum uring_mode { URING_OFF, URING_AUTO, URING_ON };
-int uring_begin(struct fuse_session *se, const char *mountpoint, unsigned helpers, bool required,
-		char *why, size_t len);
+int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *why, size_t len);
 void uring_quiesce(void);
 void uring_end(void);
 ssize_t uring_reply(const struct iovec *iov, int count);

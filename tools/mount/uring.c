@@ -53,25 +53,17 @@
  * through its eventfd; only the ring thread touches its ring (it is made
  * IORING_SETUP_SINGLE_ISSUER).  An entry stays the request's until its
  * answer is committed, so requests answered later (throttled writes, a
- * helper's) hold entries: a queue starts with CHUNK of them and registers
- * CHUNK more whenever fewer than LOW_WATER wait in the kernel, up to
- * CHUNK * MAX_CHUNKS; past that, further requests of its CPU wait in the
- * kernel until one is answered.
- *
- * Kicks.  A request that finds none of its queue's entries waiting is put
- * on the kernel's list for the queue, and only a COMMIT_AND_FETCH takes it
- * from there: a REGISTER does not (fs/fuse/dev_uring.c,
- * fuse_uring_do_register).  So a burst that takes a queue's last entries
- * before the ring thread registers more can leave a request (an ls beside
- * 40 writers paused on a full store) on that list while the new entries
- * wait unused, for as long as nothing else of that CPU is answered: for
- * ever, where the others are paused writers.  So after registering more,
- * the ring thread kicks its queue: a short-lived thread pinned to the
- * queue's CPU reads KICK_XATTR on the mount's root; that request takes
- * a new entry, is answered at once (ENODATA) and its COMMIT_AND_FETCH
- * takes the oldest request on the list.  A request older than the kick
- * (a lower unique) that arrives after it came off that list, where more
- * may wait: another kick, until a kick finds the list empty.
+ * helper's) hold entries: a queue registers all of its entries, CHUNK *
+ * MAX_CHUNKS, at the start; past that, further requests of its CPU wait in
+ * the kernel until one is answered.  All at the start, because a request
+ * that finds none of its queue's entries waiting goes on the kernel's list
+ * for the queue, and only a COMMIT_AND_FETCH takes it from there, not a
+ * REGISTER (fs/fuse/dev_uring.c, fuse_uring_do_register): entries
+ * registered later, as writers paused on a full store held the first
+ * ones, waited unused while an ls stayed on that list for as long as
+ * nothing else of its CPU was answered.  The kernel hands out the entry
+ * freed last first, and the payload buffers are mapped without reserve:
+ * an entry never used costs no memory.
  *
  * Helpers.  A ring thread must not wait long (its CPU's other requests
  * wait behind it), and must never wait for the kernel: a request that
@@ -112,7 +104,6 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 /* include/uapi/linux/fuse.h (7.42) */
@@ -152,13 +143,11 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
 #define WRITE_IN_FLAGS 32        /* fuse_write_in.flags: the open's flags */
 
 /* A queue's entries (its CPU's requests in the daemon at once, deferred
- * writes included): registered CHUNK at a time, a chunk more whenever
- * fewer than LOW_WATER wait in the kernel, at most MAX_CHUNKS.  The
- * payload buffers are mapped without reserve: an entry costs memory only
- * as far as requests filled it. */
+ * writes included): CHUNK * MAX_CHUNKS, all registered at the start (see
+ * the header), in chunks.  The payload buffers are mapped without
+ * reserve: an entry costs memory only as far as requests filled it. */
 #define CHUNK 16
 #define MAX_CHUNKS 16
-#define LOW_WATER 4
 /* the ring: room for every entry's command and a chunk's registration */
 #define RING_SQES 512
 /* The request is rebuilt in front of the payload: room for the in header
@@ -170,9 +159,6 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
  * are their addresses) */
 #define WAKE_TAG 1u
 #define POISON_TAG 2u
-/* read on the root by a kick (see Kicks), answered ENODATA by the ring
- * thread */
-#define KICK_XATTR "user.wbcache.kick"
 /* WBCACHE_MOUNT_URING_FAIL=wait in the daemon's environment (for the
  * tests): a read of this attribute on the root is answered, then the
  * wait of the queue that answered it fails for good (ring_wait_failed) */
@@ -192,6 +178,7 @@ struct ent {
 	char *req;                   /* the rebuilt request */
 	size_t req_len;
 	bool replied;                /* answered by its handling thread */
+	unsigned char chunk;         /* its chunk's index in its queue */
 	struct ent *next;            /* q->lock: the commit list */
 };
 
@@ -215,6 +202,7 @@ struct uq {
 	 * set up, for answers from other threads to find */
 	struct chunk *chunks[MAX_CHUNKS];
 	atomic_uint nchunks;
+	atomic_uint used;            /* chunks an entry of which held a request */
 	unsigned waiting;            /* owner: entries whose command is in the kernel */
 	unsigned short_of;           /* owner: waits failed for memory in a row */
 	pthread_mutex_t lock;        /* commits, quiet, stop */
@@ -222,8 +210,6 @@ struct uq {
 	struct ent *commits;
 	bool quiet;                  /* it handles no more requests */
 	bool stop;
-	uint64_t kick_unique;        /* owner: the last kick's request */
-	bool want_kick;              /* owner: one came off the kernel's list */
 	bool fail_now;               /* owner: FAIL_XATTR was read */
 	int rc;                      /* S.lock: the start's result */
 	char why[160];               /* S.lock: its reason */
@@ -246,7 +232,6 @@ static unsigned nq;
 static size_t payload_len;
 static struct fuse_session *sess;
 static int fuse_fd;
-static char *kick_path;          /* the mount point, for kicks (NULL: none) */
 static atomic_bool active;
 static atomic_bool serving;      /* the ring threads handle requests */
 static atomic_ullong offloaded;
@@ -456,40 +441,6 @@ static void answer_err(struct ent *e, uint64_t unique, int err)
 	e->replied = true;
 }
 
-/* A kick (see Kicks): its own thread, which touches nothing of the
- * daemon's (it may outlive the rings, waiting in the kernel). */
-static void *kick_main(void *arg)
-{
-	pthread_setname_np(pthread_self(), "wbc-ring-kick");
-	getxattr(kick_path, KICK_XATTR, NULL, 0);
-	(void)arg;
-	return NULL;
-}
-
-/* The ring thread: kick its queue (entries just registered). */
-static void kick(struct uq *q)
-{
-	if (!kick_path || !atomic_load_explicit(&serving, memory_order_relaxed))
-		return;
-	pthread_attr_t at;
-	if (pthread_attr_init(&at))
-		return;
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(q->qid, &set);
-	pthread_t t;
-	if (!pthread_attr_setaffinity_np(&at, sizeof(set), &set) &&
-	    !pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) &&
-	    pthread_create(&t, &at, kick_main, NULL)) {
-		static atomic_bool told;
-		if (!atomic_exchange(&told, true))
-			logmsg("io_uring: queue %u: cannot start a kick", q->qid);
-	}
-	pthread_attr_destroy(&at);
-}
-
-static void grow(struct uq *q);
-
 /* A request arrived in @e: rebuild it and serve it. */
 static void arrived(struct uq *q, struct ent *e)
 {
@@ -502,15 +453,10 @@ static void arrived(struct uq *q, struct ent *e)
 	memcpy(&nodeid, h->in_out + 16, 8);
 	e->commit_id = h->io.commit_id;
 	q->waiting--;
-	/* more entries before this request is handled (which may take a
-	 * while): registered now, not after the rest of the batch */
-	if (q->waiting < LOW_WATER &&
-	    atomic_load_explicit(&q->nchunks, memory_order_relaxed) < MAX_CHUNKS)
-		grow(q);
-	/* older than the last kick: it waited on the kernel's list, where
-	 * others may still wait */
-	if (unique < q->kick_unique)
-		q->want_kick = true;
+	/* the chunks answers from other threads look in (find) */
+	unsigned bit = 1u << e->chunk;
+	if (!(atomic_load_explicit(&q->used, memory_order_relaxed) & bit))
+		atomic_fetch_or(&q->used, bit);
 	conn_received();
 	atomic_fetch_add_explicit(&q->requests, 1, memory_order_relaxed);
 	if (!atomic_load_explicit(&serving, memory_order_acquire)) {
@@ -527,14 +473,6 @@ static void arrived(struct uq *q, struct ent *e)
 		logmsg("io_uring: a malformed request (opcode %u, length %u, payload %u)",
 		       opcode, len, psz);
 		answer_err(e, unique, EIO);
-		commit_here(q, e);
-		return;
-	}
-	if (opcode == OP_GETXATTR && nodeid == FUSE_ROOT_ID && psz >= sizeof(KICK_XATTR) &&
-	    !memcmp(e->buf + PREFIX, KICK_XATTR, sizeof(KICK_XATTR))) {
-		/* its commit takes the oldest request waiting on the list */
-		q->kick_unique = unique;
-		answer_err(e, unique, ENODATA);
 		commit_here(q, e);
 		return;
 	}
@@ -589,6 +527,16 @@ static void ended(struct ent *e, int res)
  * and exit status 1.
  */
 static atomic_bool ring_broke;
+/* The end is asked of libfuse's loop itself, and its main thread (in
+ * sem_wait) woken by a signal of the mount's own: not SIGTERM, which has
+ * no handler where the daemon started with it ignored (libfuse installs
+ * its handlers only over SIG_DFL). */
+static pthread_t main_thread;
+
+static void end_wake(int sig)
+{
+	(void)sig;
+}
 
 bool uring_failed(void)
 {
@@ -609,7 +557,8 @@ static bool ring_wait_failed(struct uq *q, int rc)
 	logmsg("io_uring: queue %u: %s: the mount ends (its CPU's requests cannot be served)",
 	       q->qid, strerror(-rc));
 	atomic_store(&ring_broke, true);
-	kill(getpid(), SIGTERM);
+	fuse_session_exit(sess);
+	pthread_kill(main_thread, SIGRTMIN);
 	return false;
 }
 
@@ -662,11 +611,6 @@ static void ring_loop(struct uq *q)
 		if (stop) {
 			io_uring_submit(&q->ring);
 			return;
-		}
-		if (q->want_kick) {
-			q->want_kick = false;
-			io_uring_submit(&q->ring);   /* the commits first */
-			kick(q);
 		}
 	}
 }
@@ -728,6 +672,7 @@ static int add_chunk(struct uq *q)
 	for (unsigned i = 0; i < CHUNK; i++) {
 		struct ent *e = &c->ents[i];
 		e->q = q;
+		e->chunk = (unsigned char)k;
 		e->hdr = &c->hdrs[i];
 		e->buf = (char *)c->area + i * one;
 		e->iov[0] = (struct iovec){ e->hdr, sizeof(*e->hdr) };
@@ -744,22 +689,9 @@ static int add_chunk(struct uq *q)
 	return 0;
 }
 
-/* Few entries left in the kernel: register a chunk more, now, then kick
- * the queue (a request may wait on the kernel's list, see Kicks). */
-static void grow(struct uq *q)
-{
-	static atomic_bool told;
-	if (add_chunk(q)) {
-		if (!atomic_exchange(&told, true))
-			logmsg("io_uring: queue %u: no more ring entries: %s", q->qid, q->why);
-		return;
-	}
-	io_uring_submit(&q->ring);
-	kick(q);
-}
-
-/* Register the queue's first entries; 0, or -errno with the reason in
- * q->why.  After a failure the connection's io_uring is off (see poison). */
+/* Register the queue's entries (all of them: see the header); 0, or -errno
+ * with the reason in q->why.  After a failure the connection's io_uring
+ * is off (see poison). */
 static int ring_register(struct uq *q)
 {
 	const char *fail = getenv("WBCACHE_MOUNT_URING_FAIL");
@@ -770,6 +702,14 @@ static int ring_register(struct uq *q)
 	int rc = add_chunk(q);
 	if (rc)
 		return rc;
+	/* the rest: fewer where memory is short (a strict overcommit policy
+	 * counts the buffers' whole size) */
+	while (atomic_load_explicit(&q->nchunks, memory_order_relaxed) < MAX_CHUNKS && !add_chunk(q))
+		;
+	unsigned k = atomic_load_explicit(&q->nchunks, memory_order_relaxed);
+	if (k < MAX_CHUNKS)
+		logmsg("io_uring: queue %u: %u ring entries of %u: %s", q->qid, k * CHUNK,
+		       MAX_CHUNKS * CHUNK, q->why);
 	arm_wake(q);
 	rc = io_uring_submit(&q->ring);
 	if (rc < 0) {
@@ -906,7 +846,6 @@ static void free_all(void)
 	nq = 0;
 	free(H.threads);
 	H.threads = NULL;
-	/* kick_path stays: a kick's thread may still read it */
 }
 
 /* The kernel's queues: one per possible CPU (num_possible_cpus). */
@@ -946,16 +885,15 @@ bool uring_enabled(void)
 	return c == 'Y' || c == 'y' || c == '1';
 }
 
-int uring_begin(struct fuse_session *se, const char *mountpoint, unsigned helpers, bool required,
-		char *why, size_t len)
+int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *why, size_t len)
 {
 	sess = se;
+	main_thread = pthread_self();
+	struct sigaction sa = { .sa_handler = end_wake };   /* no SA_RESTART: sem_wait returns */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGRTMIN, &sa, NULL);
 	const char *fail = getenv("WBCACHE_MOUNT_URING_FAIL");
 	fail_xattr = fail && !strcmp(fail, "wait");
-	/* kicks need the mount point by name (not one mount.fuse3 passed
-	 * as /dev/fd/N) */
-	if (!kick_path && mountpoint && *mountpoint == '/' && strncmp(mountpoint, "/dev/fd/", 8))
-		kick_path = strdup(mountpoint);
 	fuse_fd = fuse_session_fd(se);
 	nq = possible_cpus();
 	Q = calloc(nq, sizeof(*Q));
@@ -1089,8 +1027,13 @@ static struct ent *find(uint64_t unique)
 	for (unsigned i = 0; i < nq; i++) {
 		struct uq *q = &Q[i];
 		unsigned n = atomic_load_explicit(&q->nchunks, memory_order_acquire);
+		/* a request's chunk is marked before its handler runs, so
+		 * before any answer to it is looked for: the chunks never
+		 * used (most, as the kernel reuses the entry freed last) are
+		 * not looked at */
+		unsigned used = atomic_load_explicit(&q->used, memory_order_acquire);
 		for (unsigned k = 0; k < n; k++)
-			for (unsigned j = 0; j < CHUNK; j++) {
+			for (unsigned j = 0; (used >> k & 1) && j < CHUNK; j++) {
 				struct ent *e = &q->chunks[k]->ents[j];
 				uint64_t want = unique;
 				if (atomic_load_explicit(&e->unique, memory_order_relaxed) == unique &&
