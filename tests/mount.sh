@@ -14,6 +14,7 @@ out=$top/outside
 mkdir -p "$out"
 extra_cleanup() {
 	mountpoint -q "$top/tiny" 2>/dev/null && umount -l "$top/tiny"
+	mountpoint -q "$top/backing/bound" 2>/dev/null && umount -l "$top/backing/bound"
 	mountpoint -q "$top/backing/sub" 2>/dev/null && umount -l "$top/backing/sub"
 	mountpoint -q "$bk" 2>/dev/null && umount -l "$bk"   # the read-only bind
 	return 0
@@ -162,6 +163,17 @@ if [ "$(id -u)" = 0 ] && mkdir "$bk/sub" && mount -t tmpfs -o size=1M tmpfs "$bk
 	msg=$(stat "$mt/sub" 2>&1) && fail "a file system mounted in BACKING_DIR was entered: $msg"
 	echo "$msg" | grep -q "Invalid cross-device link" || fail "a mount inside BACKING_DIR: '$msg'"
 	cat "$mt/sub/x" >/dev/null 2>&1 && fail "a file on a mount inside BACKING_DIR was read"
+	# a create (O_TRUNC) of a name the kernel believed absent (a negative
+	# entry) that is now a file of that other file system, bound there:
+	# refused, and that file not cut (the daemon's open truncated it
+	# before it found it was not to be entered)
+	stat "$mt/bound" >/dev/null 2>&1
+	if touch "$bk/bound" && mount --bind "$bk/sub/x" "$bk/bound"; then
+		(echo new >"$mt/bound") 2>/dev/null && fail "a create opened a file of a mount inside BACKING_DIR"
+		[ "$(cat "$bk/sub/x")" = inner ] || fail "a refused create truncated a file of a mount inside BACKING_DIR"
+		umount "$bk/bound"
+	fi
+	rm -f "$bk/bound"
 	umount "$bk/sub"
 	rmdir "$bk/sub"
 fi

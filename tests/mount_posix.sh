@@ -145,6 +145,41 @@ for i in range(30):
 EOF2
 "$W" umount "$top/fm3" || fail "umount of the mount with small dirty limits"
 
+# ---- the same through a create: O_CREAT|O_TRUNC of a name the kernel
+# believes absent (a negative entry) that was since made beside the mount
+# (a second link to a file being written): the truncate is before or
+# after the write (the daemon truncated at once, in the middle: a 48 MiB
+# write read back with its first 5 MB zeros)
+mkdir -p "$top/fb4" "$top/fm4"
+"$W" mount "$top/fb4" "$top/fm4" -o mem=32M,dirty_bytes=4M,dirty_background_bytes=1M,qd=1,max_io=4K,direct=1 ||
+	fail "mount with a slow store"
+python3 - "$top/fm4" "$top/fb4" <<'EOF2' || { fusermount3 -u "$top/fm4"; fail "O_TRUNC create during a write"; }
+import os, sys, threading, time
+mt, bk = sys.argv[1], sys.argv[2]
+n = 48 << 20
+open(f"{mt}/a", "wb").close()
+try:
+    os.stat(f"{mt}/b")                     # a negative entry for b
+except FileNotFoundError:
+    pass
+os.link(f"{bk}/a", f"{bk}/b")              # b, beside the mount
+got = {}
+def writer():
+    fd = os.open(f"{mt}/a", os.O_WRONLY)
+    got["n"] = os.pwrite(fd, b"D" * n, 0)
+    os.close(fd)
+w = threading.Thread(target=writer)
+w.start()
+time.sleep(0.3)
+os.close(os.open(f"{mt}/b", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+w.join()
+data = open(f"{mt}/a", "rb").read()
+if data and (got["n"] != n or data != b"D" * n):
+    raise SystemExit(f"write returned {got['n']}, file {len(data)} bytes, "
+                     f"{len(data) - len(data.lstrip(bytes(1)))} leading zeros")
+EOF2
+"$W" umount "$top/fm4" || fail "umount of the mount with a slow store"
+
 # ---- statfs: the free space without what the cache still has to write
 head -c 16M /dev/urandom >"$mt/df1"
 free_mt=$(( $(stat -f -c '%a * %S' "$mt") )) free_bk=$(( $(stat -f -c '%a * %S' "$bk") ))

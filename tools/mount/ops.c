@@ -142,8 +142,8 @@ static int chmod_fd(int fd, mode_t mode)
 	return chmod(path, mode);
 }
 
-/* Groups of the caller of @req, or of this process (@req NULL): a
- * malloc'd list, its length in *@n; NULL when they cannot be had. */
+/* Groups of the caller of @req: a malloc'd list, its length in *@n; NULL
+ * when they cannot be had. */
 static gid_t *groups_of(fuse_req_t req, int *n)
 {
 	int cap = 64;
@@ -151,13 +151,13 @@ static gid_t *groups_of(fuse_req_t req, int *n)
 		gid_t *list = malloc((size_t)cap * sizeof(*list));
 		if (!list)
 			return NULL;
-		int got = req ? fuse_req_getgroups(req, cap, list) : getgroups(cap, list);
+		int got = fuse_req_getgroups(req, cap, list);
 		if (got >= 0 && got <= cap) {
 			*n = got;
 			return list;
 		}
 		free(list);
-		if (got < 0 && (req || errno != EINVAL))
+		if (got < 0)
 			return NULL;
 		cap = got > cap ? got : cap * 16;
 	}
@@ -178,68 +178,6 @@ static bool caller_in_group(fuse_req_t req, gid_t gid)
 		in |= list[i] == gid;
 	free(list);
 	return in;
-}
-
-/* From the mode bits alone (no ACL): where the daemon cannot take the
- * caller's ids. */
-static int caller_may_open_bits(fuse_req_t req, int dfd, const char *name, int want)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct stat st;
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW))
-		return -errno;
-	mode_t bits = st.st_uid == ctx->uid ? st.st_mode >> 6 :
-		      caller_in_group(req, st.st_gid) ? st.st_mode >> 3 : st.st_mode;
-	bool ok = (!(want & R_OK) || (bits & S_IROTH)) && (!(want & W_OK) || (bits & S_IWOTH));
-	return ok ? 0 : -EACCES;
-}
-
-#ifndef SYS_faccessat2
-#define SYS_faccessat2 439
-#endif
-
-/*
- * May the caller of @req open the existing file @name in directory @dfd
- * with @flags?  The kernel does not check an open through CREATE of a
- * name it believed absent (FUSE marks every CREATE's file as made), so
- * the daemon does: as root, with the caller's file-system ids and groups
- * on this thread only (raw system calls: glibc's wrappers change every
- * thread's; a file-system uid other than 0 drops the file capabilities,
- * 0 again raises them), asking the backing file system, ACLs included;
- * where it cannot take the caller's ids (not root, no CAP_SETUID, a
- * kernel without faccessat2), from the mode bits.  0 or -errno.
- */
-static int caller_may_open(fuse_req_t req, int dfd, const char *name, int flags)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	int acc = flags & O_ACCMODE;
-	int want = (acc != O_WRONLY ? R_OK : 0) | (acc != O_RDONLY || (flags & O_TRUNC) ? W_OK : 0);
-	if (ctx->uid == 0)
-		return 0;
-	if (!M.as_root)
-		return caller_may_open_bits(req, dfd, name, want);
-	int n, nmine;
-	gid_t *list = groups_of(req, &n), *mine = groups_of(NULL, &nmine);
-	int err = -ENOSYS;   /* the caller's ids not taken: the mode bits */
-	if (list && mine && !syscall(SYS_setgroups, (size_t)n, list)) {
-		syscall(SYS_setfsgid, ctx->gid);
-		syscall(SYS_setfsuid, ctx->uid);
-		/* setfsuid tells nothing of a refusal but by what it reads back */
-		bool as_caller = (uid_t)syscall(SYS_setfsuid, -1) == ctx->uid &&
-				 (gid_t)syscall(SYS_setfsgid, -1) == ctx->gid;
-		int r = -ENOSYS;
-		if (as_caller)
-			r = syscall(SYS_faccessat2, dfd, name, want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) ?
-			    -errno : 0;
-		syscall(SYS_setfsuid, M.euid);
-		syscall(SYS_setfsgid, M.egid);
-		if (syscall(SYS_setgroups, (size_t)nmine, mine))
-			abort();   /* never: root may; a thread left as the caller may not be */
-		err = !as_caller ? -ENOSYS : r;
-	}
-	free(list);
-	free(mine);
-	return err == -ENOSYS ? caller_may_open_bits(req, dfd, name, want) : err;
 }
 
 /*
@@ -600,10 +538,11 @@ static bool open_direct(const struct fuse_file_info *fi)
 	       (M.dio == DIO_AUTO && (acc == O_WRONLY || (acc == O_RDWR && M.direct_mmap)));
 }
 
-/* @made: the file was just made by this create (empty: O_TRUNC has
- * nothing to do). */
-static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi, bool made,
-		       int wfd)
+/* An open of @n (OPEN, or CREATE of a file it made): its engine handle.
+ * O_TRUNC is never the open's to do: the kernel sends it as a SETATTR
+ * (no atomic O_TRUNC, op_init), and a create truncates nothing (an
+ * existing file is opened by the kernel's retry, op_create). */
+static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi, int wfd)
 {
 	wbc_file *h;
 	pthread_mutex_lock(&n->lock);
@@ -628,19 +567,6 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 		struct statvfs sv;
 		err = !fstatvfs(M.root_fd, &sv) && (sv.f_flag & ST_RDONLY) ? -EROFS : -EACCES;
 	}
-	if (!err && (fi->flags & O_TRUNC) && !made) {
-		/* atomic O_TRUNC: the kernel sends no setattr before */
-		err = wbc_truncate(h, 0);
-		if (err) {
-			wbc_file_close(h);
-			if (!n->opens) {
-				wbc_file_close(n->wf);
-				n->wf = NULL;
-			}
-		} else {
-			node_written_locked(n);
-		}
-	}
 	bool direct = open_direct(fi);
 	if (!err) {
 		node_hold_fd(n);
@@ -651,8 +577,6 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 	pthread_mutex_unlock(&n->lock);
 	if (err)
 		return err;
-	if ((fi->flags & O_TRUNC) && !made)
-		kill_priv(req, n);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = direct;
 	fi->keep_cache = 0;
@@ -672,7 +596,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int err = open_common(req, n, fi, false, -1);
+	int err = open_common(req, n, fi, -1);
 	if (err)
 		fuse_reply_err(req, -err);
 	else if (fuse_reply_open(req, fi) == -ENOENT)
@@ -681,18 +605,22 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /*
  * create: the file is made with O_EXCL, so the daemon knows it made it
- * (and owns it to the caller); an existing one (a race with another
- * creator, the kernel having seen no entry) is opened as it is, unless
- * the caller asked O_EXCL.  The descriptor the create returned gives the
- * attributes and the node: five system calls for a new file.
+ * (and owns it to the caller); for an existing one (made beside the
+ * mount, the kernel having seen no entry) the kernel is told to look
+ * again (ESTALE), unless the caller asked O_EXCL.  The descriptor the
+ * create returned gives the attributes and the node: five system calls
+ * for a new file.
  */
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
 	struct node *p = node_of(parent);
 	int pf = nfd(p);
-	/* O_NONBLOCK: an existing FIFO of the name must not block the worker */
-	int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (fi->flags & O_TRUNC);
+	/* only a new file is opened here (O_EXCL: an existing one is the
+	 * kernel's retry's, below), so never with O_TRUNC: an existing file
+	 * cut here lost its data to a create that failed after (a file of
+	 * another file system: EXDEV) */
+	int how = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
 	/* a new file the daemon may not write (not root, no owner write
 	 * bit: cp or tar of a 0444 file, git's objects): made writable,
 	 * and the engine writes through this descriptor, as a reopen for
@@ -705,14 +633,16 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	bool made = fd >= 0;
 	keep_w = keep_w && made;
 	if (fd < 0 && pf >= 0 && errno == EEXIST && !(fi->flags & O_EXCL)) {
-		/* the kernel checked nothing of the file (it thought none
-		 * was there): the caller's permission, then the open */
-		int err = caller_may_open(req, pf, name, fi->flags);
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
-		fd = openat(pf, name, how);
+		/* The kernel thought no file was there (a negative entry of
+		 * a name since made beside the mount).  ESTALE: its open
+		 * looks the name up again (LOOKUP_REVAL) and opens the file
+		 * as any open does, checking the caller's permission itself,
+		 * with O_TRUNC a SETATTR under the file's lock, ordered
+		 * against the file's writes.  Opened here, the truncate fell
+		 * in the middle of another process's write (a 48 MiB write
+		 * read back with its first 9 MB zeros). */
+		fuse_reply_err(req, ESTALE);
+		return;
 	}
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
@@ -753,7 +683,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		err = enter_node(fd, &st, &e);   /* takes fd */
 	}
 	if (!err)
-		err = open_common(req, node_of(e.ino), fi, made, wfd);
+		err = open_common(req, node_of(e.ino), fi, wfd);
 	if (wfd >= 0)
 		close(wfd);
 	if (!err) {
