@@ -743,6 +743,20 @@ static void node_put(struct node *n)
  * dropped the data: without it, the engine, whose descriptor was closed,
  * could neither write nor drop its dirty pages (ESTALE at every retry,
  * and a umount that failed). */
+/* An open file's descriptor, taken now (caller holds n->lock): it keeps
+ * the backing inode once its last link goes, as an open file's on a local
+ * file system (a handle no longer opens it then). */
+static void pin_open_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	if (!n->opens)
+		return;
+	pthread_mutex_lock(&n->fdlock);
+	if (n->pfd < 0 && n->pfd_holds > 0)
+		n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+	pthread_mutex_unlock(&n->fdlock);
+}
+
 int before_unlink(dev_t dev, ino_t ino)
 {
 	if (!M.handles)
@@ -753,12 +767,7 @@ int before_unlink(dev_t dev, ino_t ino)
 	int keep = -1;
 	if (n->is_reg) {
 		pthread_mutex_lock(&n->lock);
-		if (n->opens) {
-			pthread_mutex_lock(&n->fdlock);
-			if (n->pfd < 0 && n->pfd_holds > 0)
-				n->pfd = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
-			pthread_mutex_unlock(&n->fdlock);
-		}
+		pin_open_locked(n);
 		/* also while open: the last release may come before the
 		 * unlink, and let go of the open's descriptor first */
 		if (n->wrote || M.remote)
@@ -777,6 +786,12 @@ void after_unlink(dev_t dev, ino_t ino, int keep)
 		n->unlinked = true;
 		if (n->is_reg)   /* a link less: its ctime, as the backing file's */
 			clock_gettime(CLOCK_REALTIME, &n->ctime);
+		/* an open that came after before_unlink looked (the kernel
+		 * orders no OPEN against an UNLINK of the file): its
+		 * descriptor, while keep (or the engine's) still holds the
+		 * inode */
+		if (n->is_reg && M.handles)
+			pin_open_locked(n);
 		if (!n->opens)
 			drop_if_unlinked_locked(n);
 		pthread_mutex_unlock(&n->lock);
