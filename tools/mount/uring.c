@@ -63,7 +63,9 @@
  * ones, waited unused while an ls stayed on that list for as long as
  * nothing else of its CPU was answered.  The kernel hands out the entry
  * freed last first, and the payload buffers are mapped without reserve:
- * an entry never used costs no memory.
+ * an entry never used costs no memory.  Fewer where the buffers' whole
+ * size would count (vm.overcommit_memory=2: size_chunks), and one chunk
+ * for a possible CPU not online (cpu_online).
  *
  * Helpers.  A ring thread must not wait long (its CPU's other requests
  * wait behind it), and must never wait for the kernel: a request that
@@ -558,7 +560,15 @@ static bool ring_wait_failed(struct uq *q, int rc)
 	       q->qid, strerror(-rc));
 	atomic_store(&ring_broke, true);
 	fuse_session_exit(sess);
-	pthread_kill(main_thread, SIGRTMIN);
+	/* libfuse's loop tests its flag, then waits (sem_wait): a signal
+	 * handled between the two is lost, and the main thread would wait
+	 * for ever.  So it is sent again until the main thread has left the
+	 * loop (uring_quiesce clears serving; it joins this thread only
+	 * later, so the main thread is there to be sent to) */
+	while (atomic_load(&serving)) {
+		pthread_kill(main_thread, SIGRTMIN);
+		usleep(20000);
+	}
 	return false;
 }
 
@@ -689,6 +699,61 @@ static int add_chunk(struct uq *q)
 	return 0;
 }
 
+/* Chunks a queue registers at the start.  Under vm.overcommit_memory=2
+ * MAP_NORESERVE is ignored: every buffer counts its whole size against
+ * CommitLimit at once, and queues that took all that is left would leave
+ * the daemon (libfuse's read buffers, the engine) and every other process
+ * on the machine failing with ENOMEM.  Then the queues together take at
+ * most a quarter of what is left (at least a chunk each). */
+static unsigned chunk_cap = MAX_CHUNKS;
+
+static void size_chunks(void)
+{
+	chunk_cap = MAX_CHUNKS;
+	FILE *f = fopen("/proc/sys/vm/overcommit_memory", "re");
+	int mode = f ? fgetc(f) : EOF;
+	if (f)
+		fclose(f);
+	if (mode != '2')
+		return;
+	unsigned long long limit = 0, committed = 0, v;
+	char line[128];
+	f = fopen("/proc/meminfo", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "CommitLimit: %llu kB", &v) == 1)
+			limit = v;
+		else if (sscanf(line, "Committed_AS: %llu kB", &v) == 1)
+			committed = v;
+	}
+	if (f)
+		fclose(f);
+	size_t one = ((PREFIX + payload_len) + 4095) & ~(size_t)4095;
+	unsigned long long left = limit > committed ? (limit - committed) * 1024 : 0;
+	unsigned long long per = left / 4 / (nq ? nq : 1) / (one * CHUNK);
+	chunk_cap = per < 1 ? 1 : per > MAX_CHUNKS ? MAX_CHUNKS : (unsigned)per;
+	if (chunk_cap < MAX_CHUNKS)
+		logmsg("io_uring: strict overcommit (vm.overcommit_memory=2): %u ring entries a "
+		       "queue of %u", chunk_cap * CHUNK, MAX_CHUNKS * CHUNK);
+}
+
+/* Is CPU @cpu online?  A possible CPU not online (a virtual machine's room
+ * to add CPUs) sends no request until it comes online: its queue
+ * registers one chunk, as the queues did before all were registered at
+ * the start. */
+static bool cpu_online(unsigned cpu)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%u/online", cpu);
+	FILE *f = fopen(path, "re");
+	if (!f) {   /* no such file: a CPU that cannot go offline, if present */
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%u", cpu);
+		return !access(path, F_OK);
+	}
+	int c = fgetc(f);
+	fclose(f);
+	return c != '0';
+}
+
 /* Register the queue's entries (all of them: see the header); 0, or -errno
  * with the reason in q->why.  After a failure the connection's io_uring
  * is off (see poison). */
@@ -702,14 +767,15 @@ static int ring_register(struct uq *q)
 	int rc = add_chunk(q);
 	if (rc)
 		return rc;
-	/* the rest: fewer where memory is short (a strict overcommit policy
-	 * counts the buffers' whole size) */
-	while (atomic_load_explicit(&q->nchunks, memory_order_relaxed) < MAX_CHUNKS && !add_chunk(q))
+	/* the rest: fewer where memory is short, or where a strict
+	 * overcommit policy would count them all (chunk_cap) */
+	unsigned cap = cpu_online(q->qid) ? chunk_cap : 1;
+	while (atomic_load_explicit(&q->nchunks, memory_order_relaxed) < cap && !add_chunk(q))
 		;
 	unsigned k = atomic_load_explicit(&q->nchunks, memory_order_relaxed);
-	if (k < MAX_CHUNKS)
+	if (k < cap)
 		logmsg("io_uring: queue %u: %u ring entries of %u: %s", q->qid, k * CHUNK,
-		       MAX_CHUNKS * CHUNK, q->why);
+		       cap * CHUNK, q->why);
 	arm_wake(q);
 	rc = io_uring_submit(&q->ring);
 	if (rc < 0) {
@@ -961,6 +1027,7 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 		payload_len = conn_uring_payload();
 		if (payload_len < MIN_PAYLOAD)
 			payload_len = MIN_PAYLOAD;
+		size_chunks();
 		set_phase(PH_REGISTER);
 		rc = wait_reports(started, why, len);
 	}
