@@ -182,7 +182,13 @@ void bandwidth_update(struct wbc_dev *dev, uint64_t now)
 	dev->bw_busy = busy_total;
 	if (!delta || busy < elapsed / 8) {
 		pthread_mutex_unlock(&dev->bw_lock);
-		return;            /* (nearly) idle: no measurement, restart */
+		/* (nearly) idle: no measurement, restart; but what it wrote
+		 * counts in its proportion all the same (a fast device kept
+		 * mostly idle by its writers had a share of 0 beside a slow,
+		 * busy one, and its writers were throttled by its pages) */
+		if (delta >> dev->cache->page_shift)
+			prop_account(dev, delta >> dev->cache->page_shift);
+		return;
 	}
 	/* bytes per second of time the device had work: what it can do, not
 	 * how much it was asked to do (over the whole interval, however long:
