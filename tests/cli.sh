@@ -304,6 +304,17 @@ grep -q '"finished": false' "$dir/intr.json" || fail "SIGINT: the JSON says fini
 # until its final fsync ended: minutes on a slow device)
 grep -Eq "^wbcache: SIGINT: stopping; writing back [0-9]+ MiB before exiting \(another SIGINT ends it" \
 	"$dir/intr.out" || fail "SIGINT: no line on the writeback: $(cat "$dir/intr.out")"
+# ... and during the layout, before any sample, the line says what is
+# dirty (it said "writing back 0 MiB" with the cache full of the layout)
+$W run randwrite --dev model:bw=20M --file-size 256M --mem 64M --time 1 >"$dir/li.out" 2>&1 &
+rpid=$!
+for _ in $(seq 100); do grep -q "^wbcache run randwrite" "$dir/li.out" && break; sleep 0.1; done
+sleep 1
+kill -INT $rpid
+wait $rpid; rc=$?
+[ $rc = 130 ] || fail "SIGINT in the layout: exit $rc, expected 130: $(cat "$dir/li.out")"
+grep -Eq "^wbcache: SIGINT: stopping; writing back [1-9][0-9]* MiB" "$dir/li.out" ||
+	fail "SIGINT in the layout: the MiB written back: $(cat "$dir/li.out")"
 # a report into a pipe whose reader has gone (| head -1): not killed by
 # SIGPIPE (exit 141, files left, no writeback, no trace) but exit 1 after
 # the clean-up, the trace written
@@ -363,6 +374,50 @@ out=$($W run dd --dev dir:/proc --size 1M --quiet 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] || fail "dd on dir:/proc: exit $rc"
 echo "$out" | grep -q "a writer failed: .*(thread 0 creating file dd\.[0-9.]* on dir:/proc;" ||
 	fail "dd on dir:/proc: '$out'"
+# the layout message counts the files laid out: not a writer's region of
+# a device of one file (it said 2 files for the one file of mem here)
+out=$($W run randwrite --dev mem --dev stack:0/img --dev mem --threads 2 --time 0.2 --file-size 8M \
+	--mem 16M 2>&1 >/dev/null) || fail "randwrite beside a stack: $out"
+echo "$out" | grep -q "^laid out 1 file(s) of 8 MiB" || fail "layout message: $out"
+# one stacked device's lower file under two spellings of its number
+# (stack:00/img and stack:0/img wrote over each other)
+expect_msg "one lower file, two device numbers" "given twice" run dd --dev mem \
+	--dev stack:00/img --dev stack:0/img
+# fsmark stops at its writer's error: no file counted without its data
+# (once the store's writes had failed for retry_timeout it went on making
+# the rest of --files, empty, and counted them: 200000 "files" for 820)
+out=$(timeout 120 $W run fsmark --dev model:errp=1,retry_timeout=1 --files 200000 --mem 16M \
+	--quiet --json "$dir/fe.json" 2>&1); rc=$?
+[ $rc -eq 1 ] || fail "fsmark on a dead store: exit $rc, expected 1: $out"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["ops"] * 4096 <= j["bytes"] and j["ops"] < 200000, (j["ops"], j["bytes"])' "$dir/fe.json" ||
+	fail "fsmark after a failed write: $(head -c 300 "$dir/fe.json")"
+# the live status line fits one row of the terminal: a longer one wraps
+# and the \r of each redraw goes back to its last row only (93 columns for
+# one device on an 80-column terminal: a new row every 200 ms)
+python3 - "$W" <<'PY' || fail "the status line is wider than the terminal"
+import fcntl, os, pty, struct, sys, termios
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    os.execv(sys.argv[1], [sys.argv[1], "run", "dd", "--dev", "model:bw=100M", "--dev", "mem",
+                           "--time", "0.7", "--mem", "64M"])
+out = b""
+while True:
+    try:
+        b = os.read(fd, 65536)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+_, st = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(st) == 0, out
+rows = [r.split(b"\n")[0].replace(b"\x1b[K", b"") for r in out.split(b"\r")]
+rows = [r for r in rows if b"dirty+wb" in r]
+assert rows, out
+assert max(len(r) for r in rows) <= 79, [len(r) for r in rows]
+PY
 # a stack over a device of one file names a file it does not have
 expect_msg "stack over a stack, with a NAME" "holds only one file" run dd --dev mem \
 	--dev stack:0/img --dev stack:1/img2

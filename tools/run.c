@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -275,11 +276,13 @@ static int layout(void)
 	static const char zero[1 << 20];
 	double t0 = now_s();
 	int err = 0;
+	unsigned nfiles = 0;   /* the writers' on devices of files */
 	for (unsigned i = 0; i < R.nw && !err; i++) {
 		char name[96];
 		wbc_file *f;
 		if (R.w[i].one_file)
 			continue;   /* a block device has no holes to fill */
+		nfiles++;
 		fname(name, sizeof(name), "rand", R.w[i].id, 0);
 		if ((err = wbc_file_open(R.w[i].dev, name, WBC_O_CREAT | WBC_O_TRUNC, &f)))
 			break;
@@ -292,14 +295,19 @@ static int layout(void)
 			ssize_t r = wbc_pwrite(f, zero, n, R.w[i].base + off);
 			if (r != (ssize_t)n)
 				err = r < 0 ? (int)r : -EIO;
+			/* for an interrupt's message: no sampler runs yet (it
+			 * said "writing back 0 MiB" with the cache full) */
+			note_dirty();
 		}
 		int cerr = wbc_file_close(f);
 		err = err ? err : cerr;
 	}
 	if (!err)
 		err = wbc_cache_sync(R.cache);
-	if (!err && !o->quiet)
-		fprintf(stderr, "laid out %u file(s) of %.0f MiB in %.1f s\n", R.nw,
+	/* the files laid out, not the writers (a stacked device's were
+	 * counted: "laid out 2 file(s)" where there was none) */
+	if (!err && !o->quiet && nfiles)
+		fprintf(stderr, "laid out %u file(s) of %.0f MiB in %.1f s\n", nfiles,
 			(double)o->file_size / MiB, now_s() - t0);
 	return err;
 }
@@ -474,6 +482,11 @@ static void *worker_main(void *arg)
 				}
 			}
 			wbc_file_close(g);
+			/* a write failed: the file is not one of fs_mark's, nor
+			 * are the empty ones the loop went on making (200000
+			 * "files" were counted after the store died at 820) */
+			if (w->err)
+				break;
 			w->ops++;
 			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
 			note_pause(w, &prev);
@@ -560,7 +573,7 @@ static void status_line(void)
 {
 	const struct sample *s = &R.s[R.ns - 1];
 	char line[512];
-	int n = snprintf(line, sizeof(line), "\r%5.1fs dirty+wb %6.1f MiB (setpoint %.0f, limit %.0f) wb %5.1f",
+	int n = snprintf(line, sizeof(line), "%5.1fs dirty+wb %6.1f MiB (setpoint %.0f, limit %.0f) wb %5.1f",
 			 s->t, s->dirty + s->writeback, s->setpoint, s->limit, s->writeback);
 	for (unsigned d = 0; d < s->ndev && n < (int)sizeof(line) - 80; d++) {
 		n += snprintf(line + n, sizeof(line) - (size_t)n, " | dev%u %4.0f MB/s", d, s->dev[d].tput);
@@ -568,8 +581,17 @@ static void status_line(void)
 			n += snprintf(line + n, sizeof(line) - (size_t)n,
 				      " win %.1f MiB rtt %.2f ms", s->dev[d].window, s->dev[d].rtt_ms);
 	}
-	snprintf(line + n, sizeof(line) - (size_t)n, " | pause %3.0f ms  ", s->pause_ms);
-	fputs(line, stderr);
+	snprintf(line + n, sizeof(line) - (size_t)n, " | pause %3.0f ms", s->pause_ms);
+	/* one row of the terminal: a longer line wraps, and the \r that
+	 * redraws it goes back to its last row only, so that each redraw
+	 * added rows (93 columns for one device, 80 on the terminal); the
+	 * rest of the row cleared (ESC [K) instead of padded */
+	struct winsize ws;
+	size_t cols = !ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) && ws.ws_col ? ws.ws_col : 80;
+	size_t len = strlen(line);
+	if (len > cols - 1)
+		len = cols - 1;
+	fprintf(stderr, "\r%.*s\033[K", (int)len, line);
 	fflush(stderr);
 }
 
@@ -1516,6 +1538,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			bool one_file = !strncmp(a, "file:", 5) || !strncmp(a, "stack:", 6) ||
 					!strncmp(a, "nbd", 3);
 			bool same = one_file && la == lb && !strncmp(a, b, la);
+			if (!same && !strncmp(a, "stack:", 6) && !strncmp(b, "stack:", 6)) {
+				/* stack:00/img is stack:0/img: the device number
+				 * compared, not its digits */
+				char *ea, *eb;
+				unsigned long na = strtoul(a + 6, &ea, 10), nb = strtoul(b + 6, &eb, 10);
+				size_t ra = la - (size_t)(ea - a), rb = lb - (size_t)(eb - b);
+				same = ea != a + 6 && eb != b + 6 && na == nb && ra == rb &&
+				       !strncmp(ea, eb, ra);
+			}
 			if (!same && !strncmp(a, "file:", 5) && !strncmp(b, "file:", 5)) {
 				char *pa = strndup(a + 5, la - 5), *pb = strndup(b + 5, lb - 5);
 				struct stat sa, sb;
