@@ -451,4 +451,19 @@ $W run dd --dev "dir:$q" --size 64K --mem 1M --quiet --plot "$dir/q.svg" >/dev/n
 rm -rf "$q"
 grep -q "wbc-q&lt;&amp;$$" "$dir/q.svg" && ! grep -q 'wbc-q<&' "$dir/q.svg" ||
 	fail "SVG text not escaped"
+# --json is UTF-8 whatever bytes a device's spec holds (Python refused a
+# byte 0xff copied as it was); well-formed UTF-8 is kept
+u="/tmp/wbc-u$(printf '\377\303\251')$$"
+mkdir -p "$u"
+$W run dd --dev mem --dev "dir:$u" --threads 2 --size 64K --mem 1M --quiet \
+	--json "$dir/u.json" >/dev/null || fail "run on a dir: device named with a byte 0xff"
+rm -rf "$u"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1], encoding="utf-8"))
+assert j["devices"][1]["spec"].startswith("dir:/tmp/wbc-u\ufffd\u00e9"), j["devices"][1]' \
+	"$dir/u.json" || fail "--json with a device spec not in UTF-8: $(head -c 300 "$dir/u.json")"
+# a run given up at its --deadline whose report cannot be written: 1, said
+$W run dd --size 1G --dev model:bw=10M --mem 16M --quiet --deadline 0.3 >/dev/full 2>"$dir/df.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "writing the report" "$dir/df.err" ||
+	fail "--deadline with the report on a full disk: exit $rc, $(cat "$dir/df.err")"
 echo "cli: ok"

@@ -750,16 +750,39 @@ struct json_fig {
 	double dirty_mean_mib, dirty_max_mib, setpoint_mib, limit_mib, fairness;
 };
 
+/* The length of the well-formed UTF-8 sequence at @s, or 0 (RFC 3629:
+ * no overlong form, no surrogate, nothing past U+10FFFF). */
+static int utf8_len(const unsigned char *s)
+{
+	int n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 :
+		s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+	unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
+	unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
+	for (int i = 1; i < n; i++)
+		if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+			return 0;
+	return n;
+}
+
+/* A JSON string: a byte that is not part of well-formed UTF-8 (a device
+ * spec is any bytes the shell passed) becomes U+FFFD, as JSON must be
+ * UTF-8 (Python's json.load refused the file). */
 static void json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
+	for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
+		int n;
+		if (*u == '"' || *u == '\\')
+			fprintf(f, "\\%c", *u);
+		else if (*u < 0x20)
+			fprintf(f, "\\u%04x", *u);
+		else if (*u < 0x80)
+			fputc(*u, f);
+		else if ((n = utf8_len(u))) {
+			fwrite(u, 1, (size_t)n, f);
+			u += n - 1;
+		} else
+			fputs("\\ufffd", f);
 	}
 	fputc('"', f);
 }
@@ -1638,8 +1661,14 @@ static _Noreturn void give_up(pthread_t sampler)
 		out_failed("--trace", o->trace, -e);
 	if (o->plot && (e = plot_svg(o->plot, "wbcache run (did not finish)", R.s, R.ns, o->devs)))
 		out_failed("--plot", o->plot, -e);
-	fflush(stdout);
-	_exit(3);
+	/* a report or an output file that could not be written is the
+	 * run's failure, as for a finished run (it exited 3, silent, with
+	 * its report on a full disk) */
+	flush_report();
+	if (R.out_errno || ferror(stdout))
+		fprintf(stderr, "wbcache: writing the report: %s\n",
+			strerror(R.out_errno ? R.out_errno : EIO));
+	_exit(R.out_errno || ferror(stdout) || R.out_err ? 1 : 3);
 }
 
 /* The files the workload wrote into directories: DIR (the default device)
