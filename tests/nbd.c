@@ -33,6 +33,9 @@
  *      without FUA: not used (every write failed EINVAL), the data lands
  *      once FUA is back; connections that find different exports (the
  *      size grows with each): the add fails.
+ *   7a. a server whose maximum block size (2 KiB) is below the cache's
+ *      page (16 KiB): the I/Os are sent as commands within it (a stream,
+ *      and pages apart in memory), written and read back.
  *   8. a reconnect resolves the server's name off the completion thread:
  *      two TCP connections through a proxy the test runs, one cut, and
  *      the name's resolution for its reconnect held (the test's own
@@ -496,6 +499,65 @@ static void test_stall(void)
 	t_nbdkit_stop(&s);
 }
 
+/* Is nbdkit's @filter installed? */
+static bool have_filter(const char *filter)
+{
+	char cmd[200];
+	snprintf(cmd, sizeof(cmd), "nbdkit --filter=%s null --version >/dev/null 2>&1", filter);
+	return system(cmd) == 0;
+}
+
+static void test_block_limits(void)
+{
+	printf("7a. a server's maximum block size below the cache's page\n");
+	if (!have_filter("blocksize-policy")) {
+		printf("    skipped: no nbdkit blocksize-policy filter\n");
+		return;
+	}
+	/* 2 KiB at most per request, refused above (NBD_EINVAL): a page of
+	 * 16 KiB is the least I/O the engine makes, sent as commands within
+	 * the limit (before, every write and read failed EINVAL, for good) */
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "bmax", (const char *[]){ "--filter=blocksize-policy", "memory",
+		"16M", "blocksize-minimum=512", "blocksize-preferred=2048",
+		"blocksize-maximum=2048", "blocksize-error-policy=error", NULL });
+	struct wbc_config cfg = t_config(16 * MiB, 16384);
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_dev *dev = add(c, s.uri, "retry_timeout=5");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	size_t len = 2 * MiB;
+	char *data = malloc(len);
+	CHECK(data);
+	t_fill(data, len, 23);
+	write_all(f, data, MiB, 0);                  /* a stream: runs of many pages */
+	/* pages written last to first: neighbours in the file, apart in
+	 * memory (an I/O of many runs goes as a copy) */
+	for (size_t at = len; at > MiB; at -= 16384)
+		CHECK_EQ(wbc_pwrite(f, data + at - 16384, 16384, at - 16384), 16384);
+	int r = wbc_fsync(f);
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	printf("    16 KiB pages, 2 KiB requests: fsync %d (%s), %llu write errors\n", r,
+	       wbc_strerror(r), (unsigned long long)st.write_errors);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(st.write_errors, 0);
+	char back[3 * 16384];                        /* misses: read from the server */
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_pread(f, back, sizeof(back), MiB - 16384), (ssize_t)sizeof(back));
+	CHECK(!memcmp(back, data + MiB - 16384, sizeof(back)));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, data, len, 0);
+	free(data);
+	t_nbdkit_stop(&s);
+}
+
 static void test_edges(void)
 {
 	printf("7. edges\n");
@@ -835,6 +897,7 @@ int main(void)
 	test_drop();
 	test_stall();
 	test_edges();
+	test_block_limits();
 	test_resolve();
 	t_rmdir(dir);
 	printf("nbd: ok\n");

@@ -23,7 +23,9 @@
  * contiguous in memory (cache pages next to each other merge); an I/O of
  * more than MAX_RUNS runs is copied into one buffer and sent as one
  * command instead (a command costs a request, a reply and a server-side
- * dispatch: copying 1 MiB is cheaper than 256 of them).  The I/O completes
+ * dispatch: copying 1 MiB is cheaper than 256 of them).  No command is
+ * above the server's maximum block size, a hard limit: the engine's least
+ * I/O is a page, which may be larger, and is then sent as several.  The I/O completes
  * when all its commands have, with the first error.  A read at the end
  * of the export is cut short there (the file ends); a write beyond it
  * fails with ENOSPC.  flush() sends NBD_CMD_FLUSH where the server has a
@@ -135,6 +137,7 @@
 #define NBD_DEFAULT_CONNS 4
 #define NBD_QUEUE_DEPTH 256u            /* caps.queue_depth: the window limits */
 #define NBD_DEFAULT_MAX_IO (1u << 20)
+#define NBD_SAFE_MAX_CMD (32u << 20)    /* the protocol's largest without a limit told */
 #define NBD_DEFAULT_TIMEOUT_S 30.0
 #define MS_NS 1000000ull
 #define RECONNECT_MIN_NS (100 * MS_NS)
@@ -173,6 +176,8 @@ struct nbd_cmd {
 	struct nbd_req *req;
 	struct nbd_flushreq *flush;
 	uint64_t sent_ns;
+	void *buf;                  /* set up before the I/O's commands are sent */
+	uint64_t off;
 	uint32_t len;
 	bool write;
 };
@@ -201,6 +206,7 @@ struct nbe {
 	uint64_t size;
 	bool can_flush, can_fua, multi_conn, fua;
 	size_t max_io, align;
+	size_t cmd_max;             /* the server's maximum block size: a hard limit */
 	unsigned nconns;
 	unsigned fixed;             /* window=fixed:N; 0: adaptive */
 	uint64_t timeout_ns;        /* 0: none */
@@ -399,6 +405,43 @@ static void fail_io(struct nbe *b, struct wbc_io *io, int err)
 	b->failed_head = io;
 }
 
+/* The commands for the first @len bytes of @iov: one per run contiguous
+ * in memory, cut at @cmd_max bytes (the server's maximum block size, a
+ * hard limit: the engine makes an I/O of at least a page, which may be
+ * more).  Sets up @cmds (for @r, at @off) where not NULL; the count. */
+static unsigned plan_cmds(const struct iovec *iov, int iovcnt, size_t len, size_t cmd_max,
+			  bool write, struct nbd_req *r, uint64_t off, struct nbd_cmd *cmds)
+{
+	unsigned k = 0;
+	const char *end = NULL;
+	size_t cur = 0;
+	for (int i = 0; i < iovcnt && len; i++) {
+		char *p = iov[i].iov_base;
+		size_t l = WBC_MIN(iov[i].iov_len, len);
+		len -= l;
+		while (l) {
+			if (!k || p != end || cur == cmd_max) {
+				if (cmds) {
+					cmds[k] = (struct nbd_cmd){ .req = r, .write = write, .buf = p,
+								    .off = off };
+					list_init(&cmds[k].node);
+				}
+				k++;
+				cur = 0;
+			}
+			size_t take = WBC_MIN(l, cmd_max - cur);
+			if (cmds)
+				cmds[k - 1].len += (uint32_t)take;
+			cur += take;
+			p += take;
+			off += take;
+			l -= take;
+			end = p;
+		}
+	}
+	return k;
+}
+
 /* Start @io (taken into the window: counted in flight). */
 static void issue_io(struct nbe *b, struct wbc_io *io, uint64_t now)
 {
@@ -409,19 +452,13 @@ static void issue_io(struct nbe *b, struct wbc_io *io, uint64_t now)
 		len = io->off >= b->size ? 0 : (size_t)WBC_MIN((uint64_t)len, b->size - io->off);
 	else if (io->off > b->size || io->len > b->size - io->off)
 		err = -ENOSPC;
+	if (err)
+		len = 0;
 	/* runs of the iovec contiguous in memory, over its first len bytes */
-	unsigned runs = 0;
-	const char *end = NULL;
-	size_t left = err ? 0 : len;
-	for (int i = 0; i < io->iovcnt && left; i++) {
-		size_t l = WBC_MIN(io->iov[i].iov_len, left);
-		if (!runs || io->iov[i].iov_base != end)
-			runs++;
-		end = (const char *)io->iov[i].iov_base + l;
-		left -= l;
-	}
+	unsigned runs = plan_cmds(io->iov, io->iovcnt, len, b->cmd_max, write, NULL, 0, NULL);
 	bool bounce = runs > MAX_RUNS;
-	unsigned ncmds = bounce ? 1 : runs;
+	/* a copy: one command, or several of cmd_max bytes */
+	unsigned ncmds = bounce ? (unsigned)((len + b->cmd_max - 1) / b->cmd_max) : runs;
 	struct nbd_req *r = calloc(1, sizeof(*r) + ncmds * sizeof(struct nbd_cmd));
 	if (r && bounce && !(r->bounce = malloc(len))) {
 		free(r);
@@ -450,35 +487,15 @@ static void issue_io(struct nbe *b, struct wbc_io *io, uint64_t now)
 				at += l;
 			}
 		}
-		r->cmd[0] = (struct nbd_cmd){ .req = r, .len = (uint32_t)len, .write = write };
-		list_init(&r->cmd[0].node);
-		send_cmd(b, &r->cmd[0], r->bounce, io->off, now);
-		return;
+		struct iovec one = { .iov_base = r->bounce, .iov_len = len };
+		plan_cmds(&one, 1, len, b->cmd_max, write, r, io->off, r->cmd);
+	} else {
+		plan_cmds(io->iov, io->iovcnt, len, b->cmd_max, write, r, io->off, r->cmd);
 	}
 	/* the commands are set up first, then sent: a callback may run
 	 * inside a send (a connection dying) and finish them all */
-	void *bufs[MAX_RUNS];
-	uint64_t offs[MAX_RUNS];
-	unsigned k = 0;
-	size_t at = 0;
-	end = NULL;
-	left = len;
-	for (int i = 0; i < io->iovcnt && left; i++) {
-		size_t l = WBC_MIN(io->iov[i].iov_len, left);
-		if (!k || io->iov[i].iov_base != end) {
-			r->cmd[k] = (struct nbd_cmd){ .req = r, .write = write };
-			list_init(&r->cmd[k].node);
-			bufs[k] = io->iov[i].iov_base;
-			offs[k] = io->off + at;
-			k++;
-		}
-		r->cmd[k - 1].len += (uint32_t)l;
-		end = (const char *)io->iov[i].iov_base + l;
-		at += l;
-		left -= l;
-	}
 	for (unsigned i = 0; i < ncmds; i++)
-		send_cmd(b, &r->cmd[i], bufs[i], offs[i], now);
+		send_cmd(b, &r->cmd[i], r->cmd[i].buf, r->cmd[i].off, now);
 }
 
 /* Hand what completed to the engine (no lock held), and wake flushers. */
@@ -1220,6 +1237,10 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 			b->align = (size_t)bmin;
 		if (bmax > 0 && (uint64_t)bmax < b->max_io)
 			b->max_io = (size_t)bmax;
+		/* no command above it, however large an I/O the engine makes */
+		b->cmd_max = bmax > 0 && bmax < NBD_SAFE_MAX_CMD ? (size_t)bmax : NBD_SAFE_MAX_CMD;
+		if (b->align)
+			b->cmd_max = WBC_MAX(b->cmd_max / b->align * b->align, b->align);
 		if (b->align)
 			b->max_io = WBC_MAX(b->max_io / b->align * b->align, b->align);
 	}
