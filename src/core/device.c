@@ -274,9 +274,15 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	if (!err && be->dio_align > c->page_size) {
 		/* every write of such a page fails with EINVAL: refuse now,
 		 * not retry it forever */
-		snprintf(msg, msglen, "page size %zu is below the %zu-byte block size that "
-			 "O_DIRECT needs on %s: use pages of at least %zu bytes, or direct=0",
-			 c->page_size, be->dio_align, what, be->dio_align);
+		/* (an NBD server's minimum block size too, which no
+		 * direct=0 lifts) */
+		bool local = !strncmp(what, "file:", 5) || !strncmp(what, "dir:", 4) ||
+			     !strncmp(what, "opener", 6);
+		snprintf(msg, msglen, "page size %zu is below the %zu-byte block size %s on "
+			 "%s: use pages of at least %zu bytes%s",
+			 c->page_size, be->dio_align,
+			 local ? "that O_DIRECT needs" : "the backend requires", what,
+			 be->dio_align, local ? ", or direct=0" : "");
 		err = -EINVAL;
 	}
 	if (err) {
