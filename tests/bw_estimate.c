@@ -9,17 +9,9 @@
  */
 #include "testutil.h"
 #include "internal.h"
+#include "bw_drive.h"
 
 #define MiB (1024.0 * 1024.0)
-
-static void feed(struct wbc_dev *dev, uint64_t now, uint64_t bytes, uint64_t busy)
-{
-	pthread_mutex_lock(&dev->io_lock);
-	dev->busy_ns += busy;
-	pthread_mutex_unlock(&dev->io_lock);
-	atomic_fetch_add(&dev->completed_bytes, bytes);
-	bandwidth_update(dev, now);
-}
 
 int main(void)
 {
@@ -34,28 +26,24 @@ int main(void)
 	/* far ahead of the real clock: the flusher's own updates see a time
 	 * before the stamp and leave the estimate alone */
 	uint64_t t = wbc_now_ns() + 100000 * s;
-	pthread_mutex_lock(&dev->bw_lock);
-	dev->bw_stamp_ns = t;
-	dev->bw_completed = atomic_load(&dev->completed_bytes);
-	dev->bw_busy = dev_busy_ns(dev, t);
-	pthread_mutex_unlock(&dev->bw_lock);
+	bw_park(dev, t);
 
 	/* 1: 50 MiB in 10 s, busy all along: 5 MiB/s (the first measurement
 	 * replaces the initial guess) */
 	t += 10 * s;
-	feed(dev, t, 50 << 20, 10 * s);
+	bw_feed(dev, t, 50 << 20, 10 * s);
 	double bw = (double)atomic_load(&dev->write_bw) / MiB;
 	printf("10 s interval at 5 MiB/s: write_bw %.2f MiB/s\n", bw);
 	CHECK(bw > 4.9 && bw < 5.1);
 	/* 2: then 1 s at 20 MiB/s: a third of the way (1 s of the 3 s window) */
 	t += 1 * s;
-	feed(dev, t, 20 << 20, 1 * s);
+	bw_feed(dev, t, 20 << 20, 1 * s);
 	bw = (double)atomic_load(&dev->write_bw) / MiB;
 	printf("then 1 s at 20 MiB/s: write_bw %.2f MiB/s (expected 10)\n", bw);
 	CHECK(bw > 9.9 && bw < 10.1);
 	/* 3: 8 s, busy 4 of them, 40 MiB: 10 MiB/s over the busy time */
 	t += 8 * s;
-	feed(dev, t, 40 << 20, 4 * s);
+	bw_feed(dev, t, 40 << 20, 4 * s);
 	bw = (double)atomic_load(&dev->write_bw) / MiB;
 	printf("8 s, busy 4, 40 MiB: write_bw %.2f MiB/s (expected 10)\n", bw);
 	CHECK(bw > 9.9 && bw < 10.1);

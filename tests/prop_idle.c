@@ -13,24 +13,7 @@
  */
 #include "testutil.h"
 #include "internal.h"
-
-static void feed(struct wbc_dev *dev, uint64_t now, uint64_t bytes, uint64_t busy)
-{
-	pthread_mutex_lock(&dev->io_lock);
-	dev->busy_ns += busy;
-	pthread_mutex_unlock(&dev->io_lock);
-	atomic_fetch_add(&dev->completed_bytes, bytes);
-	bandwidth_update(dev, now);
-}
-
-static void park(struct wbc_dev *dev, uint64_t t)
-{
-	pthread_mutex_lock(&dev->bw_lock);
-	dev->bw_stamp_ns = t;
-	dev->bw_completed = atomic_load(&dev->completed_bytes);
-	dev->bw_busy = dev_busy_ns(dev, t);
-	pthread_mutex_unlock(&dev->bw_lock);
-}
+#include "bw_drive.h"
 
 int main(void)
 {
@@ -47,14 +30,14 @@ int main(void)
 	/* far ahead of the real clock: the flushers' own updates see a time
 	 * before the stamps and leave the estimates alone */
 	uint64_t t = wbc_now_ns() + 100000 * 1000 * ms;
-	park(slow, t);
-	park(fast, t);
+	bw_park(slow, t);
+	bw_park(fast, t);
 	/* 1 s in 200 ms intervals: each device completes 4 MiB per interval;
 	 * the slow one is busy all along, the fast one 10 ms of each 200 */
 	for (int i = 0; i < 5; i++) {
 		t += 200 * ms;
-		feed(slow, t, 4 << 20, 200 * ms);
-		feed(fast, t, 4 << 20, 10 * ms);
+		bw_feed(slow, t, 4 << 20, 200 * ms);
+		bw_feed(fast, t, 4 << 20, 10 * ms);
 	}
 	double fs = prop_fraction(slow), ff = prop_fraction(fast);
 	printf("equal completions: share slow %.3f, fast %.3f (expected 0.5 each)\n", fs, ff);
