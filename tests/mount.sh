@@ -34,6 +34,17 @@ done
 "$W" mount "$bk" "$mt" -o qd=4 -o qd=8,min_ratio=5 -o min_ratio=7 2>"$top/rep.log" ||
 	fail "-o qd twice: $(cat "$top/rep.log")"
 "$W" umount "$mt" || fail "umount after -o qd twice"
+# default_permissions, common in fstab lines of FUSE file systems: always
+# on here, accepted (it was refused as an unknown option)
+"$W" mount "$bk" "$mt" -o default_permissions 2>"$top/rep.log" ||
+	fail "-o default_permissions: $(cat "$top/rep.log")"
+"$W" umount "$mt" || fail "umount after -o default_permissions"
+# a bad option with a mount mount.fuse3 made (-o drop_privileges: the
+# mount point is /dev/fd/N): the way to clear that mount is said (it was
+# for every other error but not for a bad option)
+msg=$("$W" mount "$bk" /dev/fd/9 -o bogus=1 2>&1 9</dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q "mount.fuse3 made for /dev/fd/9 is not served" ||
+	fail "a bad option with /dev/fd/9: exit $rc: $msg"
 # a refused cache configuration says which value is at fault
 msg=$("$W" mount "$bk" "$mt" -o dirty_ratio=0 2>&1)
 echo "$msg" | grep -q "dirty_ratio 0 needs dirty_bytes" || fail "-o dirty_ratio=0: '$msg'"
@@ -246,6 +257,61 @@ msg=$(cd "$(dirname "$mt")" && "$W" umount "./$(basename "$mt")/" 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$msg" | grep -q "daemon had ended" || fail "umount of a dead mount: $rc $msg"
 mounted "$mt" && fail "the dead mount is still there after wbcache umount"
 pid=
+
+# ---- a daemon still writing back after its unmount (fusermount3 -u
+# returns at once; stopped here: a slow or failing store) keeps its
+# BACKING_DIR: a new mount of it waits for its end (it mounted at once,
+# read what was not yet written, and the old daemon's writeback then
+# overwrote what the new mount wrote)
+do_mount "dirty_expire_centisecs=360000,dirty_writeback_centisecs=0"
+printf 'OLD-DATA-OF-THE-FIRST-MOUNT\n' >"$mt/lock"
+old=$pid
+kill -STOP "$old"
+timeout 20 fusermount3 -u "$mt" || { kill -CONT "$old"; fail "fusermount3 -u with the daemon stopped"; }
+"$W" mount "$bk" "$mt" 2>"$top/lock.log" &
+mpid=$!
+sleep 2
+if mounted "$mt"; then
+	kill -CONT "$old"; wait "$mpid"
+	fail "a second daemon mounted the backing directory the first still writes back"
+fi
+grep -q "still writing it back; waiting" "$top/lock.log" || { kill -CONT "$old"; fail "no word of the wait: $(cat "$top/lock.log")"; }
+kill -CONT "$old"
+wait "$mpid" || fail "the mount after the first daemon's end: exit $?: $(cat "$top/lock.log")"
+wait_gone "$old" 600 || fail "the first daemon did not end"
+pid=$(daemon_pid)
+[ "$(cat "$mt/lock")" = OLD-DATA-OF-THE-FIRST-MOUNT ] || fail "the new mount read '$(cat "$mt/lock")'"
+echo NEW >"$mt/lock"
+do_umount || fail "wbcache umount after the wait"
+[ "$(cat "$bk/lock")" = NEW ] || fail "the new mount's write was overwritten: '$(cat "$bk/lock")'"
+
+# ---- the caller of a background mount gone (Ctrl-C, a timeout) before
+# the mount was up: told it failed, it finds nothing mounted later (the
+# daemon went on and mounted).  The starting daemon is held (SIGSTOP)
+# while its caller is killed; tried a few times (the start may be done
+# before it is caught)
+caught=
+for try in 1 2 3 4 5; do
+	"$W" mount "$bk" "$mt" -o mem=$((64 << try))M 2>/dev/null &
+	mpid=$! child=
+	for _ in $(seq 2000); do
+		child=$(cat "/proc/$mpid/task/$mpid/children" 2>/dev/null) && [ -n "$child" ] && break
+	done
+	child=${child%% *}
+	[ -n "$child" ] && kill -STOP "$child" 2>/dev/null || { wait "$mpid"; child=; }
+	if [ -n "$child" ] && ! mounted "$mt"; then
+		kill -9 "$mpid"; wait "$mpid" 2>/dev/null
+		kill -CONT "$child"
+		wait_gone "$child" 600 || fail "the daemon of an interrupted mount went on"
+		mounted "$mt" && fail "an interrupted mount was left mounted"
+		caught=1
+		break
+	fi
+	[ -n "$child" ] && kill -CONT "$child"
+	wait "$mpid" 2>/dev/null
+	mounted "$mt" && { pid=$(daemon_pid); do_umount || fail "umount (interrupt try $try)"; }
+done
+[ -n "$caught" ] || echo "note: the start of a mount was never caught before it was up"
 
 # ---- unmount by SIGTERM writes back too
 do_mount "dirty_writeback_centisecs=0"

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -85,6 +86,7 @@ static void raise_fd_limit(void)
  * its exit status in *status.
  */
 static int detach_fd = -1;
+static int backing_lock = -1;   /* flock: see cmd_mount */
 
 static bool detach_begin(int *status)
 {
@@ -163,11 +165,14 @@ static void detach_stdio(void)
 	close(nul);
 }
 
-/* The mount is up: let the parent go and leave its terminal. */
-static void detach_done(void)
+/* The mount is up: let the parent go and leave its terminal.  False
+ * when the parent is gone (interrupted, killed: its caller was told it
+ * failed): the mount is then not to stay (SIGPIPE is ignored here, as
+ * libfuse's handlers set it: the write fails with EPIPE). */
+static bool detach_done(void)
 {
 	if (detach_fd < 0)
-		return;
+		return true;
 	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (nul >= 0) {
 		dup2(nul, STDIN_FILENO);
@@ -179,10 +184,12 @@ static void detach_done(void)
 			close(nul);
 	}
 	if (chdir("/")) { /* the mount needs no working directory */ }
-	while (write(detach_fd, "", 1) < 0 && errno == EINTR)
+	ssize_t w;
+	while ((w = write(detach_fd, "", 1)) < 0 && errno == EINTR)
 		;
 	close(detach_fd);
 	detach_fd = -1;
+	return w == 1;
 }
 
 /* Root with root's powers (mount.fuse3's drop_privileges keeps uid 0 and
@@ -262,6 +269,9 @@ int cmd_mount(int argc, char **argv)
 	if (opts && (parse_opts(optcopy, &cfg, devopts, sizeof(devopts), fuseopts,
 					   sizeof(fuseopts), &dio, &mo))) {
 		free(optcopy);
+		if (!strncmp(pos[1], "/dev/fd/", 8))   /* as at out: below */
+			fprintf(stderr, "wbcache mount: the mount mount.fuse3 made for %s is not "
+				"served: `umount` its mount point (as root) to clear it\n", pos[1]);
 		return 2;
 	}
 	free(optcopy);
@@ -333,9 +343,26 @@ mounted_fd:
 		fprintf(stderr, "wbcache mount: %s: %s\n", M.backing, strerror(errno));
 		goto out;
 	}
+	/* One daemon per BACKING_DIR at a time: one that is still writing
+	 * back after its unmount (fusermount3 -u and umount return at once)
+	 * would otherwise write its old data over what a new mount of the
+	 * same directory wrote meanwhile, and the new mount would read what
+	 * it had not yet written.  The lock is the daemon's until it ends
+	 * (inherited across the fork); a mount waits for it here, in the
+	 * caller's terminal, where Ctrl-C gives up with nothing mounted. */
+	backing_lock = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (backing_lock >= 0 && flock(backing_lock, LOCK_EX | LOCK_NB) && errno == EWOULDBLOCK) {
+		fprintf(stderr, "wbcache mount: %s: another wbcache daemon serves it or is still "
+			"writing it back; waiting for it to end (a mount of it elsewhere: unmount "
+			"that first)\n", M.backing);
+		while (flock(backing_lock, LOCK_EX) && errno == EINTR)
+			;
+	}
 	if (!foreground) {
 		int parent_status;
 		if (detach_begin(&parent_status)) {
+			close(backing_lock);
+			backing_lock = -1;
 			close(M.root_fd);
 			free(M.backing);
 			free(mountpoint);
@@ -485,7 +512,18 @@ mounted_fd:
 		if (rc)
 			logmsg("-o uring=auto: requests go through /dev/fuse: %s", why);
 	}
-	detach_done();
+	if (!detach_done()) {
+		/* the caller gave up (Ctrl-C, a timeout) and was told the
+		 * mount failed: it is not left behind, unserved or served */
+		logmsg("wbcache mount was interrupted before the mount was up: unmounting %s",
+		       mountpoint);
+		uring_quiesce();
+		replier_stop();
+		uring_end();
+		fuse_session_unmount(se);
+		status = 2;
+		goto out;
+	}
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, mo.threads);
 	fuse_loop_cfg_set_idle_threads(lc, MINU(mo.idle_threads, mo.threads));
@@ -591,6 +629,9 @@ out:
 		close(M.mount_fd);
 	free(M.backing);
 	free(mountpoint);
+	if (backing_lock >= 0)   /* everything written: the next mount may go */
+		close(backing_lock);
+	backing_lock = -1;
 	return status;
 }
 

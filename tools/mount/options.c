@@ -178,7 +178,9 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 		if (!strcmp(kv, "defaults") || !strcmp(kv, "_netdev") || !strcmp(kv, "nofail") ||
 		    !strcmp(kv, "auto") || !strcmp(kv, "noauto") || !strcmp(kv, "user") ||
 		    !strcmp(kv, "nouser") || !strcmp(kv, "users") || !strncmp(kv, "x-", 2) ||
-		    !strcmp(kv, "comment"))
+		    !strcmp(kv, "comment") ||
+		    /* always on (the daemon's permission checks are the kernel's) */
+		    !strcmp(kv, "default_permissions"))
 			continue;
 		if (!val || !*val) {
 			fprintf(stderr, "wbcache mount: unknown or incomplete option '%s' "
