@@ -36,6 +36,12 @@
  *      an fsync waiting on its writes, one with nothing but a truncate's
  *      size write (a synchronous operation) waiting; both finish once the
  *      OSD is back.
+ *   8. the cluster out of reach (its monitor and OSD stopped), writes
+ *      failing after timeout=: the cache still closes (the map watcher's
+ *      request to the monitor, which librados never times out, held the
+ *      close for as long as the monitor was away).  Also in 1: a
+ *      fractional timeout= (librados takes whole seconds) bounds the
+ *      connection too.
  */
 #include "testutil.h"
 #include "ceph.h"
@@ -44,11 +50,19 @@
 
 #include <pthread.h>
 #include <rados/librados.h>
+#include <signal.h>
 
 #define MiB (1u << 20)
 #define T_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 static char conf[300], base[400];
+
+static double t_secs(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 static rados_t cl;
 static rados_ioctx_t ioc;
 
@@ -167,6 +181,14 @@ static void test_specs(void)
 	fclose(fp);
 	snprintf(spec, sizeof(spec), "rados:wbc,conf=%s,timeout=1", dead);
 	CHECK(add_err(c, spec) < 0);
+	/* a fraction of a second too: librados takes whole seconds, and
+	 * "0.5" refused left client_mount_timeout at 300 s (and the
+	 * operations' timeouts at never) */
+	snprintf(spec, sizeof(spec), "rados:wbc,conf=%s,timeout=0.5", dead);
+	double t0 = t_secs();
+	CHECK(add_err(c, spec) < 0);
+	printf("    timeout=0.5: refused after %.1f s\n", t_secs() - t0);
+	CHECK(t_secs() - t0 < 20);
 	unlink(dead);
 	snprintf(spec, sizeof(spec), "%s,object_size=1M,window=fixed:8,min_ratio=5,on_error=drop,"
 		 "timeout=5,lock_check=1", base);
@@ -610,6 +632,76 @@ static void test_map_watch(void)
 	free(data);
 }
 
+/* The daemons of the test cluster stopped (SIGSTOP: the cluster out of
+ * reach, its sockets open) and let go on. */
+static pid_t frozen[2], guard;
+static pid_t daemon_pid(const char *name)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/run/%s.pid", t_ceph_dir, name);
+	FILE *fp = fopen(path, "r");
+	CHECK(fp);
+	int pid = 0;
+	CHECK_EQ(fscanf(fp, "%d", &pid), 1);
+	fclose(fp);
+	return (pid_t)pid;
+}
+
+static void thaw(void)
+{
+	for (int i = 0; i < 2; i++)
+		if (frozen[i] > 0)
+			kill(frozen[i], SIGCONT);
+	frozen[0] = frozen[1] = 0;
+	if (guard > 0) {
+		kill(guard, SIGKILL);
+		waitpid(guard, NULL, 0);
+		guard = 0;
+	}
+}
+
+static void test_unreachable(void)
+{
+	printf("8. the cluster out of reach (monitor and OSD stopped): the cache closes\n");
+	char data[65536];
+	memset(data, 0x33, sizeof(data));
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M,timeout=3,on_error=drop");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "unreach", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, sizeof(data), 0), (ssize_t)sizeof(data));
+	CHECK_EQ(wbc_fsync(f), 0);
+	frozen[0] = daemon_pid("mon.a");
+	frozen[1] = daemon_pid("osd.0");
+	/* whatever happens here, the daemons go on within 60 s (a hang
+	 * below must not leave the shared cluster stopped) */
+	if (!(guard = fork())) {
+		sleep(60);
+		kill(frozen[0], SIGCONT);
+		kill(frozen[1], SIGCONT);
+		_exit(0);
+	}
+	CHECK(guard > 0);
+	atexit(thaw);
+	CHECK_EQ(kill(frozen[0], SIGSTOP), 0);
+	CHECK_EQ(kill(frozen[1], SIGSTOP), 0);
+	uint64_t asked = rados_map_requests(dev);
+	CHECK_EQ(wbc_pwrite(f, data, sizeof(data), sizeof(data)), (ssize_t)sizeof(data));
+	/* its writes wait (timeout=): the map watcher asks the stopped
+	 * monitor for a map meanwhile, a request librados never times out */
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	printf("    fsync failed; %llu requests for a map sent meanwhile\n",
+	       (unsigned long long)(rados_map_requests(dev) - asked));
+	CHECK(rados_map_requests(dev) > asked);
+	CHECK_EQ(wbc_file_close(f), 0);
+	double t0 = t_secs();
+	int r = wbc_cache_close(c);
+	double took = t_secs() - t0;
+	printf("    cache closed in %.1f s (%d)\n", took, r);
+	thaw();
+	CHECK(took < 30);   /* its size write and unlock time out (3 s); it hung */
+}
+
 int main(void)
 {
 	char why[512];
@@ -632,6 +724,7 @@ int main(void)
 	test_lock();
 	test_osd_killed();
 	test_map_watch();
+	test_unreachable();
 	rados_ioctx_destroy(ioc);
 	rados_shutdown(cl);
 	printf("rados: ok\n");

@@ -12,7 +12,8 @@
  *                    of two)
  *   timeout=SECONDS  an operation not answered for that long fails
  *                    (rados_osd_op_timeout and rados_mon_op_timeout; the
- *                    connection at start too); default 30, 0: never
+ *                    connection at start too); whole seconds (a fraction
+ *                    rounds up); default 30, 0: never
  *   window=adaptive  (default) the congestion window of window.c;
  *   window=fixed:N   N I/Os in flight at most
  *   max_io=SIZE      largest I/O (default: the object size, at most 4 MiB)
@@ -87,6 +88,7 @@
  */
 #include "backends.h"
 
+#include <math.h>
 #include <rados/librados.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -211,6 +213,10 @@ struct rbe {
 	pthread_mutex_t watch_lock;
 	pthread_cond_t watch_cond;
 	bool watch_stop;            /* watch_lock */
+	/* watch_lock: the watcher is in rados_wait_for_latest_osdmap(), which
+	 * has no timeout: with the monitor out of reach it waits until the
+	 * cluster handle is shut down (-ECANCELED) */
+	bool watch_asking;
 	_Atomic uint64_t map_requests;   /* the watcher's requests for a newer map */
 };
 
@@ -743,11 +749,15 @@ static void *watcher_main(void *arg)
 								    memory_order_relaxed),
 					       last_ask) + STALL_NS;
 			if (now >= due) {
+				/* never asked once watch_stop is set (the handle
+				 * may be shut down then) */
+				b->watch_asking = true;
 				pthread_mutex_unlock(&b->watch_lock);
+				atomic_fetch_add(&b->map_requests, 1);   /* sent */
 				rados_wait_for_latest_osdmap(b->cluster);
-				atomic_fetch_add(&b->map_requests, 1);
 				last_ask = wbc_now_ns();
 				pthread_mutex_lock(&b->watch_lock);
+				b->watch_asking = false;
 				continue;
 			}
 			wait = due - now;
@@ -1223,8 +1233,20 @@ static void stop_watcher(struct rbe *b)
 		return;
 	pthread_mutex_lock(&b->watch_lock);
 	b->watch_stop = true;
+	bool asking = b->watch_asking;
 	pthread_mutex_unlock(&b->watch_lock);
 	pthread_cond_signal(&b->watch_cond);
+	if (asking) {
+		/* its request for a map waits on a monitor that may never
+		 * answer (a cluster out of reach: the close hung there, for
+		 * good): shutting the handle down ends it.  The watcher asks
+		 * no more (watch_stop) and touches the handle no more */
+		if (b->io)
+			rados_ioctx_destroy(b->io);
+		b->io = NULL;
+		rados_shutdown(b->cluster);
+		b->cluster = NULL;
+	}
 	pthread_join(b->watcher, NULL);
 	b->watcher_started = false;
 }
@@ -1378,12 +1400,18 @@ static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errle
 		rados_conf_parse_env(b->cluster, NULL);   /* CEPH_ARGS */
 	if (!rc) {
 		/* 0: never, also where ceph.conf or CEPH_ARGS set one (and
-		 * client_mount_timeout's own default, 300 s) */
+		 * client_mount_timeout's own default, 300 s).  librados takes
+		 * whole seconds: it refuses "0.5" (EINVAL), and the option kept
+		 * its default, 0 (never) for the operations and 300 s for the
+		 * connection; a fraction rounds up */
+		static const char *const topt[] = { "rados_osd_op_timeout", "rados_mon_op_timeout",
+						     "client_mount_timeout" };
 		char t[32];
-		snprintf(t, sizeof(t), "%g", o.timeout);
-		rados_conf_set(b->cluster, "rados_osd_op_timeout", t);
-		rados_conf_set(b->cluster, "rados_mon_op_timeout", t);
-		rados_conf_set(b->cluster, "client_mount_timeout", t);
+		snprintf(t, sizeof(t), "%.0f", ceil(o.timeout));
+		for (size_t i = 0; !rc && i < sizeof(topt) / sizeof(topt[0]); i++)
+			if ((rc = rados_conf_set(b->cluster, topt[i], t)) < 0)
+				snprintf(err, errlen, "rados: cannot set %s=%s: %s", topt[i], t,
+					 strerror(-rc));
 	}
 	if (!rc) {
 		/* the window, not librados' throttle, limits what is in flight */
