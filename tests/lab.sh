@@ -2,7 +2,9 @@
 # wbcache lab --quick: every experiment runs both policies to the end and
 # gives its table row, its chart and each run's figures and timeline; the
 # runs differ in the switches the experiment names.  Whether an effect
-# reproduced is timing (doc/lab.md, make bench), not asserted here.
+# reproduced is timing (doc/lab.md, make bench), not asserted here; what
+# a switch does that timing cannot blur is (chunk's seeks), and a run
+# that hung until its --deadline fails its experiment.
 # Bad input gets a clear error and exit 2.
 set -u
 BUILD=${WBCACHE_BUILD:-build/release}
@@ -37,17 +39,29 @@ list=$($W lab --list) || fail "lab --list failed"
 for n in $names; do
 	echo "$list" | grep -q "^$n: " || fail "--list lacks $n"
 done
-# each experiment's two policies differ in their switch, and only there
-echo "$list" | grep -q "dirty_list=list" && echo "$list" | grep -q "dirty_list=buckets" ||
-	fail "dirty-list runs do not switch dirty_list"
-echo "$list" | grep -q "file_lock=file" && echo "$list" | grep -q "file_lock=page" ||
-	fail "remote runs do not switch file_lock"
-echo "$list" | grep -q "stack_throttle=global" && echo "$list" | grep -q "stack_throttle=local" ||
-	fail "stacked runs do not switch stack_throttle"
-echo "$list" | grep -q "throttle=2011" && echo "$list" | grep -q "throttle=current" ||
-	fail "jbod runs do not switch throttle"
-echo "$list" | grep -q "chunk=4M" && echo "$list" | grep -q "chunk=bw" ||
-	fail "chunk runs do not switch chunk"
+# each experiment's runs differ in their switches and only there: run A
+# with the old switch replaced by the new one is run B's command (the
+# whole --list held "throttle=2011" from stacked's runs, so jbod's runs
+# could have lost their switch unseen)
+cmd() {   # cmd NAME K: the K-th run's command of experiment NAME
+	$W lab --list "$1" | grep ' wbcache run ' | sed -n "$2p" | sed 's/.*\(wbcache run \)/\1/'
+}
+same_but() {   # same_but NAME A B OLD NEW
+	local a b
+	a=$(cmd "$1" "$2"); b=$(cmd "$1" "$3")
+	[ -n "$a" ] && [ -n "$b" ] || fail "$1: no runs $2 and $3 in --list"
+	echo "$a" | grep -q -- "$4" || fail "$1 run $2 lacks $4: $a"
+	[ "${a//$4/$5}" = "$b" ] || fail "$1: runs $2 and $3 differ in more than $4 -> $5: '$a' vs '$b'"
+}
+same_but dirty-list 1 3 dirty_list=list dirty_list=buckets   # writeback off
+same_but dirty-list 2 4 dirty_list=list dirty_list=buckets   # writeback running
+same_but remote 1 2 file_lock=file,max_inflight=16 file_lock=page
+same_but jbod 1 2 throttle=2011 throttle=current
+same_but chunk 1 2 chunk=4M chunk=bw
+# stacked: run 2 is run 3 with stack_throttle=global; the verdict is run
+# 1 (global, 2011 line) against run 3 (local, today's line): two switches
+same_but stacked 2 3 stack_throttle=global stack_throttle=local
+same_but stacked 1 2 throttle=2011 throttle=current
 
 # a lab stopped by a signal stops its run too (a kill of the lab alone
 # left it running up to its --deadline): the run gets SIGTERM and is
@@ -81,6 +95,28 @@ sys.exit(p.returncode if p.returncode >= 0 else 128 - p.returncode)' \
 echo "$out" | grep -q "writing the report: Broken pipe" || fail "lab into a closed pipe: '$out'"
 [ -z "$(ls "$dir/pipe")" ] || fail "lab into a closed pipe ran: $(ls "$dir/pipe")"
 
+# a run that made no progress until its --deadline (here: stopped for
+# it) is not judged as a finished run: the experiment's run failed, exit
+# 1 (its figures were judged: chunk's old run "4.96 MB/s", "reproduced",
+# exit 0).  The lab's deadline is 60 s with --quick, 3 s here.
+WBCACHE_LAB_DEADLINE=3 $W lab --quick --out "$dir/hang" chunk >"$dir/hang.out" 2>&1 &
+lpid=$!
+cpid=
+for _ in $(seq 300); do
+	cpid=$(pgrep -P $lpid) && [ -s "$dir/hang/chunk-1.log" ] && break
+	sleep 0.1
+done
+[ -n "$cpid" ] && [ -s "$dir/hang/chunk-1.log" ] || fail "hang: the lab started no run in 30 s"
+kill -STOP $cpid
+sleep 4   # past the run's --deadline (WBCACHE_LAB_DEADLINE)
+kill -CONT $cpid
+wait $lpid; rc=$?
+[ $rc -eq 1 ] || fail "a run that passed its --deadline: lab exit $rc, expected 1: $(cat "$dir/hang.out")"
+grep -Eq "^chunk .* run failed$" "$dir/hang.out" || fail "hang: no 'run failed' row: $(cat "$dir/hang.out")"
+grep -q "chunk run 1 failed (did not finish in its --deadline, 3 s)" "$dir/hang.out" ||
+	fail "hang: no reason: $(cat "$dir/hang.out")"
+[ ! -e "$dir/hang/chunk-2.log" ] || fail "hang: the lab went on to run 2"
+
 # every experiment in the plain build; under a sanitizer the three whose
 # runs use the most threads (the others' switches, the 2011 throttle and
 # the chunk size, have tests of their own there)
@@ -105,6 +141,17 @@ P
 	done
 	ls "$dir/out/$n"-*.csv >/dev/null 2>&1 || fail "$n: no timelines"
 done
+# what the chunk switch does, whatever the machine's speed: the model
+# disk counts the I/Os that do not continue the one before (seeks); the
+# old rule moves to the next file every 4 MiB (1 GiB: about 256 seeks),
+# the new one writes a bandwidth's chunk (about 50)
+if [ "$BUILD" = build/release ]; then
+	s1=$(sed -n 's/^device 0 seeks: \([0-9]*\),.*/\1/p' "$dir/out/chunk-1.log")
+	s2=$(sed -n 's/^device 0 seeks: \([0-9]*\),.*/\1/p' "$dir/out/chunk-2.log")
+	[ -n "$s1" ] && [ -n "$s2" ] || fail "chunk: no seek counts in its runs' reports"
+	[ "$s1" -ge 200 ] || fail "chunk=4M: $s1 seeks for 1 GiB, expected one per 4 MiB (>= 200)"
+	[ $((s2 * 3)) -le "$s1" ] || fail "chunk=bw: $s2 seeks, chunk=4M $s1: expected 3x fewer"
+fi
 # one experiment by number runs that one alone (the plain build only:
 # the same runs as above, under a sanitizer they only add time)
 if [ "$BUILD" = build/release ]; then
