@@ -466,4 +466,13 @@ $W run dd --size 1G --dev model:bw=10M --mem 16M --quiet --deadline 0.3 >/dev/fu
 rc=$?
 [ $rc -eq 1 ] && grep -q "writing the report" "$dir/df.err" ||
 	fail "--deadline with the report on a full disk: exit $rc, $(cat "$dir/df.err")"
+# fs_mark on a dir: device under a soft descriptor limit of 256 (a
+# closed file holds its descriptor until its writeback): run raises the
+# soft limit to the hard one (it failed at the 250th file: "Too many
+# open files")
+if [ "$(ulimit -H -n)" = unlimited ] || [ "$(ulimit -H -n)" -ge 2048 ]; then
+	mkdir -p "$dir/fds"
+	(ulimit -S -n 256 && $W run fsmark --dev "dir:$dir/fds" --files 1000 --mem 64M --quiet \
+		>"$dir/fds.out" 2>&1) || fail "fsmark of 1000 files under ulimit -S -n 256: $(tail -3 "$dir/fds.out")"
+fi
 echo "cli: ok"

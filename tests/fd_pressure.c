@@ -15,11 +15,6 @@
  * Before, the writeback of every file whose descriptor had been closed
  * failed with EMFILE (fsync: "Too many open files"; under on_error=drop,
  * its pages lost) although 64 idle descriptors of the cache were open.
- *
- * A dir: device's files use the same cache (reopened by name): 2000
- * files opened, written and closed one after another under a limit of
- * 256 all open.  Before, each kept its descriptor until its writeback
- * (30 s later by default), and the 250th open failed with EMFILE.
  */
 #include "testutil.h"
 
@@ -100,50 +95,6 @@ static void run(const char *opts)
 	t_rmdir(dir);
 }
 
-/* Open, write and close 2000 files of a dir: device, one at a time. */
-static void dir_many(const char *opts)
-{
-	printf("  dir: opts '%s'\n", opts);
-	char *dir = t_mkdtemp(), spec[300];
-	snprintf(spec, sizeof(spec), "dir:%s%s", dir, opts);
-	struct wbc_config cfg = t_config(64u << 20, PAGE);
-	wbc_cache *c;
-	wbc_dev *dev;
-	char msg[256] = "", buf[PAGE];
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add_msg(c, spec, &dev, msg, sizeof(msg)), 0);
-	for (int i = 0; i < 2000; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "f%d", i);
-		wbc_file *f;
-		int r = wbc_file_open(dev, name, WBC_O_CREAT, &f);
-		if (r)
-			printf("    open %d: %d\n", i, r);
-		CHECK_EQ(r, 0);
-		memset(buf, 'a' + i % 26, sizeof(buf));
-		CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), PAGE);
-		CHECK_EQ(wbc_file_close(f), 0);
-	}
-	CHECK_EQ(wbc_cache_sync(c), 0);
-	struct wbc_stats st;
-	CHECK_EQ(wbc_cache_close_stats(c, &st), 0);
-	CHECK_EQ(st.lost_bytes, 0);
-	int dfd2 = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	CHECK(dfd2 >= 0);
-	for (int i = 0; i < 2000; i += 97) {
-		char name[32], back[PAGE];
-		snprintf(name, sizeof(name), "f%d", i);
-		int fd = openat(dfd2, name, O_RDONLY | O_CLOEXEC);
-		CHECK(fd >= 0);
-		CHECK_EQ(pread(fd, back, sizeof(back), 0), PAGE);
-		memset(buf, 'a' + i % 26, sizeof(buf));
-		CHECK(!memcmp(back, buf, PAGE));
-		close(fd);
-	}
-	close(dfd2);
-	t_rmdir(dir);
-}
-
 int main(void)
 {
 	struct rlimit rl;
@@ -157,8 +108,6 @@ int main(void)
 	run("");
 	run("on_error=drop");
 	run("uring=0");
-	dir_many("");
-	dir_many(",uring=0");
 	printf("ok\n");
 	return 0;
 }

@@ -1698,6 +1698,14 @@ int cmd_run(int argc, char **argv)
 	 * the report (EPIPE, exit 1 at the end), not the end of the process:
 	 * the run still writes back, removes its files and writes its outputs */
 	signal(SIGPIPE, SIG_IGN);
+	/* a dir: file holds a descriptor until its writeback: fs_mark's
+	 * thousands of closed dirty files need more than the usual soft
+	 * limit of 1024 (it failed at the 1,017th file) */
+	struct rlimit nofile;
+	if (!getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	int rc = parse_opts(argc, argv, o);
 	if (rc)
 		return rc == 1 ? 0 : rc;

@@ -20,13 +20,15 @@
  * POOL_MAX): the same I/Os, results and descriptors, without the ring.
  *
  * Descriptors.  An object normally keeps its descriptor while it is open.
- * Objects of a dir: device, and of an opener device that may reopen
- * (WBC_OPENER_REOPEN), share a cache of descriptors instead: an object's
- * descriptor is opened when I/O or a call needs it, held while any does
- * (users), and closed again, least recently used first, once more than
- * fd_cap are open, or when an open finds the process out of descriptors
- * (EMFILE, ENFILE).  A million cached files then need no million
- * descriptors.
+ * Objects of an opener device that may reopen (WBC_OPENER_REOPEN) share
+ * a cache of descriptors instead: an object's descriptor is opened when
+ * I/O or a call needs it, held while any does (users), and closed again,
+ * least recently used first, once more than fd_cap are open, or when an
+ * open finds the process out of descriptors (EMFILE, ENFILE).  A million
+ * cached files then need no million descriptors.  A dir: device's files
+ * keep theirs: a name is not the file (its owner may rename or remove
+ * it, and a reopen by name would write the cache's pages into whatever
+ * file has the name now).
  */
 #include "backends.h"
 
@@ -134,8 +136,6 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 		}
 		if (fd < 0)
 			return -errno;
-		/* a reopen (dir:) finds the file by the same name */
-		oflags |= flags & O_NOFOLLOW;
 	}
 	struct stat st;
 	if (fstat(fd, &st) || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
@@ -225,16 +225,6 @@ static bool out_of_fds(int err)
 	return err == -EMFILE || err == -ENFILE;
 }
 
-/* A new descriptor of @o: from the opener, or (dir:) by its name in the
- * directory; -errno. */
-static int reopen_fd(struct fbe *f, struct fobj *o)
-{
-	if (f->opener.fn)
-		return f->opener.fn(f->opener.ctx, o->name, o->oflags);
-	int fd = openat(f->dirfd, o->name, o->oflags);
-	return fd < 0 ? -errno : fd;
-}
-
 /* The object's descriptor, held until obj_put_fd (reopened if it was
  * closed); -errno when it cannot be reopened.  Out of descriptors (the
  * rest of the process took them), idle ones of the cache are closed for
@@ -247,7 +237,8 @@ static int obj_get_fd(struct fbe *f, struct fobj *o)
 	pthread_mutex_lock(&f->fd_lock);
 	if (o->fd < 0) {
 		int fd;
-		while (out_of_fds(fd = reopen_fd(f, o)) && lru_evict_one_locked(f))
+		while (out_of_fds(fd = f->opener.fn(f->opener.ctx, o->name, o->oflags)) &&
+		       lru_evict_one_locked(f))
 			;
 		if (fd < 0) {
 			pthread_mutex_unlock(&f->fd_lock);
@@ -946,15 +937,13 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 	wbc_mutex_init(&f->sq_lock);
 	wbc_mutex_init(&f->fd_lock);
 	int rc = 0, probe_fd;
-	if (opener || dir) {
-		/* a quarter of the descriptors this process may have */
-		struct rlimit rl;
-		f->fd_cap = !getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY ?
-			    (unsigned)WBC_MAX(rl.rlim_cur / 4, 64) : 4096;
-	}
 	if (opener) {
 		f->opener = *opener;
 		f->reopen = opener->flags & WBC_OPENER_REOPEN;
+		struct rlimit rl;
+		/* a quarter of the descriptors this process may have */
+		f->fd_cap = !getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY ?
+			    (unsigned)WBC_MAX(rl.rlim_cur / 4, 64) : 4096;
 		f->dirfd = fcntl(opener->fs_fd, F_DUPFD_CLOEXEC, 0);
 		if (f->dirfd < 0) {
 			rc = -errno;
@@ -962,10 +951,6 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 		}
 		probe_fd = f->dirfd;
 	} else if (dir) {
-		/* its files are reopened by name: a descriptor cache, as an
-		 * opener's that reopens (every file written and closed kept
-		 * its descriptor until its writeback: EMFILE after ~1000) */
-		f->reopen = true;
 		f->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (f->dirfd < 0) {
 			rc = -errno;
