@@ -752,12 +752,14 @@ static void *watcher_main(void *arg)
 				/* never asked once watch_stop is set (the handle
 				 * may be shut down then) */
 				b->watch_asking = true;
+				rados_t cl = b->cluster;   /* stop_watcher clears it */
 				pthread_mutex_unlock(&b->watch_lock);
 				atomic_fetch_add(&b->map_requests, 1);   /* sent */
-				rados_wait_for_latest_osdmap(b->cluster);
+				rados_wait_for_latest_osdmap(cl);
 				last_ask = wbc_now_ns();
 				pthread_mutex_lock(&b->watch_lock);
 				b->watch_asking = false;
+				pthread_cond_broadcast(&b->watch_cond);   /* stop_watcher */
 				continue;
 			}
 			wait = due - now;
@@ -1233,9 +1235,15 @@ static void stop_watcher(struct rbe *b)
 		return;
 	pthread_mutex_lock(&b->watch_lock);
 	b->watch_stop = true;
+	pthread_cond_broadcast(&b->watch_cond);
+	/* a request a monitor answers ends by itself: the handle is shut
+	 * down under it only after a second (then it is well inside
+	 * librados' wait, which the shutdown ends) */
+	uint64_t until = wbc_now_ns() + 1000000000ull, now;
+	while (b->watch_asking && (now = wbc_now_ns()) < until)
+		wbc_cond_timedwait_ns(&b->watch_cond, &b->watch_lock, until - now);
 	bool asking = b->watch_asking;
 	pthread_mutex_unlock(&b->watch_lock);
-	pthread_cond_signal(&b->watch_cond);
 	if (asking) {
 		/* its request for a map waits on a monitor that may never
 		 * answer (a cluster out of reach: the close hung there, for
