@@ -455,10 +455,12 @@ static void issue_io(struct nbe *b, struct wbc_io *io, uint64_t now)
 	if (err)
 		len = 0;
 	/* runs of the iovec contiguous in memory, over its first len bytes */
-	unsigned runs = plan_cmds(io->iov, io->iovcnt, len, b->cmd_max, write, NULL, 0, NULL);
+	unsigned runs = plan_cmds(io->iov, io->iovcnt, len, SIZE_MAX, write, NULL, 0, NULL);
 	bool bounce = runs > MAX_RUNS;
-	/* a copy: one command, or several of cmd_max bytes */
-	unsigned ncmds = bounce ? (unsigned)((len + b->cmd_max - 1) / b->cmd_max) : runs;
+	/* a copy: one command, or several of cmd_max bytes; else a command
+	 * per run, a run longer than cmd_max cut (not copied for that) */
+	unsigned ncmds = bounce ? (unsigned)((len + b->cmd_max - 1) / b->cmd_max) :
+				  plan_cmds(io->iov, io->iovcnt, len, b->cmd_max, write, NULL, 0, NULL);
 	struct nbd_req *r = calloc(1, sizeof(*r) + ncmds * sizeof(struct nbd_cmd));
 	if (r && bounce && !(r->bounce = malloc(len))) {
 		free(r);
