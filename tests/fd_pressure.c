@@ -19,7 +19,6 @@
 #include "testutil.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 
 #define N 200
 #define PAGE 4096
@@ -97,14 +96,8 @@ static void run(const char *opts)
 
 int main(void)
 {
-	struct rlimit rl;
-	CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 256) {
-		printf("SKIP: hard descriptor limit %llu\n", (unsigned long long)rl.rlim_max);
+	if (!t_nofile(256))
 		return 77;
-	}
-	rl.rlim_cur = 256;
-	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	run("");
 	run("on_error=drop");
 	run("uring=0");

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,6 +68,21 @@ static inline void t_fill(char *buf, size_t n, uint64_t seed)
 
 /* A fresh scratch directory under $TMPDIR-free /var/tmp (disk, so O_DIRECT
  * works); removed by t_rmdir(). */
+/* The soft descriptor limit set to @n; false, with a SKIP line, where
+ * the hard limit is lower (the caller returns 77). */
+static inline bool t_nofile(rlim_t n)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return false;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) {
+		printf("SKIP: hard descriptor limit %llu\n", (unsigned long long)rl.rlim_max);
+		return false;
+	}
+	rl.rlim_cur = n;
+	return !setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 static inline char *t_mkdtemp(void)
 {
 	const char *base = getenv("WBCACHE_TEST_DIR");
