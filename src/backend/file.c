@@ -185,23 +185,6 @@ static void lru_push_locked(struct fbe *f, struct fobj *o)
 	f->lru_head = o;
 }
 
-/* Close idle descriptors, oldest first, down to fd_cap. */
-static void lru_trim_locked(struct fbe *f)
-{
-	assert_held(&f->fd_lock);
-	struct fobj *o = f->lru_tail;
-	while (f->nr_open > f->fd_cap && o) {
-		struct fobj *prev = o->lru_prev;
-		if (!o->users) {
-			lru_unlink_locked(f, o);
-			close(o->fd);
-			o->fd = -1;
-			f->nr_open--;
-		}
-		o = prev;
-	}
-}
-
 /* Close the least recently used idle descriptor: false when every one
  * open is in use (or none is). */
 static bool lru_evict_one_locked(struct fbe *f)
@@ -216,6 +199,14 @@ static bool lru_evict_one_locked(struct fbe *f)
 			return true;
 		}
 	return false;
+}
+
+/* Close idle descriptors, oldest first, down to fd_cap. */
+static void lru_trim_locked(struct fbe *f)
+{
+	assert_held(&f->fd_lock);
+	while (f->nr_open > f->fd_cap && lru_evict_one_locked(f))
+		;
 }
 
 /* An open that failed for want of a descriptor (the process's limit, or
