@@ -702,6 +702,74 @@ static void test_unreachable(void)
 	CHECK(took < 30);   /* its size write and unlock time out (3 s); it hung */
 }
 
+/* Write @len bytes at @off and wait until the flusher wrote them back
+ * (the size stays as it was in the cluster: no fsync). */
+static void write_back_unsized(wbc_file *f, const char *buf, size_t len, uint64_t off)
+{
+	write_all(f, buf, len, off);
+	struct wbc_file_info in;
+	double t0 = t_secs();
+	for (;;) {
+		CHECK_EQ(wbc_file_info(f, &in), 0);
+		if (!in.unwritten_bytes || t_secs() - t0 > 60)
+			break;
+		usleep(10000);
+	}
+	CHECK_EQ(in.unwritten_bytes, 0);
+}
+
+static void test_close_size_fails(void)
+{
+	printf("9. a close whose size write fails keeps its lock; the size is written later\n");
+	struct wbc_config cfg = t_config(16 * MiB, 4096);
+	cfg.dirty_expire_centisecs = 1;      /* written back at once, */
+	cfg.dirty_writeback_centisecs = 5;   /* without an fsync */
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_dev *dev = add(c, "object_size=1M");
+	char *data = malloc(2 * MiB);
+	CHECK(data);
+	for (size_t i = 0; i < 2 * MiB; i++)
+		data[i] = (char)(i * 7 + i / 4096);
+	const char *names[2] = {"closefail-a", "closefail-b"};
+	wbc_file *f[2];
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(wbc_file_open(dev, names[i], WBC_O_CREAT, &f[i]), 0);
+		write_all(f[i], data, MiB, 0);
+		CHECK_EQ(wbc_fsync(f[i]), 0);
+		/* the second MiB: in the cluster, its size not */
+		write_back_unsized(f[i], data + MiB, MiB, MiB);
+		CHECK_EQ(size_xattr(names[i]), MiB);
+	}
+	rados_fail_sizes(dev, true);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(wbc_file_close(f[i]), 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* tried again: fails again */
+	CHECK_EQ(size_xattr(names[0]), MiB);
+	/* the lock is kept: another cache would have taken the second MiB
+	 * for a dead cache's leftovers and trimmed it (it did) */
+	wbc_cache *c2 = open_cache(4 * MiB);
+	wbc_dev *dev2 = add(c2, "object_size=1M");
+	wbc_file *g;
+	CHECK_EQ(wbc_file_open(dev2, names[0], 0, &g), -EBUSY);
+	CHECK_EQ(wbc_cache_close(c2), 0);
+	CHECK_EQ(obj_size(names[0], 1), MiB);
+	rados_fail_sizes(dev, false);
+	/* an open of one by this cache writes its size first */
+	CHECK_EQ(wbc_file_open(dev, names[0], 0, &f[0]), 0);
+	CHECK_EQ(wbc_file_size(f[0]), 2 * MiB);
+	CHECK_EQ(size_xattr(names[0]), 2 * MiB);
+	CHECK_EQ(wbc_file_close(f[0]), 0);
+	/* a sync writes the other's */
+	CHECK_EQ(size_xattr(names[1]), MiB);
+	CHECK_EQ(wbc_dev_sync(dev), 0);
+	CHECK_EQ(size_xattr(names[1]), 2 * MiB);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	for (int i = 0; i < 2; i++)
+		check_file(names[i], "object_size=1M", data, 2 * MiB, 0, 2 * MiB);
+	free(data);
+}
+
 int main(void)
 {
 	char why[512];
@@ -724,6 +792,7 @@ int main(void)
 	test_lock();
 	test_osd_killed();
 	test_map_watch();
+	test_close_size_fails();
 	test_unreachable();
 	rados_ioctx_destroy(ioc);
 	rados_shutdown(cl);

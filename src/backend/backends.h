@@ -120,6 +120,9 @@ void model_set_faults(wbc_dev *dev, uint64_t err_off, uint64_t err_len, double e
 void file_fail_submits(wbc_dev *dev, unsigned n, int err);
 /* rados: every write fails with EIO while @on. */
 void rados_fail_writes(wbc_dev *dev, bool on);
+/* rados: every write of a file's size (fsync's, close's) fails with EIO
+ * while @on. */
+void rados_fail_sizes(wbc_dev *dev, bool on);
 /* rados: how many times the map watcher asked for a newer OSD map. */
 uint64_t rados_map_requests(wbc_dev *dev);
 

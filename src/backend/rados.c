@@ -187,9 +187,11 @@ struct rbe {
 	struct wbc_io *failed;      /* completed without a request */
 	bool sleeping, stop;
 
-	unsigned closing;           /* lock: closes' size writes and unlocks in flight */
+	unsigned closing;           /* lock: closes in flight (CLOSE_FLIGHT) */
 	int close_err;              /* lock: the first of their errors, for flush */
-	pthread_cond_t closing_cond;
+	pthread_cond_t closing_cond;   /* a close changed state */
+	struct list_head closes;    /* lock: struct rclose, by name */
+	unsigned close_pass;        /* lock: flush's retries, one pass at a time */
 
 	/* files.  Never held across an operation on the cluster: close()
 	 * runs on the completion thread, and every file's completions would
@@ -205,6 +207,7 @@ struct rbe {
 	_Atomic uint64_t st_window, st_inflight, st_rtt, st_base;
 	atomic_uint st_up;
 	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
+	atomic_bool fail_sizes;     /* rados_fail_sizes(): a test's fault */
 	_Atomic uint64_t last_progress_ns;   /* the last completion (or issue from idle) */
 	atomic_uint sync_ops;       /* synchronous operations and closes in flight */
 
@@ -222,6 +225,29 @@ struct rbe {
 
 static const struct wbc_backend_ops rados_ops;
 
+/*
+ * A file's close: its size write, then its unlock, asynchronous (close
+ * runs on the completion thread), in that order.  The unlock waits for
+ * the size: a size write that failed leaves the size in object 0 older
+ * than data the engine wrote back, and an open that read that size
+ * would take the data past it for a dead cache's and trim it.  So a
+ * failed close keeps the lock (no other client opens the file) and its
+ * size here: an open of the name writes it first, a flush of the device
+ * and its destruction try again.  An open of a name waits for its close
+ * in flight (whose unlock would otherwise land after the open's lock).
+ */
+enum { CLOSE_FLIGHT, CLOSE_FAILED, CLOSE_RETRY };
+struct rclose {
+	struct list_head node;      /* b->closes */
+	struct rbe *b;
+	uint64_t size;
+	bool sized;                 /* a size to write (first) */
+	bool unlocking;             /* the size is written: the unlock is out */
+	int state;                  /* CLOSE_* (b->lock) */
+	unsigned pass;              /* the flush pass that last retried it */
+	char name[];
+};
+
 /* A synchronous operation (or a close's) begins: from idle, the stall
  * clock starts now. */
 static void sync_begin(struct rbe *b)
@@ -238,9 +264,14 @@ static void sync_end(struct rbe *b)
 	atomic_fetch_sub(&b->sync_ops, 1);
 }
 
+static void oid_of(const char *name, uint64_t idx, char *out)
+{
+	snprintf(out, OID_MAX, "%s.%016llx", name, (unsigned long long)idx);
+}
+
 static void oid(const struct rfile *f, uint64_t idx, char *out)
 {
-	snprintf(out, OID_MAX, "%s.%016llx", f->name, (unsigned long long)idx);
+	oid_of(f->name, idx, out);
 }
 
 /* An error of librados as the engine's: a transport failure is EIO. */
@@ -285,11 +316,14 @@ static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint
 	return 0;
 }
 
-/* Write @f's size and extent (either may be UINT64_MAX: left as it is). */
-static int put_sizes(struct rfile *f, uint64_t size, uint64_t extent)
+/* Write file @name's size and extent (either may be UINT64_MAX: left as
+ * it is). */
+static int put_sizes_of(struct rbe *b, const char *name, uint64_t size, uint64_t extent)
 {
 	char o[OID_MAX], sb[32], eb[32];
-	oid(f, 0, o);
+	oid_of(name, 0, o);
+	if (size != UINT64_MAX && atomic_load(&b->fail_sizes))
+		return -EIO;
 	rados_write_op_t op = rados_create_write_op();
 	if (!op)
 		return -ENOMEM;
@@ -302,11 +336,52 @@ static int put_sizes(struct rfile *f, uint64_t size, uint64_t extent)
 		int n = snprintf(eb, sizeof(eb), "%llu", (unsigned long long)extent);
 		rados_write_op_setxattr(op, XATTR_EXTENT, eb, (size_t)n);
 	}
-	sync_begin(f->b);
-	int r = rados_write_op_operate(op, f->b->io, o, NULL, 0);
-	sync_end(f->b);
+	sync_begin(b);
+	int r = rados_write_op_operate(op, b->io, o, NULL, 0);
+	sync_end(b);
 	rados_release_write_op(op);
 	return r;
+}
+
+static int put_sizes(struct rfile *f, uint64_t size, uint64_t extent)
+{
+	return put_sizes_of(f->b, f->name, size, extent);
+}
+
+/* b->lock: the close of @name known here (in flight or failed), or NULL. */
+static struct rclose *close_find_locked(struct rbe *b, const char *name)
+{
+	assert_held(&b->lock);
+	for (struct list_head *pos = b->closes.next; pos != &b->closes; pos = pos->next) {
+		struct rclose *rc = container_of(pos, struct rclose, node);
+		if (!strcmp(rc->name, name))
+			return rc;
+	}
+	return NULL;
+}
+
+static void close_forget_locked(struct rbe *b, struct rclose *rc)
+{
+	assert_held(&b->lock);
+	list_del_init(&rc->node);
+	free(rc);
+	pthread_cond_broadcast(&b->closing_cond);
+}
+
+static int unlock_name(struct rbe *b, const char *name)
+{
+	char o[OID_MAX];
+	oid_of(name, 0, o);
+	sync_begin(b);
+	int r = rados_unlock(b->io, o, LOCK_NAME, b->cookie);
+	sync_end(b);
+	return r == -ENOENT ? 0 : r;
+}
+
+static void unlock_failed(const char *name, int r)
+{
+	fprintf(stderr, "wbcache: rados: cannot release the lock on %s: %s "
+		"(`wbcache rados-unlock` breaks it)\n", name, strerror(-rerr(r)));
 }
 
 /* Remove the objects [from, to) and cut object @cut_obj at @cut_off
@@ -833,6 +908,7 @@ static int rados_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsign
 }
 
 static int wait_closes(struct rbe *b);
+static int retry_closes(struct rbe *b);
 
 static int flush_file(struct rfile *f)
 {
@@ -862,6 +938,9 @@ static int rados_flush(void *ctx, void *file, unsigned flags)
 		return flush_file(f);
 	}
 	int err = wait_closes(b);
+	int rr = retry_closes(b);
+	if (rr && !err)
+		err = rr;
 	pthread_mutex_lock(&b->files_lock);
 	for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
 		struct rfile *f = container_of(pos, struct rfile, node);
@@ -892,26 +971,12 @@ static void free_file(struct rfile *f)
 	free(f);
 }
 
-static int rados_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+/* Open @f (its name set; freed on failure).  @rc: the name's close whose
+ * size write failed (held: CLOSE_RETRY); its size is the file's, written
+ * first (then rc->sized is cleared), and the lock it kept is ours. */
+static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclose *rc,
+		     void **file, uint64_t *size)
 {
-	struct rbe *b = ctx;
-	struct rfile *f = calloc(1, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	f->b = b;
-	wbc_mutex_init(&f->lock);
-	wbc_mutex_init(&f->meta_lock);
-	list_init(&f->node);
-	if (asprintf(&f->name, "%s%s%s", b->prefix ? b->prefix : "", b->prefix ? "/" : "",
-		     name) < 0) {
-		f->name = NULL;
-		free_file(f);
-		return -ENOMEM;
-	}
-	if (strlen(f->name) + 20 > OID_MAX) {
-		free_file(f);
-		return -ENAMETOOLONG;
-	}
 	char o[OID_MAX];
 	oid(f, 0, o);
 	uint64_t psize;
@@ -924,6 +989,8 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		free_file(f);
 		return rerr(r);
 	}
+	if (!exists && rc)
+		rc->sized = false;   /* the file is gone (removed by another) */
 	if (!exists && !(flags & WBC_OPEN_CREATE)) {
 		free_file(f);
 		return -ENOENT;
@@ -981,6 +1048,13 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 				(unsigned long long)b->objsize);
 			r = -EINVAL;
 		}
+		/* the size a failed close left here: the data the engine
+		 * wrote back reaches it (the extent says so), and the trim
+		 * below would take it for a dead cache's */
+		if (!r && rc && rc->sized && !(r = put_sizes(f, rc->size, UINT64_MAX))) {
+			sz = rc->size;
+			rc->sized = false;
+		}
 	} else {
 		/* new: its layout, with it */
 		char ob[32];
@@ -1003,9 +1077,8 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		r = put_sizes(f, 0, 0);
 	}
 	if (r < 0) {
-		sync_begin(b);
-		rados_unlock(b->io, o, LOCK_NAME, b->cookie);
-		sync_end(b);
+		if (!rc || !rc->sized)   /* else it keeps the size unwritten */
+			(void)unlock_name(b, f->name);
 		free_file(f);
 		return rerr(r);
 	}
@@ -1020,61 +1093,123 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 	return 0;
 }
 
+static int rados_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	struct rbe *b = ctx;
+	struct rfile *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->b = b;
+	wbc_mutex_init(&f->lock);
+	wbc_mutex_init(&f->meta_lock);
+	list_init(&f->node);
+	if (asprintf(&f->name, "%s%s%s", b->prefix ? b->prefix : "", b->prefix ? "/" : "",
+		     name) < 0) {
+		f->name = NULL;
+		free_file(f);
+		return -ENOMEM;
+	}
+	if (strlen(f->name) + 20 > OID_MAX) {
+		free_file(f);
+		return -ENAMETOOLONG;
+	}
+	/* the name's close in flight first (its unlock would land after
+	 * this open's lock); one whose size write failed is this open's */
+	struct rclose *rc;
+	pthread_mutex_lock(&b->lock);
+	while ((rc = close_find_locked(b, f->name)) && rc->state != CLOSE_FAILED)
+		pthread_cond_wait(&b->closing_cond, &b->lock);
+	if (rc)
+		rc->state = CLOSE_RETRY;
+	pthread_mutex_unlock(&b->lock);
+	int r = open_file(b, f, flags, rc, file, size);
+	if (rc) {
+		pthread_mutex_lock(&b->lock);
+		if (rc->sized) {
+			rc->state = CLOSE_FAILED;
+			pthread_cond_broadcast(&b->closing_cond);
+		} else {
+			close_forget_locked(b, rc);
+		}
+		pthread_mutex_unlock(&b->lock);
+	}
+	return r;
+}
+
+/* @rc's asynchronous part is over, @r the result of its last operation. */
+static void close_done(struct rclose *rc, int r)
+{
+	struct rbe *b = rc->b;
+	pthread_mutex_lock(&b->lock);
+	b->closing--;
+	if (r < 0 && rc->sized && !rc->unlocking) {
+		/* kept, locked: retried by an open, a flush, the destruction */
+		rc->state = CLOSE_FAILED;
+		pthread_cond_broadcast(&b->closing_cond);
+		pthread_mutex_unlock(&b->lock);
+		fprintf(stderr, "wbcache: rados: %s: its size (%llu) could not be written at "
+			"close: %s; its lock is kept until it is (the next open of it, a sync "
+			"or the close of the device)\n", rc->name, (unsigned long long)rc->size,
+			strerror(-rerr(r)));
+		return;
+	}
+	if (r < 0 && !b->close_err)
+		b->close_err = rerr(r);
+	if (r < 0)
+		unlock_failed(rc->name, r);
+	close_forget_locked(b, rc);
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void close_start(struct rclose *rc);
+
 /* A close's size write or unlock is done (librados' thread). */
 static void close_cb(rados_completion_t c, void *arg)
 {
-	struct rbe *b = arg;
+	struct rclose *rc = arg;
 	int r = rados_aio_get_return_value(c);
 	rados_aio_release(c);
-	sync_end(b);
-	pthread_mutex_lock(&b->lock);
-	if (r < 0 && r != -ENOENT && !b->close_err)
-		b->close_err = rerr(r);
-	if (!--b->closing)
-		pthread_cond_broadcast(&b->closing_cond);
-	pthread_mutex_unlock(&b->lock);
+	sync_end(rc->b);
+	if (r == -ENOENT)
+		r = 0;   /* the file is gone (its lock broken and removed) */
+	if (r >= 0 && rc->sized && !rc->unlocking) {
+		rc->unlocking = true;   /* the size is there: the unlock now */
+		close_start(rc);
+		return;
+	}
+	close_done(rc, r);
 }
 
-/* Start @what (0: the size write, 1: the unlock) of closing @f. */
-static void close_op(struct rbe *b, struct rfile *f, int what, uint64_t size)
+/* Send @rc's next operation: the size write, or the unlock. */
+static void close_start(struct rclose *rc)
 {
+	struct rbe *b = rc->b;
 	char o[OID_MAX], sb[32];
-	oid(f, 0, o);
+	oid_of(rc->name, 0, o);
 	rados_completion_t c;
-	int r = rados_aio_create_completion2(b, close_cb, &c);
-	if (r < 0)
-		goto fail;
-	pthread_mutex_lock(&b->lock);
-	b->closing++;
-	pthread_mutex_unlock(&b->lock);
-	sync_begin(b);
-	if (what == 0) {
-		int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)size);
-		r = rados_aio_setxattr(b->io, o, c, XATTR_SIZE, sb, (size_t)n);
-	} else {
-		r = rados_aio_unlock(b->io, o, LOCK_NAME, b->cookie, c);
+	int r = rados_aio_create_completion2(rc, close_cb, &c);
+	if (r >= 0 && rc->sized && !rc->unlocking && atomic_load(&b->fail_sizes)) {
+		rados_aio_release(c);
+		r = -EIO;
+	} else if (r >= 0) {
+		sync_begin(b);
+		if (rc->sized && !rc->unlocking) {
+			int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)rc->size);
+			r = rados_aio_setxattr(b->io, o, c, XATTR_SIZE, sb, (size_t)n);
+		} else {
+			r = rados_aio_unlock(b->io, o, LOCK_NAME, b->cookie, c);
+		}
+		if (r >= 0)
+			return;
+		rados_aio_release(c);
+		sync_end(b);
 	}
-	if (r >= 0)
-		return;
-	rados_aio_release(c);
-	sync_end(b);
-	pthread_mutex_lock(&b->lock);
-	b->closing--;
-	pthread_mutex_unlock(&b->lock);
-fail:
-	pthread_mutex_lock(&b->lock);
-	if (!b->close_err)
-		b->close_err = rerr(r);
-	pthread_mutex_unlock(&b->lock);
-	if (what)
-		fprintf(stderr, "wbcache: rados: cannot release the lock on %s: %s "
-			"(`wbcache rados-unlock` breaks it)\n", f->name, strerror(-r));
+	close_done(rc, r);
 }
 
 /* close() may run on the completion thread (a file's last write done):
- * its size write and unlock go out asynchronously, in that order (one
- * client's operations on an object are applied in order); flush(NULL)
- * and destroy wait for them. */
+ * its size write and unlock go out asynchronously (struct rclose);
+ * flush(NULL) and destroy wait for them. */
 static void rados_close_file(void *ctx, void *file)
 {
 	struct rbe *b = ctx;
@@ -1085,9 +1220,29 @@ static void rados_close_file(void *ctx, void *file)
 		uint64_t size = f->size;
 		bool dirty = size != f->durable;
 		pthread_mutex_unlock(&f->lock);
-		if (dirty)
-			close_op(b, f, 0, size);
-		close_op(b, f, 1, 0);
+		struct rclose *rc = calloc(1, sizeof(*rc) + strlen(f->name) + 1);
+		if (!rc) {
+			/* no room for the record: synchronously, the unlock only
+			 * once the size is there */
+			int r = dirty ? put_sizes(f, size, UINT64_MAX) : 0;
+			if (r >= 0 && (r = unlock_name(b, f->name)) < 0)
+				unlock_failed(f->name, r);
+			pthread_mutex_lock(&b->lock);
+			if (r < 0 && !b->close_err)
+				b->close_err = rerr(r);
+			pthread_mutex_unlock(&b->lock);
+		} else {
+			rc->b = b;
+			rc->size = size;
+			rc->sized = dirty;
+			rc->state = CLOSE_FLIGHT;
+			strcpy(rc->name, f->name);
+			pthread_mutex_lock(&b->lock);
+			list_add_tail(&rc->node, &b->closes);
+			b->closing++;
+			pthread_mutex_unlock(&b->lock);
+			close_start(rc);
+		}
 	}
 	free_file(f);
 }
@@ -1100,6 +1255,50 @@ static int wait_closes(struct rbe *b)
 		pthread_cond_wait(&b->closing_cond, &b->lock);
 	int err = b->close_err;
 	b->close_err = 0;
+	pthread_mutex_unlock(&b->lock);
+	return err;
+}
+
+/* Write the sizes the closes that failed could not, and unlock those
+ * files: 0, or the first error (the closes that fail again stay). */
+static int retry_closes(struct rbe *b)
+{
+	int err = 0;
+	pthread_mutex_lock(&b->lock);
+	unsigned pass = ++b->close_pass;
+	for (;;) {
+		struct rclose *rc = NULL;
+		for (struct list_head *pos = b->closes.next; pos != &b->closes; pos = pos->next) {
+			struct rclose *c = container_of(pos, struct rclose, node);
+			if (c->state == CLOSE_FAILED && c->pass != pass) {
+				rc = c;
+				break;
+			}
+		}
+		if (!rc)
+			break;
+		rc->state = CLOSE_RETRY;   /* ours: an open of the name waits */
+		rc->pass = pass;
+		pthread_mutex_unlock(&b->lock);
+		int r = put_sizes_of(b, rc->name, rc->size, UINT64_MAX);
+		if (r >= 0 || r == -ENOENT) {
+			int u = unlock_name(b, rc->name);
+			if (u < 0) {
+				unlock_failed(rc->name, u);
+				if (!err)
+					err = rerr(u);
+			}
+		} else if (!err) {
+			err = rerr(r);
+		}
+		pthread_mutex_lock(&b->lock);
+		if (r >= 0 || r == -ENOENT) {
+			close_forget_locked(b, rc);
+		} else {
+			rc->state = CLOSE_FAILED;
+			pthread_cond_broadcast(&b->closing_cond);
+		}
+	}
 	pthread_mutex_unlock(&b->lock);
 	return err;
 }
@@ -1225,6 +1424,11 @@ static void free_rbe(struct rbe *b)
 	pthread_cond_destroy(&b->keeper_cond);
 	pthread_cond_destroy(&b->files_idle);
 	pthread_cond_destroy(&b->closing_cond);
+	while (!list_empty(&b->closes)) {
+		struct list_head *pos = b->closes.next;
+		list_del_init(pos);
+		free(container_of(pos, struct rclose, node));
+	}
 	free(b->pool);
 	free(b);
 }
@@ -1269,8 +1473,16 @@ static void rados_destroy(void *ctx)
 	pthread_join(b->thread, NULL);
 	int err = wait_closes(b);
 	if (err)
-		fprintf(stderr, "wbcache: rados: a file's size or lock could not be written at "
+		fprintf(stderr, "wbcache: rados: a file's lock could not be released at "
 			"close: %s\n", strerror(-err));
+	if (retry_closes(b))
+		for (struct list_head *pos = b->closes.next; pos != &b->closes; pos = pos->next)
+			fprintf(stderr, "wbcache: rados: %s: its size (%llu) could not be written: "
+				"its lock stays, and no other cache opens it; breaking it "
+				"(`wbcache rados-unlock`) loses what was written past the size "
+				"it has there\n",
+				container_of(pos, struct rclose, node)->name,
+				(unsigned long long)container_of(pos, struct rclose, node)->size);
 	if (b->keeper_started) {
 		pthread_mutex_lock(&b->files_lock);
 		b->keeper_stop = true;
@@ -1453,6 +1665,7 @@ static struct rbe *new_rbe(void)
 	wbc_cond_init(&b->files_idle);
 	pthread_cond_init(&b->closing_cond, NULL);
 	list_init(&b->files);
+	list_init(&b->closes);
 	return b;
 }
 
@@ -1513,6 +1726,14 @@ void rados_fail_writes(wbc_dev *dev, bool on)
 	struct rbe *b = wbc_dev_backend(dev, &ops);
 	if (ops == &rados_ops)
 		atomic_store(&b->fail_writes, on);
+}
+
+void rados_fail_sizes(wbc_dev *dev, bool on)
+{
+	const struct wbc_backend_ops *ops;
+	struct rbe *b = wbc_dev_backend(dev, &ops);
+	if (ops == &rados_ops)
+		atomic_store(&b->fail_sizes, on);
 }
 
 uint64_t rados_map_requests(wbc_dev *dev)
