@@ -556,6 +556,29 @@ static void test_block_limits(void)
 	check_server(s.uri, data, len, 0);
 	free(data);
 	t_nbdkit_stop(&s);
+
+	/* an export of 1,000,000 bytes in blocks of 4 KiB at least: its
+	 * last 576 bytes cannot be written alone (a write of the last page
+	 * went past the end and failed at writeback, for good); the file
+	 * ends at the last whole block */
+	t_nbdkit_start(&s, dir, "bmin", (const char *[]){ "--filter=blocksize-policy", "memory",
+		"1000000", "blocksize-minimum=4096", "blocksize-error-policy=error", NULL });
+	cfg = t_config(16 * MiB, 4096);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "retry_timeout=2");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	printf("    1,000,000 bytes in blocks of 4 KiB: a file of %lld\n",
+	       (long long)wbc_file_size(f));
+	CHECK_EQ(wbc_file_size(f), 999424);
+	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999990), -EFBIG);
+	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999414), 10);
+	CHECK_EQ(wbc_fsync(f), 0);
+	wbc_stats(c, &st);
+	CHECK_EQ(st.write_errors, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, "0123456789", 10, 999414);
+	t_nbdkit_stop(&s);
 }
 
 static void test_edges(void)

@@ -203,7 +203,10 @@ struct nbd_flushreq {
 
 struct nbe {
 	char *uri;
-	uint64_t size;
+	uint64_t size;              /* the export's */
+	/* the file's: the size cut to the server's minimum block size (the
+	 * last, partial block can be neither read nor written alone) */
+	uint64_t usable;
 	bool can_flush, can_fua, multi_conn, fua;
 	size_t max_io, align;
 	size_t cmd_max;             /* the server's maximum block size: a hard limit */
@@ -924,7 +927,7 @@ static void nbd_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->flags = WBC_BACKEND_ONE_FILE;
 	/* the export's size: a write past it is refused when made, not
 	 * cached to fail at writeback (an empty export is refused at add) */
-	caps->max_file_size = b->size;
+	caps->max_file_size = b->usable;
 }
 
 static int nbd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
@@ -934,7 +937,7 @@ static int nbd_open(void *ctx, const char *name, unsigned flags, void **file, ui
 	if (*name)
 		return -ENOENT;
 	*file = b;
-	*size = b->size;
+	*size = b->usable;
 	return 0;
 }
 
@@ -950,7 +953,7 @@ static int nbd_resize(void *ctx, void *file, uint64_t size)
 	struct nbe *b = ctx;
 	/* a fixed export: neither cut (its bytes would read back when
 	 * extended again) nor extended */
-	return size == b->size ? 0 : size > b->size ? -EFBIG : -EINVAL;
+	return size == b->usable ? 0 : size > b->usable ? -EFBIG : -EINVAL;
 }
 
 static void nbd_stats(void *ctx, struct wbc_backend_stats *st)
@@ -1245,6 +1248,18 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 			b->cmd_max = WBC_MAX(b->cmd_max / b->align * b->align, b->align);
 		if (b->align)
 			b->max_io = WBC_MAX(b->max_io / b->align * b->align, b->align);
+		b->usable = b->align ? b->size / b->align * b->align : b->size;
+		if (!rc && !b->usable) {
+			snprintf(err, errlen, "%s: the export (%llu bytes) is smaller than the "
+				 "server's minimum block size (%zu)", b->uri,
+				 (unsigned long long)b->size, b->align);
+			rc = -EINVAL;
+		} else if (!rc && b->usable != b->size) {
+			fprintf(stderr, "wbcache: nbd: %s: %llu bytes, not a multiple of the "
+				"server's minimum block size (%zu): the last %llu are not used\n",
+				b->uri, (unsigned long long)b->size, b->align,
+				(unsigned long long)(b->size - b->usable));
+		}
 	}
 	if (!rc) {
 		b->conns[0].state = C_UP;
