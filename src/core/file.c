@@ -163,7 +163,11 @@ struct claim {
 			     * writer holding its file's lock, file_lock=file) */
 	bool nosleep;       /* -EAGAIN rather than wait for a locked page or
 			     * one under writeback (likewise) */
-	uint64_t end;       /* write: its end offset */
+	bool read;          /* a read at @end: -ENODATA, and no page claimed
+			     * (none allocated), when @end is at or past the
+			     * file's size: a read at the end waits for no free
+			     * page, nor fails for want of one */
+	uint64_t end;       /* write: its end offset; read: where it reads */
 	struct page *spare; /* in: a free page the claim may insert (it is
 			     * used or freed; NULL after) */
 	/* results */
@@ -192,6 +196,15 @@ static int grab_page(struct inode *ino, uint64_t idx, struct claim *cl, struct p
 	int err = 0;
 	cl->spare = NULL;
 	pthread_mutex_lock(&ino->lock);
+	if (cl->read && cl->end >= ino->i_size) {
+		/* the size only grows while the caller holds rwsem: checked
+		 * once, before any wait or allocation (a read brings no
+		 * spare) */
+		assert(!spare);
+		cl->isize = ino->i_size;
+		pthread_mutex_unlock(&ino->lock);
+		return -ENODATA;
+	}
 	for (;;) {
 		p = pm_lookup(&ino->map, idx);
 		if (p) {
@@ -524,8 +537,12 @@ ssize_t wbc_pread(wbc_file *h, void *buf, size_t len, uint64_t off)
 	while (done < len) {
 		uint64_t pos = off + done;
 		struct page *p;
-		struct claim cl = { .for_write = false };
+		struct claim cl = { .read = true, .end = pos };
 		err = grab_page(ino, pos >> c->page_shift, &cl, &p);
+		if (err == -ENODATA) {
+			err = 0;    /* the end of the file */
+			break;
+		}
 		if (err)
 			break;
 		uint64_t isize = cl.isize;

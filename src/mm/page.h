@@ -62,9 +62,10 @@
  *   unlock   page_unlock (core/file.c, no lock): clears LOCKED and
  *            WAITERS (setting UPTODATE after a read-in) in one CAS, and
  *            takes inode->lock only to wake the waiter it saw.  Without
- *            UPTODATE (a read past the end of the file, a failed
- *            read-in) the page stays bound, clean and not up to date:
- *            the next claim reads it in, reclaim may take it.
+ *            UPTODATE (a failed read-in; a read at or past the end of
+ *            the file claims no page) the page stays bound, clean and
+ *            not up to date: the next claim reads it in, reclaim may
+ *            take it.
  *
  * ERROR marks a page whose last writeback failed (retry policy): counted
  * at risk (cache st_at_risk_pages, dev->at_risk_pages) until it is
