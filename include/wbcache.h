@@ -328,8 +328,9 @@ int wbc_file_close(wbc_file *f);
 
 /*
  * Read up to @len bytes at @off.  Returns the count read (0 at or past end of
- * file), -EINVAL for offset overflow, -EBADF for a closed handle, or the
- * backend's -errno on a failed read-in.
+ * file, and at or past 2^62), -EINVAL for a length over SSIZE_MAX or a NULL
+ * buffer, -EBADF for a closed handle, or the backend's -errno on a failed
+ * read-in.
  */
 ssize_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off);
 
