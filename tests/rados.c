@@ -731,9 +731,9 @@ static void test_close_size_fails(void)
 	CHECK(data);
 	for (size_t i = 0; i < 2 * MiB; i++)
 		data[i] = (char)(i * 7 + i / 4096);
-	const char *names[2] = {"closefail-a", "closefail-b"};
-	wbc_file *f[2];
-	for (int i = 0; i < 2; i++) {
+	const char *names[3] = {"closefail-a", "closefail-b", "closefail-c"};
+	wbc_file *f[3];
+	for (int i = 0; i < 3; i++) {
 		CHECK_EQ(wbc_file_open(dev, names[i], WBC_O_CREAT, &f[i]), 0);
 		write_all(f[i], data, MiB, 0);
 		CHECK_EQ(wbc_fsync(f[i]), 0);
@@ -742,7 +742,7 @@ static void test_close_size_fails(void)
 		CHECK_EQ(size_xattr(names[i]), MiB);
 	}
 	rados_fail_sizes(dev, true);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		CHECK_EQ(wbc_file_close(f[i]), 0);
 	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* tried again: fails again */
 	CHECK_EQ(size_xattr(names[0]), MiB);
@@ -752,21 +752,38 @@ static void test_close_size_fails(void)
 	wbc_dev *dev2 = add(c2, "object_size=1M");
 	wbc_file *g;
 	CHECK_EQ(wbc_file_open(dev2, names[0], 0, &g), -EBUSY);
-	CHECK_EQ(wbc_cache_close(c2), 0);
 	CHECK_EQ(obj_size(names[0], 1), MiB);
+	/* the third's lock broken by hand: another cache opens it (and
+	 * trims), and its size is never overwritten by the old close's */
+	char o[300], tag[64], clients[256], cookies[256], addrs[256];
+	size_t tl = sizeof(tag), cl_ = sizeof(clients), kl = sizeof(cookies), al = sizeof(addrs);
+	int excl;
+	objname(o, sizeof(o), names[2], 0);
+	CHECK_EQ(rados_list_lockers(ioc, o, "wbcache", &excl, tag, &tl, clients, &cl_, cookies, &kl,
+				    addrs, &al), 1);
+	CHECK_EQ(rados_break_lock(ioc, o, "wbcache", clients, cookies), 0);
+	CHECK_EQ(wbc_file_open(dev2, names[2], 0, &g), 0);
+	CHECK_EQ(wbc_file_size(g), MiB);
+	CHECK_EQ(wbc_pwrite(g, "new", 3, 0), 3);
+	CHECK_EQ(wbc_file_close(g), 0);
+	CHECK_EQ(wbc_cache_close(c2), 0);
 	rados_fail_sizes(dev, false);
 	/* an open of one by this cache writes its size first */
 	CHECK_EQ(wbc_file_open(dev, names[0], 0, &f[0]), 0);
 	CHECK_EQ(wbc_file_size(f[0]), 2 * MiB);
 	CHECK_EQ(size_xattr(names[0]), 2 * MiB);
 	CHECK_EQ(wbc_file_close(f[0]), 0);
-	/* a sync writes the other's */
+	/* a sync writes the second's, and says the third's is lost */
 	CHECK_EQ(size_xattr(names[1]), MiB);
-	CHECK_EQ(wbc_dev_sync(dev), 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);
 	CHECK_EQ(size_xattr(names[1]), 2 * MiB);
+	CHECK_EQ(size_xattr(names[2]), MiB);
+	CHECK_EQ(wbc_dev_sync(dev), 0);   /* told once */
 	CHECK_EQ(wbc_cache_close(c), 0);
 	for (int i = 0; i < 2; i++)
 		check_file(names[i], "object_size=1M", data, 2 * MiB, 0, 2 * MiB);
+	memcpy(data, "new", 3);
+	check_file(names[2], "object_size=1M", data, MiB, 0, MiB);
 	free(data);
 }
 

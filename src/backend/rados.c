@@ -722,18 +722,23 @@ static void *rados_main(void *arg)
 /* ------------------------------------------------------------------ */
 /* the lock keeper                                                      */
 
-static int take_lock(struct rfile *f, uint8_t flags)
+static int take_lock_of(struct rbe *b, const char *name, uint8_t flags)
 {
 	char o[OID_MAX];
-	oid(f, 0, o);
+	oid_of(name, 0, o);
 	char desc[160];
 	char host[64] = "";
 	gethostname(host, sizeof(host) - 1);
 	snprintf(desc, sizeof(desc), "wbcache on %s, pid %d", host, (int)getpid());
-	sync_begin(f->b);
-	int r = rados_lock_exclusive(f->b->io, o, LOCK_NAME, f->b->cookie, desc, NULL, flags);
-	sync_end(f->b);
+	sync_begin(b);
+	int r = rados_lock_exclusive(b->io, o, LOCK_NAME, b->cookie, desc, NULL, flags);
+	sync_end(b);
 	return r;
+}
+
+static int take_lock(struct rfile *f, uint8_t flags)
+{
+	return take_lock_of(f->b, f->name, flags);
 }
 
 /* Keep @f listed (its node valid) while files_lock is let go. */
@@ -996,6 +1001,15 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 		return -ENOENT;
 	}
 	r = take_lock(f, 0);   /* creates object 0 when missing */
+	if (!r && rc && rc->sized) {
+		/* the lock its close kept was broken (and the file perhaps
+		 * opened by another since, its data past the size trimmed):
+		 * that size is no longer the file's */
+		fprintf(stderr, "wbcache: rados: %s: its lock was broken after its close "
+			"failed to write its size (%llu): what was past the size the file has "
+			"there is lost\n", f->name, (unsigned long long)rc->size);
+		rc->sized = false;
+	}
 	if (r == -EEXIST) {
 		/* held under our cookie: by a handle of this backend (the engine
 		 * opens a name once at a time, but a backend's user may open it
@@ -1280,8 +1294,19 @@ static int retry_closes(struct rbe *b)
 		rc->state = CLOSE_RETRY;   /* ours: an open of the name waits */
 		rc->pass = pass;
 		pthread_mutex_unlock(&b->lock);
-		int r = put_sizes_of(b, rc->name, rc->size, UINT64_MAX);
-		if (r >= 0 || r == -ENOENT) {
+		/* still ours?  A broken lock: the file may be another's now */
+		int r = take_lock_of(b, rc->name, LIBRADOS_LOCK_FLAG_MUST_RENEW);
+		bool lost = r == -ENOENT || r == -EBUSY || r == -ESHUTDOWN;   /* blocklisted */
+		if (lost)
+			fprintf(stderr, "wbcache: rados: %s: its lock was broken after its close "
+				"failed to write its size (%llu): what was past the size the file "
+				"has there is lost\n", rc->name, (unsigned long long)rc->size);
+		else if (r >= 0)
+			r = put_sizes_of(b, rc->name, rc->size, UINT64_MAX);
+		if (lost) {
+			if (!err)
+				err = -EIO;
+		} else if (r >= 0 || r == -ENOENT) {
 			int u = unlock_name(b, rc->name);
 			if (u < 0) {
 				unlock_failed(rc->name, u);
@@ -1292,7 +1317,7 @@ static int retry_closes(struct rbe *b)
 			err = rerr(r);
 		}
 		pthread_mutex_lock(&b->lock);
-		if (r >= 0 || r == -ENOENT) {
+		if (lost || r >= 0 || r == -ENOENT) {
 			close_forget_locked(b, rc);
 		} else {
 			rc->state = CLOSE_FAILED;
