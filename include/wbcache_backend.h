@@ -102,7 +102,13 @@ struct wbc_backend_caps {
 				     * multiple of align; raised to the
 				     * cache's page size (a page is the least
 				     * one I/O carries) */
-	unsigned queue_depth;       /* I/Os in flight at most; default 32 */
+	unsigned queue_depth;       /* I/Os in flight at most; default 32;
+				     * the engine sends at most 4096.  It
+				     * bounds writeback and each direct
+				     * I/O call; reads of pages not in the
+				     * cache and other threads' direct I/O
+				     * come on top: submit queues what it
+				     * cannot start yet */
 	/* every I/O's offset, length and buffer address must be a multiple
 	 * of this (O_DIRECT's logical block size); 0: anything goes.  A
 	 * cache page smaller than this is refused at wbc_dev_add_backend() */

@@ -294,8 +294,9 @@ static int stack_parse(const char *opts, int *mode, unsigned *workers, char *err
 	return 0;
 }
 
-int stack_backend_new(wbc_dev *lower, const void *lower_cache, const char *name, const char *opts,
-		      const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
+int stack_backend_new(wbc_dev *lower, const void *lower_cache, uint64_t lower_max,
+		      const char *name, const char *opts, const struct wbc_backend_ops **ops,
+		      void **ctx, char *err, size_t errlen)
 {
 	int mode;
 	unsigned workers;
@@ -356,9 +357,12 @@ int stack_backend_new(wbc_dev *lower, const void *lower_cache, const char *name,
 		free(s);
 		return rc;
 	}
-	/* the lower backend's largest file is this device's; in direct mode
-	 * its alignment too */
-	s->max_file = lc.max_file_size;
+	/* the lower file's largest size is this device's: through the lower
+	 * cache the lower device's (its backend's in whole pages of that
+	 * cache: a write past that into it fails, and this device's pages
+	 * it refuses would be retried for good), direct its backend's; in
+	 * direct mode its alignment too */
+	s->max_file = mode == WBC_STACK_DIRECT ? lc.max_file_size : lower_max;
 	if (mode == WBC_STACK_DIRECT)
 		s->align = lc.align;
 	pthread_mutex_init(&s->lock, NULL);

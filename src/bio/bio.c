@@ -20,6 +20,10 @@
 #define DEFAULT_MAX_IO (1u << 20)
 #define MAX_MAX_IO ((size_t)1 << 30)   /* an I/O's result fits an int */
 #define DEFAULT_QD 32u
+/* The most I/Os a device keeps in flight, whatever its backend takes (one
+ * that says "any number", UINT_MAX, is sent this many: the device's pool
+ * holds a bio for each, with room for its largest I/O, made at once) */
+#define MAX_QD 4096u
 /* The most I/Os one submit() is given (a flusher's plug holds fewer). */
 #define SUBMIT_MAX 64u
 
@@ -46,7 +50,7 @@ int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ct
 	}
 	be->ops = ops;
 	be->ctx = ctx;
-	be->qd = caps.queue_depth ? caps.queue_depth : DEFAULT_QD;
+	be->qd = caps.queue_depth ? WBC_MIN(caps.queue_depth, MAX_QD) : DEFAULT_QD;
 	/* at most 1 GiB (an I/O's result is an int: 2 GiB done read as an
 	 * error), and a multiple of the alignment (direct I/O is split at
 	 * max_io: each piece must stay aligned) */
@@ -187,6 +191,40 @@ void bio_submit(struct backend *be, struct wbc_bio **bios, unsigned n)
 	submit_filled(be, bios, n);
 }
 
+/*
+ * The rest of a short write this thread is submitting: a backend that
+ * completes inside submit ends it inside that submit, and when it is
+ * short again its rest is left to the submitting frame (again set), not
+ * submitted from inside the completion.  Else each rest of one I/O took a
+ * level of the stack: a backend writing a sector at a time of a 64 MiB
+ * I/O completed inline overflowed it (131072 levels).  Only the bio whose
+ * rest this frame submits is left to it: the wait is the unwinding of
+ * that submit, which waits for nothing of the bio's.
+ */
+static _Thread_local struct {
+	struct wbc_bio *bio;
+	bool again;
+} rest;
+
+static void submit_rest(struct wbc_bio *b)
+{
+	if (rest.bio == b) {
+		rest.again = true;      /* the frame below submits it */
+		return;
+	}
+	struct wbc_bio *was = rest.bio;
+	bool was_again = rest.again;
+	rest.bio = b;
+	do {
+		rest.again = false;
+		/* b is not touched after this unless it came back short
+		 * inline: else it may be ended and reused already */
+		submit_filled(b->be, &b, 1);
+	} while (rest.again);
+	rest.bio = was;
+	rest.again = was_again;
+}
+
 void wbc_io_complete(struct wbc_io *io, ssize_t res)
 {
 	struct wbc_bio *b = container_of(io, struct wbc_bio, io);
@@ -199,7 +237,7 @@ void wbc_io_complete(struct wbc_io *io, ssize_t res)
 		} else {
 			/* a short write: submit the rest */
 			bio_advance_io(b, (size_t)res);
-			submit_filled(b->be, &b, 1);
+			submit_rest(b);
 			return;
 		}
 	}
@@ -257,13 +295,16 @@ ssize_t backend_read_sync(struct backend *be, void *obj, void *buf, size_t len, 
 	return bio.res;
 }
 
-/* Bios one round of backend_rw_sync submits at once. */
+/* Bios one round of backend_rw_sync submits at once (at most the
+ * backend's queue depth: a direct write of 1 MiB sent 16 I/Os at once to
+ * a backend of queue_depth=1). */
 #define RW_SYNC_BIOS 16u
 
 ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iovec *iov,
 			int iovcnt, uint64_t off, int *errp)
 {
 	size_t total = 0;
+	unsigned round_max = WBC_MIN(RW_SYNC_BIOS, WBC_MAX(be->qd, 1u));
 	if (errp)
 		*errp = 0;
 	int vi = 0;
@@ -275,7 +316,7 @@ ssize_t backend_rw_sync(struct backend *be, void *obj, int op, const struct iove
 		unsigned n = 0;
 		size_t round = 0;
 		int err = 0;
-		while (vi < iovcnt && n < RW_SYNC_BIOS) {
+		while (vi < iovcnt && n < round_max) {
 			/* up to max_io bytes and IOV_MAX entries from here */
 			int cnt = 0, v = vi;
 			size_t skip = vskip, len = 0;

@@ -331,6 +331,16 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	return 0;
 }
 
+/* The largest file a stacked device's writes through @lower's cache may
+ * reach: what its own writers are held to (a one-file device's asked
+ * again: it may have grown). */
+static uint64_t lower_max_file(wbc_dev *lower)
+{
+	struct backend *be = lower->be;
+	return be->single ? backend_max_file(be, lower->cache->page_size)
+			  : __atomic_load_n(&be->max_file, __ATOMIC_RELAXED);
+}
+
 /* The lower file of a stacked device (wbc_dev_add_stacked). */
 struct stack_target {
 	wbc_dev *lower;
@@ -408,8 +418,8 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 			 "numbered from 0 in the order they were added)", id, id);
 		err = -EINVAL;
 	} else if (!(err = stack_room(c, lower, name + nlen, msg, msglen))) {
-		err = stack_backend_new(lower, lower->cache, nm, name[nlen] ? name + nlen + 1 : "", ops, ctx,
-					msg, msglen);
+		err = stack_backend_new(lower, lower->cache, lower_max_file(lower), nm,
+					name[nlen] ? name + nlen + 1 : "", ops, ctx, msg, msglen);
 	}
 	free(nm);
 	return err;
@@ -443,8 +453,9 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
 	if (!err && stack && !(err = stack_room(c, stack->lower, bspec, msg, msglen)))   /* "stack[,opts]" */
-		err = stack_backend_new(stack->lower, stack->lower->cache, stack->name, bspec[5] ? bspec + 6 : "",
-					&ops, &ctx, msg, msglen);
+		err = stack_backend_new(stack->lower, stack->lower->cache,
+					lower_max_file(stack->lower), stack->name,
+					bspec[5] ? bspec + 6 : "", &ops, &ctx, msg, msglen);
 	else if (!err && !strncmp(bspec, "stack:", 6))
 		err = stack_from_spec(c, bspec + 6, &ops, &ctx, msg, msglen);
 	else if (!err)

@@ -1,0 +1,340 @@
+/*
+ * Backends below the engine, at the edges of their contract
+ * (include/wbcache_backend.h):
+ *   1. A backend that completes inline (inside submit) and writes at most
+ *      a sector per I/O, with a large max_io: every short write's rest is
+ *      submitted again from inside its completion; a 64 MiB I/O is 131072
+ *      of them.  The file is written back whole (the engine's stack did
+ *      not grow with each rest: it overflowed).
+ *   2. A stacked device over a device whose backend's largest file is not
+ *      a whole number of pages (10000 bytes: 8192 through the lower
+ *      cache): the stacked device refuses a write from 8192 on (-EFBIG)
+ *      and cuts one across it, as the lower device does, instead of
+ *      taking it into its cache and failing its writeback for good.
+ *   3. A backend of queue_depth UINT_MAX ("any number"): the device is
+ *      made (its pool of a bio per I/O in flight was asked for at once:
+ *      -ENOMEM) and writes back.
+ *   4. A backend of queue_depth 1 completing from its own thread: a
+ *      direct write of 1 MiB (16 I/Os of its max_io) has at most one of
+ *      them in flight at a time (it had 16).
+ */
+#include "testutil.h"
+#include "wbcache_backend.h"
+
+#include <pthread.h>
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
+#define MiB (1u << 20)
+
+/* ------------------------------------------------------------------ */
+/* 1. short writes of a sector, completed inline */
+
+static pthread_mutex_t sec_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *sec_store;
+static size_t sec_cap, sec_size;
+static unsigned long sec_ios;
+static uint64_t sec_max_file;    /* caps.max_file_size */
+static unsigned sec_qd = 4;      /* caps.queue_depth */
+static int sec_dummy;
+
+static void sec_caps(void *ctx, struct wbc_backend_caps *c)
+{
+	(void)ctx;
+	c->max_io = 64 * MiB;
+	c->queue_depth = sec_qd;
+	c->max_file_size = sec_max_file;
+}
+
+static int sec_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	(void)ctx; (void)name; (void)flags;
+	*file = &sec_dummy;
+	pthread_mutex_lock(&sec_lock);
+	*size = sec_size;
+	pthread_mutex_unlock(&sec_lock);
+	return 0;
+}
+
+static void sec_close(void *ctx, void *file) { (void)ctx; (void)file; }
+
+static int sec_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	(void)ctx; (void)queued;
+	for (unsigned i = 0; i < n; i++) {
+		struct wbc_io *io = ios[i];
+		size_t want = io->op == WBC_IO_WRITE ? MIN(io->len, (size_t)512) : io->len;
+		size_t done = 0;
+		pthread_mutex_lock(&sec_lock);
+		sec_ios++;
+		for (int k = 0; k < io->iovcnt && done < want; k++) {
+			size_t m = MIN(io->iov[k].iov_len, want - done);
+			uint64_t at = io->off + done;
+			if (io->op == WBC_IO_WRITE) {
+				CHECK(at + m <= sec_cap);
+				memcpy(sec_store + at, io->iov[k].iov_base, m);
+				if (at + m > sec_size)
+					sec_size = at + m;
+			} else {
+				m = at >= sec_size ? 0 : MIN(m, sec_size - at);
+				memcpy(io->iov[k].iov_base, sec_store + at, m);
+				if (m < io->iov[k].iov_len) {
+					done += m;
+					break;
+				}
+			}
+			done += m;
+		}
+		pthread_mutex_unlock(&sec_lock);
+		io->res = (ssize_t)done;
+	}
+	wbc_io_complete_batch(ios, n);   /* inline, none of our locks held */
+	return 0;
+}
+
+static int sec_resize(void *ctx, void *file, uint64_t size)
+{
+	(void)ctx; (void)file;
+	pthread_mutex_lock(&sec_lock);
+	if (size > sec_cap) {
+		pthread_mutex_unlock(&sec_lock);
+		return -EFBIG;
+	}
+	if (size > sec_size)
+		memset(sec_store + sec_size, 0, size - sec_size);
+	sec_size = size;
+	pthread_mutex_unlock(&sec_lock);
+	return 0;
+}
+
+static void sec_destroy(void *ctx) { (void)ctx; }
+
+static const struct wbc_backend_ops sec_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "sector",
+	.caps = sec_caps,
+	.open = sec_open,
+	.close = sec_close,
+	.submit = sec_submit,
+	.resize = sec_resize,
+	.destroy = sec_destroy,
+};
+
+static void short_inline(void)
+{
+	size_t len = 64 * MiB;
+	sec_cap = len;
+	CHECK((sec_store = calloc(1, sec_cap)));
+	struct wbc_config cfg = t_config(160 * MiB, 4096);
+	cfg.dirty_writeback_centisecs = 0;
+	cfg.dirty_ratio = 80;
+	cfg.dirty_background_ratio = 70;
+	wbc_cache *c;
+	wbc_dev *d;
+	char msg[256];
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_backend_msg(c, &sec_ops, NULL, NULL, &d, msg, sizeof(msg)), 0);
+	char *buf = malloc(len);
+	CHECK(buf);
+	t_fill(buf, len, 7);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(d, "f", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, buf, len, 0), (ssize_t)len);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	CHECK_EQ(sec_size, len);
+	CHECK(!memcmp(sec_store, buf, len));
+	printf("1. %lu I/Os of at most 512 bytes, inline: %zu bytes written back\n", sec_ios,
+	       sec_size);
+	free(buf);
+	free(sec_store);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. a stacked device's largest file is the lower device's */
+
+static void stack_max_file(void)
+{
+	sec_cap = 64 << 10;
+	sec_size = 0;
+	sec_max_file = 10000;   /* not a multiple of the page: the device's is 8192 */
+	CHECK((sec_store = calloc(1, sec_cap)));
+	wbc_cache *lc = t_quiet_cache(16 * MiB), *uc = t_quiet_cache(16 * MiB);
+	wbc_dev *lower, *up;
+	char msg[256];
+	CHECK_EQ(wbc_dev_add_backend_msg(lc, &sec_ops, NULL, NULL, &lower, msg, sizeof(msg)), 0);
+	wbc_file *lf, *f;
+	char buf[1000];
+	memset(buf, 0x5a, sizeof(buf));
+	/* the lower device itself: from 8192 on -EFBIG, across it short */
+	CHECK_EQ(wbc_file_open(lower, "x", WBC_O_CREAT, &lf), 0);
+	CHECK_EQ(wbc_pwrite(lf, buf, 100, 9000), -EFBIG);
+	CHECK_EQ(wbc_pwrite(lf, buf, 1000, 8000), 192);
+	CHECK_EQ(wbc_file_close(lf), 0);
+	CHECK_EQ(wbc_dev_add_stacked(uc, lower, "img", NULL, &up, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
+	/* the same through the stacked device: never taken into its cache
+	 * to fail at writeback for good */
+	ssize_t r1 = wbc_pwrite(f, buf, 100, 9000), r2 = wbc_pwrite(f, buf, 1000, 8000);
+	int e = wbc_fsync(f);
+	printf("2. stacked over a device whose largest file is 8192: a write at 9000 -> %zd, "
+	       "one across 8192 -> %zd, fsync %d\n", r1, r2, e);
+	CHECK_EQ(r1, -EFBIG);
+	CHECK_EQ(r2, 192);
+	CHECK_EQ(e, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(uc), 0);
+	CHECK_EQ(wbc_cache_close(lc), 0);
+	CHECK_EQ(sec_size, 8192);
+	free(sec_store);
+	sec_max_file = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. a queue depth of "no limit" */
+
+static void deep_queue(void)
+{
+	sec_cap = 4 * MiB;
+	sec_size = 0;
+	sec_qd = UINT32_MAX;
+	CHECK((sec_store = calloc(1, sec_cap)));
+	wbc_cache *c = t_quiet_cache(16 * MiB);
+	wbc_dev *d;
+	char msg[256] = "";
+	int err = wbc_dev_add_backend_msg(c, &sec_ops, NULL, NULL, &d, msg, sizeof(msg));
+	printf("3. queue_depth=%u: %d %s\n", sec_qd, err, msg);
+	CHECK_EQ(err, 0);
+	t_stream(d, NULL, "f", 4 * MiB, 3, 1);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	CHECK_EQ(sec_size, 4 * MiB);
+	free(sec_store);
+	sec_qd = 4;
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. one direct call keeps to the queue depth */
+
+static atomic_int qd_in, qd_max;
+static pthread_mutex_t qd_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qd_cond = PTHREAD_COND_INITIALIZER;
+static struct wbc_io *qd_q[64];
+static int qd_n;
+static bool qd_stop;
+
+static void qd_caps(void *ctx, struct wbc_backend_caps *c)
+{
+	(void)ctx;
+	c->max_io = 64 << 10;
+	c->queue_depth = 1;
+}
+
+static void *qd_thread(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&qd_lock);
+	for (;;) {
+		while (!qd_n && !qd_stop)
+			pthread_cond_wait(&qd_cond, &qd_lock);
+		if (!qd_n)
+			break;
+		struct wbc_io *io = qd_q[0];
+		memmove(qd_q, qd_q + 1, (size_t)--qd_n * sizeof(*qd_q));
+		pthread_mutex_unlock(&qd_lock);
+		struct timespec ts = { 0, 200 * 1000 };   /* room for another to arrive */
+		nanosleep(&ts, NULL);
+		if (io->op == WBC_IO_READ)
+			for (int k = 0; k < io->iovcnt; k++)
+				memset(io->iov[k].iov_base, 0, io->iov[k].iov_len);
+		atomic_fetch_sub(&qd_in, 1);
+		wbc_io_complete(io, (ssize_t)io->len);
+		pthread_mutex_lock(&qd_lock);
+	}
+	pthread_mutex_unlock(&qd_lock);
+	return NULL;
+}
+
+static int qd_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	(void)ctx; (void)queued;
+	pthread_mutex_lock(&qd_lock);
+	for (unsigned i = 0; i < n; i++) {
+		int v = atomic_fetch_add(&qd_in, 1) + 1;
+		if (v > atomic_load(&qd_max))
+			atomic_store(&qd_max, v);
+		CHECK(qd_n < 64);
+		qd_q[qd_n++] = ios[i];
+	}
+	pthread_cond_signal(&qd_cond);
+	pthread_mutex_unlock(&qd_lock);
+	return 0;
+}
+
+static int qd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	(void)ctx; (void)name; (void)flags;
+	*file = &sec_dummy;
+	*size = 0;
+	return 0;
+}
+
+static int qd_resize(void *ctx, void *file, uint64_t size)
+{
+	(void)ctx; (void)file; (void)size;
+	return 0;
+}
+
+static const struct wbc_backend_ops qd_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "qd1",
+	.caps = qd_caps,
+	.open = qd_open,
+	.close = sec_close,
+	.submit = qd_submit,
+	.resize = qd_resize,
+	.destroy = sec_destroy,
+};
+
+static void direct_depth(void)
+{
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, qd_thread, NULL), 0);
+	wbc_cache *c = t_quiet_cache(16 * MiB);
+	wbc_dev *d;
+	CHECK_EQ(wbc_dev_add_backend(c, &qd_ops, NULL, NULL, &d), 0);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(d, "f", WBC_O_CREAT | WBC_O_DIRECT, &f), 0);
+	char *buf = aligned_alloc(4096, MiB);
+	CHECK(buf);
+	memset(buf, 0x11, MiB);
+	CHECK_EQ(wbc_pwrite(f, buf, MiB, 0), (ssize_t)MiB);
+	int w = atomic_load(&qd_max);
+	atomic_store(&qd_max, 0);
+	CHECK_EQ(wbc_pread(f, buf, MiB, 0), (ssize_t)MiB);
+	int r = atomic_load(&qd_max);
+	printf("4. queue_depth 1, direct 1 MiB in I/Os of 64 KiB: at most %d in flight "
+	       "writing, %d reading\n", w, r);
+	CHECK_EQ(w, 1);
+	CHECK_EQ(r, 1);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	pthread_mutex_lock(&qd_lock);
+	qd_stop = true;
+	pthread_cond_signal(&qd_cond);
+	pthread_mutex_unlock(&qd_lock);
+	pthread_join(t, NULL);
+	free(buf);
+}
+
+/* backend_edges [N]: part N alone */
+int main(int argc, char **argv)
+{
+	int only = argc > 1 ? atoi(argv[1]) : 0;
+	void (*parts[])(void) = { short_inline, stack_max_file, deep_queue, direct_depth };
+	for (int i = 0; i < 4; i++)
+		if (!only || only == i + 1)
+			parts[i]();
+	printf("backend_edges: all passed\n");
+	return 0;
+}
