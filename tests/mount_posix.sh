@@ -267,6 +267,47 @@ os.close(src); os.close(dst)
 assert open(os.path.join(m, "copy"), "rb").read() == b"S" * 5000
 PY
 
+# ---- a file whose last link goes keeps its data for an open that comes
+# after: one that found the name before the rename over it or its unlink
+# (a reader of a file replaced by rename), here a reopen through
+# /proc/self/fd of an O_PATH descriptor.  The data was dropped at the
+# unlink (or at the last close after it): the open read an empty file
+python3 - "$mt" <<'PY' || fail "an open after the last link went"
+import os, sys
+m = sys.argv[1]
+def put(name, data):
+    with open(os.path.join(m, name), "wb") as f: f.write(data)
+def reopen(pfd, flags=os.O_RDONLY):
+    return os.open("/proc/self/fd/%d" % pfd, flags)
+put("held", b"H" * 70000); put("newer", b"N" * 10)
+p = os.open(os.path.join(m, "held"), os.O_PATH)
+os.rename(os.path.join(m, "newer"), os.path.join(m, "held"))
+fd = reopen(p)
+got = os.pread(fd, 100000, 0)
+assert got == b"H" * 70000, "renamed over: %d bytes, %r" % (len(got), got[:8])
+os.close(fd); os.close(p)
+put("held2", b"U" * 5000)
+p = os.open(os.path.join(m, "held2"), os.O_PATH)
+os.unlink(os.path.join(m, "held2"))
+fd = reopen(p, os.O_RDWR)
+got = os.pread(fd, 100000, 0)
+assert got == b"U" * 5000, "unlinked: %d bytes, %r" % (len(got), got[:8])
+os.pwrite(fd, b"more", 5000)
+os.close(fd)
+fd = reopen(p)
+assert os.pread(fd, 100000, 0) == b"U" * 5000 + b"more", "unlinked, written, reopened"
+os.close(fd); os.close(p)
+put("held3", b"O" * 3000)
+p = os.open(os.path.join(m, "held3"), os.O_PATH)
+fd = os.open(os.path.join(m, "held3"), os.O_RDONLY)
+os.unlink(os.path.join(m, "held3"))
+os.close(fd)                                  # the last open of it
+fd = reopen(p)
+got = os.pread(fd, 100000, 0)
+assert got == b"O" * 3000, "unlinked while open, closed: %d bytes" % len(got)
+os.close(fd); os.close(p)
+PY
+
 # ---- inode numbers reused by the backing file system (no ESTALE)
 loop() {
 	local d=$1 i errs=0

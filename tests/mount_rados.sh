@@ -67,8 +67,14 @@ cmp -n 1000000 "$top/model" "$mt/d/b" || fail "after a remount: the truncated fi
 [ "$(stat -c %s "$mt/d/b")" = 1000000 ] || fail "after a remount: truncated size"
 before=$(objs | wc -l)
 rm "$mt/renamed" || fail "rm"
-getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1
-after=$(objs | wc -l)
+# (removed when the kernel forgets the file, which rm does not wait for:
+# polled, 10 s)
+for _ in $(seq 100); do
+	getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1
+	after=$(objs | wc -l)
+	[ $((before - after)) -eq 5 ] && break
+	sleep 0.1
+done
 echo "objects: $before before the unlink, $after after"
 [ $((before - after)) -eq 5 ] || fail "the unlinked file's 5 objects are not all gone: $before -> $after"
 # a file removed while its data is only in the cache, and a whole tree

@@ -563,6 +563,15 @@ out:
 		signal(SIGINT, SIG_IGN);
 		signal(SIGTERM, SIG_IGN);
 		signal(SIGHUP, SIG_IGN);
+		/* the data of files unlinked and closed that the kernel did
+		 * not forget (pin_unlinked_locked): no open of them comes
+		 * now; dropped rather than written back (a remote backend's
+		 * objects removed) */
+		for (size_t i = 0; M.hash && i < M.hsize; i++)
+			for (struct node *n = M.hash[i]; n; n = n->hnext)
+				unpin_unlinked(n);
+		for (struct node *n = M.stale; n; n = n->hnext)
+			unpin_unlinked(n);
 		/* everything is written back here.  An error met on the way
 		 * (a full file system, since freed) that left nothing at risk
 		 * and lost nothing is logged; data not written makes it 1. */

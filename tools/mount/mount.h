@@ -22,7 +22,8 @@
  * by reopening the node's O_PATH descriptor, so writeback reaches the very
  * inode that was written, never a file that later took its name.  A file
  * whose last link goes (unlink, or rename over it) has its cached data
- * dropped once no handle is open; a node the kernel forgets after data went
+ * dropped once the kernel forgets it (an open of the inode may come
+ * until then); a node the kernel forgets after data went
  * through it stays as a ghost (node.c) or, without file handles, is written
  * back first, so a new node for the same inode never sees stale data.
  *
@@ -157,6 +158,10 @@ struct node {
 	wbc_file *wf;                /* the node's engine handle while opens > 0 */
 	bool wrote;                  /* data went through the engine */
 	bool unlinked;               /* a link of it went through the mount */
+	/* its last link gone, its data in the cache: a descriptor hold
+	 * (pfd_holds) that keeps the inode until the data is dropped, when
+	 * the kernel forgets the node (pin_unlinked_locked) */
+	bool unlink_pin;
 	bool size_known;
 	uint64_t size;               /* the engine's size of the data */
 	uint64_t unwritten;          /* bytes not yet written back, at the last release */
@@ -275,10 +280,13 @@ void node_free(struct node *n);
 int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
 int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);
 void drop_if_unlinked_locked(struct node *n);
+void pin_unlinked_locked(struct node *n);
+void unpin_unlinked(struct node *n);
 /* Around an unlink, or a rename over, of the regular file (dev, ino):
- * before_unlink returns a descriptor that keeps the inode until its
- * cached data is dropped (-1: none needed), which after_unlink closes
- * (the caller closes it when the unlink failed). */
+ * before_unlink returns a descriptor that keeps the inode until
+ * after_unlink has pinned it for the drop of its cached data at forget
+ * (-1: none needed), which after_unlink closes (the caller closes it when
+ * the unlink failed). */
 int before_unlink(dev_t dev, ino_t ino);
 void after_unlink(dev_t dev, ino_t ino, int keep);
 /* A rename through the mount moved the inode (dev, ino): its ctime. */

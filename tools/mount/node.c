@@ -690,6 +690,48 @@ void drop_if_unlinked_locked(struct node *n)
 	n->wrote = false;
 	n->size_known = false;
 	n->mtime_set = false;
+	if (n->unlink_pin) {
+		n->unlink_pin = false;
+		node_drop_fd(n);
+	}
+}
+
+/*
+ * A file whose last link went through the mount, closed: its data is
+ * dropped only once the kernel forgets the node (forget_one), not at the
+ * unlink or the last release.  Until then the kernel may still send an
+ * OPEN of the inode (an open(2) that found the name before a rename over
+ * it or its unlink, or a reopen through /proc/PID/fd of a descriptor,
+ * O_PATH's too) and that open reads the file's data, as on a local file
+ * system: dropped at once, it read an empty file (the drop cut the
+ * backing inode too), or zeros to the size the kernel knew.  In handle
+ * mode a hold of the node's descriptor keeps the unlinked inode (and the
+ * engine's writeback and drop of its data) meanwhile; released by the
+ * drop.  Caller holds n->lock, opens == 0.
+ */
+void pin_unlinked_locked(struct node *n)
+{
+	assert_held(&n->lock);
+	if (n->unlink_pin || !n->is_reg || n->fd >= 0 || (!n->wrote && !M.remote))
+		return;
+	struct stat st;
+	int fd = nfd(n);
+	if (fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH) && !st.st_nlink)
+		n->unlink_pin = true;   /* the hold nfd took */
+	else
+		nfd_put(n, fd);
+}
+
+/* At the end (main.c): the data of a closed file whose last link went
+ * through the mount dropped (its pin let go). */
+void unpin_unlinked(struct node *n)
+{
+	if (n == &M.root)
+		return;
+	pthread_mutex_lock(&n->lock);
+	if (n->unlinked && !n->opens)
+		drop_if_unlinked_locked(n);
+	pthread_mutex_unlock(&n->lock);
 }
 
 int backing_set_size(struct node *n, uint64_t size)
@@ -737,12 +779,13 @@ static void node_put(struct node *n)
 /* An open file is about to lose a name through the mount: in handle mode
  * it holds no descriptor of its own (the engine's may be closed when
  * idle, and an unlinked inode with none is freed: its handle then says
- * ESTALE), so one is opened now and kept until its last release
- * (node_drop_fd, after the data is dropped).  A closed file with data in
- * the engine gets one for the caller to keep until after_unlink has
- * dropped the data: without it, the engine, whose descriptor was closed,
- * could neither write nor drop its dirty pages (ESTALE at every retry,
- * and a umount that failed). */
+ * ESTALE), so one is opened now and kept until its last release, which
+ * hands it to the pin that keeps the inode until the data is dropped
+ * (pin_unlinked_locked).  A closed file with data in the engine gets one
+ * for the caller to keep until after_unlink has pinned the inode: without
+ * it, the engine, whose descriptor was closed, could neither write nor
+ * drop its dirty pages (ESTALE at every retry, and a umount that
+ * failed). */
 /* An open file's descriptor, taken now (caller holds n->lock): it keeps
  * the backing inode once its last link goes, as an open file's on a local
  * file system (a handle no longer opens it then). */
@@ -793,7 +836,7 @@ void after_unlink(dev_t dev, ino_t ino, int keep)
 		if (n->is_reg && M.handles)
 			pin_open_locked(n);
 		if (!n->opens)
-			drop_if_unlinked_locked(n);
+			pin_unlinked_locked(n);
 		pthread_mutex_unlock(&n->lock);
 		node_put(n);
 	}

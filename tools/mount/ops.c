@@ -987,11 +987,12 @@ static void release_handle(struct node *n, struct fuse_file_info *fi)
 		}
 		wbc_file_close(n->wf);
 		n->wf = NULL;
-		/* a file unlinked beside the mount is found at forget */
+		/* its data dropped at forget (a file unlinked beside the
+		 * mount is found then too) */
 		if (n->unlinked)
-			drop_if_unlinked_locked(n);
+			pin_unlinked_locked(n);
 	}
-	/* after the drop: the open's descriptor (before_unlink's) kept the
+	/* after the pin: the open's descriptor (before_unlink's) kept the
 	 * unlinked inode, whose handle opens no more once it is freed */
 	node_drop_fd(n);
 	pthread_mutex_unlock(&n->lock);
