@@ -253,7 +253,8 @@ int wbc_dev_backend_stats(wbc_dev *dev, struct wbc_backend_stats *st);
  * and "KB" mean the same): for backends' option strings.  0 or -EINVAL. */
 int wbc_parse_size(const char *s, uint64_t *out);
 /* Parse a duration in seconds: "2", "0.5s", "250ms", "100us" (a plain
- * decimal: no sign, space or hex).  0 or -EINVAL. */
+ * decimal: no sign, space, hex or exponent, and a point whatever the
+ * locale).  0 or -EINVAL. */
 int wbc_parse_time(const char *s, double *out);
 
 #ifdef __cplusplus

@@ -3,10 +3,67 @@
 #include "testutil.h"
 #include "wbcache_backend.h"
 
+#include <locale.h>
+
 static void no_destroy(void *ctx) { (void)ctx; }   /* the mem device's */
+
+/* Durations: plain decimals, the point whatever the locale. */
+static void parse_times(void)
+{
+	double t;
+	CHECK_EQ(wbc_parse_time("0.5", &t), 0);
+	CHECK(t == 0.5);
+	CHECK_EQ(wbc_parse_time(".5s", &t), 0);
+	CHECK(t == 0.5);
+	CHECK_EQ(wbc_parse_time("3.", &t), 0);
+	CHECK(t == 3);
+	CHECK_EQ(wbc_parse_time("0.1", &t), 0);
+	CHECK(t == 0.1);
+	CHECK_EQ(wbc_parse_time("250ms", &t), 0);
+	CHECK(t == 0.25);
+	CHECK_EQ(wbc_parse_time("100us", &t), 0);
+	CHECK(t == 100 / 1e6);
+	/* strtod's other forms were taken: 1e3 as 1000 s */
+	const char *bad[] = { "1e3", "1E-3", "1e3ms", ".", "", "-1", "+1", " 1", "0x10", "1.2.3",
+			      "inf", "nan", "1,5", "5 s", "5m" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
+		if (wbc_parse_time(bad[i], &t) != -EINVAL) {
+			fprintf(stderr, "wbc_parse_time(\"%s\") taken: %g\n", bad[i], t);
+			exit(1);
+		}
+	/* under a locale whose decimal point is a comma (strtod read "0.5"
+	 * as 0 there, and refused it) */
+	char dir[] = "/tmp/wbc-locale-XXXXXX", cmd[300], path[300];
+	CHECK(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1",
+		 dir);
+	int rc = system(cmd);
+	snprintf(path, sizeof(path), "%s/de_DE.UTF-8", dir);
+	setenv("LOCPATH", dir, 1);
+	if (access(path, F_OK) || !setlocale(LC_NUMERIC, "de_DE.UTF-8")) {
+		printf("    a comma locale: not checked (localedef: %d)\n", rc);
+	} else {
+		CHECK(strtod("0.5", NULL) == 0);   /* the comma locale is in effect */
+		CHECK_EQ(wbc_parse_time("0.5", &t), 0);
+		CHECK(t == 0.5);
+		struct wbc_config cfg = t_config(1 << 20, 4096);
+		wbc_cache *c;
+		wbc_dev *d;
+		char msg[256] = "";
+		CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+		CHECK_EQ(wbc_dev_add_msg(c, "model:errp=0.5,retry_timeout=0.25", &d, msg, sizeof(msg)), 0);
+		CHECK_EQ(wbc_cache_close(c), 0);
+		printf("    a comma locale: 0.5 read as 0.5\n");
+		CHECK(setlocale(LC_NUMERIC, "C"));
+	}
+	unsetenv("LOCPATH");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK_EQ(system(cmd), 0);
+}
 
 int main(void)
 {
+	parse_times();
 	struct wbc_config cfg = t_config(1 << 20, 4096);
 	wbc_cache *c;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);

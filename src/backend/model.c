@@ -113,14 +113,9 @@ static uint64_t ns_add(uint64_t base, uint64_t ns)
 
 static int parse_double(const char *s, double lo, double hi, double *out)
 {
-	/* a decimal number, as wbc_parse_time's (strtod takes signs, spaces
-	 * and hex) */
-	if (!(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))) ||
-	    (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
-		return -EINVAL;
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || *end || !(v >= lo && v <= hi))
+	const char *end;
+	double v;
+	if (parse_decimal(s, &v, &end) || *end || !(v >= lo && v <= hi))
 		return -EINVAL;
 	*out = v;
 	return 0;

@@ -93,16 +93,46 @@ int wbc_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/*
+ * A plain decimal number at @s ("12", "0.5", ".5", "3."): digits and one
+ * point, nothing else (strtod takes a sign, spaces, hex and exponents,
+ * and reads the point of the program's locale: under one that writes
+ * "0,5" it stopped at "0.5"'s point).  Its value and where it ends, or
+ * -EINVAL.
+ */
+int parse_decimal(const char *s, double *out, const char **endp)
+{
+	double v = 0, frac = 0, scale = 1;
+	const char *p = s;
+	for (; *p >= '0' && *p <= '9'; p++)
+		v = v * 10 + (*p - '0');
+	bool digits = p != s;
+	if (*p == '.') {
+		const char *q = ++p;
+		/* at most 17 significant fraction digits count (exact in
+		 * scale); the rest cannot change a double */
+		for (; *p >= '0' && *p <= '9'; p++)
+			if (p - q < 17) {
+				frac = frac * 10 + (*p - '0');
+				scale *= 10;
+			}
+		digits = digits || p != q;
+	}
+	if (!digits)
+		return -EINVAL;
+	v += frac / scale;
+	if (!isfinite(v))
+		return -EINVAL;
+	*out = v;
+	*endp = p;
+	return 0;
+}
+
 int wbc_parse_time(const char *s, double *out)
 {
-	/* a decimal number: strtod would take a sign, spaces and hex too */
-	if (!s || !(isdigit((unsigned char)s[0]) ||
-		    (s[0] == '.' && isdigit((unsigned char)s[1]))) ||
-	    (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
-		return -EINVAL;
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || !(v >= 0) || !isfinite(v))
+	const char *end;
+	double v;
+	if (!s || parse_decimal(s, &v, &end))
 		return -EINVAL;
 	if (!strcmp(end, "s") || !*end)
 		*out = v;

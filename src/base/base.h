@@ -122,4 +122,8 @@ static inline uint64_t wbc_name_hash(const char *s)
  * WBC_NEVER_NS, never by a cast that overflows; negative or NaN: 0. */
 uint64_t wbc_secs_to_ns(double s);
 
+/* A plain decimal ("0.5", ".5", "12"; no sign, space, hex or exponent;
+ * '.' whatever the locale): its value and end, or -EINVAL. */
+int parse_decimal(const char *s, double *out, const char **endp);
+
 #endif
