@@ -95,4 +95,25 @@ do_mount "$opts"
 cmp -n 300000 "$top/model" "$mt/held" || fail "a file open at SIGTERM: its data after a remount"
 rm "$mt/held"
 do_umount || fail "umount: $(cat "$top/umount.log")"
+# a daemon killed (-9) with a file open leaves its lock: the next mount's
+# open of it is refused (EBUSY) until `wbcache rados-unlock SPEC --file
+# BACKING_FILE` breaks it (the name in the pool is the backing file's
+# handle, which only --file finds)
+do_mount "$opts"
+exec 7>"$mt/crashed"
+echo before >&7
+kill -9 "$pid"
+wait_gone "$pid" 100 || fail "the daemon survived kill -9"
+pid=
+exec 7>&-
+fusermount3 -u "$mt" || fail "fusermount3 -u after kill -9"
+do_mount "$opts"
+echo again 2>/dev/null >>"$mt/crashed" && fail "a file locked by a dead mount opened"
+msg=$("$W" rados-unlock "rados:wbc/$prefix,conf=$conf" --file "$mt/crashed" 2>&1) &&
+	fail "rados-unlock --file through the mount: $msg"
+echo "$msg" | grep -q "BACKING_DIR" || fail "rados-unlock --file through the mount: $msg"
+"$W" rados-unlock "rados:wbc/$prefix,conf=$conf" --file "$bk/crashed" || fail "rados-unlock --file"
+echo again >>"$mt/crashed" || fail "the file after rados-unlock --file"
+rm "$mt/crashed"
+do_umount || fail "umount: $(cat "$top/umount.log")"
 echo "mount_rados: ok"

@@ -41,5 +41,8 @@ int cmd_lab(int argc, char **argv);     /* lab.c */
 int cmd_mount(int argc, char **argv);   /* mount/main.c */
 int cmd_stat(int argc, char **argv);    /* mount/stats.c */
 int cmd_umount(int argc, char **argv);  /* mount/main.c */
+/* The name a rados mount (handle mode) gives the data of the backing file
+ * @path (mount/node.c): 0, or -errno with @msg. */
+int backing_file_name(const char *path, char *buf, size_t len, char *msg, size_t msglen);
 int wbc_parse_size(const char *s, uint64_t *out);   /* wbcache_backend.h */
 #endif

@@ -46,7 +46,7 @@ static void usage(FILE *out)
 "                   live statistics of a mount (--json: as one JSON object)\n"
 "  umount MOUNTPOINT\n"
 "                   write everything back, unmount, wait for the daemon\n"
-"  rados-unlock SPEC NAME\n"
+"  rados-unlock SPEC NAME | --file BACKING_FILE\n"
 "                   break the lock a cache holds on file NAME of the rados\n"
 "                   device SPEC (rados:POOL[/PREFIX][,conf=PATH,id=NAME]): for\n"
 "                   a cache that died holding it.  A cache still running\n"
@@ -59,23 +59,42 @@ static void usage(FILE *out)
 "interrupted (SIGINT, SIGTERM; lab: 128 + the signal)\n");
 }
 
-/* wbcache rados-unlock SPEC NAME: 0 broken (or not locked), 1 failed,
- * 2 usage. */
+/* wbcache rados-unlock SPEC NAME | --file BACKING_FILE: 0 broken (or not
+ * locked), 1 failed, 2 usage. */
 static int cmd_rados_unlock(int argc, char **argv)
 {
-	static const char use[] = "usage: wbcache rados-unlock rados:POOL[/PREFIX][,conf=PATH,"
-				  "id=NAME] NAME\n";
+	static const char use[] =
+		"usage: wbcache rados-unlock rados:POOL[/PREFIX][,conf=PATH,id=NAME] NAME\n"
+		"       wbcache rados-unlock rados:POOL[/PREFIX][,...] --file BACKING_FILE\n"
+		"Break the RADOS lock a cache that died left on a file (the cache that\n"
+		"holds it is fenced first: blocklisted).  NAME: the file's name in the\n"
+		"pool (the rados: device's wbc_file_open name).  --file: a file of a\n"
+		"rados mount's BACKING_DIR (not through the mount), whose data the mount\n"
+		"names by its file handle.\n"
+		"exit status: 0 broken or not locked; 1 failed; 2 a bad command line\n";
 	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		fputs(use, stdout);
 		return 0;
 	}
-	if (argc != 3 || strncmp(argv[1], "rados:", 6) || !argv[2][0]) {
-		fprintf(stderr, "wbcache rados-unlock: %s\n%s", argc != 3 ? "needs a SPEC and a NAME" :
-			!argv[2][0] ? "the NAME is empty" : "the SPEC must start with rados:", use);
+	bool file = argc == 4 && !strcmp(argv[2], "--file");
+	const char *name = file ? argv[3] : argc == 3 ? argv[2] : NULL;
+	if (!name || strncmp(argv[1], "rados:", 6) || !name[0]) {
+		fprintf(stderr, "wbcache rados-unlock: %s\n%s",
+			!name ? "needs a SPEC and a NAME (or --file BACKING_FILE)" :
+			!name[0] ? "the NAME is empty" : "the SPEC must start with rados:", use);
 		return 2;
 	}
-	char msg[512];
-	int r = wbc_rados_break_lock(argv[1], argv[2], msg, sizeof(msg));
+	char msg[512], hname[300];
+	if (file) {
+		int r = backing_file_name(name, hname, sizeof(hname), msg, sizeof(msg));
+		if (r) {
+			fprintf(stderr, "wbcache rados-unlock: %s\n", msg);
+			return 1;
+		}
+		printf("%s: %s\n", name, hname);
+		name = hname;
+	}
+	int r = wbc_rados_break_lock(argv[1], name, msg, sizeof(msg));
 	if (r < 0) {
 		fprintf(stderr, "wbcache rados-unlock: %s\n", msg[0] ? msg : wbc_strerror(r));
 		return r == -EINVAL ? 2 : 1;

@@ -6,7 +6,11 @@
  */
 #include "mount.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -183,19 +187,55 @@ void node_drop_fd(struct node *n)
  * hex (unique for the inode's lifetime: handles carry its generation), so
  * any node for the inode finds the same cached data and the engine can
  * reopen it from any thread; otherwise the node's gen. */
+static void handle_name(const struct file_handle *fh, char *buf, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	int k = snprintf(buf, len, "h%x-", (unsigned)fh->handle_type);
+	for (unsigned i = 0; i < fh->handle_bytes && (size_t)k + 3 < len; i++) {
+		buf[k++] = hex[fh->f_handle[i] >> 4];
+		buf[k++] = hex[fh->f_handle[i] & 15];
+	}
+	buf[k] = '\0';
+}
+
 static void gen_name(const struct node *n, char *buf, size_t len)
 {
 	if (!n->fh) {
 		snprintf(buf, len, "%" PRIu64, n->gen);
 		return;
 	}
-	static const char hex[] = "0123456789abcdef";
-	int k = snprintf(buf, len, "h%x-", (unsigned)n->fh->handle_type);
-	for (unsigned i = 0; i < n->fh->handle_bytes && (size_t)k + 3 < len; i++) {
-		buf[k++] = hex[n->fh->f_handle[i] >> 4];
-		buf[k++] = hex[n->fh->f_handle[i] & 15];
+	handle_name(n->fh, buf, len);
+}
+
+int backing_file_name(const char *path, char *buf, size_t len, char *msg, size_t msglen)
+{
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	struct stat st;
+	struct statfs sf;
+	int mnt, err = 0;
+	struct file_handle *fh = NULL;
+	if (fd < 0 || fstat(fd, &st) || fstatfs(fd, &sf)) {
+		err = -errno;
+		snprintf(msg, msglen, "%s: %s", path, strerror(errno));
+	} else if (sf.f_type == FUSE_SUPER_MAGIC) {
+		/* through a mount: FUSE's handle, not the backing file's */
+		err = -EINVAL;
+		snprintf(msg, msglen, "%s is on a FUSE mount: give the file in the mount's "
+			 "BACKING_DIR", path);
+	} else if (!S_ISREG(st.st_mode)) {
+		err = -EINVAL;
+		snprintf(msg, msglen, "%s is not a regular file", path);
+	} else if (!(fh = handle_of(fd, &mnt))) {
+		err = -EOPNOTSUPP;
+		snprintf(msg, msglen, "%s has no file handle (name_to_handle_at): its file "
+			 "system cannot back a rados mount", path);
+	} else {
+		handle_name(fh, buf, len);
 	}
-	buf[k] = '\0';
+	free(fh);
+	if (fd >= 0)
+		close(fd);
+	return err;
 }
 
 static int hexval(char c)
