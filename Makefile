@@ -224,8 +224,12 @@ install: all
 	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sfn $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so.$(SOVER)
 	ln -sfn $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' wbcache.pc.in \
-		>$(DESTDIR)$(PREFIX)/lib/pkgconfig/wbcache.pc
+	@# wbcache.pc: the shared library; wbcache-static.pc: the archive (with
+	@# both in one directory, -lwbcache takes the shared one, --static too)
+	for pc in wbcache wbcache-static; do \
+		sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $$pc.pc.in \
+			>$(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc || exit 1; \
+	done
 	install -m 644 include/wbcache.h include/wbcache_backend.h $(DESTDIR)$(PREFIX)/include/
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
 		$(DESTDIR)$(PREFIX)/share/man/man8
@@ -243,6 +247,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/wbcache $(DESTDIR)$(PREFIX)/lib/libwbcache.a \
 		$(DESTDIR)$(PREFIX)/lib/$(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/libwbcache.so.$(SOVER) \
 		$(DESTDIR)$(PREFIX)/lib/libwbcache.so $(DESTDIR)$(PREFIX)/lib/pkgconfig/wbcache.pc \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/wbcache-static.pc \
 		$(DESTDIR)$(PREFIX)/include/wbcache.h $(DESTDIR)$(PREFIX)/include/wbcache_backend.h \
 		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(wildcard man/*.1))) \
 		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man3/,$(notdir $(wildcard man/*.3))) \

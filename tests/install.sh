@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 dest=$top/root prefix=/opt/wbcache
 make -s install PREFIX=$prefix DESTDIR="$dest" >"$top/make.log" 2>&1 || fail "make install: $(tail -5 "$top/make.log")"
 lib=$dest$prefix/lib
-for f in bin/wbcache include/wbcache.h include/wbcache_backend.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc \
+for f in bin/wbcache include/wbcache.h include/wbcache_backend.h lib/libwbcache.a lib/libwbcache.so lib/pkgconfig/wbcache.pc lib/pkgconfig/wbcache-static.pc \
 	 share/man/man1/wbcache.1 share/man/man8/wbcache-mount.8 \
 	 share/man/man3/libwbcache.3 share/man/man3/wbcache_backend.3 share/man/man3/wbc_pwrite.3 \
 	 share/man/man1/nbdkit-wbcache-filter.1 \
@@ -43,11 +43,11 @@ for l in "$lib/libwbcache.so" "$lib/libwbcache.a"; do
 done
 
 export PKG_CONFIG_SYSROOT_DIR=$dest PKG_CONFIG_PATH=$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-cflags=$(pkg-config --cflags wbcache) libs=$(pkg-config --libs wbcache) static=$(pkg-config --static --libs wbcache)
+cflags=$(pkg-config --cflags wbcache) libs=$(pkg-config --libs wbcache) static=$(pkg-config --libs wbcache-static)
 cp examples/wbcopy.c "$top/"
 (cd "$top" && cc -Wall -Wextra -Werror $cflags wbcopy.c $libs -o wbcopy-shared) || fail "build against the shared library"
-(cd "$top" && cc -Wall -Wextra -Werror -static-libgcc $cflags wbcopy.c -Wl,-Bstatic -lwbcache -Wl,-Bdynamic \
-	$(echo "$static" | sed 's/-lwbcache//') -o wbcopy-static) || fail "build against the archive"
+(cd "$top" && cc -Wall -Wextra -Werror $cflags wbcopy.c $static -o wbcopy-static) ||
+	fail "build against the archive (pkg-config --libs wbcache-static: $static)"
 mkdir "$top/out"
 head -c 3000000 /dev/urandom >"$top/in"
 LD_LIBRARY_PATH=$lib "$top/wbcopy-shared" "$top/out" a <"$top/in" >"$top/a.log" || fail "wbcopy (shared): $(cat "$top/a.log")"
