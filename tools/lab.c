@@ -190,7 +190,7 @@ static void judge_dirty_list(const struct lab_run *r, int n, struct exp_result *
 	x->reproduced = old_loss >= 0.20 && new_loss <= 0.10;
 	snprintf(x->extra, sizeof(x->extra),
 		 "create rate lost to writeback: old %.0f%% (%.0f -> %.0f files/s), new %.0f%% "
-		 "(%.0f -> %.0f); thread: 30%% (40k -> 28k)\n"
+		 "(%.0f -> %.0f); reported: 30%% (40k -> 28k)\n"
 		 "longest list-lock hold: old %.0f us, new %.0f us; system CPU: old %.2f s, new "
 		 "%.2f s (writeback off: %.2f, %.2f)",
 		 old_loss * 100, r[0].f.ops_per_s, r[1].f.ops_per_s, new_loss * 100,
@@ -242,7 +242,7 @@ static void judge_remote(const struct lab_run *r, int n, struct exp_result *x)
 	x->higher_better = true;
 	x->reproduced = x->new_v > 0 && x->old_v <= 0.8 * x->new_v;
 	snprintf(x->extra, sizeof(x->extra),
-		 "reads/writes per second: old %.0f/%.0f, new %.0f/%.0f; thread: 76k/33k vs "
+		 "reads/writes per second: old %.0f/%.0f, new %.0f/%.0f; reported: 76k/33k vs "
 		 "105k/45k", r[0].f.reads_per_s, r[0].f.ops_per_s, r[1].f.reads_per_s,
 		 r[1].f.ops_per_s);
 }
@@ -294,7 +294,7 @@ static void judge_stacked(const struct lab_run *r, int n, struct exp_result *x)
 	x->reproduced = x->new_v > 0 && x->old_v >= 5 * x->new_v && !x->new_more;
 	snprintf(x->extra, sizeof(x->extra), "a dd of 16 streams through the stacked device "
 		 "(cache 64 MiB; the lower device: model:bw=200M): global on the 2011 line %s%.1f s "
-		 "(%.1f MiB written), global on today's line %s%.1f s, local %s%.1f s; thread: 20 "
+		 "(%.1f MiB written), global on today's line %s%.1f s, local %s%.1f s; reported: 20 "
 		 "minutes vs 12 seconds", r[0].f.unfinished ? "did not finish in " : "", r[0].f.secs,
 		 r[0].f.bytes / 1048576, r[1].f.unfinished ? "did not finish in " : "",
 		 r[1].f.secs, r[2].f.unfinished ? "did not finish in " : "", r[2].f.secs);
@@ -338,7 +338,7 @@ static void judge_jbod(const struct lab_run *r, int n, struct exp_result *x)
 {
 	judge_mbs(r, n, x, 1.25);
 	snprintf(x->extra, sizeof(x->extra), "writers' pauses p99: old %.0f ms, new %.0f ms; "
-		 "dirty mean: old %.1f MiB, new %.1f MiB; thread: about 30%% of the array lost",
+		 "dirty mean: old %.1f MiB, new %.1f MiB; reported: about 30%% of the array lost",
 		 r[0].f.pause_p99_ms, r[1].f.pause_p99_ms, r[0].f.dirty_mean_mib,
 		 r[1].f.dirty_mean_mib);
 }
@@ -367,7 +367,7 @@ static void judge_chunk(const struct lab_run *r, int n, struct exp_result *x)
 {
 	judge_mbs(r, n, x, 1.5);
 	snprintf(x->extra, sizeof(x->extra), "four streams onto one seeking disk (8 ms a seek, "
-		 "300 MB/s); thread: 313 MB/s vs 659 MB/s on XFS");
+		 "300 MB/s); reported: 313 MB/s vs 659 MB/s on XFS");
 }
 
 static const struct experiment experiments[] = {
@@ -984,8 +984,8 @@ int cmd_lab(int argc, char **argv)
 		return 1;
 	}
 
-	printf("\n%-11s %-18s %-16s %-12s %-12s %8s %8s  %s\n", "experiment", "thread: old",
-	       "thread: new", "old", "new", "old/new", "thread", "effect");
+	printf("\n%-11s %-18s %-16s %-12s %-12s %8s %8s  %s\n", "experiment", "reported: old",
+	       "reported: new", "old", "new", "old/new", "reported", "effect");
 	for (size_t i = 0; i < ndone; i++) {
 		const struct experiment *x = rows[i].e;
 		if (!rows[i].ok) {
