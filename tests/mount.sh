@@ -29,6 +29,13 @@ for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_
 	[ -n "$msg" ] || fail "-o $bad: no message"
 	mounted "$mt" && fail "-o $bad mounted anyway"
 done
+# each names what is wrong (the range, the missing value; qd's listed the
+# device's uring=, which -o uring= is not)
+for c in "dirty_ratio=150|(0..100)" "mem=|'mem' has no value" "qd=0|(qd=1..4096)" "bogus|unknown option 'bogus'"; do
+	msg=$("$W" mount "$bk" "$mt" -o "${c%%|*}" 2>&1)
+	case $msg in *"${c#*|}"*) ;; *) fail "-o ${c%%|*}: '$msg' does not say '${c#*|}'" ;; esac
+	case $msg in *uring*) fail "-o ${c%%|*}: '$msg' names uring=" ;; esac
+done
 # a device option given again: the later one wins, as in mount(8) (the
 # device refuses a key given twice: such a mount failed)
 "$W" mount "$bk" "$mt" -o qd=4 -o qd=8,min_ratio=5 -o min_ratio=7 2>"$top/rep.log" ||
@@ -213,6 +220,11 @@ $(find "$mt/fsm" -type f | wc -l) again, $(find "$bk/fsm" -type f | wc -l) in BA
 fi
 
 # ---- unmount by fusermount3: everything written back, exit 0
+# the backing directory given for the mount point: said so
+msg=$("$W" umount "$bk" 2>&1) && fail "wbcache umount BACKING_DIR succeeded"
+echo "$msg" | grep -q "BACKING_DIR of the one at $mt" || fail "wbcache umount BACKING_DIR: $msg"
+msg=$("$W" stat "$bk" 2>&1) && fail "wbcache stat BACKING_DIR succeeded"
+echo "$msg" | grep -q "BACKING_DIR of the one at $mt" || fail "wbcache stat BACKING_DIR: $msg"
 do_umount || fail "unmount exit status $?: $(cat "$top/mount.log")"
 cmp "$top/model" "$bk/a" || fail "backing file differs after unmount"
 [ -z "${m_forgot:-}" ] || [ "$(stat -c %.9Y "$bk/forgotten")" = "$m_forgot" ] ||

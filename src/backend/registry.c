@@ -85,8 +85,17 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		else if (!strcmp(opts, "uring") && v <= 1)
 			uring = v;
 		else {
-			snprintf(err, errlen, "bad device option '%s' (qd=1..4096, max_io=512..256M, direct=0|1, "
-				 "uring=0|1)", opts);
+			/* the option's own range (a mount takes some of them
+			 * among its own, whose uring= is another one) */
+			const char *range = !strcmp(opts, "qd") ? "1..4096" :
+					    !strcmp(opts, "max_io") ? "512..256M" :
+					    !strcmp(opts, "direct") || !strcmp(opts, "uring") ? "0|1" : NULL;
+			if (range)
+				snprintf(err, errlen, "bad value for device option %s: '%s' (%s=%s)",
+					 opts, val + 1, opts, range);
+			else
+				snprintf(err, errlen, "unknown device option '%s' (qd=1..4096, "
+					 "max_io=512..256M, direct=0|1, uring=0|1)", opts);
 			rc = -EINVAL;
 		}
 		opts = next;

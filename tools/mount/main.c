@@ -708,6 +708,48 @@ static void send_report(int status, const char *why)
  * back first (a write error is reported and nothing is unmounted: the data
  * stays in the cache), then unmounts and waits for the daemon to end.
  */
+/* A field of /proc/self/mounts as it is: the kernel writes space, tab,
+ * newline and backslash as \ooo. */
+static void unescape_mounts_field(char *f)
+{
+	char *w = f;
+	for (const char *r = f; *r; r++) {
+		unsigned o;
+		if (r[0] == '\\' && sscanf(r + 1, "%3o", &o) == 1) {
+			*w++ = (char)o;
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
+}
+
+/* The mount point of a wbcache mount whose BACKING_DIR is @path, in @out
+ * (a user's likely mistake: the backing directory for the mount point). */
+bool mount_of_backing(const char *path, char *out, size_t outlen)
+{
+	char rp[PATH_MAX];
+	if (!realpath(path, rp))
+		return false;
+	FILE *f = fopen("/proc/self/mounts", "re");
+	if (!f)
+		return false;
+	char line[2 * PATH_MAX + 200], src[PATH_MAX + 16], dir[PATH_MAX], type[64];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%4111s %4095s %63s", src, dir, type) != 3 ||
+		    strcmp(type, "fuse.wbcache") || strncmp(src, "wbcache:", 8))
+			continue;
+		unescape_mounts_field(src);
+		unescape_mounts_field(dir);
+		if ((found = !strcmp(src + 8, rp)))
+			snprintf(out, outlen, "%s", dir);
+	}
+	fclose(f);
+	return found;
+}
+
 /* Whether /proc/self/mounts lists a wbcache mount at @path (which need
  * not be reachable: its daemon may be gone). */
 static bool wbcache_mount_listed(const char *path)
@@ -742,18 +784,7 @@ static bool wbcache_mount_listed(const char *path)
 	while (!found && fgets(line, sizeof(line), f)) {
 		if (sscanf(line, "%*s %4095s %63s", dir, type) != 2 || strcmp(type, "fuse.wbcache"))
 			continue;
-		/* the kernel writes space, tab, newline and backslash as \ooo */
-		char *w = dir;
-		for (const char *r = dir; *r; r++) {
-			unsigned o;
-			if (r[0] == '\\' && sscanf(r + 1, "%3o", &o) == 1) {
-				*w++ = (char)o;
-				r += 3;
-			} else {
-				*w++ = *r;
-			}
-		}
-		*w = '\0';
+		unescape_mounts_field(dir);
 		found = !strcmp(dir, abs);
 	}
 	fclose(f);
@@ -868,8 +899,14 @@ int cmd_umount(int argc, char **argv)
 		return 1;
 	}
 	if (n < 0) {
-		fprintf(stderr, "wbcache umount: %s: %s\n", mnt,
-			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
+		char at[PATH_MAX];
+		bool notours = errno == ENODATA || errno == ENOTSUP;
+		if (notours && mount_of_backing(mnt, at, sizeof(at)))
+			fprintf(stderr, "wbcache umount: %s: not a wbcache mount: the BACKING_DIR of "
+				"the one at %s (wbcache umount %s)\n", mnt, at, at);
+		else
+			fprintf(stderr, "wbcache umount: %s: %s\n", mnt,
+				notours ? "not a wbcache mount" : strerror(errno));
 		return 1;
 	}
 	buf[n] = '\0';

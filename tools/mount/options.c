@@ -70,7 +70,8 @@ static int parse_u64(const char *key, const char *val, uint64_t max, uint64_t *o
 	errno = 0;
 	unsigned long long v = strtoull(val, &end, 10);
 	if (errno || end == val || *end || v > max || val[0] == '-') {
-		fprintf(stderr, "wbcache mount: bad value for %s: '%s'\n", key, val);
+		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (0..%llu)\n", key, val,
+			(unsigned long long)max);
 		return -1;
 	}
 	*out = v;
@@ -182,9 +183,14 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 		    /* always on (the daemon's permission checks are the kernel's) */
 		    !strcmp(kv, "default_permissions"))
 			continue;
-		if (!val || !*val) {
-			fprintf(stderr, "wbcache mount: unknown or incomplete option '%s' "
-				"(see wbcache mount --help)\n", kv);
+		if (val && !*val) {
+			fprintf(stderr, "wbcache mount: option '%s' has no value (%s=...; see "
+				"wbcache mount --help)\n", kv, kv);
+			return -1;
+		}
+		if (!val) {
+			fprintf(stderr, "wbcache mount: unknown option '%s' (or one that needs a "
+				"value; see wbcache mount --help)\n", kv);
 			return -1;
 		}
 		/* the rados backend's spec and its options (the spec's own

@@ -8,6 +8,7 @@
 #include "wbcache_backend.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -169,8 +170,14 @@ int cmd_stat(int argc, char **argv)
 	char buf[4096];
 	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
 	if (n < 0) {
-		fprintf(stderr, "wbcache stat: %s: %s\n", mnt,
-			errno == ENODATA || errno == ENOTSUP ? "not a wbcache mount" : strerror(errno));
+		char at[PATH_MAX];
+		bool notours = errno == ENODATA || errno == ENOTSUP;
+		if (notours && mount_of_backing(mnt, at, sizeof(at)))
+			fprintf(stderr, "wbcache stat: %s: not a wbcache mount: the BACKING_DIR of "
+				"the one at %s\n", mnt, at);
+		else
+			fprintf(stderr, "wbcache stat: %s: %s\n", mnt,
+				notours ? "not a wbcache mount" : strerror(errno));
 		return 1;
 	}
 	buf[n] = '\0';
