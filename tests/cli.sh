@@ -78,6 +78,11 @@ $W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists n
 out=$($W run --size 16M --bs 64K --mem 4M --dir "$dir") || fail "run failed: $out"
 echo "$out"
 echo "$out" | grep -q "MB/s" || fail "run printed no throughput"
+# the engine's user time of a short run: less than a clock tick of it
+# is said so (it printed 0.00 us per page)
+echo "$out" | grep -q "in user space.*: 0.00 us per page" && fail "user time 0.00: $(echo "$out" | grep 'user space')"
+echo "$out" | grep -q "in user space.*: \(under a clock tick: under \)\?[0-9.]* us per page" ||
+	fail "no user-space CPU figure: $(echo "$out" | grep 'writeback CPU')"
 left=$(ls -A "$dir" | grep -v '^run-trace.csv$\|^run-plot.svg$')
 [ -z "$left" ] || fail "run left files behind: $left"
 head -1 "$dir/run-trace.csv" | grep -q '^t_s,dirty_mib' || fail "demo trace missing"

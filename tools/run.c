@@ -1078,13 +1078,17 @@ static void report(double secs)
 		bool kernel_io = false;
 		for (unsigned d = 0; d < o->ndev; d++)
 			kernel_io |= !strncmp(o->devs[d], "file:", 5) || !strncmp(o->devs[d], "dir:", 4);
+		/* user time comes in clock ticks (10 ms): less than one is 0 */
+		double tick = 1.0 / (double)sysconf(_SC_CLK_TCK);
+		bool under = user < tick / 2;
 		printf("writeback CPU (flushers + completion threads): %.2f s: %.2f us per page "
 		       "written back (%llu pages of %llu bytes); in user space (the engine%s): "
-		       "%.2f us per page", cpu,
+		       "%s%.2f us per page", cpu,
 		       cpu * 1e6 / (double)pages, (unsigned long long)pages,
 		       (unsigned long long)ws.page_size,
 		       kernel_io ? ", the rest is the kernel's I/O path" : "",
-		       user * 1e6 / (double)pages);
+		       under ? "under a clock tick: under " : "",
+		       (under ? tick : user) * 1e6 / (double)pages);
 		if (any_rados())
 			printf("; not included: librados' own threads, %.2f s",
 			       threads_cpu_mode("!", false) - lib_cpu0);
