@@ -3,7 +3,7 @@
  * dirstore example backend (dirstore.c), then check them on disk.
  *
  *   cc dirstore_main.c dirstore.c $(pkg-config --cflags --libs wbcache) -o dirstore-demo
- *   mkdir /var/tmp/store && ./dirstore-demo /var/tmp/store 256 200
+ *   mkdir -p /var/tmp/dirstore && ./dirstore-demo /var/tmp/dirstore 256 200
  *
  * Arguments: the directory, MiB to write (default 64), the simulated round
  * trip in microseconds (default 0).  Prints the throughput (bytes written
