@@ -61,6 +61,11 @@ struct dio_range;        /* core/file.c */
 enum {
 	I_DIRTY = 1u << 0,   /* in the inbox or on b_dirty / b_io / b_more_io */
 	I_SYNC  = 1u << 1,   /* being written by the flusher, off the lists */
+	/* with I_DIRTY: a write failed under the retry policy
+	 * (mark_inode_retry): the file goes on b_more_io, which every pass
+	 * takes, and is written again once its backoff is over, not only
+	 * when it has been dirty for dirty_expire again */
+	I_RETRY = 1u << 2,
 };
 
 /*
@@ -189,8 +194,10 @@ struct wbc_dev {
 	struct name_shard shards[NAME_SHARDS];
 
 	/* [wb] newly dirtied files: a stack per CPU slot that writers push
-	 * to and the flusher empties (dirty.c) */
-	struct inbox_slot inbox[PCPU_SLOTS];
+	 * to and the flusher empties (dirty.c); and one more, INBOX_RETRY
+	 * (the last), for the files whose writeback failed (retry policy),
+	 * which the flusher files with b_more_io */
+	struct inbox_slot inbox[PCPU_SLOTS + 1];
 
 	/* [wb] the flusher's lines: its list lock and what it guards */
 	pthread_mutex_t list_lock __attribute__((aligned(64)));

@@ -685,7 +685,7 @@ int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st)
 	st->file_lock_wait_ns = atomic_load(&dev->file_lock_wait_ns);
 	st->dirty_list = (uint32_t)dev->dirty_list;
 	st->file_lock = (uint32_t)dev->file_lock;
-	for (int j = 0; j < PCPU_SLOTS; j++)
+	for (int j = 0; j <= INBOX_RETRY; j++)
 		st->inbox_push_retries += atomic_load_explicit(&dev->inbox[j].retries,
 							       memory_order_relaxed);
 	return 0;

@@ -58,6 +58,16 @@
  * ino->state changes by CAS (writers only ever add I_DIRTY); the lists and
  * their counts are under dev->list_lock.
  *
+ * A file whose write failed under the retry policy is to be written again
+ * once its backoff (retry_after) is over, whatever its age: the completion
+ * pushes it on one more inbox slot, INBOX_RETRY, which the drain files
+ * with b_more_io, as it is (mark_inode_retry; I_RETRY when the flusher
+ * holds it, I_SYNC), and a pass that finds a file in its backoff puts it
+ * back there too.  Every pass takes b_more_io, so the next one after the
+ * backoff (a periodic one, under the background threshold) writes it;
+ * filed with the newly dirtied files, it waited until it had been dirty
+ * for dirty_expire again, after every failure.
+ *
  * THE OLD POLICY (dirty_list=list, a device tunable for experiments: the
  * kernel's fs-writeback.c before 2015, its 2014 fs_mark contention).
  * b_dirty is one list in dirtying order (dev->l_dirty, oldest at the
@@ -198,7 +208,7 @@ static void count_add(uint64_t *c, int64_t d)
 	__atomic_store_n(c, *c + (uint64_t)d, __ATOMIC_RELAXED);
 }
 
-static bool requeue_state(struct inode *ino, bool still_dirty);
+static bool requeue_state(struct inode *ino, bool still_dirty, bool *retry);
 
 static uint64_t thread_cpu_ns(void)
 {
@@ -260,7 +270,7 @@ int dirty_init(struct wbc_dev *dev)
 
 void dirty_destroy(struct wbc_dev *dev)
 {
-	for (int i = 0; i < PCPU_SLOTS; i++)
+	for (int i = 0; i <= INBOX_RETRY; i++)
 		assert(!inbox_load(&dev->inbox[i]) && !atomic_load(&dev->inbox[i].n));
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
 	       iq_empty(&dev->b_io) && iq_empty(&dev->b_more_io) && iq_empty(&dev->l_dirty));
@@ -376,6 +386,23 @@ static void list_mark_dirty(struct wbc_dev *dev, struct inode *ino)
 	lock_stat_record(&dev->list_lock_stat, held);
 }
 
+/* mark_inode_retry of the old policy: @ino (I_DIRTY | I_RETRY, its
+ * lists' reference taken) to b_more_io, its dirtied_when kept. */
+static void list_mark_retry(struct wbc_dev *dev, struct inode *ino)
+{
+	if (pthread_mutex_trylock(&dev->list_lock)) {
+		atomic_fetch_add_explicit(&dev->list_lock_waits, 1, memory_order_relaxed);
+		pthread_mutex_lock(&dev->list_lock);
+	}
+	uint64_t t0 = wbc_now_ns();
+	iq_add_tail(&dev->b_more_io, ino);
+	count_add(&dev->nr_b_more_io, 1);
+	uint64_t held = wbc_now_ns() - t0;
+	pthread_mutex_unlock(&dev->list_lock);
+	atomic_fetch_add_explicit(&dev->list_lock_writer_takes, 1, memory_order_relaxed);
+	lock_stat_record(&dev->list_lock_stat, held);
+}
+
 /*
  * queue_io of the old policy: b_more_io to b_io, then move_expired_inodes:
  * from the oldest file of b_dirty, every file dirtied at or before
@@ -415,8 +442,9 @@ static void list_requeue(struct wbc_dev *dev, struct inode *ino, bool still_dirt
 			 bool slice_used)
 {
 	dev_list_lock(dev);
-	bool listed = requeue_state(ino, still_dirty);
-	if (listed && slice_used) {
+	bool retry;
+	bool listed = requeue_state(ino, still_dirty, &retry);
+	if (listed && (slice_used || retry)) {
 		iq_add_tail(&dev->b_more_io, ino);
 		count_add(&dev->nr_b_more_io, 1);
 	} else if (listed) {
@@ -475,10 +503,36 @@ void mark_inode_dirty(struct inode *ino)
 		inbox_push(ino->dev, pcpu_slot(), ino, 0);
 }
 
+/*
+ * A write of @ino failed (retry policy; the pages are tagged dirty again
+ * under ino->lock before this): listed with b_more_io, which every pass
+ * takes, so the flusher writes it again once its backoff (retry_after)
+ * is over.  Pushed as a new dirty file it was filed dirtied now, and only
+ * the pass after it had been dirty for dirty_expire again looked at it.
+ * A file under I_SYNC gets I_RETRY with I_DIRTY (dirty_put puts it with
+ * b_more_io); one that is listed keeps its place.  Its dirtied_when is
+ * kept: the data is as old as it was.
+ */
+void mark_inode_retry(struct inode *ino)
+{
+	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
+	do {
+		if ((s & I_DIRTY) && !(s & I_SYNC))
+			return;
+	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY | I_RETRY));
+	if (s & I_SYNC)
+		return;
+	igrab(ino);
+	if (old_list(ino->dev))
+		list_mark_retry(ino->dev, ino);
+	else
+		inbox_push(ino->dev, INBOX_RETRY, ino, ino->dirtied_when);
+}
+
 long dirty_inbox_count(struct wbc_dev *dev)
 {
 	long long n = 0;
-	for (int i = 0; i < PCPU_SLOTS; i++)
+	for (int i = 0; i <= INBOX_RETRY; i++)
 		n += atomic_load_explicit(&dev->inbox[i].n, memory_order_acquire);
 	return (long)WBC_MAX(n, 0);
 }
@@ -594,6 +648,17 @@ void dirty_drain(struct wbc_dev *dev)
 	unsigned slot[PCPU_SLOTS], k = 0;
 	if (old_list(dev))
 		return;   /* no inbox: writers file their files themselves */
+	/* the files whose writeback failed: with b_more_io, as they are */
+	struct inbox_slot *rin = &dev->inbox[INBOX_RETRY];
+	struct inbox_chain rc;
+	if (atomic_load_explicit(&rin->n, memory_order_relaxed) && inbox_take(rin, &rc)) {
+		struct ino_queue q = { .head = rc.head, .tail = rc.bottom };
+		dev_list_lock(dev);
+		iq_splice_tail(&dev->b_more_io, &q);
+		count_add(&dev->nr_b_more_io, (int64_t)rc.n);
+		dev_list_unlock(dev);
+		atomic_fetch_sub_explicit(&rin->n, (long long)rc.n, memory_order_release);
+	}
 	for (unsigned i = 0; i < PCPU_SLOTS; i++) {
 		struct inbox_slot *in = &dev->inbox[i];
 		struct inbox_chain c;
@@ -781,10 +846,10 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 	while ((a = cursor_step(b, &b->mid, WBC_MIN(b->ahead.n, (size_t)DIRTY_AHEAD / 2), &steps)))
 		inode_prefetch_page(a);
 	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
-	/* listed means I_DIRTY without I_SYNC, and writers only ever add
-	 * I_DIRTY: nothing else can change it now */
+	/* listed means I_DIRTY without I_SYNC (I_RETRY maybe), and writers
+	 * only ever add I_DIRTY: nothing else can change it now */
 	unsigned old = atomic_exchange(&ino->state, I_SYNC);
-	assert(old == I_DIRTY);
+	assert((old & ~I_RETRY) == I_DIRTY);
 	(void)old;
 	return ino;
 }
@@ -810,21 +875,25 @@ void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b)
 	dev_list_unlock(dev);
 }
 
-/* I_SYNC off, I_DIRTY on when @still_dirty; true: it stays listed. */
-static bool requeue_state(struct inode *ino, bool still_dirty)
+/* I_SYNC and I_RETRY off, I_DIRTY on when @still_dirty; true: it stays
+ * listed, *@retry: with b_more_io (a write failed meanwhile). */
+static bool requeue_state(struct inode *ino, bool still_dirty, bool *retry)
 {
 	unsigned s = atomic_load(&ino->state), n;
 	do {
 		assert(s & I_SYNC);
-		n = (s & ~I_SYNC) | (still_dirty ? I_DIRTY : 0);
+		n = (s & ~(I_SYNC | I_RETRY)) | (still_dirty ? I_DIRTY : 0);
 	} while (!atomic_compare_exchange_weak(&ino->state, &s, n));
+	*retry = s & I_RETRY;
 	return n & I_DIRTY;
 }
 
 /*
  * Put an inode back after the flusher wrote it.  @still_dirty: pages (or
  * the backend size) remain dirty; @slice_used: it stopped because its
- * slice ran out, so it goes to b_more_io and keeps its age.  A file that
+ * slice ran out (or is to be retried after a failed write: @slice_used,
+ * or a write that failed meanwhile, I_RETRY), so it goes to b_more_io and
+ * keeps its age.  A file that
  * went clean is dropped from the system (its reference put); a writer that
  * dirties it after that pushes it to the inbox again.
  */
@@ -835,9 +904,10 @@ void dirty_put(struct wbc_dev *dev, struct dirty_put *p, struct inode *ino, bool
 		list_requeue(dev, ino, still_dirty, slice_used);   /* at once, no batch */
 		return;
 	}
-	if (!requeue_state(ino, still_dirty)) {
+	bool retry;
+	if (!requeue_state(ino, still_dirty, &retry)) {
 		iput(ino);
-	} else if (slice_used) {
+	} else if (slice_used || retry) {
 		iq_add_tail(&p->more_io, ino);
 		p->n_more_io++;
 	} else {

@@ -269,8 +269,10 @@ void wb_end_io(struct wbc_bio *bio)
 
 	if (!eb.open)
 		cache_wake_page_waiters(c);
-	if (size_dirty || retry)
-		mark_inode_dirty(ino);   /* the flusher fixes the size, or retries */
+	if (retry)
+		mark_inode_retry(ino);   /* the flusher retries after the backoff */
+	else if (size_dirty)
+		mark_inode_dirty(ino);   /* the flusher fixes the size */
 	iput(ino);
 	/* last: a drained device (inflight 0) has no completion still running */
 	if (eb.open) {

@@ -136,7 +136,11 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		if (!n)
 			plug_flush(dev, &plug);
 		if (ctl.backed_off) {
-			dirty_put(dev, &put, ino, true, false);
+			/* with b_more_io, its age kept: a later pass (the next
+			 * periodic one, too) writes it once the backoff is over
+			 * (filed with the newest files, it waited until it was
+			 * dirty_expire old again) */
+			dirty_put(dev, &put, ino, true, true);
 			atomic_fetch_add_explicit(&dev->wb_backoff_skips, 1, memory_order_relaxed);
 			/* the first file put back untouched came round again:
 			 * every file left waits (for its retry here), another
@@ -178,9 +182,12 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
  * and the buckets up to the newest, which is sealed, so files dirtied or
  * put back meanwhile land in later buckets and wait for the next walk (no
  * livelock).  Each is taken off the lists for @visit, which returns
- * whether it is still dirty (put back) or clean (dropped).
+ * where it goes: clean (dropped), still dirty (put back), or to be
+ * retried after a failed write (put back with b_more_io, which the next
+ * pass takes, its age kept).
  */
-static void walk_listed(struct wbc_dev *dev, bool (*visit)(struct inode *ino, void *arg),
+enum walk_put { WALK_CLEAN, WALK_DIRTY, WALK_RETRY };
+static void walk_listed(struct wbc_dev *dev, enum walk_put (*visit)(struct inode *ino, void *arg),
 			void *arg)
 {
 	bool more = true;
@@ -201,8 +208,9 @@ static void walk_listed(struct wbc_dev *dev, bool (*visit)(struct inode *ino, vo
 			dev->cache->wb_ops->bandwidth_update(dev, wbc_now_ns());
 			continue;
 		}
-		dirty_put(dev, &put, ino, visit(ino, arg), false);
-		if (put.n_redirty >= WB_BATCH)
+		enum walk_put to = visit(ino, arg);
+		dirty_put(dev, &put, ino, to != WALK_CLEAN, to == WALK_RETRY);
+		if (put.n_redirty + put.n_more_io >= WB_BATCH)
 			dirty_put_commit(dev, &put);
 	}
 }
@@ -212,15 +220,18 @@ static void walk_listed(struct wbc_dev *dev, bool (*visit)(struct inode *ino, vo
  * have their size set, which the sync then did.  Drop every listed file
  * that has nothing left to write, as a pass of the flusher would; without
  * it such a file (and its backing descriptor) stays until the next
- * periodic pass, which dirty_writeback_centisecs=0 turns off.
+ * periodic pass, which dirty_writeback_centisecs=0 turns off.  A file
+ * with pages at risk (the sync's write failed) stays with b_more_io, to
+ * be retried after its backoff.
  */
-static bool prune_visit(struct inode *ino, void *unused)
+static enum walk_put prune_visit(struct inode *ino, void *unused)
 {
 	(void)unused;
 	pthread_mutex_lock(&ino->lock);
 	bool still = ino->nr_dirty || ino->nr_writeback || ino->backend_size != ino->i_size;
+	bool retry = ino->nr_dirty && ino->nr_at_risk;
 	pthread_mutex_unlock(&ino->lock);
-	return still;
+	return retry ? WALK_RETRY : still ? WALK_DIRTY : WALK_CLEAN;
 }
 
 /* A sync's files: written, remembered to wait for and to set sizes. */
@@ -230,10 +241,10 @@ struct sync_walk {
 	int err;
 };
 
-static bool sync_visit(struct inode *ino, void *arg)
+static enum walk_put sync_visit(struct inode *ino, void *arg)
 {
 	struct sync_walk *w = arg;
-	bool still_dirty = write_inode_all(ino);
+	enum walk_put still_dirty = write_inode_all(ino) ? WALK_DIRTY : WALK_CLEAN;
 	if (w->nr == w->cap) {
 		size_t ncap = w->cap ? w->cap * 2 : 64;
 		struct inode **t = realloc(w->touched, ncap * sizeof(*t));

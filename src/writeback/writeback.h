@@ -192,6 +192,15 @@ void dirty_destroy(struct wbc_dev *dev);
 void dev_list_lock(struct wbc_dev *dev);
 void dev_list_unlock(struct wbc_dev *dev);
 void mark_inode_dirty(struct inode *ino);
+/* A write of @ino failed under the retry policy (its pages dirty again,
+ * tagged, its retry_after set): the file is listed with b_more_io, so
+ * that a pass takes it again once its backoff is over (marked dirty, it
+ * waited until it was dirty_expire old again: half a minute between
+ * retries).  Like mark_inode_dirty: no lock but the caller's reference;
+ * the file keeps its place when it is listed already. */
+void mark_inode_retry(struct inode *ino);
+/* The inbox slot of mark_inode_retry's files (dev->inbox[INBOX_RETRY]) */
+#define INBOX_RETRY PCPU_SLOTS
 /* Push @ino (just made I_DIRTY, its lists' reference taken) on inbox slot
  * @slot, dirtied at @when (0: now, read at each try).  mark_inode_dirty
  * uses the writer's CPU slot. */

@@ -1,0 +1,72 @@
+/*
+ * on_error=retry: a page whose write failed is written again in the
+ * background once its backoff (100 ms doubling to 5 s) is over, not only
+ * when it has been dirty for dirty_expire again.  The failed file was
+ * pushed as a newly dirtied one (dirtied now), and a file the flusher
+ * found in its backoff was filed with the newest files: with the
+ * cache under its background threshold only a periodic pass takes it,
+ * and only once it is dirty_expire old (half a minute by default, here
+ * an hour), so the data stayed at risk for that long after each failure.
+ *
+ * A device fails its first three writes (errn=3); one page is written
+ * and synced (the sync fails: at risk).  Without any sync after that,
+ * the flusher's retries must write it (two more failures, then success)
+ * within the wait's bound, far under the hour of dirty_expire: at risk
+ * and dirty back to 0, three write errors, the data on the backend.
+ * Both dirty-list policies.
+ */
+#include "testutil.h"
+#include "internal.h"
+
+#define PS 4096
+
+static void run(const char *opts)
+{
+	struct wbc_config cfg = t_config(4 << 20, PS);
+	cfg.dirty_expire_centisecs = 360000;     /* an hour */
+	cfg.dirty_writeback_centisecs = 10;
+	wbc_cache *c;
+	wbc_dev *d;
+	wbc_file *f;
+	char spec[128];
+	snprintf(spec, sizeof(spec), "model:bw=100M,errn=3%s", opts);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, spec, &d), 0);
+	CHECK_EQ(wbc_file_open(d, "x", WBC_O_CREAT, &f), 0);
+	static char page[PS], back[PS];
+	t_fill(page, PS, 7);
+	CHECK_EQ(wbc_pwrite(f, page, PS, 0), PS);
+	CHECK(wbc_dev_sync(d) < 0);
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	CHECK_EQ(st.at_risk_bytes, PS);
+	CHECK_EQ(st.write_errors, 1);
+	/* the retries, in the background only */
+	bool written = T_WAIT_UNTIL((wbc_stats(c, &st), st.at_risk_bytes == 0 &&
+				     st.dirty_bytes == 0 && st.writeback_bytes == 0));
+	if (!written)
+		fprintf(stderr, "%s: still at risk %llu, %llu write errors\n", spec,
+			(unsigned long long)st.at_risk_bytes, (unsigned long long)st.write_errors);
+	CHECK(written);
+	CHECK_EQ(st.write_errors, 3);
+	CHECK_EQ(st.lost_bytes, 0);
+	/* on the backend: the cache's copy dropped, read back (the sync
+	 * tells the background retries' errors, once) */
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(d), -EIO);
+	CHECK_EQ(wbc_dev_sync(d), 0);
+	CHECK_EQ(wbc_file_open(d, "x", 0, &f), 0);
+	CHECK_EQ(wbc_pread(f, back, PS, 0), PS);
+	CHECK(!memcmp(back, page, PS));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	printf("%s: retried in the background, at risk 0\n", spec);
+}
+
+int main(void)
+{
+	run("");
+	run(",dirty_list=list");
+	printf("retry_backoff: ok\n");
+	return 0;
+}
