@@ -1009,6 +1009,11 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 			"failed to write its size (%llu): what was past the size the file has "
 			"there is lost\n", f->name, (unsigned long long)rc->size);
 		rc->sized = false;
+		/* the next sync's error, as a sync's retry would have said */
+		pthread_mutex_lock(&b->lock);
+		if (!b->close_err)
+			b->close_err = -EIO;
+		pthread_mutex_unlock(&b->lock);
 	}
 	if (r == -EEXIST) {
 		/* held under our cookie: by a handle of this backend (the engine
@@ -1154,17 +1159,20 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 static void close_done(struct rclose *rc, int r)
 {
 	struct rbe *b = rc->b;
-	pthread_mutex_lock(&b->lock);
-	b->closing--;
-	if (r < 0 && rc->sized && !rc->unlocking) {
-		/* kept, locked: retried by an open, a flush, the destruction */
-		rc->state = CLOSE_FAILED;
-		pthread_cond_broadcast(&b->closing_cond);
-		pthread_mutex_unlock(&b->lock);
+	bool keep = r < 0 && rc->sized && !rc->unlocking;
+	if (keep)   /* said while @rc is still this close's alone: once it is
+		     * CLOSE_FAILED, an open or a flush may free it */
 		fprintf(stderr, "wbcache: rados: %s: its size (%llu) could not be written at "
 			"close: %s; its lock is kept until it is (the next open of it, a sync "
 			"or the close of the device)\n", rc->name, (unsigned long long)rc->size,
 			strerror(-rerr(r)));
+	pthread_mutex_lock(&b->lock);
+	b->closing--;
+	if (keep) {
+		/* kept, locked: retried by an open, a flush, the destruction */
+		rc->state = CLOSE_FAILED;
+		pthread_cond_broadcast(&b->closing_cond);
+		pthread_mutex_unlock(&b->lock);
 		return;
 	}
 	if (r < 0 && !b->close_err)
@@ -1498,8 +1506,9 @@ static void rados_destroy(void *ctx)
 	pthread_join(b->thread, NULL);
 	int err = wait_closes(b);
 	if (err)
-		fprintf(stderr, "wbcache: rados: a file's lock could not be released at "
-			"close: %s\n", strerror(-err));
+		fprintf(stderr, "wbcache: rados: an error no sync reported since: a file's "
+			"lock not released at close, or data lost past a size a close could "
+			"not write: %s\n", strerror(-err));
 	if (retry_closes(b))
 		for (struct list_head *pos = b->closes.next; pos != &b->closes; pos = pos->next)
 			fprintf(stderr, "wbcache: rados: %s: its size (%llu) could not be written: "
