@@ -57,8 +57,8 @@ expect_msg "--dir with --dev" "a directory device is --dev dir:PATH" run dd --de
 for v in 0x1 " 0.2" +1; do expect_err "--time '$v'" run dd --dev mem --time "$v"; done
 expect_err "--threads +2" run dd --dev mem --threads +2
 expect_err "model:lat=0x10" run dd --dev model:lat=0x10
-# a model device's latency of a minute or more: refused (lat=1e9 never ended)
-expect_msg "model:lat=1e9" "lat=TIME<=60s" run dd --dev model:lat=1e9 --size 1M
+# a model device's latency of a minute or more: refused (lat=1e9, a billion seconds, never ended)
+expect_msg "model:lat=1000000000" "lat=TIME<=60s" run dd --dev model:lat=1000000000 --size 1M
 expect_err "--version with more" --version --bogus
 expect_err "help of no such command" help frob
 # the stray argument is the one named (it said 'run' for `help run x`)

@@ -1,13 +1,13 @@
 /*
  * The device model's times and ranges at the extremes a spec can give
  * (src/backend/model.c): each is converted without overflow.
- *   1. stall=0+1e11 (more nanoseconds than 64 bits hold): while a write
+ *   1. stall=0+100000000000 (more nanoseconds than 64 bits hold): while a write
  *      waits in the stall, the model's thread sleeps; it does not wake
  *      again and again (the wait overflowed to 1 ns: a busy loop).  Once
  *      the stall is released, fsync returns 0 and the data is there.
  *   2. err=1M+<2^64 - 1> (the range's end is past 2^64): every write at
  *      or after 1 MiB fails, every write below succeeds.
- *   3. iops=1e-12 (one I/O per 31,700 years): a write stays in flight; it
+ *   3. iops=0.000000000001 (one I/O per 31,700 years): a write stays in flight; it
  *      did complete at once when its due time overflowed.  That write
  *      never completes, so the test ends without closing the cache.
  */
@@ -60,7 +60,7 @@ int main(void)
 
 	/* 1. a stall beyond the clock */
 	c = open_cache();
-	CHECK_EQ(wbc_dev_add(c, "model:stall=0+1e11", &dev), 0);
+	CHECK_EQ(wbc_dev_add(c, "model:stall=0+100000000000", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "s", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
 	pthread_t t = fsync_start(dev, f);
@@ -69,7 +69,7 @@ int main(void)
 	nanosleep(&idle, NULL);
 	uint64_t w1 = model_waits(dev);
 	wbc_dev_stats(dev, &ds);
-	printf("stall=0+1e11: %llu waits of the model in %d ms\n", (unsigned long long)(w1 - w0),
+	printf("stall=0+100000000000: %llu waits of the model in %d ms\n", (unsigned long long)(w1 - w0),
 	       IDLE_NS / 1000000);
 	CHECK_EQ(ds.written_back_bytes, 0);        /* still stalled */
 	CHECK(w1 - w0 <= MAX_IDLE_WAITS);
@@ -102,7 +102,7 @@ int main(void)
 
 	/* 3. an I/O rate too slow to count */
 	c = open_cache();
-	CHECK_EQ(wbc_dev_add(c, "model:iops=1e-12", &dev), 0);
+	CHECK_EQ(wbc_dev_add(c, "model:iops=0.000000000001", &dev), 0);
 	CHECK_EQ(wbc_file_open(dev, "i", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, data, SZ, 0), SZ);
 	fsync_start(dev, f);

@@ -38,7 +38,7 @@
 #define MODEL_DEFAULT_QD 32
 #define MODEL_MAX_IO (1u << 20)
 #define MODEL_COMPLETE_BATCH 32
-/* Times and rates come from the spec (stall=0+1e11, lat=1e300, iops=1e-9,
+/* Times and rates come from the spec (stall=0+100000000000, iops=0.000000001,
  * a bandwidth of a few bytes per second): every one of them becomes
  * nanoseconds by wbc_secs_to_ns(), which saturates, never by a cast that
  * overflows (a stall of 1e11 s became a 1 ns wait: a busy loop). */
