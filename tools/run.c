@@ -643,6 +643,11 @@ static double pct(const uint64_t *v, size_t n, double p)
 static void print_hist(unsigned d, const char *what, const uint64_t *hist)
 {
 	printf("device %u list-lock holds %s:", d, what);
+	bool any = false;
+	for (int b = 0; b < 32; b++)
+		any |= hist[b] != 0;
+	if (!any)
+		printf(" none");   /* a short run's writeback took no list lock */
 	for (int b = 0; b < 32; b++) {
 		if (!hist[b])
 			continue;
