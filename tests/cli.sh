@@ -49,6 +49,8 @@ expect_err "mount with one directory" mount "$dir"
 expect_err "stat without a mount point" stat
 expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
 expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:pool ''
+# --file without its BACKING_FILE: not a NAME "--file" to break a lock on
+expect_msg "rados-unlock --file, no file" "needs a BACKING_FILE" rados-unlock rados:pool --file
 expect_err "stat of an empty name" stat ''
 expect_msg "mem with an option" "option 'qd=4' (mem takes only" run dd --dev mem,qd=4
 expect_msg "one store twice" "given twice" run dd --dev mem --dev stack:0/img --dev stack:0/img

@@ -579,6 +579,31 @@ static void test_block_limits(void)
 	CHECK_EQ(wbc_cache_close(c), 0);
 	check_server(s.uri, "0123456789", 10, 999414);
 	t_nbdkit_stop(&s);
+
+	/* the same export in blocks of 512 bytes, under pages of 4 KiB: the
+	 * file ends at 999,936, inside its last page, which is read (and
+	 * written back) to there, never to the export's end (its last 64
+	 * bytes, not a whole block: the server refuses the request) */
+	t_nbdkit_start(&s, dir, "bmin512", (const char *[]){ "--filter=blocksize-policy",
+		"memory", "1000000", "blocksize-minimum=512", "blocksize-error-policy=error", NULL });
+	cfg = t_config(16 * MiB, 4096);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "retry_timeout=2");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 999936);
+	char tail[600];
+	ssize_t got = wbc_pread(f, tail, sizeof(tail), 999900);
+	printf("    1,000,000 bytes in blocks of 512: a file of %lld, its last 36 bytes read: "
+	       "%zd\n", (long long)wbc_file_size(f), got);
+	CHECK_EQ(got, 36);
+	CHECK_EQ(wbc_pwrite(f, "abcdefghij", 10, 999926), 10);
+	CHECK_EQ(wbc_fsync(f), 0);
+	wbc_stats(c, &st);
+	CHECK_EQ(st.write_errors, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, "abcdefghij", 10, 999926);
+	t_nbdkit_stop(&s);
 }
 
 static void test_edges(void)

@@ -17,6 +17,7 @@
  */
 #include "testutil.h"
 #include "internal.h"
+#include "backend/backends.h"
 
 #define PS 4096
 
@@ -63,10 +64,71 @@ static void run(const char *opts)
 	printf("%s: retried in the background, at risk 0\n", spec);
 }
 
+/*
+ * A file in its backoff (every write of it fails: a range of the model)
+ * beside a file that needs many slices (chunk=64K, 4 MiB): each complete
+ * periodic pass writes the whole of the second, as it did when the failed
+ * file was filed in b_dirty (dirtied anew: not due again in that pass).
+ * With the failed file on b_more_io, which every turn of a pass takes, a
+ * pass ended as soon as that file came round again (it was "the first
+ * file put back untouched"), after a slice or two of the other: the
+ * second file's data waited for dozens of passes.  Counted in passes,
+ * not in time: the pass that began once the big file was due has ended
+ * when another has begun.
+ */
+static void run_beside(const char *opts)
+{
+	struct wbc_config cfg = t_config(64 << 20, PS);
+	cfg.dirty_expire_centisecs = 100;
+	cfg.dirty_writeback_centisecs = 20;
+	cfg.dirty_background_ratio = 50;          /* periodic passes only */
+	cfg.dirty_ratio = 60;
+	wbc_cache *c;
+	wbc_dev *d;
+	wbc_file *bad, *big;
+	char spec[128];
+	snprintf(spec, sizeof(spec), "model:err=16M+4K,chunk=64K%s", opts);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, spec, &d), 0);
+	static char page[PS];
+	t_fill(page, PS, 9);
+	CHECK_EQ(wbc_file_open(d, "bad", WBC_O_CREAT, &bad), 0);
+	CHECK_EQ(wbc_pwrite(bad, page, PS, 16 << 20), PS);
+	CHECK(wbc_dev_sync(d) < 0);               /* at risk, in its backoff */
+	CHECK_EQ(wbc_file_open(d, "big", WBC_O_CREAT, &big), 0);
+	for (uint64_t off = 0; off < (4u << 20); off += PS)
+		CHECK_EQ(wbc_pwrite(big, page, PS, off), PS);
+	/* the big file due (a wait for a state, not a timing) */
+	struct timespec due = { 1, 300 * 1000 * 1000 };
+	nanosleep(&due, NULL);
+	unsigned long long p0 = atomic_load(&d->wb_passes);
+	CHECK(T_WAIT_UNTIL(atomic_load(&d->wb_passes) >= p0 + 2));
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	/* dirty (not yet sent): the failing page at most (none while a
+	 * retry of it is out) */
+	printf("%s: beside a failing file, after a whole periodic pass: %llu bytes dirty "
+	       "(4 MiB before)\n", spec, (unsigned long long)st.dirty_bytes);
+	CHECK(st.dirty_bytes <= PS);
+	CHECK_EQ(st.at_risk_bytes, PS);
+	model_set_faults(d, 0, 0, 0);             /* the fault ends */
+	CHECK_EQ(wbc_file_close(big), 0);
+	CHECK_EQ(wbc_file_close(bad), 0);
+	/* (the background retries' failures told once, if any came) */
+	int e = wbc_dev_sync(d);
+	CHECK(e == 0 || e == -EIO);
+	CHECK_EQ(wbc_dev_sync(d), 0);
+	wbc_stats(c, &st);
+	CHECK_EQ(st.at_risk_bytes, 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
 int main(void)
 {
 	run("");
 	run(",dirty_list=list");
+	run_beside("");
+	run_beside(",dirty_list=list");
 	printf("retry_backoff: ok\n");
 	return 0;
 }

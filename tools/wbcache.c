@@ -76,10 +76,11 @@ static int cmd_rados_unlock(int argc, char **argv)
 		fputs(use, stdout);
 		return 0;
 	}
-	bool file = argc == 4 && !strcmp(argv[2], "--file");
-	const char *name = file ? argv[3] : argc == 3 ? argv[2] : NULL;
+	bool file = argc >= 3 && !strcmp(argv[2], "--file");
+	const char *name = file ? (argc == 4 ? argv[3] : NULL) : argc == 3 ? argv[2] : NULL;
 	if (!name || strncmp(argv[1], "rados:", 6) || !name[0]) {
 		fprintf(stderr, "wbcache rados-unlock: %s\n%s",
+			file && argc == 3 ? "--file needs a BACKING_FILE" :
 			!name ? "needs a SPEC and a NAME (or --file BACKING_FILE)" :
 			!name[0] ? "the NAME is empty" : "the SPEC must start with rados:", use);
 		return 2;

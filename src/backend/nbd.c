@@ -451,9 +451,11 @@ static void issue_io(struct nbe *b, struct wbc_io *io, uint64_t now)
 	bool write = io->op == WBC_IO_WRITE;
 	size_t len = io->len;
 	int err = 0;
+	/* the file ends at usable: the export's partial last block can be
+	 * neither read nor written (the server refuses a request there) */
 	if (!write)
-		len = io->off >= b->size ? 0 : (size_t)WBC_MIN((uint64_t)len, b->size - io->off);
-	else if (io->off > b->size || io->len > b->size - io->off)
+		len = io->off >= b->usable ? 0 : (size_t)WBC_MIN((uint64_t)len, b->usable - io->off);
+	else if (io->off > b->usable || io->len > b->usable - io->off)
 		err = -ENOSPC;
 	if (err)
 		len = 0;

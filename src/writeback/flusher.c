@@ -160,6 +160,12 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 		 * once (it went round such a file as long as a resize took) */
 		if (!n && ctl.still_dirty && came_round(&first_put_back, ino))
 			break;
+		/* progress: the files put back untouched come round again
+		 * behind it (a failed file waits on b_more_io, which every
+		 * turn takes, beside one that needs many slices: the pass
+		 * ended after a slice or two of that one) */
+		if (n > 0)
+			first_put_back = 0;
 		nr_pages -= n;
 		total += n;
 		bg_budget -= WBC_MAX(n, 1);
