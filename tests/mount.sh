@@ -31,7 +31,7 @@ for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_
 done
 # each names what is wrong (the range, the missing value; qd's listed the
 # device's uring=, which -o uring= is not)
-for c in "dirty_ratio=150|(0..100)" "mem=|'mem' has no value" "qd=0|(qd=1..4096)" "bogus|unknown option 'bogus'"; do
+for c in "dirty_ratio=150|(0..100)" "threads=0|(1..1024)" "mem=|'mem' has no value" "qd=0|(qd=1..4096)" "bogus|unknown option 'bogus'"; do
 	msg=$("$W" mount "$bk" "$mt" -o "${c%%|*}" 2>&1)
 	case $msg in *"${c#*|}"*) ;; *) fail "-o ${c%%|*}: '$msg' does not say '${c#*|}'" ;; esac
 	case $msg in *uring*) fail "-o ${c%%|*}: '$msg' names uring=" ;; esac

@@ -23,6 +23,9 @@ static void parse_times(void)
 	CHECK(t == 0.25);
 	CHECK_EQ(wbc_parse_time("100us", &t), 0);
 	CHECK(t == 100 / 1e6);
+	/* leading zeros of a fraction are not its digits */
+	CHECK_EQ(wbc_parse_time("0.000000000000000001", &t), 0);
+	CHECK(t > 0.99e-18 && t < 1.01e-18);
 	/* strtod's other forms were taken: 1e3 as 1000 s */
 	const char *bad[] = { "1e3", "1E-3", "1e3ms", ".", "", "-1", "+1", " 1", "0x10", "1.2.3",
 			      "inf", "nan", "1,5", "5 s", "5m" };

@@ -109,12 +109,15 @@ int parse_decimal(const char *s, double *out, const char **endp)
 	bool digits = p != s;
 	if (*p == '.') {
 		const char *q = ++p;
-		/* at most 17 significant fraction digits count (exact in
-		 * scale); the rest cannot change a double */
+		/* at most 17 significant fraction digits count (frac stays
+		 * exact); the rest cannot change a double.  Leading zeros
+		 * only scale ("0.000000000000000001" is not 0) */
+		int sig = 0;
 		for (; *p >= '0' && *p <= '9'; p++)
-			if (p - q < 17) {
+			if (sig < 17) {
 				frac = frac * 10 + (*p - '0');
 				scale *= 10;
+				sig += frac > 0;
 			}
 		digits = digits || p != q;
 	}

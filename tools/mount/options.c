@@ -64,14 +64,15 @@ void mount_usage(FILE *out)
 "`wbcache stat [--json] MOUNTPOINT` prints the mount's live statistics.\n");
 }
 
-static int parse_u64(const char *key, const char *val, uint64_t max, uint64_t *out)
+static int parse_u64(const char *key, const char *val, uint64_t min, uint64_t max,
+		     uint64_t *out)
 {
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(val, &end, 10);
-	if (errno || end == val || *end || v > max || val[0] == '-') {
-		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (0..%llu)\n", key, val,
-			(unsigned long long)max);
+	if (errno || end == val || *end || v < min || v > max || val[0] == '-') {
+		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (%llu..%llu)\n", key, val,
+			(unsigned long long)min, (unsigned long long)max);
 		return -1;
 	}
 	*out = v;
@@ -262,12 +263,8 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			continue;
 		}
 		if (!strcmp(kv, "threads") || !strcmp(kv, "idle_threads")) {
-			if (parse_u64(kv, val, 1024, &v))
+			if (parse_u64(kv, val, kv[0] == 't', 1024, &v))
 				return -1;
-			if (!v && kv[0] == 't') {
-				fprintf(stderr, "wbcache mount: threads must be at least 1\n");
-				return -1;
-			}
 			*(kv[0] == 't' ? &mo->threads : &mo->idle_threads) = (unsigned)v;
 			continue;
 		}
@@ -293,18 +290,18 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			rc = parse_size_opt(kv, val, &cfg->mem_bytes);
 		else if (!strcmp(kv, "page_size") && !(rc = parse_size_opt(kv, val, &v)))
 			cfg->page_size = v > UINT32_MAX ? 0 : (uint32_t)v;
-		else if (!strcmp(kv, "dirty_ratio") && !(rc = parse_u64(kv, val, 100, &v)))
+		else if (!strcmp(kv, "dirty_ratio") && !(rc = parse_u64(kv, val, 0, 100, &v)))
 			cfg->dirty_ratio = (uint32_t)v;
 		else if (!strcmp(kv, "dirty_bytes"))
 			rc = parse_size_opt(kv, val, &cfg->dirty_bytes);
-		else if (!strcmp(kv, "dirty_background_ratio") && !(rc = parse_u64(kv, val, 100, &v)))
+		else if (!strcmp(kv, "dirty_background_ratio") && !(rc = parse_u64(kv, val, 0, 100, &v)))
 			cfg->dirty_background_ratio = (uint32_t)v;
 		else if (!strcmp(kv, "dirty_background_bytes"))
 			rc = parse_size_opt(kv, val, &cfg->dirty_background_bytes);
-		else if (!strcmp(kv, "dirty_expire_centisecs") && !(rc = parse_u64(kv, val, UINT32_MAX, &v)))
+		else if (!strcmp(kv, "dirty_expire_centisecs") && !(rc = parse_u64(kv, val, 0, UINT32_MAX, &v)))
 			cfg->dirty_expire_centisecs = (uint32_t)v;
 		else if (!strcmp(kv, "dirty_writeback_centisecs") &&
-			 !(rc = parse_u64(kv, val, UINT32_MAX, &v)))
+			 !(rc = parse_u64(kv, val, 0, UINT32_MAX, &v)))
 			cfg->dirty_writeback_centisecs = (uint32_t)v;
 		else if (rc && strcmp(kv, "page_size") && strcmp(kv, "dirty_ratio") &&
 			 strcmp(kv, "dirty_background_ratio") && strcmp(kv, "dirty_expire_centisecs") &&
