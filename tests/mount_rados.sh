@@ -23,7 +23,12 @@ if [ -z "$dir" ]; then
 fi
 conf=$dir/ceph.conf
 prefix=m$$
-objs() { rados -c "$conf" -p wbc ls | grep "^$prefix/" | sort; }
+# (bounded: a placement group that serves no more hung this test for good)
+objs() {
+	timeout 120 rados -c "$conf" -p wbc ls >"$top/objs.txt" ||
+		fail "rados ls: the cluster did not list the pool in 120 s"
+	grep "^$prefix/" "$top/objs.txt" | sort
+}
 
 for bad in "backend=nbd:x" "rados_conf=$conf" "backend=rados:wbc,rados_conf=/nonexistent" \
 	   "backend=rados:nosuchpool,rados_conf=$conf" "backend=rados:wbc,rados_conf=$conf,object_size=3M"; do
