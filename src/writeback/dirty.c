@@ -366,37 +366,27 @@ static void queue_io_count(struct wbc_dev *dev, uint64_t moved, uint64_t walked)
  * __mark_inode_dirty of the old policy: a writer (or a completion) that
  * made @ino dirty, with the lists' reference taken, files it at the tail
  * of b_dirty under the list lock, dirtied now.  The time is read under
- * the lock, so b_dirty stays in order.  The hold is recorded in wall
- * time (not in CPU time: two system calls per dirtied file would slow
- * the writers down beyond what the policy costs).
+ * the lock, so b_dirty stays in order.  With @retry (mark_inode_retry: a
+ * write of it failed) it goes to b_more_io instead, its dirtied_when
+ * kept.  The hold is recorded in wall time (not in CPU time: two system
+ * calls per dirtied file would slow the writers down beyond what the
+ * policy costs).
  */
-static void list_mark_dirty(struct wbc_dev *dev, struct inode *ino)
+static void list_mark_dirty(struct wbc_dev *dev, struct inode *ino, bool retry)
 {
 	if (pthread_mutex_trylock(&dev->list_lock)) {
 		atomic_fetch_add_explicit(&dev->list_lock_waits, 1, memory_order_relaxed);
 		pthread_mutex_lock(&dev->list_lock);
 	}
 	uint64_t t0 = wbc_now_ns();
-	ino->dirtied_when = t0;
-	iq_add_tail(&dev->l_dirty, ino);
-	count_add(&dev->nr_b_dirty, 1);
-	uint64_t held = wbc_now_ns() - t0;
-	pthread_mutex_unlock(&dev->list_lock);
-	atomic_fetch_add_explicit(&dev->list_lock_writer_takes, 1, memory_order_relaxed);
-	lock_stat_record(&dev->list_lock_stat, held);
-}
-
-/* mark_inode_retry of the old policy: @ino (I_DIRTY | I_RETRY, its
- * lists' reference taken) to b_more_io, its dirtied_when kept. */
-static void list_mark_retry(struct wbc_dev *dev, struct inode *ino)
-{
-	if (pthread_mutex_trylock(&dev->list_lock)) {
-		atomic_fetch_add_explicit(&dev->list_lock_waits, 1, memory_order_relaxed);
-		pthread_mutex_lock(&dev->list_lock);
+	if (retry) {
+		iq_add_tail(&dev->b_more_io, ino);
+		count_add(&dev->nr_b_more_io, 1);
+	} else {
+		ino->dirtied_when = t0;
+		iq_add_tail(&dev->l_dirty, ino);
+		count_add(&dev->nr_b_dirty, 1);
 	}
-	uint64_t t0 = wbc_now_ns();
-	iq_add_tail(&dev->b_more_io, ino);
-	count_add(&dev->nr_b_more_io, 1);
 	uint64_t held = wbc_now_ns() - t0;
 	pthread_mutex_unlock(&dev->list_lock);
 	atomic_fetch_add_explicit(&dev->list_lock_writer_takes, 1, memory_order_relaxed);
@@ -498,7 +488,7 @@ void mark_inode_dirty(struct inode *ino)
 	/* the lists' reference, taken before the flusher can see it */
 	igrab(ino);
 	if (old_list(ino->dev))
-		list_mark_dirty(ino->dev, ino);
+		list_mark_dirty(ino->dev, ino, false);
 	else
 		inbox_push(ino->dev, pcpu_slot(), ino, 0);
 }
@@ -524,7 +514,7 @@ void mark_inode_retry(struct inode *ino)
 		return;
 	igrab(ino);
 	if (old_list(ino->dev))
-		list_mark_retry(ino->dev, ino);
+		list_mark_dirty(ino->dev, ino, true);
 	else
 		inbox_push(ino->dev, INBOX_RETRY, ino, ino->dirtied_when);
 }
