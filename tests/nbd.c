@@ -507,6 +507,22 @@ static bool have_filter(const char *filter)
 	return system(cmd) == 0;
 }
 
+/* Write @ten (10 bytes) at @off of the export's file @f, fsync with no
+ * write error, close, and find them on the server; the server stopped. */
+static void write_tail(struct t_nbdkit *s, wbc_cache *c, wbc_file *f, const char *ten,
+		       uint64_t off)
+{
+	struct wbc_stats st;
+	CHECK_EQ(wbc_pwrite(f, ten, 10, off), 10);
+	CHECK_EQ(wbc_fsync(f), 0);
+	wbc_stats(c, &st);
+	CHECK_EQ(st.write_errors, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s->uri, ten, 10, off);
+	t_nbdkit_stop(s);
+}
+
 static void test_block_limits(void)
 {
 	printf("7a. a server's maximum block size below the cache's page\n");
@@ -571,14 +587,7 @@ static void test_block_limits(void)
 	       (long long)wbc_file_size(f));
 	CHECK_EQ(wbc_file_size(f), 999424);
 	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999990), -EFBIG);
-	CHECK_EQ(wbc_pwrite(f, "0123456789", 10, 999414), 10);
-	CHECK_EQ(wbc_fsync(f), 0);
-	wbc_stats(c, &st);
-	CHECK_EQ(st.write_errors, 0);
-	CHECK_EQ(wbc_file_close(f), 0);
-	CHECK_EQ(wbc_cache_close(c), 0);
-	check_server(s.uri, "0123456789", 10, 999414);
-	t_nbdkit_stop(&s);
+	write_tail(&s, c, f, "0123456789", 999414);
 
 	/* the same export in blocks of 512 bytes, under pages of 4 KiB: the
 	 * file ends at 999,936, inside its last page, which is read (and
@@ -596,14 +605,7 @@ static void test_block_limits(void)
 	printf("    1,000,000 bytes in blocks of 512: a file of %lld, its last 36 bytes read: "
 	       "%zd\n", (long long)wbc_file_size(f), got);
 	CHECK_EQ(got, 36);
-	CHECK_EQ(wbc_pwrite(f, "abcdefghij", 10, 999926), 10);
-	CHECK_EQ(wbc_fsync(f), 0);
-	wbc_stats(c, &st);
-	CHECK_EQ(st.write_errors, 0);
-	CHECK_EQ(wbc_file_close(f), 0);
-	CHECK_EQ(wbc_cache_close(c), 0);
-	check_server(s.uri, "abcdefghij", 10, 999926);
-	t_nbdkit_stop(&s);
+	write_tail(&s, c, f, "abcdefghij", 999926);
 }
 
 static void test_edges(void)
