@@ -25,9 +25,17 @@
  *      seen by a peek), not of one only read, nor of one written before
  *      that good flush;
  *   8. a direct stacked device whose lower file ends mid-block reads its
- *      last page (the end, not a retry at an unaligned offset).
+ *      last page (the end, not a retry at an unaligned offset);
+ *   9. the file backend's worker threads (uring=0) whose preadv fails
+ *      after part of a read (this test's own preadv, below, fails past
+ *      an offset as a disk's bad sector does): -EIO, not the part read
+ *      taken for the file's end and the rest of the pages zeros.
  */
 #include "store_backend.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/uio.h>
 
 #define KiB 1024u
 #define FSIZE (128 * KiB)
@@ -369,6 +377,72 @@ static void case_append_race(double secs)
 	CHECK_EQ(wbc_cache_close(c), 0);
 }
 
+/* preadv of the process: with bad_from set, a read of a descriptor of a
+ * file of BAD_SIZE bytes stops short before bad_from and a read from it
+ * fails with EIO, as a read over a bad sector does. */
+#define BAD_SIZE (256 * KiB)
+static _Atomic uint64_t bad_from = UINT64_MAX;
+
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	static ssize_t (*real)(int, const struct iovec *, int, off_t);
+	if (!real)
+		real = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
+	uint64_t from = atomic_load(&bad_from);
+	struct stat st;
+	if (from == UINT64_MAX || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+	    st.st_size != (off_t)BAD_SIZE)
+		return real(fd, iov, cnt, off);
+	if ((uint64_t)off >= from) {
+		errno = EIO;
+		return -1;
+	}
+	struct iovec v[cnt];
+	size_t room = (size_t)(from - (uint64_t)off);
+	int k = 0;
+	for (; k < cnt && room; k++) {
+		v[k] = iov[k];
+		if (v[k].iov_len > room)
+			v[k].iov_len = room;
+		room -= v[k].iov_len;
+	}
+	return real(fd, v, k, off);
+}
+
+static void case_pool_partial(void)
+{
+	char *dir = t_mkdtemp();
+	char path[512], spec[600];
+	snprintf(path, sizeof(path), "%s/disk", dir);
+	int fd = open(path, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	static char a[BAD_SIZE];
+	memset(a, 'A', sizeof(a));
+	CHECK_EQ(write(fd, a, sizeof(a)), (ssize_t)sizeof(a));
+	close(fd);
+	snprintf(spec, sizeof(spec), "file:%s,uring=0,max_io=1M", path);
+	wbc_cache *c = open_cache();
+	wbc_dev *d;
+	CHECK_EQ(wbc_dev_add(c, spec, &d), 0);
+	wbc_file *h;
+	CHECK_EQ(wbc_file_open(d, "", 0, &h), 0);
+	atomic_store(&bad_from, 64 * KiB);
+	static char b[BAD_SIZE];
+	memset(b, '?', sizeof(b));
+	/* one I/O of the whole file: 64 KiB read, then EIO */
+	ssize_t r = wbc_pread(h, b, sizeof(b), 0);
+	CHECK(r < 0 || r <= (ssize_t)(64 * KiB));
+	if (r > 0)
+		CHECK_EQ(count_not(b, (size_t)r, 'A'), 0);
+	CHECK_EQ(wbc_pread(h, b, 4 * KiB, 128 * KiB), -EIO);
+	atomic_store(&bad_from, UINT64_MAX);
+	CHECK_EQ(wbc_pread(h, b, sizeof(b), 0), (ssize_t)sizeof(b));
+	CHECK_EQ(count_not(b, sizeof(b), 'A'), 0);
+	wbc_file_close(h);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	t_rmdir(dir);
+}
+
 /* An argument runs that case alone. */
 int main(int argc, char **argv)
 {
@@ -404,6 +478,10 @@ int main(int argc, char **argv)
 	if (!only || only == 8) {
 		case_stacked_direct_tail();
 		printf("8. a direct stacked device reads its unaligned last page\n");
+	}
+	if (!only || only == 9) {
+		case_pool_partial();
+		printf("9. a worker's read failed after part of it: error, not zeros\n");
 	}
 	return 0;
 }

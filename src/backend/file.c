@@ -392,7 +392,10 @@ static void ring_void_locked(struct fbe *f)
 #define POOL_MAX 64u
 
 /* One I/O, whole or until a failure or the end of the file (a short
- * result, as the ring gives it). */
+ * result, as the ring gives it).  A write that fails after some progress
+ * is short (the engine sends the rest, which then fails); a read is not:
+ * a short read is the file's end, and the pages past the bytes read would
+ * be taken for a hole (zeros) where a bad sector failed. */
 static ssize_t pool_rw(struct wbc_io *io, int fd)
 {
 	struct iovec iov[io->iovcnt];
@@ -406,7 +409,7 @@ static ssize_t pool_rw(struct wbc_io *io, int fd)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			return done ? (ssize_t)done : -errno;
+			return done && io->op == WBC_IO_WRITE ? (ssize_t)done : -errno;
 		if (r == 0)
 			break;   /* a read at the end of the file */
 		done += (size_t)r;
