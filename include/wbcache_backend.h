@@ -189,7 +189,10 @@ struct wbc_backend_ops {
 
 	/* Optional (NULL: completed writes are durable already).  Make the
 	 * writes to @file completed before the call durable; @file NULL:
-	 * every file of the backend. */
+	 * every file of the backend.  wbc_cache_close() calls it with NULL
+	 * once more after the files it closed itself (handles left open,
+	 * files still listed), before destroy(): a close() whose work goes
+	 * on after it returns, and can fail, reports that failure here. */
 	int (*flush)(void *ctx, void *file, unsigned flags);
 
 	/* Required.  Set @file's size to @size: cut, or extend with zeros.  A

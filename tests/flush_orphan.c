@@ -6,6 +6,12 @@
  * fsync tells it, as a failed write's is.
  *   1. written, closed, and written back by the sync whose flush fails
  *      (its inode was let go before the flush: the error was no one's).
+ *   2. a file left open at wbc_cache_close() whose close fails in the
+ *      backend after it returned (as a rados close's size write or
+ *      unlock, sent asynchronously): the backend's next flush of the
+ *      whole device reports it, and wbc_cache_close() returns it (it
+ *      closed such files after its last flush: 0, the error printed by
+ *      the backend's destroy at best).
  * The backend (tests/store_backend.h) fails the next flush on demand.
  */
 #include "store_backend.h"
@@ -20,6 +26,17 @@ static void open_cache(bool periodic)
 	cfg.dirty_expire_centisecs = 1;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add_backend(c, &sb_ops, NULL, "", &dev), 0);
+}
+
+/* 2: a close whose (asynchronous) failure the next flush reports */
+static bool close_fails;
+static void failing_close(void *ctx, void *file)
+{
+	sb_close(ctx, file);
+	pthread_mutex_lock(&sb_lock);
+	if (close_fails)
+		sb_fail_flush = true;
+	pthread_mutex_unlock(&sb_lock);
 }
 
 static void write_close(const char *name)
@@ -51,6 +68,23 @@ int main(void)
 	reopen_told("a");
 	printf("1. written by the sync whose flush failed: the next opener is told\n");
 	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* 2 */
+	struct wbc_config cfg = t_config(16u << 20, 4096);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	struct wbc_backend_ops ops = sb_ops;
+	ops.close = failing_close;
+	CHECK_EQ(wbc_dev_add_backend(c, &ops, NULL, "", &dev), 0);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "b", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, "y", 1, 0), 1);
+	CHECK_EQ(wbc_fsync(f), 0);
+	pthread_mutex_lock(&sb_lock);
+	close_fails = true;
+	pthread_mutex_unlock(&sb_lock);
+	CHECK_EQ(wbc_cache_close(c), -EIO);
+	CHECK_EQ(sb_fail_flush, false);   /* the flush after the close took it */
+	printf("2. a close that fails after wbc_cache_close's sync: its error returned\n");
 
 	printf("flush_orphan: ok\n");
 	return 0;

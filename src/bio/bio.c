@@ -84,6 +84,7 @@ int backend_open(struct backend *be, const char *name, bool create, void **obj, 
 void backend_close(struct backend *be, void *obj)
 {
 	be->ops->close(be->ctx, obj);
+	atomic_fetch_add_explicit(&be->closes, 1, memory_order_relaxed);
 }
 
 int backend_resize(struct backend *be, void *obj, uint64_t size)

@@ -83,6 +83,8 @@ struct backend {
 	 * is asked again when a write or a truncate goes past it (a device
 	 * that grew) */
 	uint64_t max_file;
+	/* close() calls so far (dev_stop: a flush after its own closes) */
+	atomic_uint closes;
 };
 /* Ask @be's caps for its largest file again: store and return it (whole
  * pages of @page_size but for a one-file device). */

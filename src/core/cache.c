@@ -176,8 +176,11 @@ int wbc_cache_close_stats(wbc_cache *c, struct wbc_stats *st)
 	/* every device stopped before any is freed: a device's flusher,
 	 * completion thread or stacked writer walks the list (bandwidth
 	 * shares, thresholds, dead pages) until it has stopped */
-	for (struct wbc_dev *d = c->devs; d; d = d->next)
-		dev_stop(d);
+	for (struct wbc_dev *d = c->devs; d; d = d->next) {
+		int serr = dev_stop(d);
+		if (serr && !err)
+			err = serr;
+	}
 	struct wbc_dev *d = c->devs;
 	while (d) {
 		struct wbc_dev *next = d->next;

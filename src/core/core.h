@@ -24,7 +24,7 @@
 #include "throttle/throttle.h"
 
 /* device.c */
-void dev_stop(struct wbc_dev *dev);
+int dev_stop(struct wbc_dev *dev);
 void dev_free(struct wbc_dev *dev);
 
 #endif

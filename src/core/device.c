@@ -597,15 +597,25 @@ static void release_listed_inodes(struct wbc_dev *dev)
 
 /* Stop @dev: its handles closed, its flusher and backend ended.  Its
  * struct stays (and in the cache's list) for dev_free(): other devices'
- * flushers and writers still walk the list until every one is stopped. */
-void dev_stop(struct wbc_dev *dev)
+ * flushers and writers still walk the list until every one is stopped.
+ * Returns the error of the backend's flush after the files closed here
+ * (the cache's sync flushed before them): a backend whose close does I/O
+ * asynchronously (rados: a size write, an unlock) reports its failure
+ * there, and a file left open at wbc_cache_close() is no exception. */
+int dev_stop(struct wbc_dev *dev)
 {
+	unsigned closes = atomic_load_explicit(&dev->be->closes, memory_order_relaxed);
 	handles_close_dev(dev);
 	flusher_stop(dev);
 	release_listed_inodes(dev);
+	int err = 0;
+	if (atomic_load_explicit(&dev->be->closes, memory_order_relaxed) != closes &&
+	    !dev_dead_error(dev, wbc_now_ns()))
+		err = backend_flush(dev->be, NULL, false);
 	backend_destroy(dev->be);
 	free(dev->be);
 	dev->be = NULL;
+	return err;
 }
 
 /* Free a stopped device (nothing runs that could reach it any more). */
