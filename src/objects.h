@@ -198,6 +198,9 @@ struct wbc_dev {
 	 * (the last), for the files whose writeback failed (retry policy),
 	 * which the flusher files with b_more_io */
 	struct inbox_slot inbox[PCPU_SLOTS + 1];
+	/* [wb] a listed file's write failed: it is marked I_RETRY where it
+	 * is, and the flusher's next drain moves it to b_more_io */
+	atomic_bool retry_listed;
 
 	/* [wb] the flusher's lines: its list lock and what it guards */
 	pthread_mutex_t list_lock __attribute__((aligned(64)));

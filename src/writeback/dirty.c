@@ -500,16 +500,27 @@ void mark_inode_dirty(struct inode *ino)
  * is over.  Pushed as a new dirty file it was filed dirtied now, and only
  * the pass after it had been dirty for dirty_expire again looked at it.
  * A file under I_SYNC gets I_RETRY with I_DIRTY (dirty_put puts it with
- * b_more_io); one that is listed keeps its place.  Its dirtied_when is
- * kept: the data is as old as it was.
+ * b_more_io).  One that is listed (an fsync wrote it where its write had
+ * filed it) gets I_RETRY where it is, and the flusher's next drain moves
+ * it to b_more_io (retry_listed_move); it stayed in b_dirty until it was
+ * due, dirty_expire after it was dirtied.  Its dirtied_when is kept: the
+ * data is as old as it was.
  */
 void mark_inode_retry(struct inode *ino)
 {
 	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
-	do {
-		if ((s & I_DIRTY) && !(s & I_SYNC))
+	for (;;) {
+		if ((s & I_DIRTY) && !(s & I_SYNC)) {
+			if (!(s & I_RETRY) &&
+			    !atomic_compare_exchange_weak(&ino->state, &s, s | I_RETRY))
+				continue;
+			/* after the mark: the drain that sees the flag sees it */
+			atomic_store_explicit(&ino->dev->retry_listed, true, memory_order_release);
 			return;
-	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY | I_RETRY));
+		}
+		if (atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY | I_RETRY))
+			break;
+	}
 	if (s & I_SYNC)
 		return;
 	igrab(ino);
@@ -625,6 +636,85 @@ static bool drain_whole(struct wbc_dev *dev, struct ino_queue *lists, unsigned k
 	return true;
 }
 
+/* Files of @q marked I_RETRY, from after @*prev (NULL: the head), at
+ * most @budget looked at: moved to @to; *prev the last file kept.  True
+ * when @q's end was reached. */
+static bool retry_walk_locked(struct ino_queue *q, struct inode **prev, unsigned budget,
+			      struct ino_queue *to, uint64_t *moved)
+{
+	struct inode *p = *prev, *cur = p ? p->wb_next : q->head;
+	for (; cur && budget; budget--) {
+		struct inode *next = cur->wb_next;
+		if (atomic_load_explicit(&cur->state, memory_order_acquire) & I_RETRY) {
+			if (p)
+				p->wb_next = next;
+			else
+				q->head = next;
+			if (q->tail == cur)
+				q->tail = p;
+			cur->wb_next = NULL;
+			iq_add_tail(to, cur);
+			++*moved;
+		} else {
+			p = cur;
+		}
+		cur = next;
+	}
+	*prev = p;
+	return !cur;
+}
+
+#define RETRY_WALK_HOLD 64u   /* files looked at per hold of the list lock */
+
+/*
+ * The files of b_dirty whose write failed while they were listed
+ * (mark_inode_retry: an fsync wrote them) go to b_more_io, which every
+ * pass takes, there to wait for their backoff.  A walk of b_dirty: after
+ * a write error only, RETRY_WALK_HOLD files per hold of the lock (only
+ * the flusher changes the lists, and writers of the old policy only
+ * append, so the place kept between holds stays valid).
+ */
+static void retry_listed_move(struct wbc_dev *dev)
+{
+	if (!atomic_load_explicit(&dev->retry_listed, memory_order_relaxed) ||
+	    !atomic_exchange_explicit(&dev->retry_listed, false, memory_order_acq_rel))
+		return;
+	struct inode *prev = NULL;
+	struct ino_queue moved;
+	iq_init(&moved);
+	uint64_t n = 0;
+	dev_list_lock(dev);
+	if (old_list(dev)) {
+		while (!retry_walk_locked(&dev->l_dirty, &prev, RETRY_WALK_HOLD, &moved, &n)) {
+			dev_list_unlock(dev);
+			dev_list_lock(dev);
+		}
+	} else {
+		for (struct list_head *pos = dev->buckets.next; pos != &dev->buckets;) {
+			struct dirty_bucket *b = container_of(pos, struct dirty_bucket, link);
+			uint64_t k = 0;
+			bool end = retry_walk_locked(&b->inodes, &prev, RETRY_WALK_HOLD, &moved, &k);
+			b->n -= k;
+			n += k;
+			if (end) {
+				prev = NULL;
+				pos = pos->next;
+				if (!b->n) {   /* emptied: back to the pool */
+					list_del_init(&b->link);
+					count_add(&dev->nr_buckets, -1);
+					bucket_free(dev, b);
+				}
+			}
+			dev_list_unlock(dev);
+			dev_list_lock(dev);
+		}
+	}
+	count_add(&dev->nr_b_dirty, -(int64_t)n);
+	iq_splice_tail(&dev->b_more_io, &moved);
+	count_add(&dev->nr_b_more_io, (int64_t)n);
+	dev_list_unlock(dev);
+}
+
 /*
  * Take every slot's chain (one CAS each) and file them: whole when they
  * fit one bucket (drain_whole), else reversed, merged into dirtying order
@@ -636,8 +726,11 @@ void dirty_drain(struct wbc_dev *dev)
 	struct ino_queue lists[PCPU_SLOTS];
 	uint64_t cnt[PCPU_SLOTS], first = UINT64_MAX, last = 0, total = 0;
 	unsigned slot[PCPU_SLOTS], k = 0;
-	if (old_list(dev))
-		return;   /* no inbox: writers file their files themselves */
+	if (old_list(dev)) {
+		/* no inbox: writers file their files themselves */
+		retry_listed_move(dev);
+		return;
+	}
 	/* the files whose writeback failed: with b_more_io, as they are */
 	struct inbox_slot *rin = &dev->inbox[INBOX_RETRY];
 	struct inbox_chain rc;
@@ -663,8 +756,10 @@ void dirty_drain(struct wbc_dev *dev)
 		total += c.n;
 		slot[k++] = i;
 	}
-	if (!k)
+	if (!k) {
+		retry_listed_move(dev);
 		return;
+	}
 	if (!drain_whole(dev, lists, k, first, last, total)) {
 		/* merged by dirtied_when (each chain is in order, reversed) */
 		struct ino_queue fifo;
@@ -688,6 +783,8 @@ void dirty_drain(struct wbc_dev *dev)
 	for (unsigned j = 0; j < k; j++)
 		atomic_fetch_sub_explicit(&dev->inbox[slot[j]].n, (long long)cnt[j],
 					  memory_order_release);
+	/* last: a file marked while still in the inbox is in b_dirty now */
+	retry_listed_move(dev);
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
