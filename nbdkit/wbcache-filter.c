@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -202,11 +203,14 @@ static int wbcache_config(nbdkit_next_config *next, nbdkit_backend *nxdata, cons
 			return -1;
 		max_io = (uint32_t)v64;
 	} else if (strcmp(key, "wbcache-stats") == 0) {
-		char *p = strdup(value);
-		if (!p) {
-			nbdkit_error("strdup: %m");
+		if (!value[0]) {
+			nbdkit_error("%s: the path is empty", key);
 			return -1;
 		}
+		/* absolute: nbdkit without -f changes to / when it forks */
+		char *p = nbdkit_absolute_path(value);
+		if (!p)
+			return -1;
 		free(stats_path);
 		stats_path = p;
 	} else if (strcmp(key, "wbcache-stats-interval") == 0) {
@@ -250,6 +254,11 @@ static int wbcache_config_complete(nbdkit_next_config_complete *next, nbdkit_bac
 		char tmp[4096];
 		if (snprintf(tmp, sizeof(tmp), "%s.tmp", stats_path) >= (int)sizeof(tmp)) {
 			nbdkit_error("wbcache-stats: the path is too long");
+			return -1;
+		}
+		struct stat st;
+		if (stat(stats_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+			nbdkit_error("wbcache-stats: %s is a directory", stats_path);
 			return -1;
 		}
 		FILE *f = fopen(tmp, "w");
@@ -829,6 +838,10 @@ static void wbcache_cleanup(nbdkit_backend *backend)
 	stats_stop();
 	wbc_file_close(g.keeper);
 	g.keeper = NULL;
+	/* a flush of the plugin that fails from here on may have lost what
+	 * was written back at exit: one that succeeds after it says nothing
+	 * of that (the pages are clean, nothing is written again) */
+	unsigned long flushes_failed = atomic_load(&flush_failures);
 	/* write back and flush: reports the errors of the past (every
 	 * connection's FLUSH saw them), so that close's says what is new */
 	(void)wbc_dev_sync(g.dev);
@@ -843,6 +856,9 @@ static void wbcache_cleanup(nbdkit_backend *backend)
 		nbdkit_error("wbcache: %" PRIu64 " bytes of written data could not be written to "
 			     "the plugin and are lost (%" PRIu64 " failed writes)",
 			     st.lost_bytes, st.write_errors);
+	else if (atomic_load(&flush_failures) != flushes_failed)
+		nbdkit_error("wbcache: flushing the plugin at exit failed: what was written back at "
+			     "exit may not be durable in the plugin");
 	else if (err) {
 		/* every byte was written, some after failed tries: whether
 		 * the plugin's last flush succeeded, one more says */
@@ -1186,6 +1202,11 @@ static int wbcache_extents(nbdkit_next *next, void *handle, uint32_t count, uint
 	int r = wbc_fsync_range(g.keeper, offset, count, 1);
 	if (!r)
 		r = check_at_risk();
+	/* and data dropped (wbcache-on-error=drop): its pages are clean and
+	 * still read from the cache, the plugin's map has a hole there; which
+	 * ranges were dropped is not known, so every range is data then */
+	if (!r && lost_bytes())
+		r = -EIO;
 	if (r) {
 		if (nbdkit_add_extent(extents, offset, count, 0) == -1) {
 			*err = errno;

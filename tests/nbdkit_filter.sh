@@ -25,6 +25,10 @@
 #     writes racing on one connection are never acknowledged unwritten,
 #     and two FLUSHes in flight at once over a loss both fail (the second
 #     begun, over a plugin that delays each write, before the first ends).
+#   - a relative stats path is nbdkit's directory's (nbdkit in the
+#     background changes to /); an empty one or a directory is refused;
+#     a flush of the plugin that fails at exit is reported; block status
+#     never reports a hole where dropped data still reads from the cache.
 # Skips when nbdkit is not installed.  A sanitized build's filter runs with
 # its sanitizer runtime preloaded into nbdkit (skipped when it cannot be).
 set -u
@@ -145,6 +149,8 @@ bad "wbcache-max-io.*multiple of the page size" wbcache-max-io=6K
 bad "unknown parameter wbcache-colour" wbcache-colour=blue
 bad "wbcache-stats: cannot write /nonexistent" wbcache-stats=/nonexistent/dir/wb.stats
 bad "wbcache-stats-interval needs wbcache-stats" wbcache-stats-interval=2
+bad "wbcache-stats: the path is empty" wbcache-stats=
+bad "wbcache-stats: .* is a directory" wbcache-stats="$T"
 # the filter twice: one cache per nbdkit (it hung, two caches on one queue)
 if "${NBDKIT[@]}" -U "$T/bad.sock" --filter="$FILTER" --filter="$FILTER" memory 1M --run true \
 	>"$T/bad.out" 2>&1; then
@@ -178,6 +184,26 @@ start ok --filter="$FILTER" memory 1M wbcache-mem=8M wbcache-page-size=8K \
 stop ok
 "${NBDKIT[@]}" --filter="$FILTER" memory --help 2>&1 | grep -q "wbcache-dirty-background-ratio=" ||
 	fail "--help does not list the parameters"
+# a relative wbcache-stats path names a file of the directory nbdkit was
+# started in, also when nbdkit forks into the background (and changes
+# to /: the file was written there, or not at all)
+# (plain builds only: a sanitized nbdkit's child, as under --run)
+if [ -z "$san" ]; then
+	rel=wbc-rel-$$.stats
+	(cd "$T" && "${NBDKIT[@]}" -U "$T/rel.sock" -P "$T/rel.pid" --filter="$FILTER" memory 1M \
+		wbcache-stats="$rel" wbcache-stats-interval=0.05) >"$T/rel.log" 2>&1 ||
+		fail "nbdkit in the background: $(cat "$T/rel.log")"
+	for _ in $(seq 100); do [ -s "$T/rel.pid" ] && break; sleep 0.05; done
+	[ -s "$T/rel.pid" ] || fail "nbdkit in the background did not start: $(cat "$T/rel.log")"
+	pids+=("$(cat "$T/rel.pid")")
+	nbdinfo "$(uri rel)" >/dev/null 2>&1 || fail "nbdinfo on nbdkit in the background"
+	for _ in $(seq 100); do [ -s "$T/$rel" ] && break; sleep 0.05; done
+	kill -TERM "$(cat "$T/rel.pid")"
+	if [ ! -s "$T/$rel" ]; then
+		[ -e "/$rel" ] && rm -f "/$rel" "/$rel.tmp" && fail "a relative wbcache-stats path was written in /"
+		fail "a relative wbcache-stats path was not written (nbdkit in the background)"
+	fi
+fi
 echo "parameters: ok"
 
 # ---- data through the cache, durability ----------------------------------
@@ -466,6 +492,25 @@ $PY "$T/fuaflush.py" "$(uri fuaflush)" "$T/fuaflush.plugin.log" >"$T/fuaflush.ou
 stop fuaflush KILL
 echo "FUA writes over a plugin whose flushes fail: ok"
 
+# at shutdown, a flush of the plugin that fails after what the filter
+# wrote back at exit is reported (the engine's close flushed again, that
+# one succeeded, and nothing was said: the data may not be in the plugin)
+truncate -s 0 "$T/disk.img"; truncate -s $((64 << 20)) "$T/disk.img"
+start shutflush --filter="$FILTER" "$PWD/$BUILD/tests/nbdkit-flakyflush-plugin.so" file="$T/disk.img" \
+	wbcache-mem=16M
+$PY - "$(uri shutflush)" <<'EOF' >"$T/shutflush.out" 2>&1 || fail "shutflush client: $(cat "$T/shutflush.out")"
+import nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.flush()                        # the plugin's first flush: it succeeds
+h.pwrite(b"S" * (1 << 20), 0)    # written back at exit, then the flush fails
+h.shutdown()
+EOF
+stop shutflush
+grep -q "wbcache: flushing the plugin at exit failed" "$T/shutflush.log" ||
+	fail "a failed flush of the plugin at exit is not reported: $(cat "$T/shutflush.log")"
+echo "a failed flush of the plugin at exit: reported: ok"
+
 # block status while a write is at risk: never a hole where the cache
 # holds data the plugin lacks.  Two requests 50 ms apart over a plugin
 # whose writes take 300 ms and fail: the second found the first's write in
@@ -506,6 +551,40 @@ $PY "$T/bs.py" "$(uri bs)" >"$T/bs.out" 2>&1 || fail "block status at risk: $(ca
 rm -f "$T/inject-bs"
 stop bs
 echo "block status with data at risk: ok"
+
+# ... nor where data was dropped (on_error=drop): its pages are clean,
+# reads still return it from the cache, and the plugin's map had a hole
+start dropbs --filter="$FILTER" --filter=error memory 1M error-pwrite-rate=1 error-pwrite=EIO \
+	wbcache-mem=16M wbcache-on-error=drop wbcache-dirty-expire-centisecs=5 \
+	wbcache-dirty-writeback-centisecs=5 wbcache-stats-interval=0.05
+$PY - "$(uri dropbs)" "$T/dropbs.stats" <<'EOF' >"$T/dropbs.out" 2>&1 ||
+import nbd, sys, time
+uri, stats = sys.argv[1:3]
+def lost():
+    try:
+        return int(dict(l.split("=") for l in open(stats).read().split())["lost_bytes"])
+    except (OSError, ValueError, KeyError):
+        return 0
+h = nbd.NBD()
+h.add_meta_context("base:allocation")
+h.connect_uri(uri)
+h.pwrite(b"\x07" * 65536, 0)
+for _ in range(600):
+    if lost() >= 65536:
+        break
+    time.sleep(0.05)
+assert lost() >= 65536, "not dropped"
+assert h.pread(1, 0) == b"\x07"
+for i in range(2):                       # the second: no write error left to tell
+    e = []
+    h.block_status(65536, 0, lambda m, o, x, err: e.extend(x) or 0)
+    for j in range(1, len(e), 2):
+        assert not e[j] & 1, "request %d: a hole where the cache holds data: %s" % (i, e)
+print("ok")
+EOF
+	fail "block status over dropped data: $(cat "$T/dropbs.out")"
+stop dropbs
+echo "block status over dropped data: ok"
 
 # shutdown over a failing plugin: retried until it recovers
 cat >"$T/write.py" <<'EOF'
