@@ -749,7 +749,13 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		if (strict)
 			floor = WBC_MIN(floor, dev_cap_pages(dev, (double)c->thresh));
 		pass = WBC_MAX(pass, floor);
-		if (unclean <= (long)pass && !strict_over && (!grp || md.dirty < md.limit)) {
+		/* a group at its limit lets through only a writer whose
+		 * device holds less than the floor, a page per check (the
+		 * kernel's pipe for a wb with next to nothing dirty): its
+		 * limit filled by a stalled device's pages held the group's
+		 * writers to every other device for as long as it stalled */
+		bool grp_full = grp && md.dirty >= md.limit;
+		if (unclean <= (long)pass && !strict_over && (!grp_full || unclean < (long)floor)) {
 			long intv = WBC_MIN((long)pass - unclean, slack);
 			/* in a group, a part of the room under the group's limit
 			 * (pass and slack are the cache's: a 1 MiB group in a
