@@ -8,9 +8,80 @@
  *   1. A thread that wrote into a big cache, then into a small one: its
  *      interval was the big cache's (thread-local), and the small cache
  *      held 14 times its limit before the thread's first check there.
+ *   3. Two writers, stepped in turn (semaphores, no timing), each check
+ *      just under the background threshold and together write past it,
+ *      each short of its next check: no check woke a flusher, and the
+ *      cache stayed over the threshold for good; now the flusher of a
+ *      device with dirty pages looks once a second by itself.
  */
 #include "testutil.h"
 #include "internal.h"
+
+#include <semaphore.h>
+
+static wbc_file *tf;
+static sem_t go[2], stepped[2];
+static uint64_t tbase;
+static const int tpages[2] = { 8, 7 };
+
+static void *stepper(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	static char page[4096];
+	uint64_t at = tbase + (uint64_t)id * 1000;
+	sem_wait(&go[id]);
+	CHECK_EQ(wbc_pwrite(tf, page, 4096, at * 4096), 4096);   /* checked before it */
+	sem_post(&stepped[id]);
+	sem_wait(&go[id]);
+	for (int i = 1; i < tpages[id]; i++)
+		CHECK_EQ(wbc_pwrite(tf, page, 4096, (at + (uint64_t)i) * 4096), 4096);
+	sem_post(&stepped[id]);
+	return NULL;
+}
+
+static void two_writers(void)
+{
+	struct wbc_config cfg = t_config(64 << 20, 4096);
+	cfg.dirty_writeback_centisecs = 0;
+	wbc_cache *c;
+	wbc_dev *d;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "mem", &d), 0);
+	CHECK_EQ(wbc_file_open(d, "x", WBC_O_CREAT, &tf), 0);
+	struct wbc_stats st;
+	wbc_stats(c, &st);
+	uint64_t bg = st.bg_thresh_bytes / 4096, pre = bg - 8;
+	static char page[4096];
+	for (uint64_t i = 0; i < pre; i++)
+		CHECK_EQ(wbc_pwrite(tf, page, 4096, i * 4096), 4096);
+	tbase = pre + 10;
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++) {
+		sem_init(&go[i], 0, 0);
+		sem_init(&stepped[i], 0, 0);
+		CHECK_EQ(pthread_create(&t[i], NULL, stepper, (void *)(intptr_t)i), 0);
+	}
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < 2; i++) {
+			sem_post(&go[i]);
+			sem_wait(&stepped[i]);
+		}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	wbc_stats(c, &st);
+	printf("two writers: %llu pages dirty, the background threshold %llu\n",
+	       (unsigned long long)st.dirty_bytes / 4096, (unsigned long long)bg);
+	CHECK(st.dirty_bytes + st.writeback_bytes > st.bg_thresh_bytes ||
+	      st.written_back_bytes > 0);   /* over it, or writeback began */
+	bool below = T_WAIT_UNTIL((wbc_stats(c, &st), st.writeback_bytes == 0 &&
+						       st.dirty_bytes <= st.bg_thresh_bytes));
+	if (!below)
+		fprintf(stderr, "two writers: %llu pages dirty, none written back\n",
+			(unsigned long long)st.dirty_bytes / 4096);
+	CHECK(below);
+	CHECK_EQ(wbc_file_close(tf), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
 
 static void crossing(void)
 {
@@ -84,6 +155,7 @@ int main(void)
 {
 	two_caches();   /* first: the thread's interval not yet another test's */
 	crossing();
+	two_writers();
 	printf("bg_kick: ok\n");
 	return 0;
 }

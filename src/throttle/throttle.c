@@ -660,10 +660,13 @@ static bool freerun_pass(struct wbc_cache *c, const struct dom *gd, const struct
 	 * again no later than the page that takes the cache (or a group)
 	 * over its background threshold: that check wakes the flushers
 	 * (balance_domains).  Unchecked, a writer's last pages left it over
-	 * with every flusher asleep for good.  With it, the flushers look
-	 * at each periodic wakeup, as the kernel's (wb_check_background_
-	 * flush): no check per page near the threshold, where small files
-	 * would wake a flusher for each. */
+	 * with every flusher asleep for good.  (Two writers that checked
+	 * under it at once can still cross it together between checks; a
+	 * flusher with dirty pages then looks by itself once a second,
+	 * flusher.c's BG_CHECK_NS.)  With it, the flushers look at each
+	 * periodic wakeup, as the kernel's (wb_check_background_flush): no
+	 * check per page near the threshold, where small files would wake a
+	 * flusher for each. */
 	if (!c->cfg.dirty_writeback_centisecs) {
 		long below_bg = -over_bg_pages(c);
 		if (below_bg >= 0)

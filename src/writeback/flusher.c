@@ -24,6 +24,12 @@
 /* A background pass that found nothing it could write (pages locked by
  * writers, file being resized) retries after this long. */
 #define BACKGROUND_RETRY_NS (10ull * 1000 * 1000)
+/* Without periodic writeback, how often a flusher whose device has dirty
+ * pages looks at the background threshold by itself: writers' checks
+ * wake it when they take the cache over, but two writers that each
+ * checked just under it can together cross it, each short of its next
+ * check (the kernel has the same gap). */
+#define BG_CHECK_NS (1000ull * 1000 * 1000)
 #define NS_PER_CENTISEC (10ull * 1000 * 1000)
 
 /* ------------------------------------------------------------------ */
@@ -416,7 +422,7 @@ static void *flusher_main(void *arg)
 		 * under work_lock on a retry time left in the past while
 		 * another device's pages kept the cache over the threshold). */
 		now = wbc_now_ns();
-		uint64_t wake = interval ? next_periodic : UINT64_MAX;
+		uint64_t wake = interval ? next_periodic : ndirty > 0 ? now + BG_CHECK_NS : UINT64_MAX;
 		if (retry_at && (kick_pending || wb_over_bg_thresh(c)))
 			wake = WBC_MIN(wake, retry_at);
 		if (wake <= now)
