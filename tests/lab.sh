@@ -144,14 +144,15 @@ done
 # what the chunk switch does, whatever the machine's speed: the model
 # disk counts the I/Os that do not continue the one before (seeks); the
 # old rule moves to the next file every 4 MiB (1 GiB: about 256 seeks),
-# the new one writes a bandwidth's chunk (50 to 85 seen: the estimate
-# starts low and a loaded machine slows its rise, so 2x is the bound)
+# the new one writes a bandwidth's chunk (50 to 119 seen: the estimate
+# starts low and a loaded machine slows its rise, so 1.5x is the bound;
+# a chunk= that does nothing gives about the same count both ways)
 if [ "$BUILD" = build/release ]; then
 	s1=$(sed -n 's/^device 0 seeks: \([0-9]*\),.*/\1/p' "$dir/out/chunk-1.log")
 	s2=$(sed -n 's/^device 0 seeks: \([0-9]*\),.*/\1/p' "$dir/out/chunk-2.log")
 	[ -n "$s1" ] && [ -n "$s2" ] || fail "chunk: no seek counts in its runs' reports"
 	[ "$s1" -ge 200 ] || fail "chunk=4M: $s1 seeks for 1 GiB, expected one per 4 MiB (>= 200)"
-	[ $((s2 * 2)) -le "$s1" ] || fail "chunk=bw: $s2 seeks, chunk=4M $s1: expected 2x fewer"
+	[ $((s2 * 3)) -le $((s1 * 2)) ] || fail "chunk=bw: $s2 seeks, chunk=4M $s1: expected 1.5x fewer"
 fi
 # one experiment by number runs that one alone (the plain build only:
 # the same runs as above, under a sanitizer they only add time)
