@@ -484,4 +484,55 @@ if [ "$(ulimit -H -n)" = unlimited ] || [ "$(ulimit -H -n)" -ge 2048 ]; then
 	(ulimit -S -n 256 && $W run fsmark --dev "dir:$dir/fds" --files 1000 --mem 64M --quiet \
 		>"$dir/fds.out" 2>&1) || fail "fsmark of 1000 files under ulimit -S -n 256: $(tail -3 "$dir/fds.out")"
 fi
+# a write that the throttle paused many times counts every pause (a 64 MiB
+# write was one pause, its last 10 ms: "pauses: 4, max 10 ms" for a writer
+# held back for more than a second)
+$W run dd --dev model:bw=200M,discard=1 --bs 64M --size 256M --mem 64M --quiet \
+	--json "$dir/bp.json" >/dev/null || fail "dd --bs 64M"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["pauses"] > 16, j["pauses"]' "$dir/bp.json" ||
+	fail "--bs 64M: pauses $(sed -n 's/.*"pauses": \([0-9]*\).*/\1/p' "$dir/bp.json"), expected one per pause"
+# the demonstration's trace and plot in DIR, which may be another user's
+# (/var/tmp/wbcache by default): a symbolic link there is not followed
+# (root's run wrote its CSV over the file the link named)
+mkdir "$dir/evil"
+echo precious > "$dir/victim"
+ln -s "$dir/victim" "$dir/evil/run-trace.csv"
+expect_msg "a link in the demonstration's DIR" "a symbolic link, not followed" \
+	run --dir "$dir/evil" --size 1M --mem 16M --quiet
+[ "$(cat "$dir/victim")" = precious ] || fail "the demonstration wrote through a link in DIR"
+# an output over the file of a file: device: refused
+echo data > "$dir/img1"
+expect_msg "--json on the device's file" "names the file of --dev" \
+	run dd --dev "file:$dir/img1" --size 64K --json "$dir/./img1"
+# what a close could not write, in bytes below a MiB (it said "0.0 MiB
+# lost" of 12 KiB, and of a close whose retries wrote everything)
+out=$($W run fsmark --dev model:errn=3,on_error=drop --files 100 --mem 16M --quiet 2>&1) &&
+	fail "fsmark with failed writes: exit 0"
+echo "$out" | grep -q "(12288 bytes of written data lost)" || fail "12 KiB lost: $out"
+# randrw reads the files it laid out from the cache (the last close of the
+# layout's handle dropped their pages: every read went to the 1 ms device
+# for seconds, 1,000 reads a second)
+out=$($W run randrw --dev model:lat=1ms --rwmix 0 --file-size 4M --time 0.5 --mem 16M --quiet) ||
+	fail "randrw, reads only: $out"
+r=$(echo "$out" | sed -n 's/.* \([0-9]*\) read IOPS.*/\1/p')
+[ -n "$r" ] && [ "$r" -gt 20000 ] || fail "randrw after its layout: $r read IOPS, the reads not cached"
+# one-file regions past the largest file: refused (k * --file-size
+# wrapped: 8388609T twice made the file 2 TiB, and every write failed)
+expect_msg "regions past 2^63" "end past the largest file" \
+	run randwrite --dev "file:$dir/wrap" --file-size 8388609T --threads 2 --no-layout
+[ "$(stat -c %s "$dir/wrap")" = 0 ] || fail "a refused run resized its file: to $(stat -c %s "$dir/wrap")"
+# write latencies below a millisecond are not "0.000 ms"
+out=$($W run randwrite --dev mem --file-size 4M --time 0.2 --mem 16M --quiet --lat-log "$dir/ll") ||
+	fail "randwrite --lat-log: $out"
+echo "$out" | grep -q "^write latency: .* p50 0\.000 ms" && fail "--lat-log: $(echo "$out" | grep latency)"
+echo "$out" | grep -Eq "^write latency: [0-9]+ writes, p50 [0-9.]+ [um]s, p99 [0-9.]+ [um]s" ||
+	fail "--lat-log: $(echo "$out" | grep latency)"
+# fsmark's --time is the most it runs, also with files of many writes
+# (a 256 MiB file at 100 MiB/s ran 2.5 s of --time 0.5)
+$W run fsmark --dev model:bw=100M,discard=1 --file-size 256M --files 2 --time 0.5 --mem 16M \
+	--quiet --json "$dir/fm.json" >/dev/null || fail "fsmark --time with large files"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["secs"] < 1.5 and j["ops"] == 0, (j["secs"], j["ops"])' "$dir/fm.json" ||
+	fail "fsmark --time 0.5: $(head -c 200 "$dir/fm.json")"
 echo "cli: ok"

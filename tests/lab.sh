@@ -117,6 +117,16 @@ grep -q "chunk run 1 failed (did not finish in its --deadline, 3 s)" "$dir/hang.
 	fail "hang: no reason: $(cat "$dir/hang.out")"
 [ ! -e "$dir/hang/chunk-2.log" ] || fail "hang: the lab went on to run 2"
 
+# a chart that cannot be written fails the lab (it said "cannot write",
+# then "chart: PATH" as if written, and exited 0)
+if [ "$BUILD" = build/release ]; then
+	mkdir -p "$dir/nochart/chunk.svg"
+	$W lab --quick --out "$dir/nochart" chunk >"$dir/nochart.out" 2>&1; rc=$?
+	[ $rc -eq 1 ] || fail "a chart that cannot be written: exit $rc, expected 1"
+	grep -q "cannot write $dir/nochart/chunk.svg" "$dir/nochart.out" &&
+		! grep -q "chart: $dir/nochart/chunk.svg" "$dir/nochart.out" ||
+		fail "a chart that cannot be written: $(cat "$dir/nochart.out")"
+fi
 # every experiment in the plain build; under a sanitizer the three whose
 # runs use the most threads (the others' switches, the 2011 throttle and
 # the chunk size, have tests of their own there)
@@ -154,6 +164,14 @@ if [ "$BUILD" = build/release ]; then
 	[ "$s1" -ge 200 ] || fail "chunk=4M: $s1 seeks for 1 GiB, expected one per 4 MiB (>= 200)"
 	[ $((s2 * 3)) -le $((s1 * 2)) ] || fail "chunk=bw: $s2 seeks, chunk=4M $s1: expected 1.5x fewer"
 fi
+# remote's reads find the files in the cache, as doc/lab.md says (the
+# layout's last close dropped their pages: the quick runs read nearly all
+# of it from the 1 ms model, 10k IOPS where the cached runs do 1M)
+for j in "$dir/out/remote-1.json" "$dir/out/remote-2.json"; do
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+assert d["reads"] > 0 and d["read_in_bytes"] * 100 < d["reads"] * 8192, (d["reads"], d["read_in_bytes"])' "$j" ||
+		fail "$j: remote's reads went to the device"
+done
 # one experiment by number runs that one alone (the plain build only:
 # the same runs as above, under a sanitizer they only add time)
 if [ "$BUILD" = build/release ]; then

@@ -653,12 +653,15 @@ static bool out_ok(void)
 /* ------------------------------------------------------------------ */
 /* the chart                                                            */
 
-static void chart(const char *path, const struct experiment *e, const struct lab_run *runs, int n)
+/* false, said, where the chart could not be written: the lab's failure,
+ * as a run's output file is the run's (it said "chart: PATH" after
+ * "cannot write PATH" and exited 0) */
+static bool chart(const char *path, const struct experiment *e, const struct lab_run *runs, int n)
 {
 	FILE *f = fopen(path, "w");
 	if (!f) {
 		fprintf(stderr, "wbcache lab: cannot write %s: %s\n", path, strerror(errno));
-		return;
+		return false;
 	}
 	bool ops = !strcmp(e->chart_rate, "ops/s");
 	struct panel p[3] = { { 80, 40, 640, 170, 1, 1 }, { 80, 260, 640, 150, 1, 1 },
@@ -695,8 +698,12 @@ static void chart(const char *path, const struct experiment *e, const struct lab
 		ly += 18;
 	}
 	fprintf(f, "</svg>\n");
-	if (fclose(f))
+	errno = EIO;   /* a write that failed before (ferror) may leave none */
+	if (ferror(f) | fclose(f)) {
 		fprintf(stderr, "wbcache lab: cannot write %s: %s\n", path, strerror(errno));
+		return false;
+	}
+	return true;
 }
 
 /* ------------------------------------------------------------------ */
@@ -971,8 +978,10 @@ int cmd_lab(int argc, char **argv)
 			x->judge(runs, n, &rows[i].x);
 			char svg[600];
 			snprintf(svg, sizeof(svg), "%s/%s.svg", out, x->name);
-			chart(svg, x, runs, n);
-			printf("   chart: %s\n", svg);
+			if (chart(svg, x, runs, n))
+				printf("   chart: %s\n", svg);
+			else
+				failed++;
 		} else if (!rows[i].interrupted) {
 			failed++;
 		}

@@ -5,15 +5,32 @@
  * rate limit (MB/s).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "run.h"
 #include "svg.h"
 
-int trace_csv(const char *path, const struct sample *s, size_t n)
+FILE *out_fopen(const char *path, bool nofollow)
 {
-	FILE *f = fopen(path, "w");
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0),
+		      0666);
+	if (fd < 0)
+		return NULL;
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		errno = e;
+	}
+	return f;
+}
+
+int trace_csv(const char *path, bool nofollow, const struct sample *s, size_t n)
+{
+	FILE *f = out_fopen(path, nofollow);
 	if (!f)
 		return -errno;
 	fprintf(f, "t_s,dirty_mib,writeback_mib,bg_thresh_mib,freerun_mib,setpoint_mib,limit_mib,pause_ms");
@@ -136,12 +153,12 @@ static double g_tput(const struct sample *s, unsigned d) { return s->dev[d].tput
 static double g_bw(const struct sample *s, unsigned d) { return s->dev[d].write_bw; }
 static double g_rl(const struct sample *s, unsigned d) { return s->dev[d].ratelimit; }
 
-int plot_svg(const char *path, const char *title, const struct sample *s, size_t n,
-	     const char *const *dev_names)
+int plot_svg(const char *path, bool nofollow, const char *title, const struct sample *s,
+	     size_t n, const char *const *dev_names)
 {
 	if (!n)
 		return -EINVAL;
-	FILE *f = fopen(path, "w");
+	FILE *f = out_fopen(path, nofollow);
 	if (!f)
 		return -errno;
 	/* the bottom panel's legend has 66 px a device: the canvas grows for

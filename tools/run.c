@@ -60,6 +60,11 @@ struct opts {
 	double deadline_s;         /* give up after this long, final fsync included (0: never) */
 	unsigned rwmix;            /* randrw: percent of operations that write */
 	const char *trace, *plot, *json;
+	/* the demonstration's DIR/run-trace.csv and DIR/run-plot.svg: DIR
+	 * (by default /var/tmp/wbcache, a name anyone can take first) may be
+	 * another user's, whose symbolic link there made root's run write
+	 * over the file it points to: not followed */
+	bool trace_nofollow, plot_nofollow;
 	const char *lat_log;       /* --lat-log: every write's latency */
 	struct wbc_config cfg;
 };
@@ -91,6 +96,11 @@ struct worker {
 	 * its --deadline reads them while the writer may still add more */
 	struct lat { uint64_t t_ns, lat_ns, bytes; } *lats[LAT_CHUNKS];
 	atomic_size_t nlats;
+	/* randrw: the layout's handle of its file, held until the writer
+	 * has opened its own, so that the laid-out pages stay cached (the
+	 * last close of a file drops its clean pages: every read went to
+	 * the device until the cache warmed, seconds at 1 ms a read) */
+	wbc_file *warm;
 };
 
 static struct run {
@@ -152,17 +162,31 @@ static void note_pause(struct worker *w, struct wbc_thread_stats *prev)
 	wbc_thread_stats(&st);
 	if (st.pauses == prev->pauses)
 		return;
-	/* one record per throttled call; a call that paused several times
-	 * counts its last pause (the others are in paused_ns) */
-	if (w->npauses == w->cap) {
-		size_t ncap = w->cap ? w->cap * 2 : 1024;
+	/* a record per pause: a call that paused k times (a large --bs:
+	 * a 256 MiB write paused hundreds of times and was counted as one
+	 * pause of its last 10 ms) gives k records, whose count, sum
+	 * (paused_ns) and maximum are the call's: its last pause, its
+	 * longest where that is a new maximum, the rest at their mean */
+	uint64_t k = st.pauses - prev->pauses, sum = st.paused_ns - prev->paused_ns;
+	uint64_t last = st.last_pause_ns < sum ? st.last_pause_ns : sum;
+	uint64_t mx = k > 1 && st.max_pause_ns > prev->max_pause_ns && st.max_pause_ns > last &&
+		      st.max_pause_ns <= sum - last ? st.max_pause_ns : 0;
+	uint64_t nrest = k - 1 - (mx ? 1 : 0), rest = sum - last - mx;
+	if (w->npauses + k > w->cap) {
+		size_t ncap = w->cap ? w->cap : 1024;
+		while (ncap < w->npauses + k)
+			ncap *= 2;
 		uint64_t *p = realloc(w->pauses, ncap * sizeof(*p));
 		if (!p)
 			return;
 		w->pauses = p;
 		w->cap = ncap;
 	}
-	w->pauses[w->npauses++] = st.last_pause_ns;
+	for (uint64_t i = 0; i < nrest; i++)
+		w->pauses[w->npauses++] = rest / nrest;
+	if (mx)
+		w->pauses[w->npauses++] = mx;
+	w->pauses[w->npauses++] = last;
 	*prev = st;
 }
 
@@ -299,6 +323,10 @@ static int layout(void)
 			 * said "writing back 0 MiB" with the cache full) */
 			note_dirty();
 		}
+		if (o->wl == WL_RANDRW && !err) {
+			R.w[i].warm = f;   /* closed by its writer (or the cache's close) */
+			continue;
+		}
 		int cerr = wbc_file_close(f);
 		err = err ? err : cerr;
 	}
@@ -385,6 +413,10 @@ static void *worker_main(void *arg)
 	if (!buf || (o->wl == WL_RANDRW && !rbuf)) {
 		free(buf);
 		free(rbuf);
+		if (w->warm) {
+			wbc_file_close(w->warm);
+			w->warm = NULL;
+		}
 		w->err = -ENOMEM;
 		w->err_op = "allocating its buffer";
 		gate_wait();   /* the main thread waits for every one */
@@ -413,6 +445,10 @@ static void *worker_main(void *arg)
 		 * file of a device is shared, never truncated */
 		int oflags = w->one_file ? 0 : seq || o->no_layout ? WBC_O_CREAT | WBC_O_TRUNC : 0;
 		int e = wbc_file_open(w->dev, name, oflags, &f);
+		if (w->warm) {
+			wbc_file_close(w->warm);
+			w->warm = NULL;
+		}
 		if (e) {
 			worker_fail(w, e, oflags & WBC_O_CREAT ? "creating" : "opening", name);
 			break;
@@ -470,7 +506,11 @@ static void *worker_main(void *arg)
 				worker_fail(w, e, "creating", name);
 				break;
 			}
-			for (uint64_t off = 0; off < o->file_size && !w->err; off += o->bs) {
+			/* --time is the most it runs: a file of many writes is
+			 * cut there, and not counted (--file-size 1G --time 1
+			 * ran 1.65 s) */
+			uint64_t off = 0;
+			for (; off < o->file_size && !w->err && !(off && time_up()); off += o->bs) {
 				size_t n = (size_t)(o->file_size - off < o->bs ? o->file_size - off : o->bs);
 				ssize_t r = wbc_pwrite(g, buf, n, off);
 				if (r < 0) {
@@ -485,7 +525,7 @@ static void *worker_main(void *arg)
 			/* a write failed: the file is not one of fs_mark's, nor
 			 * are the empty ones the loop went on making (200000
 			 * "files" were counted after the store died at 820) */
-			if (w->err)
+			if (w->err || off < o->file_size)
 				break;
 			w->ops++;
 			atomic_fetch_add_explicit(&R.ops_done, 1, memory_order_relaxed);
@@ -724,6 +764,7 @@ static double threads_cpu_mode(const char *prefix, bool user_only)
 static double wb_cpu0, wb_user0, lib_cpu0;
 static struct rusage ru0;   /* the process's CPU time when the writers started */
 static uint64_t wb_bytes0;
+static uint64_t read_in0;   /* read from the devices before the writers */
 
 static double wb_threads_cpu(bool user_only)
 {
@@ -824,6 +865,10 @@ static void write_json(const char *path, const struct json_fig *j)
 		(unsigned long long)j->bytes,
 		(double)j->bytes / secs / 1e6, (unsigned long long)j->ops, (double)j->ops / secs,
 		(unsigned long long)j->reads, (double)j->reads / secs);
+	/* the reads that missed the cache: what the devices gave them */
+	struct wbc_stats cs;
+	wbc_stats(R.cache, &cs);
+	fprintf(f, "\"read_in_bytes\": %llu,\n ", (unsigned long long)(cs.read_in_bytes - read_in0));
 	if (j->unfinished)   /* a run given up: these were not summed up */
 		fprintf(f, "\"pauses\": null, \"pause_p50_ms\": null, \"pause_p99_ms\": null, "
 			"\"pause_max_ms\": null, \"dirty_mean_mib\": null, \"dirty_max_mib\": null, "
@@ -873,6 +918,15 @@ static void write_json(const char *path, const struct json_fig *j)
 		out_failed("--json", path, errno ? errno : EIO);
 }
 
+/* @ms milliseconds, to three figures at least: in us below 1 ms */
+static void fmt_ms(char *buf, size_t len, double ms)
+{
+	if (ms < 1)
+		snprintf(buf, len, "%.*f us", ms < 0.01 ? 2 : 1, ms * 1e3);
+	else
+		snprintf(buf, len, "%.3f ms", ms);
+}
+
 /* --lat-log: every write's latency, in fio's (3.x) log format (msec,
  * nsec, direction 1: write, bytes), and its p50/p99/max in the report.
  * Also while writers still run (a run given up at its --deadline): each
@@ -907,9 +961,13 @@ static void lat_log_write(void)
 		out_failed("--lat-log", o->lat_log, lerr ? lerr : errno ? errno : EIO);
 	if (ll && nl) {
 		qsort(ll, nl, sizeof(*ll), cmp_u64);
-		printf("write latency: %zu writes, p50 %.3f ms, p99 %.3f ms, max %.1f ms "
-		       "(log: %s)\n", nl, pct(ll, nl, 50), pct(ll, nl, 99), pct(ll, nl, 100),
-		       o->lat_log);
+		/* below a millisecond in microseconds: a cached write's 0.4 us
+		 * was "p50 0.000 ms" */
+		char p50[32], p99[32];
+		fmt_ms(p50, sizeof(p50), pct(ll, nl, 50));
+		fmt_ms(p99, sizeof(p99), pct(ll, nl, 99));
+		printf("write latency: %zu writes, p50 %s, p99 %s, max %.1f ms (log: %s)\n", nl, p50,
+		       p99, pct(ll, nl, 100), o->lat_log);
 	}
 	free(ll);
 	free(n);
@@ -1304,8 +1362,9 @@ static void run_usage(FILE *out)
 "                     fio lays out; a device of one file is not laid out)\n"
 "  --deadline SECONDS give up when the writers, final fsync included, run longer\n"
 "                     (counted from their start, after the layout): report what\n"
-"                     was done, write --trace, --plot and --json (\"finished\":\n"
-"                     false) and exit 3, without writeback or removing files\n"
+"                     was done, write --trace, --plot, --lat-log and --json\n"
+"                     (\"finished\": false) and exit 3, without writeback or\n"
+"                     removing files\n"
 "  --mem SIZE         the cache's memory (default 256M; at least 16 pages)\n"
 "  --page-size SIZE   the cache's page size, a power of two 512..1M (default 4K)\n"
 "  --dirty-ratio N (20), --dirty-background-ratio N (10): percent of the cache;\n"
@@ -1614,13 +1673,23 @@ static int place_one_file_workers(void)
 			return -EINVAL;
 		}
 		uint64_t region = o->wl == WL_DD ? o->size / R.nw : o->file_size, end = 0;
+		bool over = false;   /* past the largest file (2^63 - 1 bytes) */
 		for (unsigned i = 0, k = 0; i < R.nw; i++)
 			if (R.w[i].dev_idx == d) {
 				R.w[i].one_file = true;
-				R.w[i].base = k++ * region;
 				/* the last dd writer's share is the largest */
-				end = R.w[i].base + (o->wl == WL_DD ? dd_share(i) : region);
+				uint64_t n = o->wl == WL_DD ? dd_share(i) : region;
+				/* --file-size 8388609T --threads 2 wrapped: the file
+				 * was made 2 TiB and every write failed (EFBIG) */
+				over |= __builtin_mul_overflow((uint64_t)k, region, &R.w[i].base) ||
+					__builtin_add_overflow(R.w[i].base, n, &end) || end > INT64_MAX;
+				k++;
 			}
+		if (over) {
+			fprintf(stderr, "wbcache: %s: the workers' regions (--size, --file-size, "
+				"--threads) end past the largest file, 2^63 bytes\n", o->devs[d]);
+			return -EINVAL;
+		}
 		/* a file grows to hold them; a device (an NBD export) cannot */
 		wbc_file *f;
 		int err = wbc_file_open(R.dev[d], "", 0, &f);
@@ -1666,9 +1735,10 @@ static _Noreturn void give_up(pthread_t sampler)
 	if (o->lat_log)
 		lat_log_write();
 	int e;
-	if (o->trace && (e = trace_csv(o->trace, R.s, R.ns)))
+	if (o->trace && (e = trace_csv(o->trace, o->trace_nofollow, R.s, R.ns)))
 		out_failed("--trace", o->trace, -e);
-	if (o->plot && (e = plot_svg(o->plot, "wbcache run (did not finish)", R.s, R.ns, o->devs)))
+	if (o->plot && (e = plot_svg(o->plot, o->plot_nofollow, "wbcache run (did not finish)", R.s,
+				     R.ns, o->devs)))
 		out_failed("--plot", o->plot, -e);
 	/* a report or an output file that could not be written is the
 	 * run's failure, as for a finished run (it exited 3, silent, with
@@ -1755,10 +1825,12 @@ int cmd_run(int argc, char **argv)
 		if (!o->trace) {
 			snprintf(tracebuf, sizeof(tracebuf), "%s/run-trace.csv", o->dir);
 			o->trace = tracebuf;
+			o->trace_nofollow = true;
 		}
 		if (!o->plot) {
 			snprintf(plotbuf, sizeof(plotbuf), "%s/run-plot.svg", o->dir);
 			o->plot = plotbuf;
+			o->plot_nofollow = true;
 		}
 	}
 	if (uses_dir || o->demo) {
@@ -1776,6 +1848,7 @@ int cmd_run(int argc, char **argv)
 	 * the run, not after it */
 	const char *outs[][2] = { { "--trace", o->trace }, { "--plot", o->plot },
 				  { "--json", o->json }, { "--lat-log", o->lat_log } };
+	const bool nofollow[4] = { o->trace_nofollow, o->plot_nofollow, false, false };
 	/* each output's file (st_dev, st_ino), and whether this check made it:
 	 * those made are removed once all are checked, so that a second name
 	 * of one file (./a.json beside a.json, a link) finds the first */
@@ -1802,11 +1875,18 @@ int cmd_run(int argc, char **argv)
 		/* one that is not there is made and removed again: a run
 		 * refused later leaves no empty file; O_NONBLOCK: a FIFO
 		 * without a reader says ENXIO instead of stopping here */
-		const int how = O_WRONLY | O_CLOEXEC | O_NONBLOCK;
+		const int how = O_WRONLY | O_CLOEXEC | O_NONBLOCK | (nofollow[i] ? O_NOFOLLOW : 0);
 		int fd = open(outs[i][1], how);
 		if (fd < 0 && errno == ENOENT) {
 			fd = open(outs[i][1], how | O_CREAT | O_EXCL, 0644);
 			made[i] = fd >= 0;
+		}
+		if (fd < 0 && nofollow[i] && errno == ELOOP) {
+			fprintf(stderr, "wbcache: %s %s: a symbolic link, not followed (the "
+				"demonstration's files in DIR; give %s FILE to write elsewhere)\n",
+				outs[i][0], outs[i][1], outs[i][0]);
+			rc = 2;
+			break;
 		}
 		if (fd < 0) {
 			fprintf(stderr, "wbcache: %s %s: cannot write it: %s\n", outs[i][0], outs[i][1],
@@ -1823,6 +1903,22 @@ int cmd_run(int argc, char **argv)
 					outs[k][0], outs[k][1], outs[i][0], outs[i][1]);
 				rc = 2;
 			}
+	}
+	/* nor the file of a file: device (--json over the image the run
+	 * writes to replaced it with the report at the end) */
+	for (unsigned d = 0; d < o->ndev && !rc; d++) {
+		if (strncmp(o->devs[d], "file:", 5))
+			continue;
+		char *p = strndup(o->devs[d] + 5, strcspn(o->devs[d] + 5, ","));
+		struct stat ds;
+		for (size_t i = 0; p && i < sizeof(outs) / sizeof(outs[0]) && !rc; i++)
+			if (have[i] && !stat(p, &ds) && ds.st_dev == ost[i].st_dev &&
+			    ds.st_ino == ost[i].st_ino) {
+				fprintf(stderr, "wbcache: %s %s names the file of --dev %s\n",
+					outs[i][0], outs[i][1], o->devs[d]);
+				rc = 2;
+			}
+		free(p);
 	}
 	for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++)
 		if (made[i])
@@ -1943,6 +2039,7 @@ int cmd_run(int argc, char **argv)
 	if (!terr) {
 		wbc_stats(R.cache, &st);
 		wb_bytes0 = st.written_back_bytes;
+		read_in0 = st.read_in_bytes;
 		for (unsigned d = 0; d < o->ndev; d++) {
 			struct wbc_dev_stats ds;
 			wbc_dev_stats(R.dev[d], &ds);
@@ -2018,11 +2115,19 @@ int cmd_run(int argc, char **argv)
 	}
 	note_dirty();
 	int cerr = wbc_cache_close_stats(R.cache, &st);
-	if (cerr)
+	/* what was lost, in bytes below a MiB: "0.0 MiB lost" was said of
+	 * 12 KiB lost, and of a close whose retries wrote everything */
+	if (cerr && !st.lost_bytes)
+		fprintf(stderr, "wbcache: writeback at close failed: %s (written again on a "
+			"retry: no data lost)\n", wbc_strerror(cerr));
+	else if (cerr && st.lost_bytes < (1u << 20))
+		fprintf(stderr, "wbcache: writeback at close failed: %s (%llu bytes of written "
+			"data lost)\n", wbc_strerror(cerr), (unsigned long long)st.lost_bytes);
+	else if (cerr)
 		fprintf(stderr, "wbcache: writeback at close failed: %s (%.1f MiB of written data "
 			"lost)\n", wbc_strerror(cerr), (double)st.lost_bytes / MiB);
 	if (o->trace) {
-		int e = trace_csv(o->trace, R.s, R.ns);
+		int e = trace_csv(o->trace, o->trace_nofollow, R.s, R.ns);
 		if (e)
 			out_failed("--trace", o->trace, -e);
 		else
@@ -2032,7 +2137,7 @@ int cmd_run(int argc, char **argv)
 		char title[256];
 		snprintf(title, sizeof(title), "wbcache run %s: %u thread(s), cache %.0f MiB",
 			 wl_names[o->wl], R.nw, (double)o->cfg.mem_bytes / MiB);
-		int e = plot_svg(o->plot, title, R.s, R.ns, o->devs);
+		int e = plot_svg(o->plot, o->plot_nofollow, title, R.s, R.ns, o->devs);
 		if (e)
 			out_failed("--plot", o->plot, -e);
 		else

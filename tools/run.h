@@ -26,11 +26,16 @@ struct sample {
 	} dev[RUN_MAX_DEVS];
 };
 
+/* plot.c: @path opened for writing as fopen(path, "w") does; with
+ * @nofollow a symbolic link there is refused (ELOOP), for the files the
+ * demonstration names in a directory that may be someone else's.  NULL
+ * with errno. */
+FILE *out_fopen(const char *path, bool nofollow);
 /* plot.c: draw the timeline as an SVG document; 0 or -errno. */
-int plot_svg(const char *path, const char *title, const struct sample *s, size_t n,
-	     const char *const *dev_names);
+int plot_svg(const char *path, bool nofollow, const char *title, const struct sample *s,
+	     size_t n, const char *const *dev_names);
 /* plot.c: the timeline as CSV; 0 or -errno. */
-int trace_csv(const char *path, const struct sample *s, size_t n);
+int trace_csv(const char *path, bool nofollow, const struct sample *s, size_t n);
 
 /* run.c: make @dir and its missing parents; -ENOTDIR where it (or a
  * parent) is there but not a directory.  0 or -errno. */
