@@ -29,6 +29,7 @@
 #include "wbcache_backend.h"
 
 #define DEFAULT_DIR "/var/tmp/wbcache"
+static const char default_dir[] = DEFAULT_DIR;   /* o->dir when none was given */
 #define SAMPLE_NS (100ull * 1000 * 1000)
 #define LAT0 4096u             /* --lat-log records in a writer's first chunk */
 #define LAT_CHUNKS 40
@@ -1495,7 +1496,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->cfg.mem_bytes = 256ull << 20;
 	o->dir = getenv("WBCACHE_DIR");
 	if (!o->dir || !*o->dir)
-		o->dir = DEFAULT_DIR;
+		o->dir = default_dir;
 	o->fsync_end = true;
 	o->demo = true;
 	int first = 1;
@@ -1842,6 +1843,25 @@ int cmd_run(int argc, char **argv)
 		if (e) {
 			fprintf(stderr, "wbcache: cannot create %s: %s\n", o->dir, strerror(-e));
 			return 1;
+		}
+		/* the default DIR is a name in a directory every user may
+		 * write to: one another user made first (a directory of
+		 * theirs, or a link to one) would have this run's files
+		 * written where they choose */
+		struct stat dst;
+		const char *bad = NULL;
+		if (o->dir != default_dir)
+			;
+		else if (lstat(o->dir, &dst))
+			bad = strerror(errno);
+		else if (S_ISLNK(dst.st_mode))
+			bad = "a symbolic link";
+		else if (!S_ISDIR(dst.st_mode) || dst.st_uid != geteuid())
+			bad = "another user's";
+		if (bad) {
+			fprintf(stderr, "wbcache: %s: %s, not a directory of this user's: another "
+				"user may have made it; give --dir\n", o->dir, bad);
+			return 2;
 		}
 	}
 	/* the files the run writes at its end can be written: known before
