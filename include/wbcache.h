@@ -381,7 +381,8 @@ int wbc_truncate(wbc_file *f, uint64_t size);
  * -ENOENT (no such file), -EBUSY, -EINVAL (a bad name), -EOPNOTSUPP (the
  * backend cannot remove files: dir: and nbd: files are removed by their
  * owners, the directory or the export), or the backend's -errno (the
- * file's data is gone from the cache then, what the backend kept stays). */
+ * file is then as it was: its size, its data and its dirty pages stay, as
+ * after a refused wbc_truncate()). */
 int wbc_file_remove(wbc_dev *dev, const char *name);
 
 /* Current file size, including data still in the cache; -EBADF if closed. */

@@ -30,7 +30,8 @@
  * locks listed below it):
  *
  *   inode->rwsem        pthread rwlock: shared by pread/pwrite, exclusive
- *                       for truncate (core/file.c).  Never taken by
+ *                       for truncate and for a direct write that extends
+ *                       the file (core/file.c).  Never taken by
  *                       flusher or completion.
  *   inode->file_lock    only under file_lock=file (the old policy, for
  *                       experiments): held by a writer across each page's

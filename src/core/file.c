@@ -436,6 +436,38 @@ static void dio_range_unlock(struct inode *ino, struct dio_range *r)
 	pthread_mutex_unlock(&ino->lock);
 }
 
+/*
+ * A direct write that extended the file and stopped short (an error, or a
+ * short piece): the pieces submitted with the one that failed may have
+ * landed after it, past the size the write returned (the caller was told
+ * they were not written).  Cut the backend back to the size, so that a
+ * later extension reads zeros there, not them.  Where the backend
+ * refuses, backend_size says it may be larger (the next size sync trims
+ * it).  Under rwsem exclusive and sizing (the caller's).
+ */
+static void direct_trim_locked(struct inode *ino, uint64_t end)
+{
+	assert_held(&ino->lock);
+	uint64_t size = ino->i_size;
+	if (end <= size)
+		return;
+	pthread_mutex_unlock(&ino->lock);
+	int err = backend_resize(ino->dev->be, ino->obj, size);
+	pthread_mutex_lock(&ino->lock);
+	ino->backend_size = err ? WBC_MAX(ino->backend_size, end) : size;
+}
+
+/* The largest file a direct write may reach (io_begin's for the cache):
+ * one from there fails with -EFBIG, one across it is cut (to the
+ * alignment). */
+static uint64_t direct_max(struct backend *be, size_t page_size, uint64_t off, size_t len)
+{
+	uint64_t max = __atomic_load_n(&be->max_file, __ATOMIC_RELAXED);
+	if (be->single && len > max - WBC_MIN(off, max))   /* a device that grew? */
+		max = backend_max_file(be, page_size);
+	return max;
+}
+
 static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, int iovcnt,
 			 uint64_t off)
 {
@@ -451,16 +483,68 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 			return -EINVAL;
 		len += iov[i].iov_len;
 	}
-	int err = range_check(off, len);
+	/* a read may ask for more than a file can hold: it ends at the
+	 * end, as one through the cache (wbc_pread: 0 at or past 2^62) */
+	if (op == BIO_READ && off >= WBC_MAX_OFFSET)
+		return 0;
+	int err = op == BIO_READ ? 0 : range_check(off, len);
 	if (err)
 		return err;
 	if (!len)
 		return 0;
-	pthread_rwlock_rdlock(&ino->rwsem);
+	struct iovec *cut = NULL;
+	if (op == BIO_WRITE) {
+		/* the backend's largest file, as a write through the cache
+		 * (the kernel's generic_write_checks hold for O_DIRECT too) */
+		uint64_t max = direct_max(be, dev->cache->page_size, off, len);
+		if (off >= max)
+			return -EFBIG;
+		if (len > max - off) {
+			size_t keep = (size_t)(max - off) / align * align;
+			if (!keep)
+				return -EFBIG;
+			if (!(cut = malloc((size_t)iovcnt * sizeof(*cut))))
+				return -ENOMEM;
+			int k = 0;
+			for (size_t left = keep; left; k++) {
+				cut[k] = iov[k];
+				cut[k].iov_len = WBC_MIN(cut[k].iov_len, left);
+				left -= cut[k].iov_len;
+			}
+			iov = cut;
+			iovcnt = k;
+			len = keep;
+		}
+	}
+	/* A write that extends the file holds rwsem exclusive and owns the
+	 * backend's size (sizing), as the kernel's extending direct writes
+	 * take i_rwsem exclusive: should it stop short, what it left past
+	 * the new size is cut with no other I/O of the file running. */
+	bool excl = false;
+	for (;;) {
+		if (excl)
+			pthread_rwlock_wrlock(&ino->rwsem);
+		else
+			pthread_rwlock_rdlock(&ino->rwsem);
+		if (op != BIO_WRITE || excl)
+			break;
+		pthread_mutex_lock(&ino->lock);
+		bool extends = off + len > ino->i_size;
+		pthread_mutex_unlock(&ino->lock);
+		if (!extends)
+			break;
+		pthread_rwlock_unlock(&ino->rwsem);
+		excl = true;
+	}
 	struct dio_range r = { .start = off, .end = off + len };
 	dio_range_lock(ino, &r);
 	ssize_t n;
 	pthread_mutex_lock(&ino->lock);
+	if (excl) {
+		while (ino->sizing)
+			inode_wait_locked(ino);
+		ino->sizing = true;
+	}
 	uint64_t isize = ino->i_size;
 	pthread_mutex_unlock(&ino->lock);
 	if (op == BIO_READ && off >= isize) {
@@ -470,16 +554,26 @@ static ssize_t direct_rw(struct wbc_file *f, int op, const struct iovec *iov, in
 		if (op == BIO_READ && n > 0)
 			n = (ssize_t)WBC_MIN((uint64_t)n, isize - off);   /* past the size: not the file's */
 	}
-	if (op == BIO_WRITE && n > 0) {
+	if (op == BIO_WRITE && (n > 0 || excl)) {
 		pthread_mutex_lock(&ino->lock);
-		ino->i_size = WBC_MAX(ino->i_size, off + (uint64_t)n);
-		ino->backend_size = WBC_MAX(ino->backend_size, off + (uint64_t)n);
-		ino->written_gen = atomic_load_explicit(&dev->flush_gen, memory_order_relaxed);
+		if (n > 0) {
+			ino->i_size = WBC_MAX(ino->i_size, off + (uint64_t)n);
+			ino->backend_size = WBC_MAX(ino->backend_size, off + (uint64_t)n);
+			ino->written_gen = atomic_load_explicit(&dev->flush_gen, memory_order_relaxed);
+		}
+		if (excl) {
+			if (n < 0 || (size_t)n < len)
+				direct_trim_locked(ino, off + len);
+			ino->sizing = false;
+			inode_wake_locked(ino);
+		}
 		pthread_mutex_unlock(&ino->lock);
-		pcount_add(&dev->cache->st_written, n);
+		if (n > 0)
+			pcount_add(&dev->cache->st_written, n);
 	}
 	dio_range_unlock(ino, &r);
 	pthread_rwlock_unlock(&ino->rwsem);
+	free(cut);
 	return n;
 }
 
