@@ -139,6 +139,8 @@ $(CLI): $(TOOL_OBJ) $(LIB)
 # the conformance suite runs the example backend too
 $(BUILD)/tests/conformance.t: TEST_EXTRA := -Iexamples examples/dirstore.c
 $(BUILD)/tests/conformance.t: examples/dirstore.c
+# a FUSE file system of its own, served in the test (libfuse, as the mount)
+$(BUILD)/tests/read_short.t: TEST_EXTRA = $(FUSE_CFLAGS) $(FUSE_LIBS)
 $(BUILD)/tests/%.t: tests/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/tests/$*.d -MT $@ -Isrc $< $(TEST_EXTRA) $(LIB_INT) $(LDLIBS) -o $@

@@ -13,6 +13,11 @@
  *     engine's assertions, or leaves the device never drained (close).
  * Then the same with a submission failing while a stream of bios is in
  * flight, on_error=retry: the data ends up right.
+ * Then as many failed submissions in a row as the ring has entries (one
+ * bio each: max_io=4K): their entries, voided, filled the ring, and with
+ * no room for one more entry nothing sent them; every later submit
+ * failed with EBUSY for good, and the cache's close aborted (no entry for
+ * its stop).  Once the failures end, writes go through again.
  */
 #include "testutil.h"
 #include "internal.h"
@@ -97,6 +102,27 @@ int main(void)
 	CHECK_EQ(wbc_file_close(a), 0);
 	CHECK_EQ(wbc_dev_sync(dev), -EBADR);
 	CHECK_EQ(wbc_cache_close(c), 0);
+
+	/* a ring full of voided entries: qd=1 makes a ring of 128 (1 + 64
+	 * slack, a power of two); 256 failures fill it whatever its size up
+	 * to that */
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	snprintf(spec, sizeof(spec), "dir:%s,qd=1,max_io=4K,on_error=drop", dir);
+	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+	CHECK_EQ(wbc_file_open(dev, "v", WBC_O_CREAT, &a), 0);
+	for (unsigned i = 0; i < 256; i++)   /* 256 pages, 256 bios */
+		CHECK_EQ(wbc_pwrite(a, pa + (i % 16) * 4096, 4096, (uint64_t)i * 4096), 4096);
+	file_fail_submits(dev, 256, -ENOMEM);
+	CHECK_EQ(wbc_fsync(a), -ENOMEM);          /* dropped */
+	file_fail_submits(dev, 0, 0);             /* whatever is left of them */
+	CHECK_EQ(wbc_pwrite(a, pb, SZ, 0), SZ);
+	CHECK_EQ(wbc_fsync(a), 0);                /* EBUSY, for ever */
+	read_back("v", SZ, &size);
+	CHECK_EQ(size, 256 * 4096);
+	CHECK(!memcmp(back, pb, SZ));
+	CHECK_EQ(wbc_file_close(a), 0);
+	wbc_dev_sync(dev);                        /* the dropped writes' error */
+	CHECK_EQ(wbc_cache_close(c), 0);          /* aborted: no room for its stop */
 	t_rmdir(dir);
 	return 0;
 }

@@ -329,14 +329,26 @@ static void file_close(void *ctx, void *obj)
  * ring holds no unsubmitted entry while sq_lock is free (every holder
  * submits before it lets go, and without SQPOLL the kernel consumes a
  * submission in the call), so only a batch larger than the ring fills it. */
+/* The rest of a read that came back short before the file's end (ring
+ * only: io->backend_data[1] while it is in flight; the pool's workers loop
+ * in pool_rw instead, and use backend_data[1] as their queue's link). */
+struct read_rest {
+	size_t done;            /* bytes of the I/O read so far */
+	int iovcnt;
+	struct iovec iov[];     /* what is left of the I/O's iovec */
+};
+
 static bool prep_io_locked(struct fbe *f, struct wbc_io *io, int fd)
 {
 	assert_held(&f->sq_lock);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
 	if (!sqe)
 		return false;
+	struct read_rest *rest = io->backend_data[1];
 	if (io->op == WBC_IO_WRITE)
 		io_uring_prep_writev(sqe, fd, io->iov, (unsigned)io->iovcnt, io->off);
+	else if (rest)
+		io_uring_prep_readv(sqe, fd, rest->iov, (unsigned)rest->iovcnt, io->off + rest->done);
 	else
 		io_uring_prep_readv(sqe, fd, io->iov, (unsigned)io->iovcnt, io->off);
 	io_uring_sqe_set_data(sqe, io);
@@ -373,6 +385,19 @@ static int ring_submit_locked(struct fbe *f)
 			return r;
 	}
 	return 0;
+}
+
+/* Make room in a ring that a failed submit left full of voided no-ops
+ * (sq_lock held): they are sent (and their completions ignored), or else
+ * every later entry would find the ring full, for good.  0 when there was
+ * nothing to send or it was sent; else the failed submit's error (the
+ * no-ops stay, still void). */
+static int ring_room_locked(struct fbe *f)
+{
+	assert_held(&f->sq_lock);
+	if (io_uring_sq_space_left(&f->ring) || !io_uring_sq_ready(&f->ring))
+		return 0;
+	return ring_submit_locked(f);
 }
 
 /* Void the entries still unsubmitted in the ring (after a failed submit). */
@@ -550,9 +575,11 @@ static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigne
 				break;
 			}
 		pthread_mutex_lock(&f->sq_lock);
-		while (prepped < k && prep_io_locked(f, chunk[prepped], fds[prepped]))
+		int r = k ? ring_room_locked(f) : 0;
+		while (!r && prepped < k && prep_io_locked(f, chunk[prepped], fds[prepped]))
 			prepped++;
-		int r = prepped ? ring_submit_locked(f) : 0;
+		if (!r && prepped)
+			r = ring_submit_locked(f);
 		if (r < 0) {
 			/* the ring's entries are taken in order, the no-ops of
 			 * earlier failures first, then these: those taken
@@ -592,13 +619,65 @@ static bool requeue(struct fbe *f, struct wbc_io *io)
 {
 	struct fobj *o = io->file;
 	pthread_mutex_lock(&f->sq_lock);
-	bool ok = prep_io_locked(f, io, o->fd);
+	bool ok = !ring_room_locked(f) && prep_io_locked(f, io, o->fd);
 	if (ok && ring_submit_locked(f) < 0 && io_uring_sq_ready(&f->ring)) {   /* not taken */
 		ring_void_locked(f);
 		ok = false;
 	}
 	pthread_mutex_unlock(&f->sq_lock);
 	return ok;
+}
+
+/*
+ * A read of @res bytes (> 0), less than the rest of @io: the end of the
+ * file, or a part read before an error (io_uring completes a read that
+ * failed after some progress, or that a retry ended early, with the bytes
+ * done, as preadv does).  The engine takes a short read for the file's
+ * end and caches zeros past it: only the end may be.  So below the file's
+ * size (its size now) the rest is read on, until it is all read, fails
+ * (the whole I/O fails) or finds the end (0).  A direct read that stopped
+ * off its alignment stopped at the end (the rest could not be asked for).
+ * True when the rest is to be queued (io->backend_data[1] set, io->res
+ * the result should that fail); false with *@res unchanged otherwise.
+ */
+static bool read_goes_on(struct fbe *f, struct wbc_io *io, int *res)
+{
+	struct read_rest *rest = io->backend_data[1];
+	size_t done = (rest ? rest->done : 0) + (size_t)*res;
+	struct fobj *o = io->file;
+	if (done >= io->len || (f->dio_align && (o->oflags & O_DIRECT) && done % f->dio_align))
+		return false;
+	if (io->off + done >= obj_size(o))
+		return false;   /* the end */
+	if (!rest) {
+		rest = malloc(sizeof(*rest) + (size_t)io->iovcnt * sizeof(struct iovec));
+		if (!rest) {
+			*res = -ENOMEM;   /* short before the end: never taken for it */
+			return false;
+		}
+		rest->done = 0;
+		rest->iovcnt = io->iovcnt;
+		memcpy(rest->iov, io->iov, (size_t)io->iovcnt * sizeof(struct iovec));
+		io->backend_data[1] = rest;
+	}
+	/* the iovec advanced past what this completion read */
+	size_t n = (size_t)*res;
+	struct iovec *v = rest->iov;
+	int cnt = rest->iovcnt;
+	while (cnt && n >= v->iov_len) {
+		n -= v->iov_len;
+		v++;
+		cnt--;
+	}
+	if (n) {
+		v->iov_base = (char *)v->iov_base + n;
+		v->iov_len -= n;
+	}
+	memmove(rest->iov, v, (size_t)cnt * sizeof(*v));
+	rest->iovcnt = cnt;
+	rest->done = done;
+	io->res = -EIO;   /* should the rest not be queued */
+	return true;
 }
 
 static void *reaper_main(void *arg)
@@ -635,6 +714,19 @@ static void *reaper_main(void *arg)
 				again[na++] = io;
 				continue;
 			}
+			if (io->op == WBC_IO_READ && res > 0 && read_goes_on(f, io, &res)) {
+				again[na++] = io;   /* its rest, from where it stopped */
+				continue;
+			}
+			if (io->op == WBC_IO_READ && io->backend_data[1]) {
+				struct read_rest *rest = io->backend_data[1];
+				/* an error after part of it fails all of it (the
+				 * part read is not the file: its end is not there) */
+				if (res >= 0)
+					res = (int)(rest->done + (size_t)res);
+				free(rest);
+				io->backend_data[1] = NULL;
+			}
 			io->res = res;
 			obj_put_fd(f, io->file);
 			done[n++] = io;
@@ -646,6 +738,12 @@ static void *reaper_main(void *arg)
 			struct wbc_io *io = again[i];
 			if (requeue(f, io))
 				continue;
+			if (io->backend_data[1]) {   /* the rest of a read, not sent */
+				free(io->backend_data[1]);
+				io->backend_data[1] = NULL;
+				if (io->res >= 0)
+					io->res = -EIO;
+			}
 			obj_put_fd(f, io->file);
 			done[n++] = io;
 		}
@@ -707,15 +805,20 @@ static void file_destroy(void *ctx)
 		goto closed;
 	}
 	pthread_mutex_lock(&f->sq_lock);
-	/* no I/O is in flight (the interface's promise): the ring has room */
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
-	assert(sqe);
-	io_uring_prep_nop(sqe);
-	io_uring_sqe_set_data(sqe, &stop_marker);
 	/* the reaper waits for this: a submit that failed is tried again
 	 * (EAGAIN and EBUSY pass; anything else would leave it waiting) */
 	f->fail_submits = 0;
 	int r;
+	/* no I/O is in flight (the interface's promise), but no-ops voided
+	 * by failed submits may fill the ring: sent first */
+	while ((r = ring_room_locked(f)) < 0) {
+		fprintf(stderr, "wbcache: file backend: submit at close: %s\n", strerror(-r));
+		sleep(1);
+	}
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
+	assert(sqe);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, &stop_marker);
 	while ((r = ring_submit_locked(f)) < 0) {
 		fprintf(stderr, "wbcache: file backend: submit at close: %s\n", strerror(-r));
 		sleep(1);
