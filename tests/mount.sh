@@ -23,7 +23,7 @@ extra_cleanup() {
 # ---- bad options: clear message, non-zero exit, nothing mounted
 for bad in "bogus=1" "dirty_ratio=150" "mem=12Q" "qd=0" "on_error=maybe" "dirty_bytes" "mem=1T" \
 	   "noflush=2" "entry_timeout=-1" "attr_timeout=x" "threads=0" "clone_fd=yes" "direct_io=maybe" \
-	   "writeback_cache=1"; do
+	   "writeback_cache=1" "allow_root,allow_other" "allow_other,allow_root"; do
 	msg=$("$W" mount "$bk" "$mt" -o "$bad" 2>&1); rc=$?
 	[ $rc -eq 2 ] || fail "-o $bad: exit $rc, not 2"
 	[ -n "$msg" ] || fail "-o $bad: no message"

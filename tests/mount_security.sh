@@ -63,6 +63,23 @@ if setcap "$bk/cap" 2>/dev/null; then
 	hascap "$bk/cap" && fail "a truncate by nobody kept the file capability"
 fi
 
+# ---- chown to the same owner and group (-1, -1) clears the set-id bits
+# of a file, as any chown (ext4: chown_common's ATTR_KILL_SUID), by its
+# owner or by root; the kernel sends the file system a SETATTR of nothing
+chown_keep() { "$py" -c 'import os, sys; os.chown(sys.argv[1], -1, -1)' "$1"; }
+echo data >"$mt/cn"; chown 65534:65534 "$mt/cn"; chmod 6755 "$mt/cn"
+as_nobody "$py" -c 'import os, sys; os.chown(sys.argv[1], -1, -1)' "$mt/cn" ||
+	fail "chown -1 -1 as the owner"
+[ "$(mode "$mt/cn")" = 755 ] || fail "chown -1 -1 by the owner left mode $(mode "$mt/cn")"
+echo data >"$mt/cr0"; chmod 6755 "$mt/cr0"
+chown_keep "$mt/cr0" || fail "chown -1 -1 as root"
+[ "$(mode "$mt/cr0")" = 755 ] || fail "chown -1 -1 by root left mode $(mode "$mt/cr0")"
+echo data >"$mt/cr1"; chmod 2745 "$mt/cr1"
+chown_keep "$mt/cr1"
+[ "$(mode "$mt/cr1")" = 2745 ] || fail "chown -1 -1 by root cleared S_ISGID without g+x: $(mode "$mt/cr1")"
+mkdir "$mt/cd"; chmod 2755 "$mt/cd"; chown_keep "$mt/cd"
+[ "$(mode "$mt/cd")" = 2755 ] || fail "chown -1 -1 cleared a directory's S_ISGID: $(mode "$mt/cd")"
+
 # ---- trusted.* names are listed to root only, as the backing file system
 # lists them (the daemon, root, listed them to every caller)
 echo data >"$mt/tx"

@@ -230,6 +230,30 @@ static void kill_priv(fuse_req_t req, struct node *n)
 	nfd_put(n, fd);
 }
 
+/* What a chown clears (the kernel's chown_common and
+ * setattr_should_drop_sgid), whoever the caller: S_ISUID; S_ISGID with
+ * group execute, or for a caller other than root outside the file's
+ * group; and the file capability.  @fd: the node's descriptor. */
+static void kill_chown(fuse_req_t req, struct node *n, int fd)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if (getxattr(path, CAPS_XATTR, NULL, 0) >= 0 && removexattr(path, CAPS_XATTR))
+		logmsg("removing a file capability failed: %s", strerror(errno));
+	atomic_store_explicit(&n->caps, 0, memory_order_relaxed);
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) ||
+	    !(st.st_mode & (S_ISUID | S_ISGID)))
+		return;
+	mode_t kill = S_ISUID;
+	if ((st.st_mode & S_ISGID) &&
+	    ((st.st_mode & S_IXGRP) ||
+	     (fuse_req_ctx(req)->uid != 0 && !caller_in_group(req, st.st_gid))))
+		kill |= S_ISGID;
+	if ((st.st_mode & kill) && chmod_fd(fd, st.st_mode & 07777 & ~kill))
+		logmsg("clearing set-id bits failed: %s", strerror(errno));
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -244,6 +268,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	/* an inode's type never changes: the node's last seen mode has it */
 	st.st_mode = atomic_load_explicit(&n->mode, memory_order_relaxed);
 	bool lnk = S_ISLNK(st.st_mode);
+	/* Nothing to set: the kernel's chown(2) to the same owner and group
+	 * (-1, -1), which on a local file system still clears the set-id
+	 * bits and the file capability of anything but a directory
+	 * (chown_common's ATTR_KILL_*).  Under HANDLE_KILLPRIV the kernel
+	 * leaves that to the file system and sends a SETATTR of nothing. */
+	if (!to_set && !S_ISDIR(st.st_mode) && !lnk)
+		kill_chown(req, n, fd);
 	if (!err && (to_set & FUSE_SET_ATTR_MODE)) {
 		if (lnk)
 			err = -EOPNOTSUPP;

@@ -312,5 +312,19 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 		if (rc)
 			return -1;
 	}
+	/* allow_root makes the kernel's mount allow_other, and libfuse then
+	 * turns away every caller but root and the mounting user: with
+	 * allow_other too, what allow_other asked for was silently denied */
+	bool other = false, root = false;
+	for (const char *t = fuseopts; t && *t; t = strchr(t, ',')) {
+		t += *t == ',';
+		size_t len = strcspn(t, ",");
+		other |= len == 11 && !strncmp(t, "allow_other", len);
+		root |= len == 10 && !strncmp(t, "allow_root", len);
+	}
+	if (other && root) {
+		fprintf(stderr, "wbcache mount: allow_other and allow_root exclude each other\n");
+		return -1;
+	}
 	return 0;
 }
