@@ -138,8 +138,9 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 			return -errno;
 	}
 	struct stat st;
-	if (fstat(fd, &st) || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
-		int e = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	int e = fstat(fd, &st) ? -errno : S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) ? 0 :
+		S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	if (e) {
 		close(fd);
 		return e;
 	}
