@@ -11,8 +11,11 @@
  *   3. Two writers, stepped in turn (semaphores, no timing), each check
  *      just under the background threshold and together write past it,
  *      each short of its next check: no check woke a flusher, and the
- *      cache stayed over the threshold for good; now the flusher of a
- *      device with dirty pages looks once a second by itself.
+ *      cache stayed over the threshold for good; now a flusher looks
+ *      once a second by itself, also one that went to sleep while its
+ *      device was still clean (the test waits for that first: such a
+ *      flusher armed no check and slept for good, and the test passed
+ *      only when the flusher was still starting).
  */
 #include "testutil.h"
 #include "internal.h"
@@ -48,6 +51,11 @@ static void two_writers(void)
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add(c, "mem", &d), 0);
 	CHECK_EQ(wbc_file_open(d, "x", WBC_O_CREAT, &tf), 0);
+	/* the flusher asleep on a clean device first (it armed no check
+	 * while its device had no dirty page: the test passed only when it
+	 * was still starting when the pages below were written) */
+	struct timespec idle = { 0, 100 * 1000 * 1000 };
+	nanosleep(&idle, NULL);
 	struct wbc_stats st;
 	wbc_stats(c, &st);
 	uint64_t bg = st.bg_thresh_bytes / 4096, pre = bg - 8;

@@ -766,6 +766,7 @@ static double wb_cpu0, wb_user0, lib_cpu0;
 static struct rusage ru0;   /* the process's CPU time when the writers started */
 static uint64_t wb_bytes0;
 static uint64_t read_in0;   /* read from the devices before the writers */
+static uint64_t pauses0;    /* the cache's throttle pauses before them */
 
 static double wb_threads_cpu(bool user_only)
 {
@@ -870,6 +871,10 @@ static void write_json(const char *path, const struct json_fig *j)
 	struct wbc_stats cs;
 	wbc_stats(R.cache, &cs);
 	fprintf(f, "\"read_in_bytes\": %llu,\n ", (unsigned long long)(cs.read_in_bytes - read_in0));
+	/* the throttle's own count of its pauses (of every thread of the
+	 * cache: with stacked devices their workers' too), beside the
+	 * writers' (pauses, below) */
+	fprintf(f, "\"throttle_pauses\": %llu,\n ", (unsigned long long)(cs.pauses - pauses0));
 	if (j->unfinished)   /* a run given up: these were not summed up */
 		fprintf(f, "\"pauses\": null, \"pause_p50_ms\": null, \"pause_p99_ms\": null, "
 			"\"pause_max_ms\": null, \"dirty_mean_mib\": null, \"dirty_max_mib\": null, "
@@ -2060,6 +2065,7 @@ int cmd_run(int argc, char **argv)
 		wbc_stats(R.cache, &st);
 		wb_bytes0 = st.written_back_bytes;
 		read_in0 = st.read_in_bytes;
+		pauses0 = st.pauses;
 		for (unsigned d = 0; d < o->ndev; d++) {
 			struct wbc_dev_stats ds;
 			wbc_dev_stats(R.dev[d], &ds);

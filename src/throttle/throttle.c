@@ -662,7 +662,7 @@ static bool freerun_pass(struct wbc_cache *c, const struct dom *gd, const struct
 	 * (balance_domains).  Unchecked, a writer's last pages left it over
 	 * with every flusher asleep for good.  (Two writers that checked
 	 * under it at once can still cross it together between checks; a
-	 * flusher with dirty pages then looks by itself once a second,
+	 * flusher then looks by itself at least once a second,
 	 * flusher.c's BG_CHECK_NS.)  With it, the flushers look at each
 	 * periodic wakeup, as the kernel's (wb_check_background_flush): no
 	 * check per page near the threshold, where small files would wake a

@@ -24,8 +24,8 @@
 /* A background pass that found nothing it could write (pages locked by
  * writers, file being resized) retries after this long. */
 #define BACKGROUND_RETRY_NS (10ull * 1000 * 1000)
-/* Without periodic writeback, how often a flusher whose device has dirty
- * pages looks at the background threshold by itself: writers' checks
+/* How often a flusher looks at the background threshold by itself (at
+ * most: a periodic pass due sooner comes first): writers' checks
  * wake it when they take the cache over, but two writers that each
  * checked just under it can together cross it, each short of its next
  * check (the kernel has the same gap). */
@@ -422,7 +422,10 @@ static void *flusher_main(void *arg)
 		 * under work_lock on a retry time left in the past while
 		 * another device's pages kept the cache over the threshold). */
 		now = wbc_now_ns();
-		uint64_t wake = interval ? next_periodic : ndirty > 0 ? now + BG_CHECK_NS : UINT64_MAX;
+		/* the background check armed whatever ndirty was: a flusher
+		 * that slept on a clean device is not woken by the writers
+		 * that then dirty it just under the threshold, and cross it */
+		uint64_t wake = WBC_MIN(interval ? next_periodic : UINT64_MAX, now + BG_CHECK_NS);
 		if (retry_at && (kick_pending || wb_over_bg_thresh(c)))
 			wake = WBC_MIN(wake, retry_at);
 		if (wake <= now)
