@@ -4,7 +4,10 @@
  *   1. specs: the URI, then its options and the device tunables; bad ones
  *      refused; 4 connections by default where the server allows
  *      multi-conn, 1 where it does not (and conns=2 refused there); a
- *      server that is not there: a message.
+ *      server that is not there: a message; URI parameters libnbd would
+ *      ignore (an unknown one, TLS files in a URI without TLS) refused.
+ *   1a. TLS with a pre-shared key (nbds+unix://...&tls-psk-file=): written
+ *      and read back (libnbd refused the URI's key file).
  *   2. data: written through one cache, read back through a fresh one on
  *      the same server (misses go to the server); a read at the export's
  *      end is short; resize: EFBIG above the export, EINVAL below it
@@ -35,13 +38,17 @@
  *      size grows with each): the add fails.
  *   7a. a server whose maximum block size (2 KiB) is below the cache's
  *      page (16 KiB): the I/Os are sent as commands within it (a stream,
- *      and pages apart in memory), written and read back.
+ *      and pages apart in memory), written and read back; one that
+ *      comes back after a restart with a lower maximum (2 KiB, was 1 MiB)
+ *      gets commands cut to it (every write failed EINVAL, for good).
  *   8. a reconnect resolves the server's name off the completion thread:
  *      two TCP connections through a proxy the test runs, one cut, and
  *      the name's resolution for its reconnect held (the test's own
  *      getaddrinfo); meanwhile a write and fsync go through the other
  *      connection (before, the completion thread waited in getaddrinfo
  *      and the fsync with it); the resolution let go, it reconnects.
+ *      A cache closed while a reconnect's resolution is held returns
+ *      (it waited for the resolver, joining the connector thread).
  */
 #include "testutil.h"
 #include "nbdkit.h"
@@ -163,6 +170,15 @@ static void test_specs(void)
 	/* an empty export holds no byte: refused (a byte written was taken,
 	 * and every fsync failed until the close lost it) */
 	CHECK_EQ(add_err(c, empty.uri, ""), -EINVAL);
+	/* URI parameters libnbd would ignore: refused, not connected
+	 * without them (a misspelt socket=, TLS files in a URI without TLS) */
+	char uri[400];
+	snprintf(uri, sizeof(uri), "%s&frob=1", s.uri);
+	CHECK_EQ(add_err(c, uri, ""), -EINVAL);
+	snprintf(uri, sizeof(uri), "%s&tls-psk-file=%s/spec.sock", s.uri, dir);
+	CHECK_EQ(add_err(c, uri, ""), -EINVAL);
+	snprintf(uri, sizeof(uri), "%s&tls-certificates=%s", s.uri, dir);
+	CHECK_EQ(add_err(c, uri, ""), -EINVAL);
 	wbc_dev *d4 = add(c, s.uri, ""), *d1 = add(c, one.uri, "");
 	struct wbc_backend_stats st4 = bstats(d4), st1 = bstats(d1);
 	printf("    multi-conn server: %u/%u connections; without: %u/%u\n", st4.connected,
@@ -181,6 +197,44 @@ static void test_specs(void)
 	t_nbdkit_stop(&s);
 	t_nbdkit_stop(&one);
 	t_nbdkit_stop(&empty);
+}
+
+/* nbds:// with a key of its own (tls-psk-file=): libnbd refuses a URI's
+ * local files unless told (every nbds+unix:// URI with a key failed
+ * EPERM) */
+static void test_tls(void)
+{
+	printf("1a. TLS with a pre-shared key\n");
+	char psk[300], arg[320], uri[700];
+	snprintf(psk, sizeof(psk), "%s/keys.psk", dir);
+	FILE *fp = fopen(psk, "w");
+	CHECK(fp);
+	fprintf(fp, "alice:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n");
+	CHECK_EQ(fclose(fp), 0);
+	snprintf(arg, sizeof(arg), "--tls-psk=%s", psk);
+	struct t_nbdkit s;
+	t_nbdkit_start(&s, dir, "tls", (const char *[]){ "--tls=require", arg, "memory", "16M",
+							 NULL });
+	snprintf(uri, sizeof(uri), "nbds+unix://alice@/?socket=%s&tls-psk-file=%s", s.sock, psk);
+	wbc_cache *c = open_cache(16 * MiB);
+	wbc_dev *dev = add(c, uri, "conns=2");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	char buf[65536];
+	t_fill(buf, sizeof(buf), 29);
+	write_all(f, buf, sizeof(buf), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(uri, buf, sizeof(buf), 0);
+	/* without TLS the server refuses: the data went over TLS */
+	snprintf(uri, sizeof(uri), "nbd+unix:///?socket=%s", s.sock);
+	c = open_cache(16 * MiB);
+	CHECK(add_err(c, uri, "") < 0);
+	wbc_cache_close(c);
+	printf("    nbds+unix:// with tls-psk-file=: written, read back\n");
+	t_nbdkit_stop(&s);
+	unlink(psk);
 }
 
 static void test_data(void)
@@ -606,6 +660,50 @@ static void test_block_limits(void)
 	       "%zd\n", (long long)wbc_file_size(f), got);
 	CHECK_EQ(got, 36);
 	write_tail(&s, c, f, "abcdefghij", 999926);
+
+	/* the server comes back with a maximum block size (2 KiB) below the
+	 * commands sent so far (1 MiB): they are cut to it (every write was
+	 * refused EINVAL, for good) */
+	char path[300], file[320];
+	snprintf(path, sizeof(path), "%s/bmaxdrop", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0 && !ftruncate(fd, 16 * MiB));
+	close(fd);
+	snprintf(file, sizeof(file), "file=%s", path);
+	const char *big[] = { "--filter=blocksize-policy", "file", file, "blocksize-minimum=512",
+		"blocksize-preferred=4096", "blocksize-maximum=1048576",
+		"blocksize-error-policy=error", NULL };
+	const char *small[] = { "--filter=blocksize-policy", "file", file, "blocksize-minimum=512",
+		"blocksize-preferred=2048", "blocksize-maximum=2048",
+		"blocksize-error-policy=error", NULL };
+	t_nbdkit_start(&s, dir, "bmaxdrop", big);
+	cfg = t_config(16 * MiB, 4096);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "retry_timeout=600");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	data = malloc(MiB);
+	CHECK(data);
+	t_fill(data, MiB, 31);
+	write_all(f, data, MiB, 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	t_nbdkit_stop(&s);
+	t_nbdkit_start(&s, dir, "bmaxdrop", small);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
+	t_fill(data, MiB, 37);
+	write_all(f, data, MiB, 0);
+	int errs = 0;
+	while ((r = wbc_fsync(f)) && errs < 3)
+		errs++;
+	wbc_stats(c, &st);
+	printf("    the server back with 2 KiB blocks at most: fsync %d (%s), %llu write errors\n",
+	       r, wbc_strerror(r), (unsigned long long)st.write_errors);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(st.write_errors, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, data, MiB, 0);
+	free(data);
+	t_nbdkit_stop(&s);
 }
 
 static void test_edges(void)
@@ -882,6 +980,20 @@ static void proxy_stop(struct proxy *p)
 	})));
 }
 
+struct closer {
+	wbc_cache *c;
+	int res;
+	atomic_int done;
+};
+
+static void *close_main(void *arg)
+{
+	struct closer *cl = arg;
+	cl->res = wbc_cache_close(cl->c);
+	atomic_store(&cl->done, 1);
+	return NULL;
+}
+
 static void test_resolve(void)
 {
 	printf("8. a reconnect's name resolution off the completion thread\n");
@@ -929,6 +1041,33 @@ static void test_resolve(void)
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	check_server(s.uri, buf, sizeof(buf), 0);
+
+	/* the cache closed while a reconnect's resolution is held: the close
+	 * does not wait for it (it joined the connector thread, there for as
+	 * long as the resolver took: tens of seconds for a name no server
+	 * answers for) */
+	c = open_cache(16 * MiB);
+	unsigned first = atomic_load(&p.n);
+	add(c, uri, "conns=2");
+	CHECK(T_WAIT_UNTIL(atomic_load(&p.n) == first + 2));
+	atomic_store(&dns_held, 0);
+	pthread_mutex_lock(&dns_lock);
+	dns_hold = true;
+	pthread_mutex_unlock(&dns_lock);
+	proxy_cut(&p, first + 1);
+	CHECK(T_WAIT_UNTIL(atomic_load(&dns_held) >= 1));
+	struct closer cl = { .c = c };
+	CHECK_EQ(pthread_create(&th, NULL, close_main, &cl), 0);
+	done = T_WAIT_UNTIL(atomic_load(&cl.done));
+	printf("    the cache closed while a reconnect's resolution was held: %s\n",
+	       done ? "returned" : "waited for it");
+	pthread_mutex_lock(&dns_lock);
+	dns_hold = false;
+	pthread_cond_broadcast(&dns_cond);
+	pthread_mutex_unlock(&dns_lock);
+	pthread_join(th, NULL);
+	CHECK(done);
+	CHECK_EQ(cl.res, 0);
 	proxy_stop(&p);
 	t_nbdkit_stop(&s);
 }
@@ -941,6 +1080,7 @@ int main(void)
 	}
 	dir = t_mkdtemp();
 	test_specs();
+	test_tls();
 	test_data();
 	test_window();
 	test_faults();

@@ -9,6 +9,9 @@
  * The URI ends at the first comma: what follows are options, this
  * backend's and the device tunables (min_ratio=, on_error=, ...; the
  * engine takes those out first).  A URI holding a comma writes it %2C.
+ * Its query may hold socket=, and in a URI of TLS (nbds...)
+ * tls-psk-file= and tls-certificates= (local files: allowed); anything
+ * else is refused (check_uri), where libnbd would ignore it.
  *   conns=N          connections (1..16); default 4 where the server
  *                    allows multi-conn, else 1 (more is refused then)
  *   window=adaptive  (default) the congestion control below;
@@ -124,6 +127,7 @@
  */
 #include "backends.h"
 
+#include <fcntl.h>
 #include <libnbd.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -152,6 +156,25 @@ struct nbe;
 struct nbd_req;
 struct nbd_flushreq;
 
+/* The connector thread's state.  It may outlive the backend: a close does
+ * not wait for a name's resolution (a server whose name no resolver
+ * answers for: libc's resolver tries for tens of seconds, and a close
+ * joined the thread that long).  The backend and the thread each hold a
+ * reference; the last to let go frees it, and any handle it holds. */
+struct nbd_connector {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;        /* want set, or stop */
+	uint32_t want;              /* a bit per connection to connect */
+	bool stop;
+	bool busy;                  /* connecting: lock not held */
+	unsigned refs;
+	char *uri;
+	int efd;                    /* the backend's eventfd, dup'd: wakes it */
+	/* per connection: done, and its handle (NULL: the attempt failed) */
+	bool connected[NBD_MAX_CONNS];
+	struct nbd_handle *connected_h[NBD_MAX_CONNS];
+};
+
 struct nbd_conn {
 	struct nbe *b;
 	struct nbd_handle *h;
@@ -159,10 +182,8 @@ struct nbd_conn {
 	bool was_up;                /* up before: coming up again is a reconnect */
 	uint64_t retry_at_ns;       /* C_DOWN: next attempt */
 	uint64_t backoff_ns;        /* the wait after the next failure */
-	/* C_CONNECTING, h NULL: the connector thread starts the connect;
-	 * b->lock: it is done, and its handle (NULL: the attempt failed) */
-	bool connected;
-	struct nbd_handle *connected_h;
+	/* C_CONNECTING, h NULL: the connector thread starts the connect
+	 * (struct nbd_connector's connected[], connected_h[]) */
 	uint64_t connect_ns;        /* C_CONNECTING: since */
 	uint64_t inflight_bytes;
 	struct list_head cmds;      /* commands in flight, oldest first */
@@ -222,10 +243,7 @@ struct nbe {
 	 * connection's replies and timers for as long as the resolver
 	 * took. */
 	pthread_t connector;
-	bool connector_up;
-	pthread_cond_t connect_cond;  /* lock: connect_want set, or stop */
-	uint32_t connect_want;        /* lock: a bit per connection to connect */
-	atomic_bool connect_stop;
+	struct nbd_connector *k;    /* NULL: no connector thread */
 
 	pthread_mutex_t lock;       /* the queues and flags below */
 	pthread_cond_t flush_cond;
@@ -619,10 +637,11 @@ static void start_connect(struct nbe *b, struct nbd_conn *c, uint64_t now)
 {
 	c->state = C_CONNECTING;
 	c->connect_ns = now;   /* timeout= counts the name's resolution too */
-	pthread_mutex_lock(&b->lock);
-	b->connect_want |= 1u << (c - b->conns);
-	pthread_cond_signal(&b->connect_cond);
-	pthread_mutex_unlock(&b->lock);
+	struct nbd_connector *k = b->k;
+	pthread_mutex_lock(&k->lock);
+	k->want |= 1u << (c - b->conns);
+	pthread_cond_signal(&k->cond);
+	pthread_mutex_unlock(&k->lock);
 }
 
 /* Whether @h shows the export connection 0 found at open, as it was: its
@@ -634,14 +653,34 @@ static bool same_export(struct nbe *b, struct nbd_handle *h, char *why, size_t l
 	bool fua_gone = writes_fua(b) && nbd_can_fua(h) != 1;
 	bool flush_changed = (nbd_can_flush(h) == 1) != b->can_flush;
 	bool ro = nbd_is_read_only(h) == 1;
+	/* a maximum block size below the largest command is met by cutting
+	 * commands smaller (adopt_block_max), down to one block of the
+	 * alignment the engine was given at add: not below it */
+	int64_t bmin = nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
+	int64_t bmax = nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
+	size_t unit = b->align ? b->align : 1;
+	bool blocks_changed = bmax > 0 && (uint64_t)bmax < unit;
 	if (size == (int64_t)b->size && (b->nconns < 2 || nbd_can_multi_conn(h) == 1) &&
-	    !fua_gone && !flush_changed && !ro)
+	    !fua_gone && !flush_changed && !ro && !blocks_changed)
 		return true;
-	snprintf(why, len, "size %lld, was %llu; multi-conn %d; FUA %s; flush %s; %s",
-		 (long long)size, (unsigned long long)b->size, nbd_can_multi_conn(h),
-		 fua_gone ? "gone" : "as before", flush_changed ? "changed" : "as before",
-		 ro ? "read-only" : "writable");
+	snprintf(why, len, "size %lld, was %llu; multi-conn %d; FUA %s; flush %s; %s; "
+		 "block sizes %lld..%lld%s", (long long)size, (unsigned long long)b->size,
+		 nbd_can_multi_conn(h), fua_gone ? "gone" : "as before",
+		 flush_changed ? "changed" : "as before", ro ? "read-only" : "writable",
+		 (long long)bmin, (long long)bmax,
+		 blocks_changed ? " (below the I/Os' alignment)" : "");
 	return false;
+}
+
+/* A server (the same export, same_export said so) whose maximum block
+ * size is below the largest command sent: commands are cut to it from
+ * now on (the completion thread's; at add, before it runs). */
+static void adopt_block_max(struct nbe *b, struct nbd_handle *h)
+{
+	int64_t bmax = nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
+	size_t unit = b->align ? b->align : 1;
+	if (bmax > 0 && (uint64_t)bmax < b->cmd_max)
+		b->cmd_max = WBC_MAX((size_t)bmax / unit * unit, unit);
 }
 
 static void conn_ready(struct nbe *b, struct nbd_conn *c, uint64_t now)
@@ -657,6 +696,7 @@ static void conn_ready(struct nbe *b, struct nbd_conn *c, uint64_t now)
 		connect_failed(b, c, now);
 		return;
 	}
+	adopt_block_max(b, c->h);
 	c->state = C_UP;
 	c->backoff_ns = RECONNECT_MIN_NS;
 	pthread_mutex_lock(&b->lock);
@@ -687,12 +727,13 @@ static void conn_timers(struct nbe *b, uint64_t now)
 			start_connect(b, c, now);
 		if (c->state == C_CONNECTING && !c->h) {
 			/* the connector's handle, its connect started */
-			pthread_mutex_lock(&b->lock);
-			bool done = c->connected;
-			struct nbd_handle *h = c->connected_h;
-			c->connected = false;
-			c->connected_h = NULL;
-			pthread_mutex_unlock(&b->lock);
+			struct nbd_connector *k = b->k;
+			pthread_mutex_lock(&k->lock);
+			bool done = k->connected[i];
+			struct nbd_handle *h = k->connected_h[i];
+			k->connected[i] = false;
+			k->connected_h[i] = NULL;
+			pthread_mutex_unlock(&k->lock);
 			if (done && h)
 				c->h = h;
 			else if (done)
@@ -973,16 +1014,43 @@ static void nbd_stats(void *ctx, struct wbc_backend_stats *st)
 	pthread_mutex_unlock(&b->lock);
 }
 
+/* Drop a reference to @k (its lock held; released): the last frees it. */
+static void connector_put(struct nbd_connector *k)
+{
+	bool last = --k->refs == 0;
+	pthread_mutex_unlock(&k->lock);
+	if (!last)
+		return;
+	for (unsigned i = 0; i < NBD_MAX_CONNS; i++)
+		if (k->connected_h[i])
+			nbd_close(k->connected_h[i]);   /* connected as it closed */
+	if (k->efd >= 0)
+		close(k->efd);
+	pthread_mutex_destroy(&k->lock);
+	pthread_cond_destroy(&k->cond);
+	free(k->uri);
+	free(k);
+}
+
+/* Stop the connector thread: joined when idle, left to finish the
+ * connect it is in (a name's resolution) on its own, detached. */
 static void stop_connector(struct nbe *b)
 {
-	if (!b->connector_up)
+	struct nbd_connector *k = b->k;
+	if (!k)
 		return;
-	atomic_store(&b->connect_stop, true);
-	pthread_mutex_lock(&b->lock);
-	pthread_cond_signal(&b->connect_cond);
-	pthread_mutex_unlock(&b->lock);
-	pthread_join(b->connector, NULL);
-	b->connector_up = false;
+	pthread_mutex_lock(&k->lock);
+	k->stop = true;
+	pthread_cond_signal(&k->cond);
+	bool busy = k->busy;
+	pthread_mutex_unlock(&k->lock);
+	if (busy)
+		pthread_detach(b->connector);
+	else
+		pthread_join(b->connector, NULL);
+	pthread_mutex_lock(&k->lock);
+	connector_put(k);
+	b->k = NULL;
 }
 
 /* Free @b, its threads stopped (the completion thread joined first: it
@@ -996,14 +1064,11 @@ static void free_nbe(struct nbe *b)
 				nbd_aio_disconnect(b->conns[i].h, 0);   /* tell the server */
 			nbd_close(b->conns[i].h);
 		}
-		if (b->conns[i].connected_h)
-			nbd_close(b->conns[i].connected_h);   /* connected as it closed */
 	}
 	if (b->efd >= 0)
 		close(b->efd);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->flush_cond);
-	pthread_cond_destroy(&b->connect_cond);
 	free(b->uri);
 	free(b);
 }
@@ -1096,6 +1161,57 @@ static int parse_opts(char *opts, struct nbe *b, unsigned *conns, char *err, siz
 	return 0;
 }
 
+/* The query parameters of @b's URI: only those libnbd acts on (socket=,
+ * tls-psk-file=, tls-certificates=), and the TLS ones only in a URI that
+ * asks for TLS (nbds...): libnbd ignores a parameter it does not know,
+ * and with local files allowed (new_handle) it takes a nbd:// URI's TLS
+ * files and connects without TLS, so a misspelt name or a missing "s"
+ * went unnoticed.  0, or -EINVAL with a message. */
+static int check_uri(const struct nbe *b, char *err, size_t errlen)
+{
+	const char *p = strstr(b->uri, "://");
+	if (!p)
+		return 0;   /* libnbd says what is wrong */
+	bool tls = !strncmp(b->uri, "nbds", 4);
+	size_t end = strcspn(p, "#");
+	const char *q = memchr(p, '?', end);
+	if (!q)
+		return 0;
+	const char *qend = p + end;
+	for (q++; q < qend;) {
+		size_t n = strcspn(q, "&#");
+		const char *eq = memchr(q, '=', n);
+		size_t nl = eq ? (size_t)(eq - q) : n;
+		if (n && !(nl == 6 && !strncmp(q, "socket", 6)) &&
+		    !(nl == 12 && !strncmp(q, "tls-psk-file", 12)) &&
+		    !(nl == 16 && !strncmp(q, "tls-certificates", 16))) {
+			snprintf(err, errlen, "%s: unknown URI parameter '%.*s' (socket=, "
+				 "tls-psk-file=, tls-certificates=)", b->uri, (int)nl, q);
+			return -EINVAL;
+		}
+		if (n && !strncmp(q, "tls-", 4) && !tls) {
+			snprintf(err, errlen, "%s: %.*s= without TLS (a URI of TLS begins "
+				 "nbds: nbds://, nbds+unix://)", b->uri, (int)nl, q);
+			return -EINVAL;
+		}
+		q += n + (q + n < qend);
+	}
+	return 0;
+}
+
+/* A handle for @b's URI, as every connection's: the URI may name local
+ * files (tls-psk-file=, tls-certificates=): libnbd refuses them unless
+ * told, and nbds:// could use no key or certificates of its own. */
+static struct nbd_handle *new_handle(void)
+{
+	struct nbd_handle *h = nbd_create();
+	if (h && nbd_set_uri_allow_local_file(h, true) == -1) {
+		nbd_close(h);
+		h = NULL;
+	}
+	return h;
+}
+
 /* Connect @h to @uri and wait for the handshake, at most timeout= (the
  * background reconnects keep the same bound): 0, or -errno with a
  * message. */
@@ -1145,36 +1261,64 @@ failed:;
 }
 
 /* The connector thread: for each connection the completion thread hands
- * it (connect_want), a handle whose connect has started (the server's
- * name resolved), handed back (connected, connected_h) with the
- * completion thread woken; that thread polls the handshake as before. */
+ * it (want), a handle whose connect has started (the server's name
+ * resolved), handed back (connected, connected_h) with the completion
+ * thread woken; that thread polls the handshake as before. */
 static void *connector_main(void *arg)
 {
-	struct nbe *b = arg;
+	struct nbd_connector *k = arg;
 	pthread_setname_np(pthread_self(), "wbc-nbd-conn");
-	pthread_mutex_lock(&b->lock);
+	pthread_mutex_lock(&k->lock);
 	for (;;) {
-		while (!b->connect_want && !atomic_load(&b->connect_stop))
-			pthread_cond_wait(&b->connect_cond, &b->lock);
-		if (atomic_load(&b->connect_stop))
+		while (!k->want && !k->stop)
+			pthread_cond_wait(&k->cond, &k->lock);
+		if (k->stop)
 			break;
-		unsigned i = (unsigned)__builtin_ctz(b->connect_want);
-		b->connect_want &= ~(1u << i);
-		pthread_mutex_unlock(&b->lock);
-		struct nbd_handle *h = nbd_create();
-		if (h && nbd_aio_connect_uri(h, b->uri) == -1) {
+		unsigned i = (unsigned)__builtin_ctz(k->want);
+		k->want &= ~(1u << i);
+		k->busy = true;
+		pthread_mutex_unlock(&k->lock);
+		struct nbd_handle *h = new_handle();
+		if (h && nbd_aio_connect_uri(h, k->uri) == -1) {
 			nbd_close(h);
 			h = NULL;
 		}
-		pthread_mutex_lock(&b->lock);
-		b->conns[i].connected = true;
-		b->conns[i].connected_h = h;
-		pthread_mutex_unlock(&b->lock);
-		kick(b);
-		pthread_mutex_lock(&b->lock);
+		pthread_mutex_lock(&k->lock);
+		k->busy = false;
+		k->connected[i] = true;
+		k->connected_h[i] = h;   /* closed at the end where not taken */
+		pthread_mutex_unlock(&k->lock);
+		uint64_t one = 1;
+		if (write(k->efd, &one, sizeof(one)) < 0) {
+			/* the counter is full: the thread is awake anyway */
+		}
+		pthread_mutex_lock(&k->lock);
 	}
-	pthread_mutex_unlock(&b->lock);
+	connector_put(k);
 	return NULL;
+}
+
+/* Start the connector thread (b->k): 0 or -errno. */
+static int start_connector(struct nbe *b)
+{
+	struct nbd_connector *k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->efd = fcntl(b->efd, F_DUPFD_CLOEXEC, 0);
+	k->uri = strdup(b->uri);
+	wbc_mutex_init(&k->lock);
+	pthread_cond_init(&k->cond, NULL);
+	k->refs = 2;   /* the backend's, the thread's */
+	int rc = k->efd < 0 || !k->uri ? -ENOMEM : -pthread_create(&b->connector, NULL,
+								   connector_main, k);
+	if (rc) {
+		k->refs = 1;
+		pthread_mutex_lock(&k->lock);
+		connector_put(k);
+		return rc;
+	}
+	b->k = k;
+	return 0;
 }
 
 int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void **ctx,
@@ -1190,7 +1334,6 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 	b->efd = -1;
 	wbc_mutex_init(&b->lock);
 	pthread_cond_init(&b->flush_cond, NULL);
-	pthread_cond_init(&b->connect_cond, NULL);
 	b->max_io = NBD_DEFAULT_MAX_IO;
 	b->timeout_ns = wbc_secs_to_ns(NBD_DEFAULT_TIMEOUT_S);
 	for (unsigned i = 0; i < NBD_MAX_CONNS; i++) {
@@ -1206,8 +1349,10 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 	if (!rc && !(b->uri = strdup(copy)))
 		rc = -ENOMEM;
 	free(copy);
+	if (!rc)
+		rc = check_uri(b, err, errlen);
 	struct nbd_handle *h = NULL;
-	if (!rc && !(h = nbd_create())) {
+	if (!rc && !(h = new_handle())) {
 		snprintf(err, errlen, "nbd: %s", nbd_get_error());
 		rc = -ENOMEM;
 	}
@@ -1270,9 +1415,10 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 	}
 	for (unsigned i = 1; !rc && i < b->nconns; i++) {
 		struct nbd_conn *c = &b->conns[i];
-		if (!(c->h = nbd_create()))
+		if (!(c->h = new_handle())) {
+			snprintf(err, errlen, "nbd: %s", nbd_get_error());
 			rc = -ENOMEM;
-		else if (!(rc = connect_sync(c->h, b, err, errlen))) {
+		} else if (!(rc = connect_sync(c->h, b, err, errlen))) {
 			/* each connection to the export the first one found (a
 			 * server behind a balancer may differ) */
 			char why[200];
@@ -1282,6 +1428,7 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 				rc = -EIO;
 				break;
 			}
+			adopt_block_max(b, c->h);
 			c->state = C_UP;
 			c->was_up = true;
 			b->nup++;
@@ -1295,8 +1442,7 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 		atomic_store(&b->st_up, b->nup);
 		window_init(&b->win, b->fixed, b->max_io, wbc_now_ns());
 		cc_publish(b);
-		rc = -pthread_create(&b->connector, NULL, connector_main, b);
-		b->connector_up = !rc;
+		rc = start_connector(b);
 		if (!rc)
 			rc = -pthread_create(&b->thread, NULL, nbd_main, b);
 		if (rc)
