@@ -196,8 +196,22 @@ PY
 python3 "$top/sigw.py" "$mt/s1" 12 >"$top/s1.out" 2>&1 & s1=$!
 python3 "$top/sigw.py" "$mt/s2" 12 >"$top/s2.out" 2>&1 & s2=$!
 dpids="$s1 $s2"
-for _ in $(seq 300); do paused 8 && break; sleep 0.1; done
-paused 8 || fail "the signalled writers were not paused"
+# both paused: their replies deferred, each waiting in a write (at the
+# limit they stay so: the store is full; once the next page went in after
+# each pause, and DeferredReplies grew with it)
+both_paused() {
+	paused 2 && grep -q request_wait_answer /proc/$s1/wchan /proc/$s2/wchan 2>/dev/null &&
+		grep -q request_wait_answer /proc/$s1/wchan 2>/dev/null &&
+		grep -q request_wait_answer /proc/$s2/wchan 2>/dev/null
+}
+for _ in $(seq 600); do both_paused && break; sleep 0.1; done
+both_paused || fail "the signalled writers were not paused: $("$W" stat "$mt" |
+	grep -E "Deferred|AtRisk|WrittenByApps" | tr -s " " | tr "\n" " ")"
+# and held at the limit: no page a pause goes past it
+sleep 1
+"$W" stat "$mt" | awk '/^DirtyThresh:/ { t = $2 } /^AtRisk:/ { r = $2 }
+	END { exit r <= t + 1024 ? 0 : 1 }' ||
+	fail "paused writers went past the limit: $("$W" stat "$mt" | grep -E "DirtyThresh|AtRisk" | tr -s " " | tr "\n" " ")"
 for _ in $(seq 40); do kill -USR1 $s1 $s2; sleep 0.05; done
 alive $s1 || fail "a paused writer ended at SIGUSR1: $(cat "$top/s1.out")"
 "$W" stat "$mt" | awk '/^InterruptedPauses:/ { exit $2 == 0 ? 0 : 1 }' ||

@@ -836,9 +836,17 @@ int balance_dirty_pages(struct wbc_dev *dev, struct wbc_group *grp)
 		long next = (long)(rate * (double)TARGET_PAUSE_NS / 1e9);
 		tls.nr_dirtied_pause = WBC_MAX(WBC_MIN(WBC_MIN(next, slack), gap_share), 1);
 		/* a deferred pause is waited before the caller's next write,
-		 * which checks again then */
-		if (rate >= 1 || tls.defer)
+		 * which checks again then: at or over the limit before it
+		 * dirties a page (nr_dirtied_pause 0), as a blocking writer
+		 * pauses again until below it.  One page a pause went in: the
+		 * mount's writers to a store that failed every write took the
+		 * cache past its limit a page a pause each, towards the arena */
+		if (rate >= 1)
 			return 0;
+		if (tls.defer) {
+			tls.nr_dirtied_pause = 0;
+			return 0;
+		}
 		/* at or over the limit: pause again until below it */
 		dom_writer(dev, &gd, wbc_now_ns());
 		if (gd.dirty < gd.limit && (!grp || (dom_group_writer(grp, dev, &md, wbc_now_ns()), md.dirty < md.limit)))
