@@ -439,15 +439,7 @@ static ssize_t pool_rw(struct wbc_io *io, int fd)
 		if (r == 0)
 			break;   /* a read at the end of the file */
 		done += (size_t)r;
-		while (cnt && (size_t)r >= v->iov_len) {
-			r -= (ssize_t)v->iov_len;
-			v++;
-			cnt--;
-		}
-		if (cnt) {
-			v->iov_base = (char *)v->iov_base + r;
-			v->iov_len -= (size_t)r;
-		}
+		iov_advance(&v, &cnt, (size_t)r);
 	}
 	return (ssize_t)done;
 }
@@ -662,18 +654,9 @@ static bool read_goes_on(struct fbe *f, struct wbc_io *io, int *res)
 		io->backend_data[1] = rest;
 	}
 	/* the iovec advanced past what this completion read */
-	size_t n = (size_t)*res;
 	struct iovec *v = rest->iov;
 	int cnt = rest->iovcnt;
-	while (cnt && n >= v->iov_len) {
-		n -= v->iov_len;
-		v++;
-		cnt--;
-	}
-	if (n) {
-		v->iov_base = (char *)v->iov_base + n;
-		v->iov_len -= n;
-	}
+	iov_advance(&v, &cnt, (size_t)*res);
 	memmove(rest->iov, v, (size_t)cnt * sizeof(*v));
 	rest->iovcnt = cnt;
 	rest->done = done;

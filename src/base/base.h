@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "wbcache_backend.h"   /* wbc_parse_size, wbc_parse_time */
 
@@ -100,6 +101,22 @@ static inline void list_splice_tail_init(struct list_head *from, struct list_hea
  * then mixed by murmur3's finalizer, because FNV-1a's top bits hardly
  * depend on the last characters, and names that differ only there (file1,
  * file2, ...) would all pick the same shard, which takes the top bits. */
+/* Advance the iovec *@v of *@cnt entries past @n bytes (at most their
+ * total): the entries used up are passed, the first one left shortened
+ * in place (the rest of a short read or write). */
+static inline void iov_advance(struct iovec **v, int *cnt, size_t n)
+{
+	while (*cnt && n >= (*v)->iov_len) {
+		n -= (*v)->iov_len;
+		++*v;
+		--*cnt;
+	}
+	if (n) {
+		(*v)->iov_base = (char *)(*v)->iov_base + n;
+		(*v)->iov_len -= n;
+	}
+}
+
 static inline uint64_t wbc_name_hash(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;

@@ -142,15 +142,7 @@ static void bio_advance_io(struct wbc_bio *b, size_t n)
 	b->done += n;
 	io->off += n;
 	io->len -= n;
-	while (cnt && n >= v->iov_len) {
-		n -= v->iov_len;
-		v++;
-		cnt--;
-	}
-	if (n) {
-		v->iov_base = (char *)v->iov_base + n;
-		v->iov_len -= n;
-	}
+	iov_advance(&v, &cnt, n);
 	io->iov = v;
 	io->iovcnt = cnt;
 	io->res = 0;
