@@ -639,9 +639,10 @@ static bool drain_whole(struct wbc_dev *dev, struct ino_queue *lists, unsigned k
 /* Files of @q marked I_RETRY, from after @*prev (NULL: the head), at
  * most @budget looked at: moved to @to; *prev the last file kept.  True
  * when @q's end was reached. */
-static bool retry_walk_locked(struct ino_queue *q, struct inode **prev, unsigned budget,
-			      struct ino_queue *to, uint64_t *moved)
+static bool retry_walk_locked(struct wbc_dev *dev, struct ino_queue *q, struct inode **prev,
+			      unsigned budget, struct ino_queue *to, uint64_t *moved)
 {
+	assert_held(&dev->list_lock);
 	struct inode *p = *prev, *cur = p ? p->wb_next : q->head;
 	for (; cur && budget; budget--) {
 		struct inode *next = cur->wb_next;
@@ -685,7 +686,7 @@ static void retry_listed_move(struct wbc_dev *dev)
 	uint64_t n = 0;
 	dev_list_lock(dev);
 	if (old_list(dev)) {
-		while (!retry_walk_locked(&dev->l_dirty, &prev, RETRY_WALK_HOLD, &moved, &n)) {
+		while (!retry_walk_locked(dev, &dev->l_dirty, &prev, RETRY_WALK_HOLD, &moved, &n)) {
 			dev_list_unlock(dev);
 			dev_list_lock(dev);
 		}
@@ -693,7 +694,7 @@ static void retry_listed_move(struct wbc_dev *dev)
 		for (struct list_head *pos = dev->buckets.next; pos != &dev->buckets;) {
 			struct dirty_bucket *b = container_of(pos, struct dirty_bucket, link);
 			uint64_t k = 0;
-			bool end = retry_walk_locked(&b->inodes, &prev, RETRY_WALK_HOLD, &moved, &k);
+			bool end = retry_walk_locked(dev, &b->inodes, &prev, RETRY_WALK_HOLD, &moved, &k);
 			b->n -= k;
 			n += k;
 			if (end) {
