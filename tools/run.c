@@ -1950,6 +1950,12 @@ int cmd_run(int argc, char **argv)
 			unlink(outs[i][1]);
 	if (rc)
 		return rc;
+	/* the open backs the whole arena with memory, zeroed: seconds for
+	 * a cache of several GiB, which a terminal should not sit through
+	 * in silence */
+	if (!o->quiet && o->cfg.mem_bytes >= (4ull << 30) && isatty(STDERR_FILENO))
+		fprintf(stderr, "wbcache: allocating the %.1f GiB cache...\n",
+			(double)o->cfg.mem_bytes / (1024.0 * MiB));
 	int err = wbc_cache_open(&o->cfg, &R.cache);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "wbcache: cannot allocate a cache of %.0f MiB: %s (--mem may "
