@@ -702,6 +702,49 @@ static void test_block_limits(void)
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	check_server(s.uri, data, MiB, 0);
+	t_nbdkit_stop(&s);
+
+	/* the server comes back with a minimum block size (8 KiB) above the
+	 * alignment the device was added with (512): the pages' 4 KiB
+	 * writes would all be refused (EINVAL), so it is not used, as an
+	 * export that changed; back with 512, the write goes through */
+	const char *bigmin[] = { "--filter=blocksize-policy", "file", file,
+		"blocksize-minimum=8192", "blocksize-preferred=8192", "blocksize-error-policy=error",
+		NULL };
+	t_nbdkit_start(&s, dir, "bmaxdrop", big);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "retry_timeout=2");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	char log[512];
+	snprintf(log, sizeof(log), "%s/bmin8k.err", dir);
+	fflush(stderr);
+	int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	CHECK(saved >= 0 && lf >= 0 && dup2(lf, 2) == 2);
+	close(lf);
+	t_nbdkit_stop(&s);
+	t_nbdkit_start(&s, dir, "bmaxdrop", bigmin);
+	bool refused = T_WAIT_UNTIL(file_has(log, "the export changed"));
+	fflush(stderr);
+	CHECK(dup2(saved, 2) == 2);
+	close(saved);
+	printf("    the server back with 8 KiB blocks at least: %s, %u of %u connections up\n",
+	       refused ? "not used" : "used", bstats(dev).connected, bstats(dev).conns);
+	CHECK(refused);
+	CHECK_EQ(bstats(dev).connected, 0);
+	t_fill(data, 4096, 41);
+	CHECK_EQ(wbc_pwrite(f, data, 4096, 4096), 4096);
+	r = wbc_fsync(f);          /* after retry_timeout; the page kept */
+	CHECK(r < 0 && r != -EINVAL);
+	t_nbdkit_stop(&s);
+	t_nbdkit_start(&s, dir, "bmaxdrop", big);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
+	r = wbc_fsync(f);
+	printf("    back with 512: fsync %d (%s)\n", r, wbc_strerror(r));
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* the failed fsync's error, once */
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, data, 4096, 4096);
 	free(data);
 	t_nbdkit_stop(&s);
 }
