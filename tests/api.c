@@ -164,6 +164,10 @@ int main(void)
 	CHECK_EQ(wbc_file_close(f), -EBADF);
 	CHECK_EQ(wbc_pread(g, b, 10, 0), 10);                   /* the other handle lives */
 	CHECK_EQ(wbc_pwrite((wbc_file *)(uintptr_t)0x12345, b, 1, 0), -EBADF);
+	/* the closed handle's slot with its free generation (even): no
+	 * handle ever had it */
+	CHECK_EQ(wbc_file_size((wbc_file *)((uintptr_t)f + 1)), -EBADF);
+	CHECK_EQ(wbc_file_close((wbc_file *)((uintptr_t)f + 1)), -EBADF);
 	CHECK_EQ(wbc_file_close(NULL), 0);
 
 	/* file: devices hold exactly one file, named "" */

@@ -13,7 +13,8 @@
  *      fsync whose writeback fails (drop): its inode goes with its pages,
  *      and the error is the next opener's (it was told to nobody, lost).
  *      A retried error healed before a new handle's first check is not
- *      that handle's (retry_bound.c).
+ *      that handle's (retry_bound.c).  None of this changes when the
+ *      error counter wraps.
  *   4. EIO with a probability, retry policy: fsync until it succeeds; the
  *      backend ends up right.
  *   5. A stall (no completion for a while) and a bandwidth collapse: fsync
@@ -154,6 +155,40 @@ int main(void)
 	CHECK_EQ(wbc_fsync(g), 0);                    /* opened once told: not */
 	wbc_file_close(f);
 	wbc_file_close(g);
+	/* the error counter wrapping (after 2^32 errors) loses nothing: made
+	 * to stand at its last value, the next error is told to a handle
+	 * opened after it while no handle was told, and, met with no
+	 * handle open, to the next opener */
+	CHECK_EQ(wbc_file_open(dev, "w", WBC_O_CREAT, &f), 0);
+	struct inode *wi = handle_get(f)->inode;
+	pthread_mutex_lock(&wi->lock);
+	wi->wb_err.seq = UINT32_MAX;
+	wi->wb_err.err = -EIO;
+	wi->wb_err.seen = true;
+	pthread_mutex_unlock(&wi->lock);
+	CHECK_EQ(wbc_file_check_error(f), -EIO);      /* the old one, told */
+	CHECK_EQ(wbc_pwrite(f, data, 8192, 0), 8192);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);            /* the counter wraps here */
+	CHECK_EQ(wbc_file_open(dev, "w", 0, &late), 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	CHECK_EQ(wbc_fsync(late), -EIO);              /* opened before any was told */
+	CHECK_EQ(wbc_fsync(late), 0);
+	wbc_file_close(f);
+	wbc_file_close(late);
+	CHECK_EQ(wbc_file_open(dev, "v", WBC_O_CREAT, &f), 0);
+	wi = handle_get(f)->inode;
+	pthread_mutex_lock(&wi->lock);
+	wi->wb_err.seq = UINT32_MAX;
+	wi->wb_err.err = -EIO;
+	wi->wb_err.seen = true;
+	pthread_mutex_unlock(&wi->lock);
+	CHECK_EQ(wbc_file_check_error(f), -EIO);
+	CHECK_EQ(wbc_pwrite(f, data, 8192, 0), 8192);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);            /* wraps, no handle open */
+	CHECK_EQ(wbc_file_open(dev, "v", 0, &f), 0);
+	CHECK_EQ(wbc_file_check_error(f), -EIO);      /* the next opener's */
+	wbc_file_close(f);
 	CHECK_EQ(wbc_cache_close(c), 0);              /* dev_sync reported it already */
 
 	/* 4. probability, retry */

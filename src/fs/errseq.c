@@ -16,7 +16,11 @@ void errseq_record(struct errseq *e, int err)
 	/* an errno (a backend's out-of-range code would not fit err's
 	 * 24 bits: -(1 << 24) read as 0) */
 	e->err = err >= -4095 ? err : -EIO;
-	e->seq++;
+	/* 0 means no error ever (errseq_sample's inherit, the orphans of
+	 * fs/inode.c, end_io.c): a wrapping counter skips it, or the error
+	 * that wrapped it would be no opener's */
+	if (!++e->seq)
+		e->seq = 1;
 	e->seen = false;
 	e->retried = false;
 	e->healed = false;

@@ -39,7 +39,8 @@ struct wbc_file *handle_get(wbc_file *h)
 {
 	uint64_t v = (uint64_t)(uintptr_t)h;
 	uint64_t slot1 = v >> 32;
-	if (!slot1 || slot1 > (uint64_t)HMAX_CHUNKS * HCHUNK)
+	/* an odd generation: a free slot's (even) was no handle's */
+	if (!slot1 || slot1 > (uint64_t)HMAX_CHUNKS * HCHUNK || !(v & 1))
 		return NULL;
 	struct hslot *s = hslot_of((uint32_t)(slot1 - 1));
 	if (!s || atomic_load_explicit(&s->gen, memory_order_acquire) != (uint32_t)v)
