@@ -4,7 +4,7 @@
  * over a directory, write, fsync, print what the engine did.
  *
  *   cc wbcopy.c $(pkg-config --cflags --libs wbcache) -o wbcopy
- *   ./wbcopy /var/tmp/out copy.bin </etc/services
+ *   mkdir -p /var/tmp/out && ./wbcopy /var/tmp/out copy.bin </etc/services
  *
  * Built only against the installed header and library.
  */

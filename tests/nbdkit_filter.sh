@@ -224,6 +224,13 @@ cmp "$T/in.bin" "$T/out.bin" || fail "reads back different data"
 sleep 0.3
 rb=$(stat_of "$T/data.stats" read_in_bytes)
 [ "${rb:-0}" -gt 0 ] || fail "no read went to the plugin (read_in_bytes ${rb:-none})"
+# every counter of the statistics file is named in nbdkit-wbcache-filter(1)
+names=$(sed -n 's/=.*//p' "$T/data.stats")
+[ "$(echo "$names" | wc -w)" -ge 20 ] || fail "statistics file: $(cat "$T/data.stats")"
+for n in $names; do
+	grep -qw -- "$n" man/nbdkit-wbcache-filter.1 ||
+		fail "nbdkit-wbcache-filter(1) does not name the statistic $n"
+done
 
 cat >"$T/fua.py" <<'EOF'
 import nbd, os, sys
