@@ -426,6 +426,10 @@ rows = [r.split(b"\n")[0].replace(b"\x1b[K", b"") for r in out.split(b"\r")]
 rows = [r for r in rows if b"dirty+wb" in r]
 assert rows, out
 assert max(len(r) for r in rows) <= 79, [len(r) for r in rows]
+# the pause and the first device shown whole on 80 columns, and a device
+# that does not fit left out, not cut ("dev0 12" for 1234 MB/s)
+assert all(b"| pause " in r and b"| dev0 " in r for r in rows), rows[:3]
+assert all(r.rstrip().endswith((b"MB/s", b" ms")) for r in rows), rows[:3]
 PY
 # a stack over a device of one file names a file it does not have
 expect_msg "stack over a stack, with a NAME" "holds only one file" run dd --dev mem \

@@ -613,23 +613,29 @@ static void take_sample(double dt, struct wbc_stats *prev)
 static void status_line(void)
 {
 	const struct sample *s = &R.s[R.ns - 1];
-	char line[512];
-	int n = snprintf(line, sizeof(line), "%5.1fs dirty+wb %6.1f MiB (setpoint %.0f, limit %.0f) wb %5.1f",
-			 s->t, s->dirty + s->writeback, s->setpoint, s->limit, s->writeback);
-	for (unsigned d = 0; d < s->ndev && n < (int)sizeof(line) - 80; d++) {
-		n += snprintf(line + n, sizeof(line) - (size_t)n, " | dev%u %4.0f MB/s", d, s->dev[d].tput);
-		if (s->dev[d].transport)
-			n += snprintf(line + n, sizeof(line) - (size_t)n,
-				      " win %.1f MiB rtt %.2f ms", s->dev[d].window, s->dev[d].rtt_ms);
-	}
-	snprintf(line + n, sizeof(line) - (size_t)n, " | pause %3.0f ms", s->pause_ms);
 	/* one row of the terminal: a longer line wraps, and the \r that
 	 * redraws it goes back to its last row only, so that each redraw
 	 * added rows (93 columns for one device, 80 on the terminal); the
-	 * rest of the row cleared (ESC [K) instead of padded */
+	 * rest of the row cleared (ESC [K) instead of padded.  The pause
+	 * comes before the devices, and a device that does not fit whole
+	 * is left out (a cut one showed "dev0 12" for 1234 MB/s) */
 	struct winsize ws;
 	size_t cols = !ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) && ws.ws_col ? ws.ws_col : 80;
-	size_t len = strlen(line);
+	char line[512], dev[128];
+	int n = snprintf(line, sizeof(line),
+			 "%5.1fs dirty+wb %6.1f/%.0f MiB (setpoint %.0f) | pause %3.0f ms",
+			 s->t, s->dirty + s->writeback, s->limit, s->setpoint, s->pause_ms);
+	size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+	for (unsigned d = 0; d < s->ndev; d++) {
+		int k = snprintf(dev, sizeof(dev), " | dev%u %4.0f MB/s", d, s->dev[d].tput);
+		if (s->dev[d].transport)
+			k += snprintf(dev + k, sizeof(dev) - (size_t)k, " win %.1f MiB rtt %.2f ms",
+				      s->dev[d].window, s->dev[d].rtt_ms);
+		if (len + (size_t)k > cols - 1 || len + (size_t)k >= sizeof(line))
+			break;
+		memcpy(line + len, dev, (size_t)k + 1);
+		len += (size_t)k;
+	}
 	if (len > cols - 1)
 		len = cols - 1;
 	fprintf(stderr, "\r%.*s\033[K", (int)len, line);
