@@ -16,14 +16,16 @@
  *   4. what a dead cache left past the size (objects and an extent, made
  *      with librados) is removed at open: an extension reads zeros; also
  *      data past the size inside the object that holds it, the extent at
- *      that object's end.
+ *      that object's end.  A size that does not parse, or past 2^62:
+ *      EUCLEAN, nothing trimmed.
  *   5. one writer per file: a second cache (another cluster client) gets
  *      EBUSY while the first holds the file; after its close it may open
  *      it.  A lock broken with wbc_rados_break_lock() (what `wbcache
  *      rados-unlock` does): the other cache opens the file, and the first
  *      one's writes to it fail at once, before its lock keeper (once an
  *      hour here) could notice: the break blocklisted its client (fenced;
- *      at risk, not lost, not on the cluster).
+ *      at risk, not lost, not on the cluster).  A name too long for an
+ *      object name: ENAMETOOLONG from the break too.
  *   6. the OSD killed mid-stream (SIGKILL) and started again: fsync fails
  *      (timeout=) while it is down, the pages stay dirty (at risk, none
  *      lost), a writer to a mem device of the same cache finishes
@@ -35,7 +37,8 @@
  *      keeper waits on a lock renewal the dead OSD took: one device with
  *      an fsync waiting on its writes, one with nothing but a truncate's
  *      size write (a synchronous operation) waiting; both finish once the
- *      OSD is back.
+ *      OSD is back.  The close of a file whose lock renewal waits on the
+ *      dead OSD returns at once (it waited for the renewal).
  *   8. the cluster out of reach (its monitor and OSD stopped), writes
  *      failing after timeout=: the cache still closes (the map watcher's
  *      request to the monitor, which librados never times out, held the
@@ -405,6 +408,11 @@ static void test_dead_cache_leftovers(void)
 	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.size", "", 0), 0);
 	CHECK_EQ(wbc_file_open(dev, "garbled", 0, &f), -EUCLEAN);
 	CHECK_EQ(obj_size("garbled", 2), MiB);
+	/* a number, but no file's size (past 2^62: its objects' offsets
+	 * wrapped around), was a file of 16 EiB */
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.size", "18446744073709551615", 20), 0);
+	CHECK_EQ(wbc_file_open(dev, "garbled", 0, &f), -EUCLEAN);
+	CHECK_EQ(obj_size("garbled", 2), MiB);
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(back);
 	free(junk);
@@ -434,6 +442,11 @@ static void test_lock(void)
 	CHECK_EQ(wbc_file_open(da, "locked", 0, &fa), -EBUSY);
 	char msg[256];
 	CHECK_EQ(wbc_rados_break_lock(base, "nosuchfile", msg, sizeof(msg)), -ENOENT);
+	/* a name no file can have (its object names cut short): said so */
+	char longname[1100];
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	CHECK_EQ(wbc_rados_break_lock(base, longname, msg, sizeof(msg)), -ENAMETOOLONG);
 	int broken = wbc_rados_break_lock(base, "locked", msg, sizeof(msg));
 	printf("    break: %d (%s)\n", broken, msg);
 	CHECK_EQ(broken, 1);
@@ -566,6 +579,21 @@ static void *truncate_main(void *arg)
 	return NULL;
 }
 
+struct close_job {
+	wbc_file *f;
+	int res;
+	atomic_bool done;
+};
+
+/* The file closed (clean: the backend's close with it). */
+static void *close_main(void *arg)
+{
+	struct close_job *j = arg;
+	j->res = wbc_file_close(j->f);
+	atomic_store(&j->done, true);
+	return NULL;
+}
+
 /* Wait for @dev's map watcher to ask twice more than @from.  The watcher
  * asks each second while an operation waits; the bound of 20 s only ends
  * the wait on a watcher that does not ask at all (the keeper's lock
@@ -589,15 +617,19 @@ static void test_map_watch(void)
 	/* the keepers renew every 0.1 s: a renewal waits on the dead OSD */
 	wbc_dev *da = add(c, "object_size=1M,timeout=120,lock_check=0.1");
 	wbc_dev *db = add(c, "object_size=1M,timeout=120,lock_check=0.1");
-	wbc_file *fa, *fb;
+	/* a clean file alone on its device: its keeper's renewal waits */
+	wbc_dev *dc = add(c, "object_size=1M,timeout=120,lock_check=0.1");
+	wbc_file *fa, *fb, *fc;
 	CHECK_EQ(wbc_file_open(da, "mapwatch-a", WBC_O_CREAT, &fa), 0);
 	CHECK_EQ(wbc_file_open(db, "mapwatch-b", WBC_O_CREAT, &fb), 0);
+	CHECK_EQ(wbc_file_open(dc, "mapwatch-c", WBC_O_CREAT, &fc), 0);
 	write_all(fa, data, MiB, 0);
 	write_all(fb, data, MiB, 0);
 	CHECK_EQ(wbc_fsync(fa), 0);
 	CHECK_EQ(wbc_fsync(fb), 0);
 	write_all(fa, data + MiB, MiB, MiB);
-	uint64_t ra = rados_map_requests(da), rb = rados_map_requests(db);
+	uint64_t ra = rados_map_requests(da), rb = rados_map_requests(db),
+		 rc = rados_map_requests(dc);
 
 	osd_down = true;
 	atexit(restart_osd);
@@ -615,8 +647,22 @@ static void test_map_watch(void)
 	CHECK(T_WAIT_UNTIL((wbc_dev_backend_stats(da, &bs), bs.inflight_bytes > 0)));
 	CHECK_EQ(wbc_dev_backend_stats(db, &bs), 0);
 	CHECK_EQ(bs.inflight_bytes, 0);  /* no I/O: only the size write waits */
+	/* the close of a file whose lock renewal waits on the dead OSD (the
+	 * only operation of dc) does not wait for it: its unlock goes out
+	 * asynchronously (the close, on the completion thread of a file's
+	 * last write, held every completion of the device behind it) */
+	two_more_map_requests(dc, rc, "a lock renewal waiting");
+	struct close_job cj = { .f = fc };
+	pthread_t tc;
+	CHECK_EQ(pthread_create(&tc, NULL, close_main, &cj), 0);
+	bool closed = T_WAIT_UNTIL(atomic_load(&cj.done));
+	printf("    the close of a file whose renewal waits: %s\n",
+	       closed ? "returned" : "waited on the renewal");
+	CHECK(closed);
 
 	restart_osd();
+	pthread_join(tc, NULL);
+	CHECK_EQ(cj.res, 0);
 	pthread_join(tf, NULL);
 	pthread_join(tt, NULL);
 	printf("    OSD back: fsync %d, truncate %d\n", fj.res, tj.res);
@@ -629,6 +675,7 @@ static void test_map_watch(void)
 	wbc_cache_close_stats(c, &st);
 	CHECK_EQ(st.lost_bytes, 0);
 	check_file("mapwatch-a", "object_size=1M", data, 2 * MiB, 0, 2 * MiB);
+	check_file("mapwatch-c", "object_size=1M", data, 0, 0, 0);   /* unlocked */
 	free(data);
 }
 
@@ -814,6 +861,43 @@ static void test_close_size_fails(void)
 	free(data);
 }
 
+/* 9b: a file removed (its lock broken by hand, without the fence of
+ * `wbcache rados-unlock`) while a cache still had it open: that cache's
+ * close does not make its object 0 anew with its size (a setxattr alone
+ * did: the file came back, zeros of that size). */
+static void test_close_removed(void)
+{
+	printf("9b. a file removed under a cache: its close does not make it anew\n");
+	struct wbc_config cfg = t_config(16 * MiB, 4096);
+	cfg.dirty_expire_centisecs = 1;
+	cfg.dirty_writeback_centisecs = 5;
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_dev *dev = add(c, "object_size=1M,lock_check=3600");
+	static char data[65536];
+	memset(data, 0x6b, sizeof(data));
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "ghost", WBC_O_CREAT, &f), 0);
+	write_all(f, data, sizeof(data), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	write_back_unsized(f, data, sizeof(data), sizeof(data));   /* a size for the close */
+	char o[300], tag[64], clients[256], cookies[256], addrs[256];
+	size_t tl = sizeof(tag), cl_ = sizeof(clients), kl = sizeof(cookies), al = sizeof(addrs);
+	int excl;
+	objname(o, sizeof(o), "ghost", 0);
+	CHECK_EQ(rados_list_lockers(ioc, o, "wbcache", &excl, tag, &tl, clients, &cl_, cookies, &kl,
+				    addrs, &al), 1);
+	CHECK_EQ(rados_break_lock(ioc, o, "wbcache", clients, cookies), 0);
+	CHECK_EQ(rados_remove(ioc, o), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(dev), 0);   /* the close is over */
+	int64_t left = obj_size("ghost", 0);
+	printf("    object 0 after the close: %s\n", left == -ENOENT ? "none" : "made anew");
+	CHECK_EQ(left, -ENOENT);
+	CHECK_EQ(wbc_file_open(dev, "ghost", 0, &f), -ENOENT);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
 /* 8b (after 9: write_back_unsized): a close whose size write never
  * succeeds (rados_fail_sizes: the size writes of the close, of the sync
  * and of the destruction all fail); the cache still closes, says so,
@@ -882,6 +966,7 @@ int main(void)
 	test_osd_killed();
 	test_map_watch();
 	test_close_size_fails();
+	test_close_removed();
 	test_close_size_never();
 	test_unreachable();
 	cluster_serves();

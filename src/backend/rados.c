@@ -61,8 +61,9 @@
  * this device (host, pid, a random number), without expiry; a cache that
  * finds it held gets -EBUSY.  close() releases it.  A keeper thread
  * re-asserts every open file's lock every 10 s (lock_check=)
- * (LIBRADOS_LOCK_FLAG_MUST_RENEW): a lock broken by `wbcache rados-unlock`
- * (wbc_rados_break_lock()) fences the file: its writes fail with EIO from
+ * (LIBRADOS_LOCK_FLAG_MUST_RENEW; a close does not wait for a renewal in
+ * flight: the keeper frees the file after it): a lock broken by `wbcache
+ * rados-unlock` (wbc_rados_break_lock()) fences the file: its writes fail with EIO from
  * then on (they stay dirty, at risk, as any failed write), instead of
  * mixing with the new owner's.  The break blocklists the holder's client
  * first (as rbd does), so the OSDs refuse what it sends before the keeper
@@ -139,10 +140,18 @@ struct rfile {
 	 * Written under meta_lock and lock, read under either */
 	uint64_t trim_at, trim_upto;
 	atomic_bool fenced;         /* our lock was broken: writes fail */
-	/* b->files_lock: the keeper's renewal or a flush of every file uses
-	 * it without that lock (a synchronous operation, which may wait for
-	 * a slow OSD); it stays on the list until they are done */
+	/* b->files_lock: a flush of every file uses it without that lock (a
+	 * synchronous operation, which may wait for a slow OSD); it stays on
+	 * the list until they are done */
 	unsigned busy;
+	/* b->files_lock: the keeper's lock renewal uses it without that lock
+	 * (it may wait on a slow OSD for timeout=).  close() does not wait
+	 * for it (it runs on the completion thread: every file's completions
+	 * waited behind the renewal): it marks the file closed, and the
+	 * keeper frees it once its renewal is answered */
+	unsigned renewing;
+	bool closed;                /* b->files_lock: close() runs: passed by */
+	bool orphan;                /* b->files_lock: close() is over: the keeper frees it */
 	bool lock_shared;           /* another handle of this backend holds it */
 	bool removed;               /* by remove(): close has nothing to write */
 };
@@ -755,15 +764,45 @@ static void file_unhold_locked(struct rfile *f)
 		pthread_cond_broadcast(&f->b->files_idle);
 }
 
-/* Take @f off the list, once no one uses it without the lock. */
+/* Take @f off the list, once no one uses it without the lock (remove). */
 static void file_unlist(struct rfile *f)
+{
+	struct rbe *b = f->b;
+	pthread_mutex_lock(&b->files_lock);
+	while (f->busy || f->renewing)
+		pthread_cond_wait(&b->files_idle, &b->files_lock);
+	list_del_init(&f->node);
+	pthread_mutex_unlock(&b->files_lock);
+}
+
+/* close() begins: once no flush uses @f, the others (a flush, the
+ * keeper, an open of the name) pass it by.  A lock renewal of the keeper
+ * in flight is not waited for. */
+static void file_close_begin(struct rfile *f)
 {
 	struct rbe *b = f->b;
 	pthread_mutex_lock(&b->files_lock);
 	while (f->busy)
 		pthread_cond_wait(&b->files_idle, &b->files_lock);
-	list_del_init(&f->node);
+	f->closed = true;
 	pthread_mutex_unlock(&b->files_lock);
+}
+
+static void free_file(struct rfile *f);
+
+/* ... and ends: @f freed, or left to the keeper (its renewal in flight). */
+static void file_close_end(struct rfile *f)
+{
+	struct rbe *b = f->b;
+	pthread_mutex_lock(&b->files_lock);
+	bool keep = f->renewing;
+	if (keep)
+		f->orphan = true;
+	else
+		list_del_init(&f->node);
+	pthread_mutex_unlock(&b->files_lock);
+	if (!keep)
+		free_file(f);
 }
 
 static void *keeper_main(void *arg)
@@ -782,21 +821,31 @@ static void *keeper_main(void *arg)
 		if (now < next_check)
 			continue;
 		next_check = now + b->keeper_ns;
+		struct list_head *next;
 		for (struct list_head *pos = b->files.next; pos != &b->files && !b->keeper_stop;
-		     pos = pos->next) {
+		     pos = next) {
 			struct rfile *f = container_of(pos, struct rfile, node);
-			if (atomic_load(&f->fenced))
+			next = pos->next;
+			if (atomic_load(&f->fenced) || f->closed)
 				continue;
-			file_hold_locked(f);
+			f->renewing++;
 			pthread_mutex_unlock(&b->files_lock);
 			int r = take_lock(f, LIBRADOS_LOCK_FLAG_MUST_RENEW);
-			if (r == -ENOENT || r == -EBUSY || r == -ESHUTDOWN) {
+			pthread_mutex_lock(&b->files_lock);
+			/* closed meanwhile: its unlock may have come first */
+			if (!f->closed && (r == -ENOENT || r == -EBUSY || r == -ESHUTDOWN)) {
 				atomic_store(&f->fenced, true);
 				fprintf(stderr, "wbcache: rados: the lock on %s was broken: its writes "
 					"fail from now on\n", f->name);
 			}
-			pthread_mutex_lock(&b->files_lock);
-			file_unhold_locked(f);
+			next = pos->next;
+			if (!--f->renewing) {
+				pthread_cond_broadcast(&b->files_idle);   /* remove */
+				if (f->orphan) {   /* its close left it to us */
+					list_del_init(&f->node);
+					free_file(f);
+				}
+			}
 		}
 	}
 	pthread_mutex_unlock(&b->files_lock);
@@ -949,6 +998,8 @@ static int rados_flush(void *ctx, void *file, unsigned flags)
 	pthread_mutex_lock(&b->files_lock);
 	for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
 		struct rfile *f = container_of(pos, struct rfile, node);
+		if (f->closed)
+			continue;   /* its close writes its size */
 		file_hold_locked(f);
 		pthread_mutex_unlock(&b->files_lock);
 		int r = atomic_load(&f->fenced) ? -EIO : flush_file(f);
@@ -1023,7 +1074,7 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 		pthread_mutex_lock(&b->files_lock);
 		for (struct list_head *pos = b->files.next; pos != &b->files; pos = pos->next) {
 			struct rfile *g = container_of(pos, struct rfile, node);
-			if (!strcmp(g->name, f->name)) {
+			if (!g->closed && !strcmp(g->name, f->name)) {
 				pthread_mutex_lock(&g->lock);
 				f->size = g->size;
 				f->durable = g->durable;
@@ -1057,10 +1108,14 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 		    !(r = get_u64_xattr(b->io, o, XATTR_SIZE, &sz)))
 			r = get_u64_xattr(b->io, o, XATTR_EXTENT, &ext);
 		sync_end(b);
+		/* no file is that large (the offsets past it overflowed: the
+		 * trim below computed its objects wrapped around) */
+		if (!r && (sz > WBC_MAX_OFFSET || ext > 2 * WBC_MAX_OFFSET))
+			r = -EUCLEAN;
 		if (r == -EUCLEAN)
 			fprintf(stderr, "wbcache: rados: %s: its size attributes (%s, %s, %s) do "
-				"not parse: not opened, nothing trimmed\n", f->name, XATTR_OBJSIZE,
-				XATTR_SIZE, XATTR_EXTENT);
+				"not parse (or lie past 2^62): not opened, nothing trimmed\n",
+				f->name, XATTR_OBJSIZE, XATTR_SIZE, XATTR_EXTENT);
 		if (!r && made_with && made_with != b->objsize) {
 			fprintf(stderr, "wbcache: rados: %s was made with object_size=%llu, not %llu: "
 				"open it with that\n", f->name, (unsigned long long)made_with,
@@ -1216,8 +1271,18 @@ static void close_start(struct rclose *rc)
 	} else if (r >= 0) {
 		sync_begin(b);
 		if (rc->sized && !rc->unlocking) {
+			/* as put_sizes_of: only on object 0 as it is (a setxattr
+			 * alone made it anew after the file was removed, its
+			 * lock broken: a file of that size of zeros) */
 			int n = snprintf(sb, sizeof(sb), "%llu", (unsigned long long)rc->size);
-			r = rados_aio_setxattr(b->io, o, c, XATTR_SIZE, sb, (size_t)n);
+			rados_write_op_t op = rados_create_write_op();
+			r = -ENOMEM;
+			if (op) {
+				rados_write_op_assert_exists(op);
+				rados_write_op_setxattr(op, XATTR_SIZE, sb, (size_t)n);
+				r = rados_aio_write_op_operate(op, b->io, c, o, NULL, 0);
+				rados_release_write_op(op);
+			}
 		} else {
 			r = rados_aio_unlock(b->io, o, LOCK_NAME, b->cookie, c);
 		}
@@ -1236,7 +1301,7 @@ static void rados_close_file(void *ctx, void *file)
 {
 	struct rbe *b = ctx;
 	struct rfile *f = file;
-	file_unlist(f);
+	file_close_begin(f);
 	if (!atomic_load(&f->fenced) && !f->lock_shared && !f->removed) {
 		pthread_mutex_lock(&f->lock);
 		uint64_t size = f->size;
@@ -1266,7 +1331,7 @@ static void rados_close_file(void *ctx, void *file)
 			close_start(rc);
 		}
 	}
-	free_file(f);
+	file_close_end(f);
 }
 
 /* Wait for the closes in flight; their first error (once). */
@@ -1801,6 +1866,10 @@ int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t m
 			    name) < 0) {
 		f.name = NULL;
 		rc = -ENOMEM;
+	}
+	if (!rc && strlen(f.name) + 20 > OID_MAX) {   /* as rados_open */
+		snprintf(msg, msglen, "%s: name too long", f.name);
+		rc = -ENAMETOOLONG;
 	}
 	char o[OID_MAX];
 	if (!rc)
