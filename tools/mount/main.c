@@ -444,6 +444,14 @@ mounted_fd:
 							    &M.dev, msg, sizeof(msg));
 	}
 	if (rc) {
+		/* the library lists every tunable; -o takes these (the
+		 * experiments' switches are wbcache run's) */
+		static const char bad[] = "bad device tunable '";
+		char *end = !strncmp(msg, bad, sizeof(bad) - 1) ? strstr(msg, "' (") : NULL;
+		if (fsfd >= 0 && end)
+			snprintf(end, sizeof(msg) - (size_t)(end - msg), "' (min_ratio=0..100, "
+				 "max_ratio=1..100, max_bytes=SIZE, strict_limit=0|1, "
+				 "on_error=retry|drop, retry_timeout=SECONDS)");
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
 		goto out;
 	}
