@@ -316,6 +316,43 @@ got = os.pread(fd, 100000, 0)
 assert got == b"O" * 3000, "unlinked while open, closed: %d bytes" % len(got)
 os.close(fd); os.close(p)
 PY
+# the same for files whose data never went through the mount (made in
+# BACKING_DIR, or written by an earlier mount): nothing kept the backing
+# inode, freed at the unlink, and the reopen or an fstat of the O_PATH
+# descriptor failed with ESTALE
+for f in old old2 old3 old4; do head -c 4000 /dev/zero | tr '\0' B >"$bk/$f"; done
+echo N >"$bk/oldnew"
+python3 - "$mt" <<'PY' || fail "an open after the last link went (data not written through the mount)"
+import os, sys
+m = sys.argv[1]
+def reopen(pfd, flags=os.O_RDONLY):
+    return os.open("/proc/self/fd/%d" % pfd, flags)
+p = os.open(os.path.join(m, "old"), os.O_PATH)
+os.unlink(os.path.join(m, "old"))
+assert os.fstat(p).st_size == 4000, "unlinked: fstat"
+fd = reopen(p)
+got = os.pread(fd, 100000, 0)
+assert got == b"B" * 4000, "unlinked: %d bytes" % len(got)
+os.close(fd); os.close(p)
+p = os.open(os.path.join(m, "old2"), os.O_PATH)
+os.rename(os.path.join(m, "oldnew"), os.path.join(m, "old2"))
+fd = reopen(p)
+assert os.pread(fd, 100000, 0) == b"B" * 4000, "renamed over"
+os.close(fd); os.close(p)
+p = os.open(os.path.join(m, "old3"), os.O_PATH)
+fd = os.open(os.path.join(m, "old3"), os.O_RDONLY)
+os.unlink(os.path.join(m, "old3"))
+os.close(fd)                                  # the last open of it
+fd = reopen(p)
+assert os.pread(fd, 100000, 0) == b"B" * 4000, "unlinked while open, closed"
+os.close(fd); os.close(p)
+# written after the unlink: its data dropped at the forget (below)
+p = os.open(os.path.join(m, "old4"), os.O_PATH)
+os.unlink(os.path.join(m, "old4"))
+fd = reopen(p, os.O_WRONLY)
+os.pwrite(fd, b"more", 4000)
+os.close(fd); os.close(p)
+PY
 
 # ---- inode numbers reused by the backing file system (no ESTALE)
 loop() {

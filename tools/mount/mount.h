@@ -158,9 +158,9 @@ struct node {
 	wbc_file *wf;                /* the node's engine handle while opens > 0 */
 	bool wrote;                  /* data went through the engine */
 	bool unlinked;               /* a link of it went through the mount */
-	/* its last link gone, its data in the cache: a descriptor hold
-	 * (pfd_holds) that keeps the inode until the data is dropped, when
-	 * the kernel forgets the node (pin_unlinked_locked) */
+	/* its last link gone through the mount: a descriptor hold
+	 * (pfd_holds) that keeps the inode (and the data the cache holds
+	 * of it) until the kernel forgets the node (pin_unlinked_locked) */
 	bool unlink_pin;
 	bool size_known;
 	uint64_t size;               /* the engine's size of the data */
@@ -286,9 +286,9 @@ void pin_unlinked_locked(struct node *n);
 void unpin_unlinked(struct node *n);
 /* Around an unlink, or a rename over, of the regular file (dev, ino):
  * before_unlink returns a descriptor that keeps the inode until
- * after_unlink has pinned it for the drop of its cached data at forget
- * (-1: none needed), which after_unlink closes (the caller closes it when
- * the unlink failed). */
+ * after_unlink has pinned it until the kernel forgets the node (its
+ * cached data dropped then; -1: none needed), which after_unlink closes
+ * (the caller closes it when the unlink failed). */
 int before_unlink(dev_t dev, ino_t ino);
 void after_unlink(dev_t dev, ino_t ino, int keep);
 /* A rename through the mount moved the inode (dev, ino): its ctime. */

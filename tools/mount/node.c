@@ -699,8 +699,8 @@ void drop_if_unlinked_locked(struct node *n)
 	assert_held(&n->lock);
 	struct stat st;
 	/* a remote backend's data outlives this process: dropped (its
-	 * objects removed) whoever wrote it */
-	if (!n->is_reg || (!n->wrote && !M.remote))
+	 * objects removed) whoever wrote it; a pinned inode is let go */
+	if (!n->is_reg || (!n->wrote && !M.remote && !n->unlink_pin))
 		return;
 	int fd = nfd(n);
 	/* gone: a handle that no longer opens (ESTALE), or no link left; any
@@ -716,7 +716,7 @@ void drop_if_unlinked_locked(struct node *n)
 	char name[256];
 	gen_name(n, name, sizeof(name));
 	wbc_file *h;
-	int err = M.remote ? wbc_file_remove(M.dev, name) : -EOPNOTSUPP;
+	int err = M.remote ? wbc_file_remove(M.dev, name) : n->wrote ? -EOPNOTSUPP : 0;
 	if (err && err != -ENOENT && engine_open(n, &h) == 0) {
 		int terr = wbc_truncate(h, 0);   /* drops dirty pages: never written */
 		if (terr)
@@ -747,12 +747,15 @@ void drop_if_unlinked_locked(struct node *n)
  * backing inode too), or zeros to the size the kernel knew.  In handle
  * mode a hold of the node's descriptor keeps the unlinked inode (and the
  * engine's writeback and drop of its data) meanwhile; released by the
- * drop.  Caller holds n->lock, opens == 0.
+ * drop.  So is a file whose data never went through the mount (made in
+ * BACKING_DIR, or by an earlier mount): its backing inode is its data,
+ * and without the pin such an open, or a stat of the inode, failed with
+ * ESTALE.  Caller holds n->lock, opens == 0.
  */
 void pin_unlinked_locked(struct node *n)
 {
 	assert_held(&n->lock);
-	if (n->unlink_pin || !n->is_reg || n->fd >= 0 || (!n->wrote && !M.remote))
+	if (n->unlink_pin || !n->is_reg || n->fd >= 0)
 		return;
 	struct stat st;
 	int fd = nfd(n);
@@ -821,11 +824,11 @@ static void node_put(struct node *n)
  * idle, and an unlinked inode with none is freed: its handle then says
  * ESTALE), so one is opened now and kept until its last release, which
  * hands it to the pin that keeps the inode until the data is dropped
- * (pin_unlinked_locked).  A closed file with data in the engine gets one
- * for the caller to keep until after_unlink has pinned the inode: without
- * it, the engine, whose descriptor was closed, could neither write nor
- * drop its dirty pages (ESTALE at every retry, and a umount that
- * failed). */
+ * (pin_unlinked_locked).  A closed file gets one for the caller to keep
+ * until after_unlink has pinned the inode: without it, the engine, whose
+ * descriptor was closed, could neither write nor drop its dirty pages
+ * (ESTALE at every retry, and a umount that failed), and an open or a
+ * stat of the inode the kernel still holds failed (ESTALE). */
 /* An open file's descriptor, taken now (caller holds n->lock): it keeps
  * the backing inode once its last link goes, as an open file's on a local
  * file system (a handle no longer opens it then). */
@@ -852,9 +855,11 @@ int before_unlink(dev_t dev, ino_t ino)
 		pthread_mutex_lock(&n->lock);
 		pin_open_locked(n);
 		/* also while open: the last release may come before the
-		 * unlink, and let go of the open's descriptor first */
-		if (n->wrote || M.remote)
-			keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
+		 * unlink, and let go of the open's descriptor first.  Data
+		 * that never went through the mount too: the backing inode
+		 * is the file's data, freed at the unlink, and an open or a
+		 * stat of the inode the kernel still holds failed (ESTALE) */
+		keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 		pthread_mutex_unlock(&n->lock);
 	}
 	node_put(n);
