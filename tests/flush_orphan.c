@@ -12,6 +12,14 @@
  *      whole device reports it, and wbc_cache_close() returns it (it
  *      closed such files after its last flush: 0, the error printed by
  *      the backend's destroy at best).
+ *   3. the same close under a stacked device of the same cache: the
+ *      stacked device's stop closes its lower file (the lower device's
+ *      backend fails that close asynchronously), and the lower device is
+ *      stopped after it: wbc_cache_close() returns the error (the lower
+ *      device flushed only after closes of its own stop: 0, lost).
+ *   4. a file written and closed before wbc_cache_close(): its last
+ *      reference is its sync's, let go after that sync's flush, and its
+ *      close fails: wbc_cache_close() returns the error (0 before).
  * The backend (tests/store_backend.h) fails the next flush on demand.
  */
 #include "store_backend.h"
@@ -85,6 +93,37 @@ int main(void)
 	CHECK_EQ(wbc_cache_close(c), -EIO);
 	CHECK_EQ(sb_fail_flush, false);   /* the flush after the close took it */
 	printf("2. a close that fails after wbc_cache_close's sync: its error returned\n");
+
+	/* 3 */
+	close_fails = false;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_backend(c, &ops, NULL, "", &dev), 0);
+	wbc_dev *up;
+	char msg[256] = "";
+	CHECK_EQ(wbc_dev_add_stacked(c, dev, "img", "", &up, msg, sizeof(msg)), 0);
+	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, "z", 1, 0), 1);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	pthread_mutex_lock(&sb_lock);
+	close_fails = true;
+	pthread_mutex_unlock(&sb_lock);
+	CHECK_EQ(wbc_cache_close(c), -EIO);
+	CHECK_EQ(sb_fail_flush, false);
+	printf("3. the lower file's close under a stacked device fails: its error returned\n");
+
+	/* 4 */
+	close_fails = false;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_backend(c, &ops, NULL, "", &dev), 0);
+	write_close("e");
+	pthread_mutex_lock(&sb_lock);
+	close_fails = true;
+	pthread_mutex_unlock(&sb_lock);
+	CHECK_EQ(wbc_cache_close(c), -EIO);
+	CHECK_EQ(sb_fail_flush, false);
+	printf("4. written and closed, its last reference the close's sync's: its close's "
+	       "error returned\n");
 
 	printf("flush_orphan: ok\n");
 	return 0;

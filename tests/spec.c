@@ -96,6 +96,11 @@ int main(void)
 		{ "model:sched=5s", "sched" }, { "model:sched=5s@", "sched" },
 		{ "model:sched=8s@10%;5s@20%", "sched" }, { "model:err=5", "err" },
 		{ "model:err=1M+0", "err" }, { "model:errp=2", "errp" }, { "model:stall=5s", "stall" },
+		/* a stall of no time (as err=1M+0: taken, a fault that never
+		 * came); a schedule's empty point (skipped unsaid) */
+		{ "model:stall=1s+0", "stall" }, { "model:stall=0+0ms", "stall" },
+		{ "model:sched=5s@10%;", "sched" }, { "model:sched=;5s@10%", "sched" },
+		{ "model:sched=5s@10%;;8s@100%", "sched" },
 		{ "model:bogus=1", "bogus" }, { "model:bw", "bw" }, { "mem,min_ratio=101", "min_ratio" },
 		{ "mem,max_ratio=0", "max_ratio" }, { "mem,strict_limit=2", "strict_limit" },
 		{ "mem,min_ratio=60,max_ratio=50", "min_ratio" }, { "mem,max_bytes=lots", "max_bytes" },

@@ -121,11 +121,13 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 	return 0;
 }
 
-/* "5s@10%;8s@100%" */
+/* "5s@10%;8s@100%": every point given (an empty one, as in "5s@10%;" or
+ * "5s@10%;;8s@100%", was skipped unsaid) */
 static int parse_sched(char *s, struct model_cfg *cfg)
 {
-	char *save = NULL;
-	for (char *tok = strtok_r(s, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+	for (char *tok = s, *next; tok; tok = next) {
+		if ((next = strchr(tok, ';')))
+			*next++ = '\0';
 		char *at = strchr(tok, '@');
 		if (!at || cfg->nr_sched == MODEL_MAX_SCHED)
 			return -EINVAL;
@@ -219,7 +221,10 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				rc = -EINVAL;
 			else {
 				*plus++ = '\0';
-				rc = wbc_parse_time(v, &cfg->stall_at) || wbc_parse_time(plus, &cfg->stall_for) ?
+				/* a stall of no time, as an err= of no bytes, is none:
+				 * refused, not a fault that never happens */
+				rc = wbc_parse_time(v, &cfg->stall_at) ||
+				     wbc_parse_time(plus, &cfg->stall_for) || !(cfg->stall_for > 0) ?
 				     -EINVAL : 0;
 			}
 		} else if (!strcmp(kv, "seed")) {

@@ -94,6 +94,10 @@ int backend_resize(struct backend *be, void *obj, uint64_t size)
 
 int backend_flush(struct backend *be, void *obj, bool datasync)
 {
+	if (!obj)   /* the closes so far: this flush reports their failures */
+		atomic_store_explicit(&be->flushed_closes,
+				      atomic_load_explicit(&be->closes, memory_order_relaxed),
+				      memory_order_relaxed);
 	if (!be->ops->flush)
 		return 0;
 	return be->ops->flush(be->ctx, obj, datasync ? WBC_FLUSH_DATASYNC : 0);

@@ -83,8 +83,11 @@ struct backend {
 	 * is asked again when a write or a truncate goes past it (a device
 	 * that grew) */
 	uint64_t max_file;
-	/* close() calls so far (dev_stop: a flush after its own closes) */
+	/* close() calls so far, and how many there were when the last flush
+	 * of the whole device began (dev_stop: a flush after the closes no
+	 * flush followed) */
 	atomic_uint closes;
+	atomic_uint flushed_closes;
 };
 /* Ask @be's caps for its largest file again: store and return it (whole
  * pages of @page_size but for a one-file device). */

@@ -598,18 +598,21 @@ static void release_listed_inodes(struct wbc_dev *dev)
 /* Stop @dev: its handles closed, its flusher and backend ended.  Its
  * struct stays (and in the cache's list) for dev_free(): other devices'
  * flushers and writers still walk the list until every one is stopped.
- * Returns the error of the backend's flush after the files closed here
- * (the cache's sync flushed before them): a backend whose close does I/O
- * asynchronously (rados: a size write, an unlock) reports its failure
- * there, and a file left open at wbc_cache_close() is no exception. */
+ * Returns the error of the backend's flush after the files closed since
+ * its last flush of the whole device (the cache's sync's): a backend whose
+ * close does I/O asynchronously (rados: a size write, an unlock) reports
+ * its failure there.  Those closes are the files closed here (a file left
+ * open at wbc_cache_close()), the ones whose last reference that sync let
+ * go after its flush (written and closed), and the lower file a stacked
+ * device of the same cache, stopped before, closed. */
 int dev_stop(struct wbc_dev *dev)
 {
-	unsigned closes = atomic_load_explicit(&dev->be->closes, memory_order_relaxed);
 	handles_close_dev(dev);
 	flusher_stop(dev);
 	release_listed_inodes(dev);
 	int err = 0;
-	if (atomic_load_explicit(&dev->be->closes, memory_order_relaxed) != closes &&
+	if (atomic_load_explicit(&dev->be->closes, memory_order_relaxed) !=
+	    atomic_load_explicit(&dev->be->flushed_closes, memory_order_relaxed) &&
 	    !dev_dead_error(dev, wbc_now_ns()))
 		err = backend_flush(dev->be, NULL, false);
 	backend_destroy(dev->be);
