@@ -71,7 +71,7 @@ int main(void)
 	wbc_cache *c;
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	const char *good[] = {
-		"mem", "model", "model:bw=200M", "model:bw=200M,lat=1ms,qd=32",
+		"mem", "model", "model:bw=200M", "model:bw=200M/s", "model:bw=200M,lat=1ms,qd=32",
 		"model:bw=1G,iops=1000,lat=250us,max_io=256K",
 		"model:bw=50M,sched=5s@10%;8s@100%", "model:err=1M+4K", "model:errp=0.01,seed=7",
 		"model:stall=2s+500ms", "mem,min_ratio=10", "mem,max_ratio=50,max_bytes=1M",
@@ -92,7 +92,8 @@ int main(void)
 		}
 	}
 	struct { const char *spec, *word; } bad[] = {
-		{ "model:bw=fast", "bw" }, { "model:lat=3x", "lat" }, { "model:qd=0", "qd" },
+		{ "model:bw=fast", "bw" }, { "model:bw=/s", "bw" }, { "model:bw=1M/m", "bw" },
+		{ "model:lat=3x", "lat" }, { "model:qd=0", "qd" },
 		{ "model:sched=5s", "sched" }, { "model:sched=5s@", "sched" },
 		{ "model:sched=8s@10%;5s@20%", "sched" }, { "model:err=5", "err" },
 		{ "model:err=1M+0", "err" }, { "model:errp=2", "errp" }, { "model:stall=5s", "stall" },

@@ -173,6 +173,15 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 		snprintf(shown, sizeof(shown), "%s", v);
 		uint64_t u;
 		if (!strcmp(kv, "bw")) {
+			/* bytes a second: "200M" or, as the help writes it,
+			 * "200M/s" */
+			char num[64];
+			size_t vl = strlen(v);
+			if (vl > 2 && vl < sizeof(num) && !strcmp(v + vl - 2, "/s")) {
+				memcpy(num, v, vl - 2);
+				num[vl - 2] = 0;
+				v = num;
+			}
 			rc = wbc_parse_size(v, &u);
 			cfg->bw = (double)u;
 		} else if (!strcmp(kv, "lat")) {
