@@ -148,6 +148,26 @@ static void check_server(const char *uri, const char *want, size_t len, uint64_t
 	free(back);
 }
 
+/* Restart server @s (socket @name) with @args, and wait until the device
+ * says it is not the export it had ("the export changed", on our stderr,
+ * caught in a file meanwhile): true, or false once T_WAIT_UNTIL gives up. */
+static bool restart_changed(struct t_nbdkit *s, const char *name, const char **args)
+{
+	char log[512];
+	snprintf(log, sizeof(log), "%s/%s.err", dir, name);
+	fflush(stderr);
+	int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	CHECK(saved >= 0 && lf >= 0 && dup2(lf, 2) == 2);
+	close(lf);
+	t_nbdkit_stop(s);
+	t_nbdkit_start(s, dir, name, args);
+	bool changed = T_WAIT_UNTIL(file_has(log, "the export changed"));
+	fflush(stderr);
+	CHECK(dup2(saved, 2) == 2);
+	close(saved);
+	return changed;
+}
+
 /* ------------------------------------------------------------------ */
 
 static void test_specs(void)
@@ -715,18 +735,7 @@ static void test_block_limits(void)
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	dev = add(c, s.uri, "retry_timeout=2");
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
-	char log[512];
-	snprintf(log, sizeof(log), "%s/bmin8k.err", dir);
-	fflush(stderr);
-	int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	CHECK(saved >= 0 && lf >= 0 && dup2(lf, 2) == 2);
-	close(lf);
-	t_nbdkit_stop(&s);
-	t_nbdkit_start(&s, dir, "bmaxdrop", bigmin);
-	bool refused = T_WAIT_UNTIL(file_has(log, "the export changed"));
-	fflush(stderr);
-	CHECK(dup2(saved, 2) == 2);
-	close(saved);
+	bool refused = restart_changed(&s, "bmaxdrop", bigmin);
 	printf("    the server back with 8 KiB blocks at least: %s, %u of %u connections up\n",
 	       refused ? "not used" : "used", bstats(dev).connected, bstats(dev).conns);
 	CHECK(refused);
@@ -812,18 +821,7 @@ static void test_edges(void)
 	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, "AAAA", 4, 0), 4);
 	CHECK_EQ(wbc_fsync(f), 0);
-	char log[512];
-	snprintf(log, sizeof(log), "%s/fuaflip.err", dir);
-	fflush(stderr);
-	int saved = dup(2), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	CHECK(saved >= 0 && lf >= 0 && dup2(lf, 2) == 2);
-	close(lf);
-	t_nbdkit_stop(&s);
-	t_nbdkit_start(&s, dir, "fuaflip", without_fua);
-	CHECK(T_WAIT_UNTIL(file_has(log, "the export changed")));
-	fflush(stderr);
-	CHECK(dup2(saved, 2) == 2);
-	close(saved);
+	CHECK(restart_changed(&s, "fuaflip", without_fua));
 	CHECK_EQ(bstats(dev).connected, 0);
 	char page[4096];                /* a whole page: no read of the rest */
 	memset(page, 'B', sizeof(page));

@@ -769,14 +769,22 @@ static void write_back_unsized(wbc_file *f, const char *buf, size_t len, uint64_
 	CHECK_EQ(in.unwritten_bytes, 0);
 }
 
+/* A 16 MiB cache whose dirty pages are written back at once, without an
+ * fsync (expired after 10 ms, the flusher every 50 ms). */
+static wbc_cache *open_eager(void)
+{
+	struct wbc_config cfg = t_config(16 * MiB, 4096);
+	cfg.dirty_expire_centisecs = 1;
+	cfg.dirty_writeback_centisecs = 5;
+	wbc_cache *c;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	return c;
+}
+
 static void test_close_size_fails(void)
 {
 	printf("9. a close whose size write fails keeps its lock; the size is written later\n");
-	struct wbc_config cfg = t_config(16 * MiB, 4096);
-	cfg.dirty_expire_centisecs = 1;      /* written back at once, */
-	cfg.dirty_writeback_centisecs = 5;   /* without an fsync */
-	wbc_cache *c;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_cache *c = open_eager();
 	wbc_dev *dev = add(c, "object_size=1M");
 	char *data = malloc(2 * MiB);
 	CHECK(data);
@@ -861,6 +869,22 @@ static void test_close_size_fails(void)
 	free(data);
 }
 
+/* File @name made with UNSIZED_LEN bytes of @byte, fsynced, and as many
+ * again written back past the stored size (write_back_unsized): its close
+ * has a size to write. */
+#define UNSIZED_LEN 65536
+static wbc_file *open_unsized(wbc_dev *dev, const char *name, int byte)
+{
+	static char data[UNSIZED_LEN];
+	memset(data, byte, sizeof(data));
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT, &f), 0);
+	write_all(f, data, sizeof(data), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	write_back_unsized(f, data, sizeof(data), sizeof(data));
+	return f;
+}
+
 /* 9b: a file removed (its lock broken by hand, without the fence of
  * `wbcache rados-unlock`) while a cache still had it open: that cache's
  * close does not make its object 0 anew with its size (a setxattr alone
@@ -868,19 +892,9 @@ static void test_close_size_fails(void)
 static void test_close_removed(void)
 {
 	printf("9b. a file removed under a cache: its close does not make it anew\n");
-	struct wbc_config cfg = t_config(16 * MiB, 4096);
-	cfg.dirty_expire_centisecs = 1;
-	cfg.dirty_writeback_centisecs = 5;
-	wbc_cache *c;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_cache *c = open_eager();
 	wbc_dev *dev = add(c, "object_size=1M,lock_check=3600");
-	static char data[65536];
-	memset(data, 0x6b, sizeof(data));
-	wbc_file *f;
-	CHECK_EQ(wbc_file_open(dev, "ghost", WBC_O_CREAT, &f), 0);
-	write_all(f, data, sizeof(data), 0);
-	CHECK_EQ(wbc_fsync(f), 0);
-	write_back_unsized(f, data, sizeof(data), sizeof(data));   /* a size for the close */
+	wbc_file *f = open_unsized(dev, "ghost", 0x6b);   /* a size for the close */
 	char o[300], tag[64], clients[256], cookies[256], addrs[256];
 	size_t tl = sizeof(tag), cl_ = sizeof(clients), kl = sizeof(cookies), al = sizeof(addrs);
 	int excl;
@@ -906,20 +920,10 @@ static void test_close_removed(void)
 static void test_close_size_never(void)
 {
 	printf("8b. a close whose size is never written: the cache closes, the lock stays\n");
-	struct wbc_config cfg = t_config(16 * MiB, 4096);
-	cfg.dirty_expire_centisecs = 1;
-	cfg.dirty_writeback_centisecs = 5;
-	wbc_cache *c;
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	wbc_cache *c = open_eager();
 	wbc_dev *dev = add(c, "object_size=1M");
-	static char data[65536];
-	memset(data, 0x5a, sizeof(data));
-	wbc_file *f;
-	CHECK_EQ(wbc_file_open(dev, "never-sized", WBC_O_CREAT, &f), 0);
-	write_all(f, data, sizeof(data), 0);
-	CHECK_EQ(wbc_fsync(f), 0);
-	write_back_unsized(f, data, sizeof(data), sizeof(data));
-	CHECK_EQ(size_xattr("never-sized"), (int64_t)sizeof(data));
+	wbc_file *f = open_unsized(dev, "never-sized", 0x5a);
+	CHECK_EQ(size_xattr("never-sized"), (int64_t)UNSIZED_LEN);
 	rados_fail_sizes(dev, true);
 	CHECK_EQ(wbc_file_close(f), 0);
 	int r = wbc_cache_close(c);
@@ -929,7 +933,7 @@ static void test_close_size_never(void)
 	wbc_dev *dev2 = add(c2, "object_size=1M");
 	wbc_file *g;
 	CHECK_EQ(wbc_file_open(dev2, "never-sized", 0, &g), -EBUSY);
-	CHECK_EQ(obj_size("never-sized", 0), (int64_t)(2 * sizeof(data)));
+	CHECK_EQ(obj_size("never-sized", 0), (int64_t)(2 * UNSIZED_LEN));
 	CHECK_EQ(wbc_cache_close(c2), 0);
 }
 
