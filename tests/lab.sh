@@ -34,6 +34,14 @@ out=$($W lab --quick --out "$dir/plain" stacked 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "--out a file: exit $rc, expected 2"
 [ "$out" = "wbcache lab: --out $dir/plain: not a directory" ] || fail "--out a file: '$out'"
 
+# a run that cannot start (its report's file a directory) says which
+# file (it said "chunk run 1 failed (Is a directory): ")
+mkdir -p "$dir/nolog/chunk-1.log"
+out=$($W lab --quick --out "$dir/nolog" chunk 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] || fail "a run that cannot start: exit $rc, expected 1"
+echo "$out" | grep -q "^wbcache lab: chunk run 1 failed (cannot start it, its report to $dir/nolog/chunk-1.log: Is a directory)" ||
+	fail "a run that cannot start: '$out'"
+
 $W lab --help | grep -q -- "--quick" || fail "lab --help"
 list=$($W lab --list) || fail "lab --list failed"
 for n in $names; do
@@ -137,13 +145,20 @@ echo "$out"
 [ $rc -eq 0 ] || fail "lab --quick $run: exit $rc"
 for n in $names; do
 	echo "$out" | grep -Eq "^$n +.*(reproduced|NOT reproduced)" || fail "no table row for $n"
-	python3 - "$dir/out/$n.svg" <<'P' || fail "$n.svg is not a chart of the runs"
-import sys, xml.dom.minidom as m
+	echo "$out" | sed -n "/^== $n: /,/^   chart: /p" >"$dir/$n.runs"
+	python3 - "$dir/out/$n.svg" "$dir/$n.runs" <<'P' || fail "$n.svg is not a chart of the runs"
+import re, sys, xml.dom.minidom as m
 d = m.parse(sys.argv[1])
 lines = d.getElementsByTagName("polyline")
 # three panels (throughput, dirty, lock holds) for each run drawn
 assert len(lines) >= 6 and len(lines) % 3 == 0, len(lines)
 assert all(len(l.getAttribute("points").split()) >= 2 for l in lines)
+# each run's label whole in the legend (remote's old run was cut to
+# "old: per-file lock, fixed in-flight limi")
+texts = {t.firstChild.data for t in d.getElementsByTagName("text") if t.firstChild}
+labels = re.findall(r"^   (\S.*?) +wbcache run ", open(sys.argv[2]).read(), re.M)
+assert len(labels) * 3 == len(lines), (labels, len(lines))
+assert all(l in texts for l in labels), [l for l in labels if l not in texts]
 P
 	for j in "$dir/out/$n"-*.json; do
 		python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["secs"] > 0 and d["bytes"] > 0' "$j" ||
@@ -164,6 +179,19 @@ if [ "$BUILD" = build/release ]; then
 	[ "$s1" -ge 200 ] || fail "chunk=4M: $s1 seeks for 1 GiB, expected one per 4 MiB (>= 200)"
 	[ $((s2 * 3)) -le $((s1 * 2)) ] || fail "chunk=bw: $s2 seeks, chunk=4M $s1: expected 1.5x fewer"
 fi
+# the chart's longest list-lock hold in an interval is never longer than
+# the run's longest (the timeline had the histogram entry's upper bound:
+# a 145 ms hold drawn as 268 ms, 171.7 us as 262.14)
+for k in 1 2 3 4; do
+	python3 - "$dir/out/dirty-list-$k.csv" "$dir/out/dirty-list-$k.json" <<'P' ||
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+mx = json.load(open(sys.argv[2]))["list_lock_max_us"]
+top = max(float(r["lock_max_us"]) for r in rows)
+assert rows and top <= mx + 0.06, (top, mx)
+P
+		fail "dirty-list run $k: the timeline's lock hold exceeds the run's longest"
+done
 # remote's reads find the files in the cache, as doc/lab.md says (the
 # layout's last close dropped their pages: the quick runs read nearly all
 # of it from the 1 ms model, 10k IOPS where the cached runs do 1M)

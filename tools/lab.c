@@ -680,7 +680,9 @@ static bool chart(const char *path, const struct experiment *e, const struct lab
 	}
 	for (int q = 0; q < 3; q++)
 		p[q].vmax *= 1.1;
-	svg_begin(f, 980, 680, e->title);
+	/* the legend right of the panels: room for 44 characters (a run's
+	 * label of 41, cut at 40 to fit 980 px, read "... in-flight limi") */
+	svg_begin(f, 1060, 680, e->title);
 	svg_axes(f, &p[0], ops ? "operations/s" : "MB/s written back");
 	svg_axes(f, &p[1], "dirty + writeback, MiB");
 	svg_axes(f, &p[2], "longest list-lock hold, us");
@@ -693,7 +695,7 @@ static bool chart(const char *path, const struct experiment *e, const struct lab
 		svg_polyline(f, &p[1], r->tl.t, r->tl.dirty, r->tl.n, r->color, r->dash);
 		svg_polyline(f, &p[2], r->tl.t, r->tl.lock, r->tl.n, r->color, r->dash);
 		char lab[80];
-		snprintf(lab, sizeof(lab), "%.40s", r->label);
+		snprintf(lab, sizeof(lab), "%.44s", r->label);
 		svg_legend(f, lx, ly, r->color, r->dash, lab);
 		ly += 18;
 	}
@@ -952,8 +954,11 @@ int cmd_lab(int argc, char **argv)
 				size_t st = len;
 				while (st && last[st - 1] != '\n')
 					st--;
-				char why[64];
-				if (se)
+				char why[640];
+				if (se && !r->overflow)   /* its log (or this program) */
+					snprintf(why, sizeof(why), "cannot start it, its report to %s: %s",
+						 r->log, strerror(-se));
+				else if (se)
 					snprintf(why, sizeof(why), "%s", strerror(-se));
 				else if (gave_up)
 					snprintf(why, sizeof(why), "did not finish in its --deadline, %g s",

@@ -591,10 +591,15 @@ static void take_sample(double dt, struct wbc_stats *prev)
 		s->dev[d].tput = dt > 0 ? (double)(ds.written_back_bytes - R.last_written[d]) / dt / 1e6 : 0;
 		R.last_written[d] = ds.written_back_bytes;
 		/* the longest list-lock hold in the interval, to its histogram
-		 * entry's upper bound: the highest entry that grew */
+		 * entry's upper bound: the highest entry that grew; no more
+		 * than the run's longest so far (exact in the interval that
+		 * held it: a 145 ms hold was drawn as 268 ms), and that in
+		 * the last entry, which has no bound */
 		for (int i = 31; i >= 0; i--) {
 			if (dd.list_lock_hold_hist[i] != R.last_hold_hist[d][i]) {
-				s->lock_max_us = fmax(s->lock_max_us, ldexp(1, i) / 1e3);
+				double mx = (double)dd.list_lock_max_hold_ns;
+				double ub = i < 31 ? fmin(ldexp(1, i), mx) : mx;
+				s->lock_max_us = fmax(s->lock_max_us, ub / 1e3);
 				break;
 			}
 		}
