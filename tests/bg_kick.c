@@ -53,9 +53,12 @@ static void two_writers(void)
 	CHECK_EQ(wbc_file_open(d, "x", WBC_O_CREAT, &tf), 0);
 	/* the flusher asleep on a clean device first (it armed no check
 	 * while its device had no dirty page: the test passed only when it
-	 * was still starting when the pages below were written) */
-	struct timespec idle = { 0, 100 * 1000 * 1000 };
-	nanosleep(&idle, NULL);
+	 * was still starting when the pages below were written).  Asleep,
+	 * not a sleep's guess: once it has turned, it holds work_lock until
+	 * its wait lets it go (a clean device gives it no work) */
+	CHECK(T_WAIT_UNTIL(atomic_load(&d->flusher_turns) >= 1));
+	pthread_mutex_lock(&d->work_lock);
+	pthread_mutex_unlock(&d->work_lock);
 	struct wbc_stats st;
 	wbc_stats(c, &st);
 	uint64_t bg = st.bg_thresh_bytes / 4096, pre = bg - 8;

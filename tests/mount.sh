@@ -112,8 +112,8 @@ head -c 4000000 /dev/zero | tr '\0' 'U' >"$mt/gone"
 before=$(awk '/^BdiReclaimable/ {print $2}' <("$W" stat "$mt"))
 rm "$mt/gone" || fail "unlink"
 # (dropped when the kernel forgets the file, which rm does not wait for:
-# polled, 10 s)
-for _ in $(seq 100); do
+# polled, 60 s)
+for _ in $(seq 600); do
 	after=$(awk '/^BdiReclaimable/ {print $2}' <("$W" stat "$mt"))
 	[ "$after" -le $((before - 3900)) ] && break
 	sleep 0.1
@@ -289,7 +289,14 @@ kill -STOP "$old"
 timeout 20 fusermount3 -u "$mt" || { kill -CONT "$old"; fail "fusermount3 -u with the daemon stopped"; }
 "$W" mount "$bk" "$mt" 2>"$top/lock.log" &
 mpid=$!
-sleep 2
+# its word of the wait (or its mount, or its end): polled, 60 s, not a
+# sleep (a sanitizer build on a loaded machine took longer than 2 s)
+for _ in $(seq 600); do
+	grep -q "still writing it back; waiting" "$top/lock.log" && break
+	mounted "$mt" && break
+	kill -0 "$mpid" 2>/dev/null || break
+	sleep 0.1
+done
 if mounted "$mt"; then
 	kill -CONT "$old"; wait "$mpid"
 	fail "a second daemon mounted the backing directory the first still writes back"

@@ -217,7 +217,7 @@ fallocate -l 10M "$mt/fa" || fail "fallocate"
 head -c 65536 /dev/urandom >"$top/fa"; cp "$top/fa" "$mt/fb"
 fallocate -p -o 4096 -l 8192 "$mt/fb" || fail "punch hole"
 fallocate -z -o 60000 -l 10000 "$mt/fb" || fail "zero range"
-python3 - "$top/fa" <<'PY'
+python3 - "$top/fa" <<'PY' || fail "the expected content of the punched file"
 import sys
 b = bytearray(open(sys.argv[1], "rb").read())
 b[4096:12288] = bytes(8192); b[60000:70000] = bytes(10000)
@@ -429,13 +429,13 @@ sync_all
 cat "$mt/r" >/dev/null; ls -l "$mt" >/dev/null
 rm "$mt/r"
 # (regular files: a thread's ring may keep a removed directory, no space)
-# (the kernel's RELEASE may come after rm returns: polled, 10 s)
+# (the kernel's RELEASE may come after rm returns: polled, 60 s)
 removed_held() { find -L /proc/"$pid"/fd -mindepth 1 -maxdepth 1 -type f -links 0 2>/dev/null | wc -l; }
-for _ in $(seq 100); do held=$(removed_held); [ "$held" = 0 ] && break; sleep 0.1; done
+for _ in $(seq 600); do held=$(removed_held); [ "$held" = 0 ] && break; sleep 0.1; done
 [ "$held" = 0 ] || fail "the daemon holds $held descriptors of removed files"
 head -c 1000 /dev/zero >"$mt/r2"; sync_all; stat "$mt/r2" >/dev/null
 rm "$bk/r2"   # removed beside the mount
-for _ in $(seq 100); do held=$(removed_held); [ "$held" = 0 ] && break; sleep 0.1; done
+for _ in $(seq 600); do held=$(removed_held); [ "$held" = 0 ] && break; sleep 0.1; done
 [ "$held" = 0 ] || fail "the daemon holds $held descriptors of a file removed in BACKING_DIR"
 
 # ---- a listing's attributes (READDIRPLUS) are the cache's: sizes of data

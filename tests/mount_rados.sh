@@ -23,12 +23,16 @@ if [ -z "$dir" ]; then
 fi
 conf=$dir/ceph.conf
 prefix=m$$
-# (bounded: a placement group that serves no more hung this test for good)
+# objs: this test's objects in the pool, one a line, into $top/objs.mine
+# (bounded: a placement group that serves no more hung this test for good;
+# run in this shell, not in $(...), where its fail ended only the
+# subshell and an empty list passed the check of objects left)
 objs() {
 	timeout 120 rados -c "$conf" -p wbc ls >"$top/objs.txt" ||
 		fail "rados ls: the cluster did not list the pool in 120 s"
-	grep "^$prefix/" "$top/objs.txt" | sort
+	grep "^$prefix/" "$top/objs.txt" | sort >"$top/objs.mine"
 }
+nobjs() { wc -l <"$top/objs.mine"; }
 
 for bad in "backend=nbd:x" "rados_conf=$conf" "backend=rados:wbc,rados_conf=/nonexistent" \
 	   "backend=rados:nosuchpool,rados_conf=$conf" "backend=rados:wbc,rados_conf=$conf,object_size=3M"; do
@@ -54,9 +58,9 @@ rtt=$(echo "$st" | awk '/^RemoteBaseRttUs:/ {print $2}')
 [ "${win:-0}" -gt 0 ] || fail "stat: no RemoteWindow"
 [ "${rtt:-0}" -gt 0 ] || fail "stat: no RemoteBaseRttUs after writes"
 "$W" stat --json "$mt" | grep -q '"RemoteWindow_kB"' || fail "stat --json: no RemoteWindow_kB"
-n=$(objs | wc -l)
+objs; n=$(nobjs)
 echo "objects after sync: $n"
-[ "$n" -ge 10 ] || fail "expected the files' objects in the pool: $(objs)"
+[ "$n" -ge 10 ] || fail "expected the files' objects in the pool: $(cat "$top/objs.mine")"
 [ "$(stat -c %s "$bk/a")" = 5000000 ] || fail "backing size $(stat -c %s "$bk/a")"
 cmp -s "$top/model" "$bk/a" && fail "the data is in BACKING_DIR, not only in RADOS"
 mv "$mt/a" "$mt/renamed" || fail "rename"
@@ -70,13 +74,13 @@ cmp "$top/model" "$mt/renamed" || fail "after a remount: the renamed file differ
 [ "$(cat "$mt/small")" = hello ] || fail "after a remount: small file"
 cmp -n 1000000 "$top/model" "$mt/d/b" || fail "after a remount: the truncated file differs"
 [ "$(stat -c %s "$mt/d/b")" = 1000000 ] || fail "after a remount: truncated size"
-before=$(objs | wc -l)
+objs; before=$(nobjs)
 rm "$mt/renamed" || fail "rm"
 # (removed when the kernel forgets the file, which rm does not wait for:
 # polled, 10 s)
 for _ in $(seq 100); do
 	getfattr -n user.wbcache.sync "$mt" >/dev/null 2>&1
-	after=$(objs | wc -l)
+	objs; after=$(nobjs)
 	[ $((before - after)) -eq 5 ] && break
 	sleep 0.1
 done
@@ -86,7 +90,7 @@ echo "objects: $before before the unlink, $after after"
 for i in 1 2 3; do echo "tmp $i" >"$mt/tmp$i"; rm "$mt/tmp$i" || fail "rm tmp$i"; done
 rm -r "$mt/small" "$mt/d" || fail "rm -r"
 do_umount || fail "umount: $(cat "$top/umount.log")"
-left=$(objs)
+objs; left=$(cat "$top/objs.mine")
 [ -z "$left" ] || fail "objects left in the pool after every file was removed: $left"
 # a file still open when the daemon ends (SIGTERM: no release comes)
 # keeps its size for the next mount

@@ -241,6 +241,12 @@ if mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null; then
 		done
 		sleep 0.25
 	done
+	# all paused by now on an idle machine: polled (60 s), as 40 writers
+	# start slowly beside a sanitized daemon on a busy one
+	for i in $(seq 600); do
+		[ "$(statv DeferredReplies)" -ge 40 ] && break
+		sleep 0.1
+	done
 	[ "$(statv DeferredReplies)" -ge 40 ] || fail "the writers were not all paused"
 	kill_wait "a writer paused on a full store" $bgpids
 	bgpids=

@@ -186,12 +186,13 @@ static void test_specs(void)
 	CHECK(add_err(c, spec) < 0);
 	/* a fraction of a second too: librados takes whole seconds, and
 	 * "0.5" refused left client_mount_timeout at 300 s (and the
-	 * operations' timeouts at never) */
+	 * operations' timeouts at never); the bound tells 1 s from 300 s
+	 * with room for a loaded machine, not a timing */
 	snprintf(spec, sizeof(spec), "rados:wbc,conf=%s,timeout=0.5", dead);
 	double t0 = t_secs();
 	CHECK(add_err(c, spec) < 0);
 	printf("    timeout=0.5: refused after %.1f s\n", t_secs() - t0);
-	CHECK(t_secs() - t0 < 20);
+	CHECK(t_secs() - t0 < 120);
 	unlink(dead);
 	snprintf(spec, sizeof(spec), "%s,object_size=1M,window=fixed:8,min_ratio=5,on_error=drop,"
 		 "timeout=5,lock_check=1", base);
@@ -747,10 +748,18 @@ static void test_unreachable(void)
 	double t0 = t_secs();
 	int r = wbc_cache_close(c);
 	double took = t_secs() - t0;
-	printf("    cache closed in %.1f s (%d)\n", took, r);
+	/* the close returned while the monitor was still stopped (its size
+	 * write and unlock time out, 3 s): it hung until the guard let the
+	 * monitor go (the guard's end, not a bound on the close's time) */
+	pid_t g = waitpid(guard, NULL, WNOHANG);
+	bool mon_stopped = g == 0;
+	if (g == guard)
+		guard = 0;   /* reaped */
+	printf("    cache closed in %.1f s (%d), the monitor %s\n", took, r,
+	       mon_stopped ? "still stopped" : "let go by the guard first");
 	thaw();
 	restart_osd();
-	CHECK(took < 30);   /* its size write and unlock time out (3 s); it hung */
+	CHECK(mon_stopped);
 }
 
 /* Write @len bytes at @off and wait until the flusher wrote them back

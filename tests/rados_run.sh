@@ -49,7 +49,13 @@ us=$(echo "$line" | sed -n 's/.* s: \([0-9.]*\) us per page written back.*/\1/p'
 awk -v u="$us" 'BEGIN { exit !(u >= 1) }' ||
 	fail "randwrite: writeback CPU ${us:-?} us per page (the completion thread not counted?)"
 # the runs' objects are gone (not --keep); --keep leaves them
-objs() { rados -c "$conf" -p wbc ls | grep -c "^run$$/"; }
+# objs: the count of this script's objects, or a word of the failure (in
+# a pipeline into grep -c, a failed listing counted 0: no object left)
+objs() {
+	local l
+	l=$(timeout 120 rados -c "$conf" -p wbc ls) || { echo "(rados ls failed)"; return; }
+	grep -c "^run$$/" <<<"$l"
+}
 [ "$(objs)" = 0 ] || fail "objects left by runs without --keep: $(objs)"
 out=$($W run fsmark --dev "$spec" --files 20 --file-size 8K --threads 2 --quiet) || fail "fsmark: $out"
 [ "$(objs)" = 0 ] || fail "objects left by fsmark: $(objs)"
