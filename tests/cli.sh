@@ -38,6 +38,10 @@ expect_msg() {   # expect_msg WHAT PATTERN ARGS... : exit 2 and PATTERN on stder
 expect_err "no command"
 expect_err "unknown command" frobnicate
 expect_err "unknown option" run --frob
+# a character device is no device's storage: said so, and no word of
+# O_DIRECT before it
+expect_msg "file:/dev/null" "not a regular file or a block device" run dd --dev file:/dev/null
+echo "$out" | grep -q O_DIRECT && fail "file:/dev/null: '$out' speaks of O_DIRECT"
 expect_err "bad size" run --size 12Q --dir "$dir"
 expect_err "bad page size" run --page-size 3000 --dir "$dir"
 expect_err "bad ratio" run --dirty-ratio 150 --dir "$dir"

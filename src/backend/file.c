@@ -118,8 +118,6 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 		if (fd == -EINVAL && f->direct) {
 			oflags &= ~O_DIRECT;
 			fd = f->opener.fn(f->opener.ctx, name, oflags);
-			if (fd >= 0)
-				warn_buffered(f);
 		}
 		if (fd < 0)
 			return fd;
@@ -131,8 +129,6 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 		if (fd < 0 && errno == EINVAL && f->direct) {
 			oflags &= ~O_DIRECT;
 			fd = openat(dirfd, name, flags, 0644);
-			if (fd >= 0)
-				warn_buffered(f);
 		}
 		if (fd < 0)
 			return -errno;
@@ -144,6 +140,10 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 		close(fd);
 		return e;
 	}
+	/* said once it is a file the device uses (not for /dev/null,
+	 * refused) */
+	if (f->direct && !(oflags & O_DIRECT))
+		warn_buffered(f);
 	struct fobj *o = calloc(1, sizeof(*o));
 	if (!o) {
 		close(fd);
@@ -1040,7 +1040,11 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 		probe_fd = f->dirfd;
 	} else {
 		rc = open_obj(f, AT_FDCWD, path, true, &f->single);
-		if (rc)
+		struct stat st;
+		if (rc == -EINVAL && !stat(path, &st) && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+			snprintf(err, errlen, "cannot use %s: not a regular file or a block device",
+				 path);
+		else if (rc)
 			snprintf(err, errlen, "cannot open %s: %s", path, strerror(-rc));
 		probe_fd = rc ? -1 : f->single->fd;
 	}
