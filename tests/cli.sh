@@ -92,6 +92,23 @@ echo "$out" | grep -q "in user space.*: \(under a clock tick: under \)\?[0-9.]* 
 left=$(ls -A "$dir" | grep -v '^run-trace.csv$\|^run-plot.svg$')
 [ -z "$left" ] || fail "run left files behind: $left"
 head -1 "$dir/run-trace.csv" | grep -q '^t_s,dirty_mib' || fail "demo trace missing"
+# a run over before the sampler's first interval: its one sample's rates
+# are over the time since the run began (they were over the microsecond
+# since the sampler began: 234,057 MB/s for 64 KiB), and its rate times
+# its time is the bytes written back (64 KiB), the ops (16)
+$W run dd --dev mem --size 64K --bs 4K --quiet --trace "$dir/short.csv" >/dev/null ||
+	fail "a 64 KiB run with a trace"
+python3 - "$dir/short.csv" <<'PY' || fail "a short run's trace: $(cat "$dir/short.csv")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert rows
+for r in rows:
+    t = float(r["t_s"])
+    assert t > 0, r
+    # each rate rounded to 0.1 (MB/s, ops/s) in the CSV
+    assert float(r["dev0_throughput_mbs"]) * t * 1e6 <= 65536 + 0.05e6 * t + 1, r
+    assert float(r["ops_per_s"]) * t <= 16 + 0.05 * t + 1e-6, r
+PY
 grep -q '</svg>' "$dir/run-plot.svg" || fail "demo plot missing"
 $W run dd --size 1M --dir "$dir" --keep >/dev/null || fail "run --keep"
 [ "$(stat -c %s "$dir"/dd.*)" = 1048576 ] || fail "kept file has the wrong size"

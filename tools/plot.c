@@ -40,7 +40,7 @@ int trace_csv(const char *path, bool nofollow, const struct sample *s, size_t n)
 			"dev%u_dirty_ratelimit_mbs,dev%u_throughput_mbs", d, d, d, d, d);
 	fprintf(f, ",ops_per_s,lock_max_us\n");
 	for (size_t i = 0; i < n; i++) {
-		fprintf(f, "%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f", s[i].t, s[i].dirty,
+		fprintf(f, "%.6f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f", s[i].t, s[i].dirty,
 			s[i].writeback, s[i].bg_thresh, s[i].freerun, s[i].setpoint, s[i].limit,
 			s[i].pause_ms);
 		for (unsigned d = 0; d < nd; d++)

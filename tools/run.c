@@ -112,6 +112,7 @@ static struct run {
 	unsigned nw;
 	atomic_bool stop;
 	double t0;
+	struct wbc_stats st0;       /* the cache's counters at t0 */
 	struct sample *s;
 	size_t ns, scap;
 	atomic_uint workers_done;
@@ -550,8 +551,12 @@ static void *worker_main(void *arg)
 /* ------------------------------------------------------------------ */
 /* sampling                                                             */
 
-static void take_sample(double dt, struct wbc_stats *prev)
+/* The sample at @t (now_s()), of the interval since @last: the rates are
+ * over that interval, and the sample's time is @t itself (a later clock
+ * read made a rate times the time more than the bytes). */
+static void take_sample(double t, double last, struct wbc_stats *prev)
 {
+	double dt = t - last;
 	if (R.ns == R.scap) {
 		size_t ncap = R.scap ? R.scap * 2 : 256;
 		struct sample *p = realloc(R.s, ncap * sizeof(*p));
@@ -564,7 +569,7 @@ static void take_sample(double dt, struct wbc_stats *prev)
 	memset(s, 0, sizeof(*s));
 	struct wbc_stats st;
 	wbc_stats(R.cache, &st);
-	s->t = now_s() - R.t0;
+	s->t = t - R.t0;
 	s->dirty = (double)st.dirty_bytes / MiB;
 	s->writeback = (double)st.writeback_bytes / MiB;
 	s->bg_thresh = (double)st.bg_thresh_bytes / MiB;
@@ -650,15 +655,17 @@ static void status_line(void)
 static void *sampler_main(void *arg)
 {
 	(void)arg;
-	struct wbc_stats prev;
-	wbc_stats(R.cache, &prev);
+	/* the first interval from the run's start, as the counters it is
+	 * compared with (a run over before the sampler began had its bytes
+	 * over the microsecond since then: 234,057 MB/s for 64 KiB) */
+	struct wbc_stats prev = R.st0;
 	bool tty = !R.o.quiet && isatty(STDERR_FILENO);
-	double last = now_s();
+	double last = R.t0;
 	while (atomic_load(&R.workers_done) < R.nw && !atomic_load(&R.abandon)) {
 		struct timespec ts = { 0, (long)SAMPLE_NS };
 		nanosleep(&ts, NULL);
 		double t = now_s();
-		take_sample(t - last, &prev);
+		take_sample(t, last, &prev);
 		last = t;
 		if (tty && R.ns % 2 == 0)
 			status_line();
@@ -667,7 +674,7 @@ static void *sampler_main(void *arg)
 	 * one interval has a timeline too */
 	double t = now_s();
 	if (!R.ns || t - last >= SAMPLE_NS / 1e9 / 10)
-		take_sample(t - last, &prev);
+		take_sample(t, last, &prev);
 	if (tty)
 		fputs("\n", stderr);
 	return NULL;
@@ -2080,6 +2087,7 @@ int cmd_run(int argc, char **argv)
 	pthread_mutex_unlock(&gate_lock);
 	if (!terr) {
 		wbc_stats(R.cache, &st);
+		R.st0 = st;
 		wb_bytes0 = st.written_back_bytes;
 		read_in0 = st.read_in_bytes;
 		pauses0 = st.pauses;
