@@ -17,7 +17,14 @@
  *   4. threads push distinct files on one slot while this thread drains
  *      it: every file is taken exactly once;
  *   5. the list lock's waits: a take that finds it held is counted, one
- *      that does not is not.
+ *      that does not is not;
+ *   6. a listed file whose write failed (an fsync wrote it: mark_inode_retry
+ *      marks it I_RETRY where it is) reaches b_more_io at the next drains
+ *      wherever it was when marked: pushed to a slot the running drain had
+ *      already taken, on the flusher's private put-back list, or being
+ *      filed by its writer (old policy) when a drain took the flag; it
+ *      waited in b_dirty for dirty_expire, its retry flag consumed.  A
+ *      second mark of a marked file costs no walk.
  * 3 and 4 are meant for SAN=thread as much as for their checks.
  */
 #include "fake_inode.h"
@@ -246,6 +253,116 @@ static void list_lock_waits(struct wbc_dev *dev)
 	CHECK_EQ(st.list_lock_waits, w0 + 1);
 }
 
+static void *drainer(void *arg)
+{
+	dirty_drain(arg);
+	return NULL;
+}
+
+static void *dirtier(void *arg)
+{
+	mark_inode_dirty(arg);
+	return NULL;
+}
+
+/* Hold the list lock until a thread started with @fn(@arg) waits for it
+ * (it counts its wait before it blocks; 30 s: a deadline for a count
+ * that never comes, not a timing the test relies on). */
+static void start_blocked(struct wbc_dev *dev, pthread_t *th, void *(*fn)(void *), void *arg)
+{
+	struct wbc_dev_debug st;
+	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
+	uint64_t w0 = st.list_lock_waits;
+	CHECK_EQ(pthread_create(th, NULL, fn, arg), 0);
+	uint64_t give_up = wbc_now_ns() + 30ull * 1000 * 1000 * 1000;
+	do {
+		sched_yield();
+		CHECK_EQ(wbc_dev_debug(dev, &st), 0);
+	} while (st.list_lock_waits == w0 && wbc_now_ns() < give_up);
+	CHECK_EQ(st.list_lock_waits, w0 + 1);
+}
+
+/* Where the listed files are: @dirty in b_dirty, @more in b_more_io. */
+static void check_where(struct wbc_dev *dev, const char *what, uint64_t dirty, uint64_t more)
+{
+	struct wbc_dev_stats st;
+	CHECK_EQ(wbc_dev_stats(dev, &st), 0);
+	printf("retry %s: b_dirty %llu, b_more_io %llu (want %llu, %llu)\n", what,
+	       (unsigned long long)st.files_dirty, (unsigned long long)st.files_more_io,
+	       (unsigned long long)dirty, (unsigned long long)more);
+	CHECK_EQ(st.files_dirty, dirty);
+	CHECK_EQ(st.files_more_io, more);
+}
+
+/* Take @n files off the lists, put back clean. */
+static void release_all(struct wbc_dev *dev, size_t n)
+{
+	struct inode *got[4];
+	CHECK_EQ(take_all(dev, got, 4), n);
+	for (size_t i = 0; i < n; i++)
+		dirty_requeue(got[i], false, false);
+	CHECK(!atomic_load(&dev->retry_listed));
+}
+
+/* 6: files marked I_RETRY while listed end on b_more_io. */
+static void retry_marks(struct wbc_dev *dev, struct wbc_dev *old)
+{
+	struct inode *x = t_fake_inode(dev), *y = t_fake_inode(dev);
+	pthread_t th;
+	CHECK(!atomic_load(&dev->retry_listed));
+	/* a. x pushed to a slot the drain took already, marked before the
+	 * drain walks: the drain is held at the list lock, with y's chain */
+	mark_inode_dirty(y);
+	dev_list_lock(dev);
+	start_blocked(dev, &th, drainer, dev);
+	CHECK_EQ(dirty_inbox_count(dev), 1);           /* y: taken, not filed */
+	mark_inode_dirty(x);
+	mark_inode_retry(x);
+	CHECK_EQ(atomic_load(&x->state), I_DIRTY | I_RETRY);
+	dev_list_unlock(dev);
+	pthread_join(th, NULL);
+	dirty_drain(dev);
+	check_where(dev, "after a slot's take", 1, 1);
+	/* d. marked again (another failed fsync): no new walk */
+	mark_inode_retry(x);
+	CHECK(!atomic_load(&dev->retry_listed));
+	release_all(dev, 2);
+
+	/* b. put back dirty, marked, a drain, then the put's commit */
+	struct dirty_batch batch;
+	struct dirty_put put;
+	dirty_batch_init(&batch);
+	dirty_put_init(&put);
+	mark_inode_dirty(x);
+	dirty_drain(dev);
+	CHECK_EQ(dirty_take(dev, &batch, UINT64_MAX, UINT64_MAX, NULL), 1);
+	CHECK(dirty_next(dev, &batch) == x);
+	dirty_put(dev, &put, x, true, false);          /* still dirty */
+	mark_inode_retry(x);
+	dirty_drain(dev);                              /* the flusher's, mid-pass */
+	dirty_put_commit(dev, &put);
+	dirty_drain(dev);
+	check_where(dev, "put back", 0, 1);
+	release_all(dev, 1);
+
+	/* c. old policy: marked while its writer waits to file it; a drain
+	 * takes the flag and walks meanwhile (as retry_listed_move: the flag
+	 * taken, then the walk, which cannot find x) */
+	struct inode *z = t_fake_inode(old);
+	dev_list_lock(old);
+	start_blocked(old, &th, dirtier, z);
+	mark_inode_retry(z);
+	CHECK(atomic_exchange(&old->retry_listed, false));
+	dev_list_unlock(old);
+	pthread_join(th, NULL);
+	dirty_drain(old);
+	check_where(old, "being filed (list)", 0, 1);
+	release_all(old, 1);
+	free(x);
+	free(y);
+	free(z);
+}
+
 int main(void)
 {
 	struct wbc_config cfg = t_config(64u << 20, 4096);
@@ -423,6 +540,11 @@ int main(void)
 
 	/* 5. waits for the list lock */
 	list_lock_waits(dev);
+
+	/* 6. files marked for retry while listed */
+	wbc_dev *old;
+	CHECK_EQ(wbc_dev_add(c, "mem,dirty_list=list", &old), 0);
+	retry_marks(dev, old);
 
 	CHECK_EQ(wbc_cache_close(c), 0);
 	free(a);

@@ -7,6 +7,11 @@
  * WBC_O_CREAT: a new, empty file).  It got a handle on the removed file,
  * and its writes went to the backend's freed object (AddressSanitizer:
  * heap-use-after-free in the mem backend).
+ *
+ * A file left with nothing to write (truncated to 0, or removed) is let go
+ * by the flusher's next pass once its last handle closes: it stayed
+ * listed, its backend file open (a descriptor on a directory device),
+ * until it was dirty_expire old (here an hour).
  */
 #include "testutil.h"
 #include "wbcache_backend.h"
@@ -131,6 +136,42 @@ static void written_then_removed(const char *spec)
 	printf("  %s: removed\n", spec);
 }
 
+static void released_soon(const char *spec)
+{
+	struct wbc_config cfg = t_config(4 << 20, 4096);
+	cfg.dirty_expire_centisecs = 360000;     /* an hour */
+	cfg.dirty_writeback_centisecs = 10;
+	wbc_cache *c;
+	wbc_dev *dev;
+	wbc_file *f, *g;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+	static char buf[8192];
+	t_fill(buf, sizeof(buf), 5);
+	CHECK_EQ(wbc_file_open(dev, "t", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	CHECK_EQ(wbc_file_open(dev, "r", WBC_O_CREAT, &g), 0);
+	CHECK_EQ(wbc_pwrite(g, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	CHECK_EQ(wbc_file_close(g), 0);
+	CHECK_EQ(wbc_file_remove(dev, "r"), 0);
+	CHECK_EQ(wbc_truncate(f, 0), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	struct wbc_dev_stats st;
+	bool gone = T_WAIT_UNTIL((wbc_dev_stats(dev, &st),
+				  st.files_dirty + st.files_io + st.files_more_io == 0));
+	printf("  %s: truncated and removed files listed %llu after their close (0 wanted)\n",
+	       spec, (unsigned long long)(st.files_dirty + st.files_io + st.files_more_io));
+	CHECK(gone);
+	struct wbc_stats cs;
+	CHECK_EQ(wbc_stats(c, &cs), 0);
+	CHECK_EQ(cs.dirty_bytes, 0);
+	CHECK_EQ(wbc_file_open(dev, "t", 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_file_open(dev, "r", 0, &f), -ENOENT);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
 static wbc_dev *rm_dev;
 static pthread_barrier_t rm_bar;
 static void *race_main(void *arg)
@@ -206,6 +247,8 @@ int main(void)
 	open_while_removed(false);
 	open_while_removed(true);
 	removes_race();
+	released_soon("mem");
+	released_soon("mem,dirty_list=list");
 
 	/* a directory's files belong to the directory */
 	char *dir = t_mkdtemp();

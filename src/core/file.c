@@ -147,6 +147,20 @@ int wbc_file_close(wbc_file *h)
 {
 	if (!h)
 		return 0;
+	struct wbc_file *f = handle_get(h);
+	if (f) {
+		/* the last handle of a file left with nothing to write (a
+		 * truncate to 0, a remove): the flusher lets it go at its
+		 * next pass, not once it is dirty_expire old */
+		struct inode *ino = f->inode;
+		pthread_mutex_lock(&ino->lock);
+		bool idle = ino->nr_cached_handles + ino->nr_direct_handles == 1 &&
+			    !ino->nr_pages && !ino->nr_writeback && !ino->sizing &&
+			    ino->i_size == ino->backend_size;
+		pthread_mutex_unlock(&ino->lock);
+		if (idle)
+			mark_inode_idle(ino);
+	}
 	return handle_close(h);
 }
 

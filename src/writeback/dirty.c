@@ -491,6 +491,14 @@ void mark_inode_dirty(struct inode *ino)
 		list_mark_dirty(ino->dev, ino, false);
 	else
 		inbox_push(ino->dev, pcpu_slot(), ino, 0);
+	/* A failed fsync marked it (mark_inode_retry) between the CAS and
+	 * the filing: the drain that took that mark's flag may have walked
+	 * before it was filed.  Filed now (the push is a full barrier), so
+	 * the next drain's walk finds it; a mark after this load sets the
+	 * flag itself. */
+	s = atomic_load(&ino->state);
+	if ((s & (I_RETRY | I_SYNC)) == I_RETRY)
+		atomic_store(&ino->dev->retry_listed, true);
 }
 
 /*
@@ -511,11 +519,17 @@ void mark_inode_retry(struct inode *ino)
 	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
 	for (;;) {
 		if ((s & I_DIRTY) && !(s & I_SYNC)) {
-			if (!(s & I_RETRY) &&
-			    !atomic_compare_exchange_weak(&ino->state, &s, s | I_RETRY))
+			/* already marked: the mark's flag, or the drain that
+			 * took it, moves it (each file is filed in b_dirty
+			 * with I_RETRY only by a drain, a put or a writer that
+			 * sets the flag again), and every set costs a walk of
+			 * b_dirty */
+			if (s & I_RETRY)
+				return;
+			if (!atomic_compare_exchange_weak(&ino->state, &s, s | I_RETRY))
 				continue;
 			/* after the mark: the drain that sees the flag sees it */
-			atomic_store_explicit(&ino->dev->retry_listed, true, memory_order_release);
+			atomic_store(&ino->dev->retry_listed, true);
 			return;
 		}
 		if (atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY | I_RETRY))
@@ -528,6 +542,24 @@ void mark_inode_retry(struct inode *ino)
 		list_mark_dirty(ino->dev, ino, true);
 	else
 		inbox_push(ino->dev, INBOX_RETRY, ino, ino->dirtied_when);
+}
+
+/*
+ * A listed file with nothing to write whose last handle closes (a
+ * truncate to 0 or a remove dropped its pages): without this it held its
+ * reference, and the backend's file open, until it was dirty_expire old.
+ * Marked as a listed failed file is (I_RETRY), its next drain moves it
+ * to b_more_io and the next pass, finding it clean, drops it.  A file
+ * dirtied again meanwhile is written at that pass, not later.
+ */
+void mark_inode_idle(struct inode *ino)
+{
+	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
+	do {
+		if ((s & (I_DIRTY | I_SYNC | I_RETRY)) != I_DIRTY)
+			return;
+	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_RETRY));
+	atomic_store(&ino->dev->retry_listed, true);
 }
 
 long dirty_inbox_count(struct wbc_dev *dev)
@@ -675,11 +707,14 @@ static bool retry_walk_locked(struct wbc_dev *dev, struct ino_queue *q, struct i
  * the flusher changes the lists, and writers of the old policy only
  * append, so the place kept between holds stays valid).
  */
+static bool retry_listed_take(struct wbc_dev *dev)
+{
+	return atomic_load_explicit(&dev->retry_listed, memory_order_relaxed) &&
+	       atomic_exchange(&dev->retry_listed, false);
+}
+
 static void retry_listed_move(struct wbc_dev *dev)
 {
-	if (!atomic_load_explicit(&dev->retry_listed, memory_order_relaxed) ||
-	    !atomic_exchange_explicit(&dev->retry_listed, false, memory_order_acq_rel))
-		return;
 	struct inode *prev = NULL;
 	struct ino_queue moved;
 	iq_init(&moved);
@@ -727,9 +762,17 @@ void dirty_drain(struct wbc_dev *dev)
 	struct ino_queue lists[PCPU_SLOTS];
 	uint64_t cnt[PCPU_SLOTS], first = UINT64_MAX, last = 0, total = 0;
 	unsigned slot[PCPU_SLOTS], k = 0;
+	/* Taken before any slot: a file marked before this is in b_dirty or
+	 * in a chain taken below (or its writer's push, still to come, sets
+	 * the flag again: mark_inode_dirty), one marked after sets it again
+	 * for the next drain.  Taken after the slots, it was lost with a
+	 * file pushed to a slot already taken and marked meanwhile: filed by
+	 * the next drain, it waited for dirty_expire. */
+	bool walk = retry_listed_take(dev);
 	if (old_list(dev)) {
 		/* no inbox: writers file their files themselves */
-		retry_listed_move(dev);
+		if (walk)
+			retry_listed_move(dev);
 		return;
 	}
 	/* the files whose writeback failed: with b_more_io, as they are */
@@ -758,7 +801,8 @@ void dirty_drain(struct wbc_dev *dev)
 		slot[k++] = i;
 	}
 	if (!k) {
-		retry_listed_move(dev);
+		if (walk)
+			retry_listed_move(dev);
 		return;
 	}
 	if (!drain_whole(dev, lists, k, first, last, total)) {
@@ -785,7 +829,8 @@ void dirty_drain(struct wbc_dev *dev)
 		atomic_fetch_sub_explicit(&dev->inbox[slot[j]].n, (long long)cnt[j],
 					  memory_order_release);
 	/* last: a file marked while still in the inbox is in b_dirty now */
-	retry_listed_move(dev);
+	if (walk)
+		retry_listed_move(dev);
 }
 
 bool queue_io_locked(struct wbc_dev *dev, uint64_t older_than, uint64_t upto_seq)
@@ -1013,6 +1058,7 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p)
 		return;
 	struct dirty_bucket *tail = newest_bucket(dev), *nb = NULL;
 	uint64_t cur = tail ? tail->last : 0, first = 0;
+	bool marked = false;
 	if (p->n_redirty) {
 		if ((!tail || tail->sealed) && (nb = bucket_alloc(dev)))
 			tail = NULL;
@@ -1020,6 +1066,10 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p)
 			cur = ino->dirtied_when = WBC_MAX(ino->dirtied_when, cur);
 			if (ino == p->redirty.head)
 				first = cur;
+			/* listed since dirty_put: a failed fsync may have
+			 * marked it (mark_inode_retry), and a drain taken
+			 * the flag without finding it */
+			marked |= atomic_load_explicit(&ino->state, memory_order_acquire) & I_RETRY;
 		}
 	}
 	dev_list_lock(dev);
@@ -1043,6 +1093,10 @@ void dirty_put_commit(struct wbc_dev *dev, struct dirty_put *p)
 	count_add(&dev->nr_b_more_io, (int64_t)p->n_more_io);
 	dev_list_unlock(dev);
 	p->n_redirty = p->n_more_io = 0;
+	/* in b_dirty now: the next drain's walk moves it to b_more_io (a
+	 * mark after the load above sets the flag itself) */
+	if (marked)
+		atomic_store(&dev->retry_listed, true);
 }
 
 void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used)

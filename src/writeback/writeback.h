@@ -199,6 +199,10 @@ void mark_inode_dirty(struct inode *ino);
  * retries).  Like mark_inode_dirty: no lock but the caller's reference;
  * the file keeps its place when it is listed already. */
 void mark_inode_retry(struct inode *ino);
+/* @ino, listed, has nothing left to write (no page, its size at the
+ * backend) and its last handle is closing: to b_more_io (as a listed
+ * mark_inode_retry file), so that the next pass drops it */
+void mark_inode_idle(struct inode *ino);
 /* The inbox slot of mark_inode_retry's files (dev->inbox[INBOX_RETRY]) */
 #define INBOX_RETRY PCPU_SLOTS
 /* Push @ino (just made I_DIRTY, its lists' reference taken) on inbox slot
