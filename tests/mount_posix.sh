@@ -6,7 +6,8 @@
 # EFBIG past the backing file system's largest file, inode numbers reused by the
 # backing file system, symlink times, sparse files' blocks, O_DSYNC and
 # RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
-# removed file, `wbcache umount` returning once the data is in the backing
+# removed file, an open fifo or a symlink unlinked (no ESTALE at fstat),
+# `wbcache umount` returning once the data is in the backing
 # directory, and exit status 0 after a write error that was resolved.
 set -u
 cd "$(dirname "$0")/.."
@@ -352,6 +353,34 @@ os.unlink(os.path.join(m, "old4"))
 fd = reopen(p, os.O_WRONLY)
 os.pwrite(fd, b"more", 4000)
 os.close(fd); os.close(p)
+PY
+# the same for a fifo open while its last link goes (unlink, or a rename
+# over it) and a symlink's O_PATH descriptor: their fstat, and the fifo's
+# data, as on a local file system (nothing kept the backing inode: ESTALE)
+python3 - "$mt" <<'PY' || fail "a fifo or symlink whose last link went"
+import os, stat, sys
+m = sys.argv[1]
+os.mkfifo(os.path.join(m, "fifo"))
+os.mkfifo(os.path.join(m, "fifo2")); os.mkfifo(os.path.join(m, "fifo2n"))
+os.symlink("target", os.path.join(m, "sym"))
+fd = os.open(os.path.join(m, "fifo"), os.O_RDWR | os.O_NONBLOCK)
+fd2 = os.open(os.path.join(m, "fifo2"), os.O_RDWR | os.O_NONBLOCK)
+sp = os.open(os.path.join(m, "sym"), os.O_PATH | os.O_NOFOLLOW)
+os.unlink(os.path.join(m, "fifo"))
+os.rename(os.path.join(m, "fifo2n"), os.path.join(m, "fifo2"))
+os.unlink(os.path.join(m, "sym"))
+for what, f, kind in (("unlinked fifo", fd, stat.S_ISFIFO),
+                      ("fifo renamed over", fd2, stat.S_ISFIFO),
+                      ("unlinked symlink", sp, stat.S_ISLNK)):
+    try:
+        st = os.fstat(f)
+    except OSError as e:
+        sys.exit("%s: fstat failed: %s" % (what, e))
+    assert kind(st.st_mode) and st.st_nlink == 0, "%s: %o nlink %d" % (what, st.st_mode, st.st_nlink)
+os.write(fd, b"through the fifo")
+assert os.read(fd, 100) == b"through the fifo", "unlinked fifo: data"
+for f in (fd, fd2, sp):
+    os.close(f)
 PY
 
 # ---- inode numbers reused by the backing file system (no ESTALE)

@@ -372,6 +372,7 @@ mounted_fd:
 	/* a remote backend's data is not in BACKING_DIR's files */
 	M.root.fd = M.root_fd;
 	M.root.pfd = -1;
+	atomic_init(&M.root.kept_fd, -1);
 	atomic_init(&M.root.mode, st.st_mode);
 	mutex_init_checked(&M.root.fdlock);
 	M.root.nlookup = 1;

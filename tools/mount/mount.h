@@ -147,6 +147,13 @@ struct node {
 	pthread_mutex_t fdlock;      /* pfd, pfd_holds; innermost (Lock order) */
 	int pfd;
 	unsigned pfd_holds;
+	/* Handle mode, other than regular files and directories (a fifo, a
+	 * socket, a device, a symlink): a descriptor taken when its last
+	 * link went through the mount, kept until the node is freed, so that
+	 * the inode the kernel still holds (an open fifo's) is not freed
+	 * under it: its handle no longer opens then (fstat failed, ESTALE);
+	 * -1 none */
+	atomic_int kept_fd;
 	uint64_t gen;                /* unique per node (fallback engine name) */
 	bool is_reg;
 	bool hashed;                 /* M.lock: in the table (not replaced as stale) */

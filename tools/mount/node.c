@@ -116,6 +116,9 @@ int nfd(struct node *n)
 {
 	if (n->fd >= 0)
 		return n->fd;
+	int kept = atomic_load(&n->kept_fd);
+	if (kept >= 0)
+		return kept;
 	if (n->is_reg) {
 		pthread_mutex_lock(&n->fdlock);
 		if (n->pfd < 0)
@@ -584,6 +587,8 @@ void node_free(struct node *n)
 		close(n->fd);
 	if (n->pfd >= 0)
 		close(n->pfd);
+	if (atomic_load(&n->kept_fd) >= 0)
+		close(atomic_load(&n->kept_fd));
 	free(n->fh);
 	pthread_mutex_destroy(&n->lock);
 	pthread_mutex_destroy(&n->fdlock);
@@ -668,6 +673,7 @@ int enter_node(int fd, struct stat *st, struct fuse_entry_param *e)
 		n->ino = st->st_ino;
 		n->fd = fd;
 		n->pfd = -1;
+		atomic_init(&n->kept_fd, -1);
 		if ((n->fh = fh)) {
 			close(fd);         /* reopened from the handle when used */
 			n->fd = -1;
@@ -861,6 +867,10 @@ int before_unlink(dev_t dev, ino_t ino)
 		 * stat of the inode the kernel still holds failed (ESTALE) */
 		keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 		pthread_mutex_unlock(&n->lock);
+	} else {
+		/* a fifo, socket, device or symlink: the kernel may hold it
+		 * (an open fifo) after its last link goes (n->kept_fd) */
+		keep = open_by_handle_at(M.mount_fd, n->fh, O_PATH | O_CLOEXEC);
 	}
 	node_put(n);
 	return keep;
@@ -882,6 +892,11 @@ void after_unlink(dev_t dev, ino_t ino, int keep)
 			pin_open_locked(n);
 		if (!n->opens)
 			pin_unlinked_locked(n);
+		struct stat st;
+		int none = -1;
+		if (!n->is_reg && keep >= 0 && !fstat(keep, &st) && !st.st_nlink &&
+		    atomic_compare_exchange_strong(&n->kept_fd, &none, keep))
+			keep = -1;   /* the node's now, until it is freed */
 		pthread_mutex_unlock(&n->lock);
 		node_put(n);
 	}

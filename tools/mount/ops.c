@@ -490,7 +490,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, errno);
 		return;
 	}
-	int keep = S_ISREG(st.st_mode) ? before_unlink(st.st_dev, st.st_ino) : -1;
+	int keep = !S_ISDIR(st.st_mode) ? before_unlink(st.st_dev, st.st_ino) : -1;
 	if (unlinkat(fd, name, 0)) {
 		int e = errno;
 		if (keep >= 0)
@@ -498,7 +498,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, e);
 		return;
 	}
-	if (S_ISREG(st.st_mode))
+	if (!S_ISDIR(st.st_mode))
 		after_unlink(st.st_dev, st.st_ino, keep);
 	fuse_reply_err(req, 0);
 }
@@ -520,7 +520,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return;
 	}
 	bool had = !(flags & RENAME_EXCHANGE) &&
-		   !fstatat(npf, newname, &victim, AT_SYMLINK_NOFOLLOW) && S_ISREG(victim.st_mode);
+		   !fstatat(npf, newname, &victim, AT_SYMLINK_NOFOLLOW) && !S_ISDIR(victim.st_mode);
 	int keep = had ? before_unlink(victim.st_dev, victim.st_ino) : -1;
 	if (renameat2(pf, name, npf, newname, flags)) {
 		int e = errno;
