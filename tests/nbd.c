@@ -754,6 +754,30 @@ static void test_block_limits(void)
 	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* the failed fsync's error, once */
 	CHECK_EQ(wbc_cache_close(c), 0);
 	check_server(s.uri, data, 4096, 4096);
+	t_nbdkit_stop(&s);
+
+	/* a device added on a server that said no block size writes whole
+	 * pages (4 KiB): the server back with a minimum of 512 is used (it
+	 * was refused as an export that changed) */
+	const char *plain[] = { "file", file, NULL };
+	const char *min512[] = { "--filter=blocksize-policy", "file", file,
+		"blocksize-minimum=512", "blocksize-error-policy=error", NULL };
+	t_nbdkit_start(&s, dir, "bmaxdrop", plain);
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	dev = add(c, s.uri, "retry_timeout=600");
+	CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+	t_nbdkit_stop(&s);
+	t_nbdkit_start(&s, dir, "bmaxdrop", min512);
+	t_fill(data, 4096, 43);
+	CHECK_EQ(wbc_pwrite(f, data, 4096, 8192), 4096);
+	CHECK(T_WAIT_UNTIL(bstats(dev).connected == bstats(dev).conns));
+	r = wbc_fsync(f);
+	printf("    added with no block size, back with a minimum of 512: fsync %d (%s)\n", r,
+	       wbc_strerror(r));
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_server(s.uri, data, 4096, 8192);
 	free(data);
 	t_nbdkit_stop(&s);
 }

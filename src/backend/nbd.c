@@ -657,12 +657,15 @@ static bool same_export(struct nbe *b, struct nbd_handle *h, char *why, size_t l
 	 * commands smaller (adopt_block_max), down to one block of the
 	 * alignment the engine was given at add: not below it; and a
 	 * minimum that alignment is not a multiple of would refuse the
-	 * engine's I/Os (the server's EINVAL, libnbd's own check) */
+	 * engine's I/Os (the server's EINVAL, libnbd's own check).  A device
+	 * added with none (a server that said no block size) writes whole
+	 * cache pages, 4 KiB by default: a minimum up to that is taken (a
+	 * direct handle's smaller I/O is refused by the server then) */
 	int64_t bmin = nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
 	int64_t bmax = nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
 	size_t unit = b->align ? b->align : 1;
 	bool blocks_changed = (bmax > 0 && (uint64_t)bmax < unit) ||
-			      (bmin > 1 && unit % (uint64_t)bmin);
+			      (bmin > 1 && (b->align ? unit % (uint64_t)bmin != 0 : bmin > 4096));
 	if (size == (int64_t)b->size && (b->nconns < 2 || nbd_can_multi_conn(h) == 1) &&
 	    !fua_gone && !flush_changed && !ro && !blocks_changed)
 		return true;

@@ -701,9 +701,11 @@ static bool retry_walk_locked(struct wbc_dev *dev, struct ino_queue *q, struct i
 
 /*
  * The files of b_dirty whose write failed while they were listed
- * (mark_inode_retry: an fsync wrote them) go to b_more_io, which every
- * pass takes, there to wait for their backoff.  A walk of b_dirty: after
- * a write error only, RETRY_WALK_HOLD files per hold of the lock (only
+ * (mark_inode_retry: an fsync wrote them), and those with nothing left
+ * to write whose last handle closed (mark_inode_idle), go to b_more_io,
+ * which every pass takes, there to wait for their backoff.  A walk of
+ * b_dirty: after such a mark only, one walk for all the marks before a
+ * drain, RETRY_WALK_HOLD files per hold of the lock (only
  * the flusher changes the lists, and writers of the old policy only
  * append, so the place kept between holds stays valid).
  */
