@@ -218,6 +218,23 @@ static void one_slot_race(struct wbc_dev *dev)
 		}
 }
 
+/* Hold the list lock until a thread started with @fn(@arg) waits for it
+ * (it counts its wait before it blocks; 30 s: a deadline for a count
+ * that never comes, not a timing the test relies on). */
+static void start_blocked(struct wbc_dev *dev, pthread_t *th, void *(*fn)(void *), void *arg)
+{
+	struct wbc_dev_debug st;
+	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
+	uint64_t w0 = st.list_lock_waits;
+	CHECK_EQ(pthread_create(th, NULL, fn, arg), 0);
+	uint64_t give_up = wbc_now_ns() + 30ull * 1000 * 1000 * 1000;
+	do {
+		sched_yield();
+		CHECK_EQ(wbc_dev_debug(dev, &st), 0);
+	} while (st.list_lock_waits == w0 && wbc_now_ns() < give_up);
+	CHECK_EQ(st.list_lock_waits, w0 + 1);
+}
+
 static void *lock_taker(void *arg)
 {
 	struct wbc_dev *dev = arg;
@@ -238,15 +255,7 @@ static void list_lock_waits(struct wbc_dev *dev)
 	CHECK_EQ(st.list_lock_waits, w0);
 	dev_list_lock(dev);
 	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, lock_taker, dev), 0);
-	/* the taker counts its wait before it blocks (30 s: a deadline for
-	 * a count that never comes, not a timing the test relies on) */
-	uint64_t give_up = wbc_now_ns() + 30ull * 1000 * 1000 * 1000;
-	do {
-		sched_yield();
-		CHECK_EQ(wbc_dev_debug(dev, &st), 0);
-	} while (st.list_lock_waits == w0 && wbc_now_ns() < give_up);
-	CHECK_EQ(st.list_lock_waits, w0 + 1);
+	start_blocked(dev, &th, lock_taker, dev);
 	dev_list_unlock(dev);
 	pthread_join(th, NULL);
 	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
@@ -263,23 +272,6 @@ static void *dirtier(void *arg)
 {
 	mark_inode_dirty(arg);
 	return NULL;
-}
-
-/* Hold the list lock until a thread started with @fn(@arg) waits for it
- * (it counts its wait before it blocks; 30 s: a deadline for a count
- * that never comes, not a timing the test relies on). */
-static void start_blocked(struct wbc_dev *dev, pthread_t *th, void *(*fn)(void *), void *arg)
-{
-	struct wbc_dev_debug st;
-	CHECK_EQ(wbc_dev_debug(dev, &st), 0);
-	uint64_t w0 = st.list_lock_waits;
-	CHECK_EQ(pthread_create(th, NULL, fn, arg), 0);
-	uint64_t give_up = wbc_now_ns() + 30ull * 1000 * 1000 * 1000;
-	do {
-		sched_yield();
-		CHECK_EQ(wbc_dev_debug(dev, &st), 0);
-	} while (st.list_lock_waits == w0 && wbc_now_ns() < give_up);
-	CHECK_EQ(st.list_lock_waits, w0 + 1);
 }
 
 /* Where the listed files are: @dirty in b_dirty, @more in b_more_io. */
