@@ -127,7 +127,10 @@ do_mount() {
 	"$W" mount "$bk" "$mt" ${o:+-o "$o"} 2>"$top/mount.log"
 	local rc=$?
 	if [ $rc -ne 0 ]; then
-		grep -q "fuse: device not found\|Operation not permitted\|failed to open /dev/fuse" \
+		# FUSE itself refused (libfuse's and fusermount3's words), not
+		# any EPERM: one of the daemon's own was skipped as "FUSE not
+		# usable"
+		grep -Eq "fuse:? device not found|failed to open /dev/fuse|(fuse|fusermount3?): mount failed: Operation not permitted" \
 			"$top/mount.log" && skip "FUSE not usable: $(cat "$top/mount.log")"
 		fail "mount exited $rc: $(cat "$top/mount.log")"
 	fi
