@@ -159,6 +159,10 @@ texts = {t.firstChild.data for t in d.getElementsByTagName("text") if t.firstChi
 labels = re.findall(r"^   (\S.*?) +wbcache run ", open(sys.argv[2]).read(), re.M)
 assert len(labels) * 3 == len(lines), (labels, len(lines))
 assert all(l in texts for l in labels), [l for l in labels if l not in texts]
+# axis ticks in figures and units (remote's IOPS axis read "1e+06")
+ticks = [t.firstChild.data for t in d.getElementsByTagName("text")
+         if t.firstChild and t.getAttribute("font-size") == "11" and t.getAttribute("text-anchor")]
+assert ticks and all(re.fullmatch(r"[0-9.]+[kMGT]?", t) for t in ticks), ticks
 P
 	for j in "$dir/out/$n"-*.json; do
 		python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["secs"] > 0 and d["bytes"] > 0' "$j" ||

@@ -60,6 +60,24 @@ static double tick_step(double range)
 	return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
 }
 
+/* A tick's label on an axis up to @max: 1e+06 for a million was what %g
+ * wrote; 1M now, and 250k for 250000, one unit for the whole axis (from
+ * five digits on). */
+static const char *tick_label(char *buf, size_t size, double v, double max)
+{
+	static const struct { double at; const char *unit; } u[] = {
+		{ 1e12, "T" }, { 1e9, "G" }, { 1e6, "M" }, { 1e4, "k" },
+	};
+	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++)
+		if (max >= u[i].at) {
+			double d = u[i].at == 1e4 ? 1e3 : u[i].at;
+			snprintf(buf, size, "%g%s", v / d, u[i].unit);
+			return buf;
+		}
+	snprintf(buf, size, "%g", v);
+	return buf;
+}
+
 double svg_x(const struct panel *p, double t) { return p->x0 + t / p->tmax * p->w; }
 double svg_y(const struct panel *p, double v) { return p->y0 + p->h - v / p->vmax * p->h; }
 
@@ -67,16 +85,24 @@ void svg_axes(FILE *f, const struct panel *p, const char *ylabel)
 {
 	fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#444'/>\n",
 		p->x0, p->y0, p->w, p->h);
+	char lb[32];
+	/* each tick a multiple of the step (a sum of steps drifts) */
 	double ts = tick_step(p->tmax);
-	for (double t = 0; t <= p->tmax + 1e-9; t += ts)
+	for (unsigned i = 0; i * ts <= p->tmax + 1e-9; i++) {
+		double t = i * ts;
 		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
-			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%g</text>\n",
-			svg_x(p, t), p->y0, svg_x(p, t), p->y0 + p->h, svg_x(p, t), p->y0 + p->h + 14, t);
+			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>\n",
+			svg_x(p, t), p->y0, svg_x(p, t), p->y0 + p->h, svg_x(p, t), p->y0 + p->h + 14,
+			tick_label(lb, sizeof(lb), t, p->tmax));
+	}
 	double vs = tick_step(p->vmax);
-	for (double v = 0; v <= p->vmax + 1e-9; v += vs)
+	for (unsigned i = 0; i * vs <= p->vmax + 1e-9; i++) {
+		double v = i * vs;
 		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
-			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='end'>%g</text>\n",
-			p->x0, svg_y(p, v), p->x0 + p->w, svg_y(p, v), p->x0 - 4, svg_y(p, v) + 4, v);
+			"<text x='%.1f' y='%.1f' font-size='11' text-anchor='end'>%s</text>\n",
+			p->x0, svg_y(p, v), p->x0 + p->w, svg_y(p, v), p->x0 - 4, svg_y(p, v) + 4,
+			tick_label(lb, sizeof(lb), v, p->vmax));
+	}
 	fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' transform='rotate(-90 %.1f %.1f)' "
 		"text-anchor='middle'>%s</text>\n", p->x0 - 42, p->y0 + p->h / 2, p->x0 - 42,
 		p->y0 + p->h / 2, ylabel);
