@@ -45,6 +45,8 @@
  *      close for as long as the monitor was away).  Also in 1: a
  *      fractional timeout= (librados takes whole seconds) bounds the
  *      connection too.
+ *  10. a create racing another cache's create, write and close (between
+ *      its look for the file and its lock) keeps the other's data.
  */
 #include "testutil.h"
 #include "ceph.h"
@@ -946,6 +948,41 @@ static void test_close_size_never(void)
 	CHECK_EQ(wbc_cache_close(c2), 0);
 }
 
+/* 10: two caches creating one name: the first looked (no such file),
+ * the second created it, wrote it and closed it, then the first took the
+ * lock and created it over the other's: its sizes written 0, the other's
+ * 100 KiB lost.  rados_open_pause runs the second cache in between. */
+static char race_data[100 * 1000];
+static void create_meanwhile(void *arg)
+{
+	(void)arg;
+	wbc_cache *c = open_cache(4 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "race", WBC_O_CREAT, &f), 0);
+	write_all(f, race_data, sizeof(race_data), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+static void test_create_race(void)
+{
+	printf("10. a create racing another cache's create, write and close\n");
+	t_fill(race_data, sizeof(race_data), 0x3c);
+	wbc_cache *c = open_cache(4 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	rados_open_pause(dev, create_meanwhile, NULL);
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "race", WBC_O_CREAT, &f), 0);
+	uint64_t sz = wbc_file_size(f);
+	printf("    the late create found size %llu (%zu written by the other)\n",
+	       (unsigned long long)sz, sizeof(race_data));
+	CHECK_EQ(sz, sizeof(race_data));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	check_file("race", "object_size=1M", race_data, sizeof(race_data), 0, sizeof(race_data));
+}
+
 /* The test cluster, stopped and let go on (part 8), serves every
  * placement group again before the tests after this one use it (a pool
  * listing visits each); 120 s at most. */
@@ -981,6 +1018,7 @@ int main(void)
 	test_close_size_fails();
 	test_close_removed();
 	test_close_size_never();
+	test_create_race();
 	test_unreachable();
 	cluster_serves();
 	rados_ioctx_destroy(ioc);

@@ -126,6 +126,9 @@ void rados_fail_writes(wbc_dev *dev, bool on);
 /* rados: every write of a file's size (fsync's, close's) fails with EIO
  * while @on. */
 void rados_fail_sizes(wbc_dev *dev, bool on);
+/* rados: the next open calls @fn(@arg) between its look for the file and
+ * its lock (a test's race). */
+void rados_open_pause(wbc_dev *dev, void (*fn)(void *), void *arg);
 /* rados: how many times the map watcher asked for a newer OSD map. */
 uint64_t rados_map_requests(wbc_dev *dev);
 

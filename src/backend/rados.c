@@ -217,6 +217,8 @@ struct rbe {
 	atomic_uint st_up;
 	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
 	atomic_bool fail_sizes;     /* rados_fail_sizes(): a test's fault */
+	void (*_Atomic open_pause)(void *);   /* rados_open_pause(): a test's */
+	void *open_pause_arg;
 	_Atomic uint64_t last_progress_ns;   /* the last completion (or issue from idle) */
 	atomic_uint sync_ops;       /* synchronous operations and closes in flight */
 
@@ -1051,7 +1053,25 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 		free_file(f);
 		return -ENOENT;
 	}
+	void (*pause)(void *) = atomic_exchange(&b->open_pause, NULL);
+	if (pause)
+		pause(b->open_pause_arg);
 	r = take_lock(f, 0);   /* creates object 0 when missing */
+	if (!r && !exists) {
+		/* made by another cache between the stat and the lock (it
+		 * locked, wrote and closed it meanwhile): its layout is there,
+		 * and its size, which the create's below would have cut to 0 */
+		uint64_t made = 0;
+		sync_begin(b);
+		r = get_u64_xattr(b->io, o, XATTR_OBJSIZE, &made);
+		sync_end(b);
+		if (r < 0) {
+			(void)unlock_name(b, f->name);
+			free_file(f);
+			return rerr(r);
+		}
+		exists = made != 0;
+	}
 	if (!r && rc && rc->sized) {
 		/* the lock its close kept was broken (and the file perhaps
 		 * opened by another since, its data past the size trimmed):
@@ -1825,6 +1845,16 @@ void rados_fail_writes(wbc_dev *dev, bool on)
 	struct rbe *b = wbc_dev_backend(dev, &ops);
 	if (ops == &rados_ops)
 		atomic_store(&b->fail_writes, on);
+}
+
+void rados_open_pause(wbc_dev *dev, void (*fn)(void *), void *arg)
+{
+	const struct wbc_backend_ops *ops;
+	struct rbe *b = wbc_dev_backend(dev, &ops);
+	if (ops == &rados_ops) {
+		b->open_pause_arg = arg;
+		atomic_store(&b->open_pause, fn);
+	}
 }
 
 void rados_fail_sizes(wbc_dev *dev, bool on)
