@@ -1214,9 +1214,25 @@ static int wbcache_extents(nbdkit_next *next, void *handle, uint32_t count, uint
 		}
 		return 0;
 	}
+	/* only the range synced: the plugin may describe more (its last
+	 * extent longer than asked, which nbdkit passes on to the client),
+	 * and past the range the cache may hold data the plugin lacks */
+	struct nbdkit_extents *mine = nbdkit_extents_new(offset, offset + count);
+	if (!mine) {
+		*err = errno;
+		return -1;
+	}
 	plugin_enter();
-	r = g.ctx->extents(g.ctx, count, offset, flags, extents, err);
+	r = g.ctx->extents(g.ctx, count, offset, flags, mine, err);
 	plugin_leave();
+	for (size_t i = 0; r == 0 && i < nbdkit_extents_count(mine); i++) {
+		struct nbdkit_extent e = nbdkit_get_extent(mine, i);
+		if (nbdkit_add_extent(extents, e.offset, e.length, e.type) == -1) {
+			*err = errno;
+			r = -1;
+		}
+	}
+	nbdkit_extents_free(mine);
 	return r;
 }
 

@@ -12,7 +12,8 @@
 #     its size reads back the same, and after the client's flush and a
 #     kill -9 of nbdkit it is in the plugin's file byte for byte; a FUA
 #     write is there after kill -9 without a flush, a plain one is not;
-#     zeroes reach the file; extents see data still in the cache;
+#     zeroes reach the file; extents see data still in the cache (and
+#     stop at the range asked: a plugin's longer last extent is cut);
 #   - dirty + writeback stay under the cache's limit while a writer
 #     streams six times the cache into a slow plugin (nbdkit's rate
 #     filter), and the writer was throttled;
@@ -295,6 +296,28 @@ assert seen and seen[1] & 1 == 0 and seen[1] & 2 == 0, "written range reported a
 print("ok")
 EOF
 stop ext
+# ... and not past the range asked: a plugin may describe more (the null
+# plugin: one hole to the export's end), and past the range the cache
+# holds data the plugin lacks (that hole was passed on, over the data)
+start extnull --filter="$FILTER" null 64M wbcache-mem=16M
+$PY - "$(uri extnull)" <<'EOF' >"$T/extnull.out" 2>&1 || fail "extents past the range: $(cat "$T/extnull.out")"
+import nbd, sys
+h = nbd.NBD()
+h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
+h.connect_uri(sys.argv[1])
+M = 1 << 20
+h.pwrite(b"x" * 65536, M + 65536)        # cached, past the range asked
+seen = []
+h.block_status(65536, M, lambda m, o, e, err: seen.extend(e) or 0)
+off = M
+for i in range(0, len(seen), 2):
+    assert not (seen[i + 1] & 1 and off < M + 2 * 65536 and off + seen[i] > M + 65536), \
+        "a hole over data in the cache: %r" % seen
+    off += seen[i]
+assert off >= M + 65536, "extents short of the range: %r" % seen
+print("ok")
+EOF
+stop extnull
 echo "extents: ok"
 
 # ---- dirty data bounded under a slow plugin --------------------------------
