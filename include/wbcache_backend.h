@@ -20,9 +20,11 @@
  * with wbc_io_complete() (one) or wbc_io_complete_batch() (several at
  * once: cheaper, the engine settles its counters and wakes its waiters
  * once per batch), from any thread, possibly before submit() returns.
+ * A second completion of an I/O (before the engine submits it again)
+ * stops the process with a message (abort).
  *
  * Results.  A completion's result is the number of bytes done or a
- * negative errno.
+ * negative errno (above -4096; one below, or more than len, is -EIO).
  *   - A write that did less than asked (0 < res < len) is a short write:
  *     the engine submits the rest as a new I/O.  A write that did nothing
  *     (res == 0) fails with -EIO.
@@ -159,7 +161,8 @@ struct wbc_backend_stats {
 /*
  * The operations.  Set size to sizeof(struct wbc_backend_ops): a later
  * version appends operations, and reads only those a backend's size
- * covers.  Every operation returns 0 or a negative errno unless said.
+ * covers.  Every operation returns 0 or a negative errno unless said
+ * (a positive value, or one below -4095, is taken as -EIO).
  */
 struct wbc_backend_ops {
 	size_t size;

@@ -17,11 +17,24 @@
  *   4. A backend of queue_depth 1 completing from its own thread: a
  *      direct write of 1 MiB (16 I/Os of its max_io) has at most one of
  *      them in flight at a time (it had 16).
+ *   5. A backend whose results are outside the contract (a positive
+ *      "EIO" from open, resize, flush or remove; a read completed with
+ *      -100000 or below INT_MIN): each is -EIO to the caller (open
+ *      returned 5 and no handle, resize and flush aborted in an assert,
+ *      remove returned 1, the read gave -100000, or zeros as data).
+ *   6. A child forked after the parent used wbcache uses it too (an
+ *      assert that it held no lock it held: the parent's thread id).
+ *      A backend that completes an I/O twice (a write, a read): the
+ *      process stops at once with a message that says so (the write
+ *      tripped an unrelated assert, the read hung for good); so does one
+ *      that completes a write and then refuses it in submit.
  */
 #include "testutil.h"
 #include "wbcache_backend.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
@@ -327,12 +340,243 @@ static void direct_depth(void)
 	free(buf);
 }
 
+/* ------------------------------------------------------------------ */
+/* 5. results outside the contract                                      */
+
+static int odd_open_ret, odd_resize_ret, odd_flush_ret, odd_remove_ret;
+static ssize_t odd_read_res;     /* 0: the sector backend's own result */
+
+static int odd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
+{
+	return odd_open_ret ? odd_open_ret : sec_open(ctx, name, flags, file, size);
+}
+
+static int odd_resize(void *ctx, void *file, uint64_t size)
+{
+	return odd_resize_ret ? odd_resize_ret : sec_resize(ctx, file, size);
+}
+
+static int odd_flush(void *ctx, void *file, unsigned flags)
+{
+	(void)ctx; (void)file; (void)flags;
+	return odd_flush_ret;
+}
+
+static int odd_remove(void *ctx, void *file)
+{
+	(void)ctx; (void)file;
+	return odd_remove_ret;
+}
+
+static int odd_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	for (unsigned i = 0; i < n; i++) {
+		if (ios[i]->op == WBC_IO_READ && odd_read_res) {
+			wbc_io_complete(ios[i], odd_read_res);
+			continue;
+		}
+		CHECK_EQ(sec_submit(ctx, &ios[i], 1, queued), 0);
+	}
+	return 0;
+}
+
+static const struct wbc_backend_ops odd_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "odd",
+	.caps = sec_caps,
+	.open = odd_open,
+	.close = sec_close,
+	.submit = odd_submit,
+	.flush = odd_flush,
+	.resize = odd_resize,
+	.destroy = sec_destroy,
+	.remove = odd_remove,
+};
+
+static void odd_results(void)
+{
+	sec_cap = 1 * MiB;
+	sec_size = 0;
+	CHECK((sec_store = calloc(1, sec_cap)));
+	memset(sec_store, 0x77, 64 << 10);
+	sec_size = 64 << 10;     /* the backend holds 64 KiB of 0x77 */
+	wbc_cache *c = t_quiet_cache(16 * MiB);
+	wbc_dev *d;
+	wbc_file *f = NULL;
+	CHECK_EQ(wbc_dev_add_backend(c, &odd_ops, NULL, "on_error=drop", &d), 0);
+	odd_open_ret = EIO;
+	int r = wbc_file_open(d, "f", WBC_O_CREAT, &f);
+	printf("5. open() returning EIO (positive): wbc_file_open %d\n", r);
+	CHECK_EQ(r, -EIO);
+	CHECK(!f);
+	odd_open_ret = -(1 << 20);
+	r = wbc_file_open(d, "f", WBC_O_CREAT, &f);
+	printf("   open() returning -(1 << 20): wbc_file_open %d\n", r);
+	CHECK_EQ(r, -EIO);
+	odd_open_ret = 0;
+
+	/* reads completed with no errno: an error, never data */
+	char buf[8192];
+	static const ssize_t bad_res[] = { -100000, -((ssize_t)1 << 32), -((ssize_t)1 << 32) + 100 };
+	for (unsigned i = 0; i < sizeof(bad_res) / sizeof(bad_res[0]); i++) {
+		CHECK_EQ(wbc_file_open(d, "f", 0, &f), 0);
+		odd_read_res = bad_res[i];
+		memset(buf, 0, sizeof(buf));
+		ssize_t n = wbc_pread(f, buf, sizeof(buf), 0);
+		printf("   a read completed with %zd: wbc_pread %zd\n", bad_res[i], n);
+		CHECK_EQ(n, -EIO);
+		odd_read_res = 0;
+		CHECK_EQ(wbc_pread(f, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+		CHECK(buf[0] == 0x77 && buf[sizeof(buf) - 1] == 0x77);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_file_remove(d, "f"), 0);   /* its pages gone: read again */
+		sec_size = 64 << 10;
+	}
+
+	/* resize, flush, remove returning a positive "EIO" */
+	CHECK_EQ(wbc_file_open(d, "f", 0, &f), 0);
+	odd_resize_ret = 1;
+	r = wbc_truncate(f, 100);
+	printf("   resize() returning 1: wbc_truncate %d\n", r);
+	CHECK_EQ(r, -EIO);
+	/* the size an fsync sets after writing back a page past the end */
+	CHECK_EQ(wbc_pwrite(f, buf, 100, 64 << 10), 100);
+	r = wbc_fsync(f);
+	printf("   resize() returning 1: wbc_fsync %d\n", r);
+	CHECK_EQ(r, -EIO);
+	odd_resize_ret = 0;
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(sec_size, (64 << 10) + 100);
+	odd_flush_ret = EIO;
+	r = wbc_fsync(f);
+	printf("   flush() returning EIO (positive): wbc_fsync %d\n", r);
+	CHECK_EQ(r, -EIO);
+	odd_flush_ret = 0;
+	CHECK_EQ(wbc_file_close(f), 0);
+	odd_remove_ret = 1;
+	r = wbc_file_remove(d, "f");
+	printf("   remove() returning 1: wbc_file_remove %d\n", r);
+	CHECK_EQ(r, -EIO);
+	odd_remove_ret = 0;
+	CHECK_EQ(wbc_dev_sync(d), -EIO);   /* the device's, once */
+	CHECK_EQ(wbc_cache_close(c), 0);
+	free(sec_store);
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. an I/O completed twice                                            */
+
+static int twice_op = -1;        /* the op completed twice (inline) */
+
+static int twice_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
+{
+	if (twice_op == 2 && ios[0]->op == WBC_IO_WRITE) {
+		/* completed, then refused: the engine ends them too */
+		CHECK_EQ(sec_submit(ctx, ios, n, queued), 0);
+		*queued = 0;
+		return -EIO;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		CHECK_EQ(sec_submit(ctx, &ios[i], 1, queued), 0);
+		if (ios[i]->op == twice_op)
+			wbc_io_complete(ios[i], (ssize_t)ios[i]->len);
+	}
+	return 0;
+}
+
+static const struct wbc_backend_ops twice_ops = {
+	.size = sizeof(struct wbc_backend_ops),
+	.name = "twice",
+	.caps = sec_caps,
+	.open = sec_open,
+	.close = sec_close,
+	.submit = twice_submit,
+	.resize = sec_resize,
+	.destroy = sec_destroy,
+};
+
+/* In a child: a device whose backend completes @op twice, used; its
+ * message (stderr) read into @msg.  Returns the child's wait status. */
+static int twice_child(int op, char *msg, size_t msglen)
+{
+	int fds[2];
+	CHECK_EQ(pipe(fds), 0);
+	fflush(stdout);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (!pid) {
+		dup2(fds[1], 2);
+		close(fds[0]);
+		alarm(60);   /* a hang (before the check) ends as a failure */
+		sec_cap = 1 * MiB;
+		sec_size = 64 << 10;
+		CHECK((sec_store = calloc(1, sec_cap)));
+		wbc_cache *c = t_quiet_cache(16 * MiB);
+		wbc_dev *d;
+		wbc_file *f;
+		CHECK_EQ(wbc_dev_add_backend(c, &twice_ops, NULL, NULL, &d), 0);
+		CHECK_EQ(wbc_file_open(d, "f", WBC_O_CREAT, &f), 0);
+		char buf[4096] = { 1 };
+		twice_op = op;
+		for (int i = 0; i < 4; i++) {
+			wbc_pread(f, buf, sizeof(buf), (uint64_t)i * sizeof(buf));
+			wbc_pwrite(f, buf, sizeof(buf), (uint64_t)i * sizeof(buf));
+			wbc_fsync(f);
+		}
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), 0);
+		_exit(0);
+	}
+	close(fds[1]);
+	size_t got = 0;
+	ssize_t k;
+	while (got + 1 < msglen && (k = read(fds[0], msg + got, msglen - 1 - got)) > 0)
+		got += (size_t)k;
+	msg[got] = 0;
+	close(fds[0]);
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static void complete_twice(void)
+{
+	/* first none: a child forked after the parent used wbcache uses it
+	 * too (it took the parent's thread id for its own: an assert) */
+	wbc_cache *c = t_quiet_cache(16 * MiB);
+	wbc_dev *d;
+	wbc_file *f;
+	CHECK_EQ(wbc_dev_add(c, "mem", &d), 0);
+	CHECK_EQ(wbc_file_open(d, "f", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	char msg[1024];
+	int st = twice_child(-1, msg, sizeof(msg));
+	printf("6. a forked child using wbcache: %s %d \"%.*s\"\n",
+	       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+	       (int)strcspn(msg, "\n"), msg);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	static const char *const how[] = { "completing each read twice",
+					   "completing each write twice",
+					   "completing writes it refuses" };
+	for (int op = 0; op < 3; op++) {
+		st = twice_child(op, msg, sizeof(msg));
+		printf("   a backend %s: %s %d, \"%.*s\"\n", how[op],
+		       WIFSIGNALED(st) ? "signal" : "exit",
+		       WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+		       (int)strcspn(msg, "\n"), msg);
+		CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+		CHECK(strstr(msg, "a broken backend"));
+	}
+}
+
 /* backend_edges [N]: part N alone */
 int main(int argc, char **argv)
 {
 	int only = argc > 1 ? atoi(argv[1]) : 0;
-	void (*parts[])(void) = { short_inline, stack_max_file, deep_queue, direct_depth };
-	for (int i = 0; i < 4; i++)
+	void (*parts[])(void) = { short_inline, stack_max_file, deep_queue, direct_depth,
+				  odd_results, complete_twice };
+	for (int i = 0; i < 6; i++)
 		if (!only || only == i + 1)
 			parts[i]();
 	printf("backend_edges: all passed\n");

@@ -11,12 +11,28 @@
 #include <unistd.h>
 
 #if !defined(NDEBUG) && defined(__GLIBC__)
+/* The calling thread's id, cached; a fork's child (its one thread, the
+ * forking one) drops the parent's (every lock it held read as another's) */
+static __thread pid_t cached_tid;
+
+static void tid_forget(void)
+{
+	cached_tid = 0;
+}
+
+static void tid_atfork(void)
+{
+	pthread_atfork(NULL, NULL, tid_forget);
+}
+
 pid_t wbc_gettid(void)
 {
-	static __thread pid_t tid;
-	if (!tid)
-		tid = gettid();
-	return tid;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	if (!cached_tid) {
+		pthread_once(&once, tid_atfork);
+		cached_tid = gettid();
+	}
+	return cached_tid;
 }
 #endif
 

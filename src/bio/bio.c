@@ -62,6 +62,14 @@ int backend_init(struct backend *be, const struct wbc_backend_ops *ops, void *ct
 	return 0;   /* max_file: backend_max_file, once the page size is known */
 }
 
+/* A backend's result as an errno: 0 or above -4096, else -EIO (a positive
+ * "EIO", or a code out of errno's range: the engine's errors are
+ * negative errnos, and an assert or a caller testing < 0 met these) */
+static int be_err(int err)
+{
+	return err > 0 || err < -4095 ? -EIO : err;
+}
+
 uint64_t backend_max_file(struct backend *be, size_t page_size)
 {
 	struct wbc_backend_caps caps;
@@ -78,7 +86,7 @@ uint64_t backend_max_file(struct backend *be, size_t page_size)
 int backend_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
 {
 	*size = 0;
-	return be->ops->open(be->ctx, name, create ? WBC_OPEN_CREATE : 0, obj, size);
+	return be_err(be->ops->open(be->ctx, name, create ? WBC_OPEN_CREATE : 0, obj, size));
 }
 
 void backend_close(struct backend *be, void *obj)
@@ -89,7 +97,7 @@ void backend_close(struct backend *be, void *obj)
 
 int backend_resize(struct backend *be, void *obj, uint64_t size)
 {
-	return be->ops->resize(be->ctx, obj, size);
+	return be_err(be->ops->resize(be->ctx, obj, size));
 }
 
 int backend_flush(struct backend *be, void *obj, bool datasync)
@@ -100,7 +108,7 @@ int backend_flush(struct backend *be, void *obj, bool datasync)
 				      memory_order_relaxed);
 	if (!be->ops->flush)
 		return 0;
-	return be->ops->flush(be->ctx, obj, datasync ? WBC_FLUSH_DATASYNC : 0);
+	return be_err(be->ops->flush(be->ctx, obj, datasync ? WBC_FLUSH_DATASYNC : 0));
 }
 
 bool backend_can_remove(const struct backend *be)
@@ -113,7 +121,7 @@ int backend_remove(struct backend *be, void *obj)
 {
 	if (!backend_can_remove(be))
 		return -EOPNOTSUPP;
-	return be->ops->remove(be->ctx, obj);
+	return be_err(be->ops->remove(be->ctx, obj));
 }
 
 void backend_destroy(struct backend *be)
@@ -154,6 +162,19 @@ static void bio_advance_io(struct wbc_bio *b, size_t n)
 	atomic_store_explicit(&b->handoff, 1, memory_order_release);
 }
 
+/* Take @b over from its submitter, once: a second completion of the same
+ * submission (or one of an I/O its submit refused) would end it again
+ * (its pages cleaned twice, or a synchronous read's waiter, gone, woken:
+ * a hang or worse) */
+static void bio_take(struct wbc_bio *b)
+{
+	if (!atomic_exchange_explicit(&b->handoff, 0, memory_order_acq_rel)) {
+		fprintf(stderr, "wbcache: an I/O completed twice, or completed and refused by "
+			"its submit: a broken backend\n");
+		abort();
+	}
+}
+
 /* Submit what bio_fill_io prepared; the refused are ended with the error. */
 static void submit_filled(struct backend *be, struct wbc_bio **bios, unsigned n)
 {
@@ -165,9 +186,12 @@ static void submit_filled(struct backend *be, struct wbc_bio **bios, unsigned n)
 		int err = be->ops->submit(be->ctx, ios, k, &queued);
 		if (!err)
 			queued = k;
-		else if (queued > k || err > 0)
+		else if (queued > k || be_err(err) != err)
 			err = -EIO, queued = WBC_MIN(queued, k);
 		for (unsigned i = queued; i < k; i++) {
+			/* not the backend's: a completion of it, before or
+			 * after, is caught */
+			bio_take(bios[i]);
 			bios[i]->res = err;
 			bios[i]->end_io(bios[i]);
 		}
@@ -225,9 +249,10 @@ static void submit_rest(struct wbc_bio *b)
 void wbc_io_complete(struct wbc_io *io, ssize_t res)
 {
 	struct wbc_bio *b = container_of(io, struct wbc_bio, io);
-	(void)atomic_load_explicit(&b->handoff, memory_order_acquire);
-	if (res > (ssize_t)io->len)
-		res = -EIO;     /* more than asked: a broken backend */
+	bio_take(b);
+	if (res > (ssize_t)io->len || res < -4095)
+		res = -EIO;     /* more than asked, or no errno: a broken backend
+				 * (below INT_MIN it read as bytes done) */
 	if (io->op == WBC_IO_WRITE && res >= 0 && (size_t)res < io->len) {
 		if (res == 0) {
 			res = -EIO;     /* no progress: never loop */

@@ -64,7 +64,9 @@ struct wbc_bio {
 	unsigned epoch;         /* the pool's drain epoch at bio_get (0 or 1) */
 	/* Release on submit, acquire on completion: orders the submitter's
 	 * stores for completion threads (visible to ThreadSanitizer, which
-	 * cannot see a backend's ordering through the kernel). */
+	 * cannot see a backend's ordering through the kernel).  1 while the
+	 * backend holds the bio; its completion (or its refusal) takes it
+	 * back to 0, once: a second is a broken backend's (bio_take). */
 	atomic_int handoff;
 };
 
