@@ -169,12 +169,25 @@ static inline bool inode_addr_ok(const void *p)
 /* ------------------------------------------------------------------ */
 /* groups                                                               */
 
+/* [core] a group's pages on one device: made at the first open in the
+ * group of a file of that device (core/file.c), before any of its pages
+ * is counted, freed with the group.  The throttle takes the group's own
+ * pages on dead devices out of the group's domain (dom_group_writer). */
+struct wbc_group_dev {
+	struct wbc_dev *dev;
+	struct wbc_group_dev *next; /* set before it is published */
+	struct dirty_ctr ctr;       /* [mm] accounting (mm/account.c) */
+};
+
 /* [core] made by wbc_group_create, freed at close */
 struct wbc_group {
 	struct wbc_cache *cache;
 	struct wbc_group *next;     /* set before the group is published */
 	uint64_t thresh, bg_thresh; /* [th] pages */
 	struct dirty_ctr ctr;       /* [mm] accounting (mm/account.c) */
+	/* [core] by device: pushed at the head under the cache's dev_lock,
+	 * never removed before close, read without a lock */
+	struct wbc_group_dev *_Atomic devs;
 };
 
 /* ------------------------------------------------------------------ */

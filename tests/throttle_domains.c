@@ -19,6 +19,11 @@
  *     pages at the cache's limit: a writer to B, which leaves them out,
  *     keeps a dirty_ratelimit over an eighth of B's bandwidth (the
  *     update counted them: halved every 200 ms down to 2 pages/s).
+ *  5. Device A dead with 4 MiB of group G1's pages and more of no group:
+ *     a writer in a 2 MiB group G2 to B keeps G2 within 1.5x its limit
+ *     (every dead page, of any group, was taken off G2's count: it held
+ *     6x its limit, the cache's); a writer in G1 to B still gets 4 MiB
+ *     through (its group's own pages on A do not hold it).
  */
 #include "testutil.h"
 #include "internal.h"
@@ -195,12 +200,84 @@ static void dead_neighbour_rate(void)
 	wbc_cache_close(c);
 }
 
+static wbc_dev *dg_b;
+static wbc_group *dg_g1;
+
+static void *stream_g1(void *arg)
+{
+	(void)arg;
+	t_stream(dg_b, dg_g1, "g1b", 4u * MiB, 4, 1);
+	atomic_store(&done, 1);
+	return NULL;
+}
+
+/* A writer to @f until it fails (its device dead): the bytes it wrote. */
+static uint64_t fill_until_dead(wbc_file *f, const char *chunk, size_t len)
+{
+	uint64_t off = 0;
+	ssize_t r;
+	while ((r = wbc_pwrite(f, chunk, len, off)) > 0)
+		off += (uint64_t)r;
+	CHECK(r < 0);
+	return off;
+}
+
+static void dead_neighbour_group(void)
+{
+	static char chunk[64 << 10];
+	t_fill(chunk, sizeof(chunk), 9);
+	struct wbc_config cfg = t_config(64u * MiB, 4096);
+	wbc_cache *c;
+	wbc_dev *a;
+	wbc_group *g2;
+	wbc_file *fa1, *fa, *fb;
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add(c, "model:errp=1,retry_timeout=300ms,on_error=retry", &a), 0);
+	CHECK_EQ(wbc_dev_add(c, "model:bw=10M", &dg_b), 0);
+	CHECK_EQ(wbc_group_create(c, 4u * MiB, 0, &dg_g1), 0);
+	CHECK_EQ(wbc_group_create(c, 2u * MiB, 0, &g2), 0);
+	/* G1's writer fills its limit on A, then A's pages of no group */
+	CHECK_EQ(wbc_file_open_group(a, "a1", WBC_O_CREAT, dg_g1, &fa1), 0);
+	fill_until_dead(fa1, chunk, sizeof(chunk));
+	CHECK_EQ(wbc_file_open(a, "a", WBC_O_CREAT, &fa), 0);
+	fill_until_dead(fa, chunk, sizeof(chunk));
+	struct wbc_dev_stats as;
+	CHECK_EQ(wbc_dev_stats(a, &as), 0);
+	CHECK(as.dead_error < 0);
+	/* G2's writer to B: held by G2's own limit */
+	CHECK_EQ(wbc_file_open_group(dg_b, "b", WBC_O_CREAT, g2, &fb), 0);
+	uint64_t peak = 0, lim = 0;
+	for (uint64_t off = 0; off < 8u * MiB; off += sizeof(chunk)) {
+		CHECK_EQ(wbc_pwrite(fb, chunk, sizeof(chunk), off), sizeof(chunk));
+		struct wbc_group_stats gs;
+		CHECK_EQ(wbc_group_stats(g2, &gs), 0);
+		peak = WBC_MAX(peak, gs.dirty_bytes + gs.writeback_bytes);
+		lim = gs.limit_bytes;
+	}
+	CHECK_EQ(wbc_file_close(fb), 0);
+	/* G1's writer to B: G1 is at its limit with A's dead pages */
+	atomic_store(&done, 0);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, stream_g1, NULL), 0);
+	int ok = T_WAIT_UNTIL(atomic_load(&done));
+	printf("dead device with %llu KiB: a 2 MiB group's writer to B held %llu KiB at most; "
+	       "the group of the dead pages to B: %s\n",
+	       (unsigned long long)(as.dirty_bytes + as.writeback_bytes) >> 10,
+	       (unsigned long long)peak >> 10, ok ? "done" : "NOT done after 60 s");
+	CHECK(ok);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK(lim > 0 && peak <= lim + lim / 2);
+	wbc_file_close(fa1);   /* their pages dropped at close: not asserted */
+	wbc_file_close(fa);
+	wbc_cache_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	int only = argc > 1 ? atoi(argv[1]) : 0;   /* one case, by number */
 	void (*cases[])(void) = { strict_beside_stall, group_fast_device, group_rate,
-				  dead_neighbour_rate };
-	for (int i = 0; i < 4; i++)
+				  dead_neighbour_rate, dead_neighbour_group };
+	for (int i = 0; i < 5; i++)
 		if (!only || only == i + 1)
 			cases[i]();
 	printf("throttle_domains: ok\n");

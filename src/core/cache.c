@@ -198,6 +198,10 @@ int wbc_cache_close_stats(wbc_cache *c, struct wbc_stats *st)
 	pthread_mutex_destroy(&c->prop_lock);
 	for (struct wbc_group *g = atomic_load(&c->groups), *next; g; g = next) {
 		next = g->next;
+		for (struct wbc_group_dev *gd = atomic_load(&g->devs), *gnext; gd; gd = gnext) {
+			gnext = gd->next;
+			free(gd);
+		}
 		free(g);
 	}
 	pthread_mutex_destroy(&c->dev_lock);

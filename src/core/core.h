@@ -12,7 +12,9 @@
  * throttle take it to walk the devices, and kick flushers (work_lock)
  * and count proportions (prop_lock) under it.  The I/O paths take
  * inode->rwsem (shared by pread and pwrite, exclusive for truncate)
- * before anything else, and call the throttle with no lock held.  Under
+ * before anything else, and call the throttle with no lock held but that
+ * (pwrite pauses with rwsem shared, as the kernel's writer with i_rwsem:
+ * src/internal.h).  Under
  * the old policy file_lock=file a writer takes inode->file_lock after
  * rwsem for each page it writes (claim, copy, dirtying: inode->lock and
  * under dirty_list=list the list lock are taken inside it), never across
@@ -26,5 +28,6 @@
 /* device.c */
 int dev_stop(struct wbc_dev *dev);
 void dev_free(struct wbc_dev *dev);
+int group_dev_make(struct wbc_group *g, struct wbc_dev *dev);
 
 #endif

@@ -117,6 +117,8 @@ int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *gr
 		return -EINVAL;
 	bool direct = flags & WBC_O_DIRECT;
 	int err = direct ? 0 : page_reserve_level(dev->cache);
+	if (!err && group)
+		err = group_dev_make(group, dev);   /* before a page is counted */
 	if (err)
 		return err;
 	err = handle_open(dev, name, flags & WBC_O_CREAT, group,

@@ -50,8 +50,19 @@ void account_domains(struct wbc_dev *dev, struct wbc_group *g, long dirty, long 
 	unsigned slot = pcpu_slot();
 	ctr_add(&dev->cache->ctr, slot, dirty, unclean);
 	ctr_add(&dev->ctr, slot, dirty, unclean);
-	if (g)
+	if (g) {
 		ctr_add(&g->ctr, slot, dirty, unclean);
+		ctr_add(&group_dev(g, dev)->ctr, slot, dirty, unclean);
+	}
+}
+
+struct wbc_group_dev *group_dev(struct wbc_group *g, struct wbc_dev *dev)
+{
+	struct wbc_group_dev *gd = atomic_load_explicit(&g->devs, memory_order_acquire);
+	while (gd && gd->dev != dev)
+		gd = gd->next;
+	assert(gd);   /* made at the open of the group's first file on @dev */
+	return gd;
 }
 
 static void account(struct inode *ino, long dirty, long unclean)

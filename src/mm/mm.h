@@ -82,6 +82,8 @@ void account_writeback(struct inode *ino, long n);   /* dirty -> writeback */
 void account_cleaned(struct inode *ino, long n);     /* writeback -> clean */
 /* The counters of @dev, @g (may be NULL) and their cache at once. */
 void account_domains(struct wbc_dev *dev, struct wbc_group *g, long dirty, long unclean);
+/* Group @g's counters of its pages on @dev (made before any is counted). */
+struct wbc_group_dev *group_dev(struct wbc_group *g, struct wbc_dev *dev);
 void account_dropped(struct inode *ino, long n);     /* dirty -> gone */
 void account_redirtied(struct inode *ino, long n);   /* writeback -> dirty */
 

@@ -548,19 +548,23 @@ static void dom_writer(struct wbc_dev *dev, struct dom *d, uint64_t now)
 	dom_global_writer(dev, d, now);
 }
 
-/* Group @g's domain as a writer to @dev sees it: without the pages of
- * dead devices but @dev, as the global one (a group's limit filled by a
- * dead device's pages held the writers of a healthy device in it until
- * the dead one came back).  The dead devices' pages are not counted by
- * group: all of them are taken off, so while a device is dead a group
- * may go over its own limit by up to the other groups' pages on it
- * (the global limit still holds, and they are in the arena, which
- * bounds memory all the same). */
+/* Group @g's domain as a writer to @dev sees it: without the group's own
+ * pages on dead devices but @dev, as the global one (a group's limit
+ * filled by a dead device's pages held the writers of a healthy device
+ * in it until the dead one came back).  Only the group's: with every
+ * dead page taken off, of any group or none, a 2 MiB group beside a dead
+ * device holding the cache's limit held 8 MiB and more, the cache's. */
 void dom_group_writer(struct wbc_group *g, struct wbc_dev *dev, struct dom *d, uint64_t now)
 {
 	dom_group(g, d);
-	if (d->dirty > d->freerun)
-		d->dirty = WBC_MAX(d->dirty - dead_pages_except(dev->cache, dev, now), 0);
+	if (d->dirty <= d->freerun)
+		return;
+	long n = 0;
+	for (struct wbc_group_dev *gd = atomic_load_explicit(&g->devs, memory_order_acquire); gd;
+	     gd = gd->next)
+		if (gd->dev != dev && dev_dead_error(gd->dev, now))
+			n += ctr_unclean(&gd->ctr);
+	d->dirty = WBC_MAX(d->dirty - (double)n, 0);
 }
 
 /* Pause the calling thread for @pause ns (or owe it, deferred) and count
@@ -709,9 +713,16 @@ static int balance_dirty_pages_2011(struct wbc_dev *dev, struct wbc_group *grp)
 		tls.nr_dirtied_pause = st.next_check;
 		tls.paused_when = wbc_now_ns() + (tls.defer ? st.pause_ns : 0);
 		/* a deferred pause is waited before the caller's next write,
-		 * which checks again then */
-		if (!st.again || tls.defer)
+		 * which checks again then: held, before it dirties a page (as
+		 * a blocking writer pauses again; given the next check's
+		 * pages, a wbc_pwrite_nowait writer went on past the areas a
+		 * page a pause) */
+		if (!st.again)
 			return 0;
+		if (tls.defer) {
+			tls.nr_dirtied_pause = 0;
+			return 0;
+		}
 	}
 }
 

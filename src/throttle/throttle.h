@@ -12,7 +12,8 @@
  * thread waits for it; dev_busy_ns takes io_lock inside it) and
  * cache->prop_lock (the proportions: taken inside cache->dev_lock).  It
  * takes dev_lock to walk the devices.  Call balance_dirty_pages, which
- * sleeps, with no lock held; over_bg_pages and over_bg_thresh under any
+ * sleeps, with no lock held but the writer's inode->rwsem, shared
+ * (src/internal.h); over_bg_pages and over_bg_thresh under any
  * lock (they take none); the rest with no lock held.
  */
 #ifndef WBC_THROTTLE_H
