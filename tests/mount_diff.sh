@@ -11,6 +11,16 @@
 # backing directory must equal the local one (types, modes, links, sizes,
 # data, explicit mtimes, xattrs).  After each step every open descriptor
 # is fstat'd on both sides (sizes compared; an ESTALE is a difference).
+# Also: shared writable mmap, a truncate of a mapped file, sendfile,
+# splice, O_DIRECT, UTIME_NOW/UTIME_OMIT, directory streams open while
+# entries change, offsets up to ext4's 16 TiB limit; a read or a sync
+# must not move an mtime or ctime.  Then concurrent workloads (threads
+# and processes: O_APPEND writers, writers of disjoint ranges, a writer
+# against a truncater, renames under readers, listings under churn) on
+# each side, each checked for what any order allows.
+# The mount is allow_other (steps run as another user too).  Even seeds
+# mount with attr_timeout=0: each stat is the daemon's answer,
+# not the kernel's copy of an earlier one.
 # Fixed seeds: deterministic.  WBCACHE_DIFF_SEEDS, WBCACHE_DIFF_OPS:
 # other seeds, another length; tests/mount_diff.py says how to minimise.
 set -u
@@ -22,7 +32,7 @@ rc=0
 for seed in $SEEDS; do
 	ref=$top/ref-$seed
 	rm -rf "$bk"; mkdir -p "$bk" "$ref"
-	do_mount "mem=16M"
+	do_mount "mem=16M,allow_other$([ $((seed % 2)) = 0 ] && echo ,attr_timeout=0)"
 	python3 tests/mount_diff.py "$ref" "$mt" "$seed" "$NOPS" "$top/explicit" ||
 		{ echo "seed $seed: the mount differs from a local directory"; rc=1; }
 	do_umount || fail "seed $seed: wbcache umount failed: $(cat "$top/umount.log")"

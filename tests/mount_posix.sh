@@ -2,7 +2,8 @@
 # The mount behaves as a local file system does, in its default
 # (background) mode: O_TRUNC, sizes and times of cached data (explicit
 # mtimes kept, no mtime moved by writeback; the same in a directory
-# listing's attributes; ctime moved by a rename and a removed link),
+# listing's attributes; ctime moved by a rename and a removed link, not
+# by an fsync putting an mtime back, also after a link removed),
 # EFBIG past the backing file system's largest file, inode numbers reused by the
 # backing file system, symlink times, sparse files' blocks, O_DSYNC and
 # RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
@@ -521,6 +522,36 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 		fail "sync after removing files with cached data: $(cat "$top/sync.log")"
 	do_umount || fail "umount after removing files with cached data: $(cat "$top/umount.log")"
 fi
+
+# ---- a file written, closed and written back (settled), then its mtime
+# set through a read-only open, and a hard link of it made and removed
+# through the mount: an fsync, which puts the mtime back on the backing
+# file, does not move the file's ctime (it moved to the fsync's time, and
+# back at the close), nor does the removed link leave the backing file's
+# ctime to show as a change beside the mount (the fsync moved it again)
+do_mount "attr_timeout=0"
+python3 - "$mt/cts" "$mt" <<'EOF' || fail "ctime moved by an fsync"
+import os, sys
+p, mt = sys.argv[1:3]
+for unlink in (False, True):
+    with open(p, "wb") as f:
+        f.write(b"x" * 10000)
+    os.getxattr(mt, "user.wbcache.sync")
+    os.stat(p)
+    if unlink:
+        os.link(p, p + ".l")
+    r = os.open(p, os.O_RDONLY)
+    os.utime(r, ns=(10 ** 18, 10 ** 18))
+    if unlink:
+        os.unlink(p + ".l")
+    c = [os.stat(p).st_ctime_ns]
+    os.fsync(r)
+    c += [os.stat(p).st_ctime_ns, os.fstat(r).st_ctime_ns]
+    os.close(r)
+    c.append(os.stat(p).st_ctime_ns)
+    assert len(set(c)) == 1, "link removed %d: ctime then, after fsync (stat, fstat), after close: %r" % (unlink, c)
+EOF
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 
 # ---- kill -9 after O_DSYNC writes: they are there
 do_mount

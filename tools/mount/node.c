@@ -531,12 +531,11 @@ void node_written_locked(struct node *n)
 	n->bctime_set = false;
 }
 
-/* A change of the node's inode through the mount (its ctime). */
-void node_changed(struct node *n)
+/* A change of the node's inode through the mount (its ctime): caller
+ * holds n->lock. */
+static void changed_locked(struct node *n)
 {
-	if (!n->is_reg)
-		return;
-	pthread_mutex_lock(&n->lock);
+	assert_held(&n->lock);
 	clock_gettime(CLOCK_REALTIME, &n->ctime);
 	if (n->bctime_set) {
 		/* a change through the mount, not beside it: the backing
@@ -548,6 +547,14 @@ void node_changed(struct node *n)
 			n->bmtime = st.st_mtim;
 		}
 	}
+}
+
+void node_changed(struct node *n)
+{
+	if (!n->is_reg)
+		return;
+	pthread_mutex_lock(&n->lock);
+	changed_locked(n);
 	pthread_mutex_unlock(&n->lock);
 }
 
@@ -560,8 +567,15 @@ void restore_mtime_locked(struct node *n)
 		return;
 	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
 	int fd = nfd(n);
+	struct stat st;
 	if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		logmsg("setting the mtime of a written-back file failed: %s", strerror(errno));
+	else if (n->bctime_set && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		/* the mount's own change of a settled file, not one beside
+		 * it: the file's ctime stays the node's */
+		n->bctime = st.st_ctim;
+		n->bmtime = st.st_mtim;
+	}
 	nfd_put(n, fd);
 }
 
@@ -883,7 +897,7 @@ void after_unlink(dev_t dev, ino_t ino, int keep)
 		pthread_mutex_lock(&n->lock);
 		n->unlinked = true;
 		if (n->is_reg)   /* a link less: its ctime, as the backing file's */
-			clock_gettime(CLOCK_REALTIME, &n->ctime);
+			changed_locked(n);
 		/* an open that came after before_unlink looked (the kernel
 		 * orders no OPEN against an UNLINK of the file): its
 		 * descriptor, while keep (or the engine's) still holds the
