@@ -459,8 +459,9 @@ struct wbc_dev_stats {
 	 * and the time buckets b_dirty is kept in */
 	uint64_t files_dirty, files_io, files_more_io, dirty_buckets;
 	/* failing writes (on_error=retry): its pages dirty again after a
-	 * failed write; how long its writes have failed with none succeeding
-	 * (0: not failing); and the error callers get instead of waiting
+	 * failed write; how long its writes have failed with none succeeding,
+	 * while it holds such pages (0: not failing, or none held); and the
+	 * error callers get instead of waiting
 	 * once that is past its retry_timeout (0: they wait) */
 	uint64_t at_risk_bytes;
 	uint64_t failing_ns;
@@ -480,7 +481,8 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st);
  */
 struct wbc_dev_debug {
 	/* hold times of the device's dirty-file list lock: entry i counts
-	 * holds of [2^(i-1), 2^i) ns (entry 0: under 1 ns) */
+	 * holds of [2^(i-1), 2^i) ns (entry 0: under 1 ns; entry 31: every
+	 * hold from 2^30 ns on) */
 	uint64_t list_lock_hold_hist[32];
 	uint64_t list_lock_holds, list_lock_max_hold_ns;
 	/* the same holds in CPU time of the holding thread, entries as above
@@ -523,7 +525,8 @@ struct wbc_dev_debug {
 int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st);
 /* The hold time (ns) under which @pct percent (0..100) of the list-lock
  * holds in @st fall: the upper bound of the histogram entry that reaches
- * it, or the longest hold if that is shorter.  0 when there were none. */
+ * it, or the longest hold if that is shorter (the last entry's: the
+ * longest hold).  0 when there were none. */
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_debug *st, double pct);
 /* The same for the holds' CPU time (list_lock_cpu_hist). */
 uint64_t wbc_lock_cpu_percentile(const struct wbc_dev_debug *st, double pct);

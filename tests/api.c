@@ -184,6 +184,28 @@ int main(void)
 	CHECK(wbc_strerror(INT_MIN) && *wbc_strerror(INT_MIN));
 	CHECK(wbc_strerror(INT_MAX) && *wbc_strerror(INT_MAX));
 
+	/* lock-hold percentiles: the last histogram entry has no upper bound
+	 * (it counts every hold from 2^30 ns on): a hold of 5 s is 5 s, not
+	 * 2^31 ns, which is shorter than every hold there (it was) */
+	{
+		struct wbc_dev_debug dd;
+		memset(&dd, 0, sizeof(dd));
+		CHECK_EQ(wbc_lock_hold_percentile(&dd, 99), 0);          /* no holds */
+		dd.list_lock_hold_hist[31] = 4;
+		dd.list_lock_holds = 4;
+		dd.list_lock_max_hold_ns = 5000000000ull;
+		CHECK_EQ(wbc_lock_hold_percentile(&dd, 50), 5000000000ull);
+		CHECK_EQ(wbc_lock_hold_percentile(&dd, 100), 5000000000ull);
+		dd.list_lock_cpu_hist[31] = 4;
+		dd.list_lock_max_cpu_ns = 3000000000ull;
+		CHECK_EQ(wbc_lock_cpu_percentile(&dd, 99), 3000000000ull);
+		/* below it, the entry's upper bound, or the longest if shorter */
+		dd.list_lock_hold_hist[3] = 96;   /* [4, 8) ns */
+		dd.list_lock_holds = 100;
+		CHECK_EQ(wbc_lock_hold_percentile(&dd, 50), 8);
+		CHECK_EQ(wbc_lock_hold_percentile(&dd, 99), 5000000000ull);
+	}
+
 	char *dir = t_mkdtemp();
 	char spec[600];
 	snprintf(spec, sizeof(spec), "file:%s/img", dir);

@@ -15,10 +15,13 @@
  * Before, the writeback of every file whose descriptor had been closed
  * failed with EMFILE (fsync: "Too many open files"; under on_error=drop,
  * its pages lost) although 64 idle descriptors of the cache were open.
+ * And one file whose descriptor cannot be reopened (ESTALE) fails its
+ * own writeback alone (run_stale), on the ring and the workers.
  */
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 
 #define N 200
 #define PAGE 4096
@@ -94,6 +97,93 @@ static void run(const char *opts)
 	t_rmdir(dir);
 }
 
+/* The opener of run_stale: "f5" opens once; a reopen of it fails with
+ * ESTALE (its backing file was removed by its owner, as a file handle's
+ * open_by_handle_at says then). */
+static atomic_int f5_opens;
+
+static int stale_opener(void *ctx, const char *name, int flags)
+{
+	if (!strcmp(name, "f5") && atomic_fetch_add(&f5_opens, 1) > 0)
+		return -ESTALE;
+	return opener(ctx, name, flags);
+}
+
+/*
+ * One file whose descriptor cannot be reopened fails its own writeback,
+ * not that of the other files whose I/Os the flusher submitted with it
+ * (one submit of its plug: they were failed with its ESTALE, their pages
+ * dropped under on_error=drop, and fsync said ESTALE for them).  Every
+ * file is opened first (f5's descriptor, among the oldest, is closed for
+ * the newer ones), then written; the periodic pass writes them all once
+ * they are 1 s old.
+ */
+static void run_stale(const char *opts)
+{
+	printf("  a reopen refused, opts '%s'\n", opts);
+	char *dir = t_mkdtemp();
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	atomic_store(&f5_opens, 0);
+	struct wbc_config cfg = t_config(64u << 20, PAGE);
+	cfg.dirty_expire_centisecs = 100;
+	cfg.dirty_writeback_centisecs = 1;
+	wbc_cache *c;
+	wbc_dev *dev;
+	char msg[256] = "";
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_opener(c, dfd, opts, stale_opener, NULL, WBC_OPENER_REOPEN, &dev, msg,
+				    sizeof(msg)), 0);
+	wbc_file *f[N];
+	char buf[PAGE];
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%d", i);
+		CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT, &f[i]), 0);
+	}
+	CHECK_EQ(atomic_load(&f5_opens), 1);
+	for (int i = 0; i < N; i++) {
+		memset(buf, 'a' + i % 26, sizeof(buf));
+		CHECK_EQ(wbc_pwrite(f[i], buf, sizeof(buf), 0), PAGE);
+	}
+	/* the periodic pass writes them all (f5's pages fail and are dropped) */
+	struct wbc_stats st;
+	CHECK(T_WAIT_UNTIL((wbc_stats(c, &st), st.dirty_bytes == 0 && st.writeback_bytes == 0)));
+	CHECK(atomic_load(&f5_opens) > 1);
+	int bad = 0;
+	for (int i = 0; i < N; i++) {
+		int r = wbc_fsync(f[i]);
+		if (i == 5)
+			CHECK_EQ(r, -ESTALE);
+		else
+			bad += r != 0;
+	}
+	printf("    fsync failures of other files: %d\n", bad);
+	for (int i = 0; i < N; i++)
+		wbc_file_close(f[i]);
+	wbc_cache_close_stats(c, &st);
+	printf("    lost %llu bytes, %llu write errors\n", (unsigned long long)st.lost_bytes,
+	       (unsigned long long)st.write_errors);
+	int missing = 0;
+	for (int i = 0; i < N; i++) {
+		char name[32], back[PAGE];
+		snprintf(name, sizeof(name), "f%d", i);
+		int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+		CHECK(fd >= 0);
+		memset(buf, 'a' + i % 26, sizeof(buf));
+		missing += i != 5 && (pread(fd, back, sizeof(back), 0) != PAGE ||
+				      memcmp(back, buf, PAGE));
+		close(fd);
+	}
+	printf("    other files without their data: %d\n", missing);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(missing, 0);
+	CHECK_EQ(st.lost_bytes, PAGE);
+	CHECK_EQ(st.write_errors, 1);
+	close(dfd);
+	t_rmdir(dir);
+}
+
 int main(void)
 {
 	if (!t_nofile(256))
@@ -101,6 +191,8 @@ int main(void)
 	run("");
 	run("on_error=drop");
 	run("uring=0");
+	run_stale("on_error=drop");
+	run_stale("on_error=drop,uring=0");
 	printf("ok\n");
 	return 0;
 }

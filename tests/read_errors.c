@@ -29,7 +29,16 @@
  *   9. the file backend's worker threads (uring=0) whose preadv fails
  *      after part of a read (this test's own preadv, below, fails past
  *      an offset as a disk's bad sector does): -EIO, not the part read
- *      taken for the file's end and the rest of the pages zeros.
+ *      taken for the file's end and the rest of the pages zeros;
+ *  10. a write of a file's last page that fills the store part way, past
+ *      the file's size, and then fails (ENOSPC), with on_error=drop: the
+ *      backend's size is trimmed back to the file's at the next fsync and
+ *      at the close (it stayed larger: the failed write was taken to
+ *      have left the backend's size as it was);
+ *  11. the worker threads' O_DIRECT read of a file of 5000 bytes that
+ *      grows meanwhile (this test's preadv extends it after the read that
+ *      found its end): 5000 bytes, the end, as on the ring (it read on
+ *      from 5000, which O_DIRECT refuses: EINVAL).
  */
 #include "store_backend.h"
 
@@ -382,6 +391,10 @@ static void case_append_race(double secs)
  * fails with EIO, as a read over a bad sector does. */
 #define BAD_SIZE (256 * KiB)
 static _Atomic uint64_t bad_from = UINT64_MAX;
+/* with grow_on_short set, a file of GROW_SIZE bytes grows right after a
+ * read of it returns (see case_pool_grown) */
+#define GROW_SIZE 5000
+static atomic_bool grow_on_short;
 
 ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 {
@@ -390,6 +403,15 @@ ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 		real = (ssize_t (*)(int, const struct iovec *, int, off_t))dlsym(RTLD_NEXT, "preadv");
 	uint64_t from = atomic_load(&bad_from);
 	struct stat st;
+	if (atomic_load(&grow_on_short) && !fstat(fd, &st) && S_ISREG(st.st_mode) &&
+	    st.st_size == (off_t)GROW_SIZE) {
+		/* the file grows (another page's writeback) once this read
+		 * has found its end */
+		ssize_t r = real(fd, iov, cnt, off);
+		if (r > 0 && ftruncate(fd, 3 * GROW_SIZE))
+			r = -1;
+		return r;
+	}
 	if (from == UINT64_MAX || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
 	    st.st_size != (off_t)BAD_SIZE)
 		return real(fd, iov, cnt, off);
@@ -407,6 +429,41 @@ ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
 		room -= v[k].iov_len;
 	}
 	return real(fd, v, k, off);
+}
+
+/* 10. A write that fills the store part way into a file's last page,
+ * past its size (the rest fails with ENOSPC), with on_error=drop: the
+ * backend grew past the file's size, and its size is trimmed back all
+ * the same (it stayed 6144 for a file of 5000 bytes: the failed write
+ * was taken to have left the backend's size as it was). */
+static void case_full_tail(void)
+{
+	reset_store();
+	sb_size = 0;
+	wbc_cache *c = open_cache();
+	static int ctx;
+	wbc_dev *d;
+	CHECK_EQ(wbc_dev_add_backend(c, &sb_ops, &ctx, "on_error=drop", &d), 0);
+	wbc_file *h;
+	CHECK_EQ(wbc_file_open(d, "f", 0, &h), 0);
+	memset(buf, 'B', 5000);
+	CHECK_EQ(wbc_pwrite(h, buf, 5000, 0), 5000);
+	CHECK_EQ(wbc_fsync(h), 0);
+	CHECK_EQ(sb_backend_size(), 5000);
+	sb_set_full_at(6144);
+	CHECK_EQ(wbc_pwrite(h, "C", 1, 4500), 1);
+	CHECK_EQ(wbc_fsync(h), -ENOSPC);   /* the page's write failed */
+	sb_set_full_at(UINT64_MAX);
+	CHECK_EQ(wbc_fsync(h), 0);          /* told once */
+	uint64_t after_fsync = sb_backend_size();
+	CHECK_EQ(wbc_file_close(h), 0);
+	CHECK_EQ(wbc_cache_close(c), -ENOSPC);   /* the device's lost write, since no sync */
+	printf("   backend size after the failed write: %llu at the next fsync, %llu at the close "
+	       "(the file: 5000)\n", (unsigned long long)after_fsync,
+	       (unsigned long long)sb_backend_size());
+	CHECK_EQ(after_fsync, 5000);
+	CHECK_EQ(sb_backend_size(), 5000);
+	CHECK(sb_is(0, 4500, 'B') && sb_is(4501, 5000, 'B'));
 }
 
 static void case_pool_partial(void)
@@ -444,6 +501,39 @@ static void case_pool_partial(void)
 }
 
 /* An argument runs that case alone. */
+/* 11. The file backend's worker threads (uring=0) reading a file whose
+ * O_DIRECT read ends off the alignment (its end, 5000 bytes), while it
+ * grows (another page's writeback extends it): the read ends there, as on
+ * the ring.  It was read on from 5000, an offset O_DIRECT refuses: the
+ * read failed with EINVAL. */
+static void case_pool_grown(void)
+{
+	char *dir = t_mkdtemp();
+	char path[512], spec[600];
+	snprintf(path, sizeof(path), "%s/disk", dir);
+	int fd = open(path, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	memset(buf, 'A', GROW_SIZE);
+	CHECK_EQ(write(fd, buf, GROW_SIZE), GROW_SIZE);
+	close(fd);
+	snprintf(spec, sizeof(spec), "file:%s,uring=0", path);
+	wbc_cache *c = open_cache();
+	wbc_dev *d;
+	CHECK_EQ(wbc_dev_add(c, spec, &d), 0);
+	wbc_file *h;
+	CHECK_EQ(wbc_file_open(d, "", 0, &h), 0);
+	memset(buf, '?', 8192);
+	atomic_store(&grow_on_short, true);
+	ssize_t n = wbc_pread(h, buf, 8192, 0);
+	atomic_store(&grow_on_short, false);
+	printf("   a read of 8 KiB of 5000 bytes that grow meanwhile: %zd\n", n);
+	CHECK_EQ(n, GROW_SIZE);
+	CHECK_EQ(count_not(buf, GROW_SIZE, 'A'), 0);
+	CHECK_EQ(wbc_file_close(h), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	t_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
 	int only = argc > 1 ? atoi(argv[1]) : 0;
@@ -482,6 +572,14 @@ int main(int argc, char **argv)
 	if (!only || only == 9) {
 		case_pool_partial();
 		printf("9. a worker's read failed after part of it: error, not zeros\n");
+	}
+	if (!only || only == 10) {
+		case_full_tail();
+		printf("10. a write that filled the store past the file's end: size trimmed\n");
+	}
+	if (!only || only == 11) {
+		case_pool_grown();
+		printf("11. a worker's direct read that ends off the alignment ends there\n");
 	}
 	return 0;
 }

@@ -9,8 +9,12 @@
  * and those zeros stayed in the cache.  Now the rest is read on: the read
  * fails with EIO, on the ring as with the worker threads (uring=0), and
  * a read that ends at the file's true end (the first 4 KiB, and a file
- * of 5,000 bytes read 8 KiB at a time) is still short there.  Needs
- * /dev/fuse and the right to mount (skips otherwise).
+ * of 5,000 bytes read 8 KiB at a time) is still short there.  A file
+ * whose every read fails with EAGAIN, or EINTR (the server's answer, for
+ * good), fails the read with it, on the ring as with the workers (the
+ * ring sent it again for ever after EAGAIN, the workers after EINTR:
+ * wbc_pread never returned).  Needs /dev/fuse and the right to mount
+ * (skips otherwise).
  */
 #define FUSE_USE_VERSION 31
 #include "testutil.h"
@@ -31,10 +35,11 @@ static int t_getattr(const char *p, struct stat *st, struct fuse_file_info *fi)
 	if (!strcmp(p, "/")) {
 		st->st_mode = S_IFDIR | 0755;
 		st->st_nlink = 2;
-	} else if (!strcmp(p, "/bad") || !strcmp(p, "/small")) {
+	} else if (!strcmp(p, "/bad") || !strcmp(p, "/small") || !strcmp(p, "/again") ||
+		   !strcmp(p, "/intr")) {
 		st->st_mode = S_IFREG | 0644;
 		st->st_nlink = 1;
-		st->st_size = !strcmp(p, "/bad") ? FSZ : SMALL;
+		st->st_size = !strcmp(p, "/small") ? SMALL : FSZ;
 	} else {
 		return -ENOENT;
 	}
@@ -44,12 +49,15 @@ static int t_getattr(const char *p, struct stat *st, struct fuse_file_info *fi)
 static int t_open(const char *p, struct fuse_file_info *fi)
 {
 	(void)fi;
-	return strcmp(p, "/bad") && strcmp(p, "/small") ? -ENOENT : 0;
+	return strcmp(p, "/bad") && strcmp(p, "/small") && strcmp(p, "/again") &&
+	       strcmp(p, "/intr") ? -ENOENT : 0;
 }
 
 static int t_read(const char *p, char *buf, size_t sz, off_t off, struct fuse_file_info *fi)
 {
 	(void)fi;
+	if (!strcmp(p, "/again") || !strcmp(p, "/intr"))
+		return !strcmp(p, "/again") ? -EAGAIN : -EINTR;   /* for good */
 	off_t size = !strcmp(p, "/bad") ? FSZ : SMALL;
 	if (off >= size)
 		return 0;
@@ -95,6 +103,22 @@ static void stop_server(void)
 			}
 		}
 	}
+}
+
+/* The alarm of a read that never returns: the server and its mount go
+ * with the test. */
+static void on_alarm(int sig)
+{
+	(void)sig;
+	static const char msg[] = "FAIL: a read did not return in 120 s\n";
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+		/* nothing more to do */
+	}
+	if (server > 0)
+		kill(server, SIGKILL);
+	umount2(dir, MNT_DETACH);
+	rmdir(dir);
+	_exit(1);
 }
 
 /* Mount the file system on dir, served by a child: false when it cannot
@@ -196,6 +220,34 @@ int main(void)
 		n = read8k(small, modes[i], &zeros);
 		CHECK_EQ(n, SMALL);
 	}
+
+	/* a file system that answers EAGAIN, or EINTR, for good: the read
+	 * fails (it was sent again for ever: EAGAIN on the ring, EINTR by
+	 * the workers, and wbc_pread never returned; the alarm ends the test
+	 * then) */
+	signal(SIGALRM, on_alarm);
+	alarm(120);
+	for (int i = 0; i < 4; i++) {
+		int want = i < 2 ? -EAGAIN : -EINTR;
+		struct wbc_config cfg = t_config(4u << 20, 4096);
+		wbc_cache *c;
+		wbc_dev *dev;
+		wbc_file *f;
+		char spec[700];
+		static char buf[4096];
+		snprintf(spec, sizeof(spec), "file:%s/%s,%s", dir, i < 2 ? "again" : "intr",
+			 modes[i % 2]);
+		CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+		CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
+		CHECK_EQ(wbc_file_open(dev, "", 0, &f), 0);
+		ssize_t n = wbc_pread(f, buf, sizeof(buf), 0);
+		printf("%s: read of a file whose reads fail with %s: %zd\n", modes[i % 2],
+		       i < 2 ? "EAGAIN" : "EINTR", n);
+		CHECK_EQ(n, want);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), 0);
+	}
+	alarm(0);
 
 	stop_server();
 	t_rmdir(dir);

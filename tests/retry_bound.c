@@ -33,6 +33,12 @@
  *   7. A group's limit filled by a dead device's pages: a writer to a
  *      healthy device in the same group writes on (it was held until the
  *      dead device came back: for ever here).
+ *   8. Failed pages truncated away leave nothing at risk: the device
+ *      reports no failing time, and a write that fails once more, after
+ *      the device's retry_timeout went by idle (the clock set back),
+ *      starts the clock anew: the device is not dead at that first
+ *      failure (it was: callers got its error at once, with pages at risk
+ *      for a moment, and close did not retry them).
  * No wall-clock assertion: a watchdog (alarm) only bounds a hang.
  */
 #include "testutil.h"
@@ -284,6 +290,41 @@ int main(void)
 		alarm(WATCHDOG_S);
 		printf("the healthy device's writer in it wrote 4 MiB\n");
 		CHECK_EQ(wbc_file_close(h), 0);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(c), -EIO);
+	}
+	/* 8. the clock of failed pages truncated away */
+	{
+		c = open_cache(16 * MiB, 20);
+		CHECK_EQ(wbc_dev_add(c, "model:errp=1,retry_timeout=60", &dev), 0);
+		CHECK_EQ(wbc_file_open(dev, "t", WBC_O_CREAT, &f), 0);
+		CHECK_EQ(wbc_pwrite(f, chunk, CHUNK, 0), CHUNK);
+		CHECK_EQ(wbc_fsync(f), -EIO);
+		CHECK_EQ(wbc_dev_stats(dev, &ds), 0);
+		CHECK_EQ(ds.at_risk_bytes, CHUNK);
+		CHECK_EQ(wbc_truncate(f, 0), 0);
+		CHECK_EQ(wbc_dev_stats(dev, &ds), 0);
+		CHECK_EQ(ds.at_risk_bytes, 0);
+		/* the device idle past its retry_timeout since that failure */
+		uint64_t now = wbc_now_ns(), back = 61ull * 1000 * 1000 * 1000;
+		if (now > back) {
+			atomic_store(&dev->fail_since, now - back);
+			CHECK_EQ(wbc_dev_stats(dev, &ds), 0);
+			CHECK_EQ(ds.failing_ns, 0);      /* nothing at risk: not failing */
+			CHECK_EQ(ds.dead_error, 0);
+			CHECK_EQ(wbc_pwrite(f, chunk, CHUNK, 0), CHUNK);
+			CHECK_EQ(wbc_fsync(f), -EIO);
+			CHECK_EQ(wbc_dev_stats(dev, &ds), 0);
+			printf("a failure after an idle minute: %llu KiB at risk, failing %.3f s, "
+			       "dead error %d\n", (unsigned long long)ds.at_risk_bytes / KiB,
+			       (double)ds.failing_ns / 1e9, ds.dead_error);
+			CHECK_EQ(ds.at_risk_bytes, CHUNK);
+			CHECK(ds.failing_ns < back - 1000ull * 1000 * 1000);
+			CHECK_EQ(ds.dead_error, 0);
+			CHECK_EQ(wbc_truncate(f, 0), 0);
+		} else {
+			printf("8: not checked (the monotonic clock is under 61 s)\n");
+		}
 		CHECK_EQ(wbc_file_close(f), 0);
 		CHECK_EQ(wbc_cache_close(c), -EIO);
 	}

@@ -163,6 +163,24 @@ int main(void)
 	CHECK(strstr(msg, "over 100"));
 	CHECK_EQ(wbc_dev_add(c, "mem,min_ratio=40", &d40), 0);
 	CHECK_EQ(wbc_dev_add_msg(c, "mem,min_ratio=1", &d50, msg, sizeof(msg)), -EINVAL);
+	/* refused before its backend is made, as a bad tunable is: no
+	 * image file made, no lower file created on device 0 (both were) */
+	{
+		char *dir = t_mkdtemp(), spec[600], path[600];
+		snprintf(spec, sizeof(spec), "file:%s/img,min_ratio=1", dir);
+		msg[0] = 0;
+		CHECK_EQ(wbc_dev_add_msg(c, spec, &d50, msg, sizeof(msg)), -EINVAL);
+		CHECK(strstr(msg, "over 100"));
+		snprintf(path, sizeof(path), "%s/img", dir);
+		CHECK(access(path, F_OK) && errno == ENOENT);
+		msg[0] = 0;
+		CHECK_EQ(wbc_dev_add_msg(c, "stack:0/lower,min_ratio=1", &d50, msg, sizeof(msg)),
+			 -EINVAL);
+		CHECK(strstr(msg, "over 100"));
+		wbc_file *lf;
+		CHECK_EQ(wbc_file_open(d60, "lower", 0, &lf), -ENOENT);
+		t_rmdir(dir);
+	}
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* a backend of the caller's: its options by the same rules */

@@ -1,7 +1,8 @@
 /*
  * Test helper: a backend on the public interface that keeps one file in
  * memory (every name opens it), up to SB_CAP bytes, and fails on demand:
- * resizes, removes, the next flush, reads that reach an offset.  A write
+ * resizes, removes, the next flush, reads that reach an offset, writes
+ * past an offset (a full store: sb_set_full_at).  A write
  * past the end fills the hole with zeros; a read past it is short.  The
  * test sets sb_max_io and sb_align before adding the device, and the
  * knobs with sb_set (under the store's lock).
@@ -22,6 +23,7 @@ static size_t sb_max_io = 256 * 1024;
 static size_t sb_align;          /* caps.align; every I/O is checked against it */
 static bool sb_fail_resize, sb_fail_remove, sb_fail_flush;
 static uint64_t sb_fail_read_from = UINT64_MAX;
+static uint64_t sb_full_at = UINT64_MAX;   /* a write stops there: short, then -ENOSPC */
 static int sb_dummy;
 
 static void sb_caps(void *ctx, struct wbc_backend_caps *c)
@@ -56,6 +58,8 @@ static int sb_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned 
 		ssize_t done = 0;
 		if (io->op == WBC_IO_READ && io->off + io->len > sb_fail_read_from) {
 			done = -EIO;
+		} else if (io->op == WBC_IO_WRITE && io->off >= sb_full_at) {
+			done = -ENOSPC;
 		} else {
 			if (io->op == WBC_IO_WRITE && io->off > sb_size)   /* a hole: zeros */
 				memset(sb_store + sb_size, 0, io->off - sb_size);
@@ -63,8 +67,15 @@ static int sb_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned 
 			for (int k = 0; k < io->iovcnt; k++) {
 				size_t len = io->iov[k].iov_len;
 				if (io->op == WBC_IO_WRITE) {
+					/* a full store takes what fits */
+					if (at + len > sb_full_at)
+						len = (size_t)(sb_full_at - at);
 					memcpy(sb_store + at, io->iov[k].iov_base, len);
 					done += (ssize_t)len;
+					if (len < io->iov[k].iov_len) {
+						at += len;
+						break;
+					}
 				} else {
 					size_t v = at >= sb_size ? 0 :
 						   sb_size - at < len ? (size_t)(sb_size - at) : len;
@@ -136,6 +147,15 @@ static inline void sb_set(bool *knob, bool on)
 {
 	pthread_mutex_lock(&sb_lock);
 	*knob = on;
+	pthread_mutex_unlock(&sb_lock);
+}
+
+/* Writes stop at @off (UINT64_MAX: never): one across it is short, one
+ * from there fails with -ENOSPC, as on a full disk. */
+static inline void sb_set_full_at(uint64_t off)
+{
+	pthread_mutex_lock(&sb_lock);
+	sb_full_at = off;
 	pthread_mutex_unlock(&sb_lock);
 }
 

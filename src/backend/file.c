@@ -10,8 +10,8 @@
  * batch of I/Os becomes one io_uring_submit.  One reaper thread per
  * backend waits for completions, takes every one that is ready and
  * completes them as one batch (wbc_io_complete_batch).  -EAGAIN and
- * -EINTR are retried here; a short write is completed as such, and the
- * engine submits its rest.
+ * -EINTR are retried here (RETRY_MAX times); a short write is completed
+ * as such, and the engine submits its rest.
  *
  * Where the kernel refuses io_uring (a seccomp profile that blocks it, as
  * container runtimes' defaults do; kernel.io_uring_disabled=2), or with
@@ -54,6 +54,11 @@
 #define RING_SLACK 64
 /* Completions the reaper takes at once: one batch for the engine. */
 #define REAP_BATCH 64
+/* Times an I/O is sent again after -EAGAIN or -EINTR (the workers:
+ * EINTR) before it fails with it: a file system that answers one of them
+ * for good (a FUSE server's error) had the reaper, or a worker, send it
+ * for ever, and its reader hung. */
+#define RETRY_MAX 100
 
 struct fobj {
 	int fd;                 /* -1: closed for now (reopenable objects) */
@@ -355,8 +360,9 @@ static bool prep_io_locked(struct fbe *f, struct wbc_io *io, int fd)
 	io_uring_sqe_set_data(sqe, io);
 	/* publish the I/O to the reaper: everything this thread (and the
 	 * engine before it) wrote is visible to it (ThreadSanitizer cannot
-	 * see the kernel's ordering through the ring) */
-	__atomic_store_n(&io->backend_data[0], (void *)f, __ATOMIC_RELEASE);
+	 * see the kernel's ordering through the ring); backend_data[0] is
+	 * its count of retries (reaper_main) */
+	__atomic_store_n(&io->backend_data[0], io->backend_data[0], __ATOMIC_RELEASE);
 	return true;
 }
 
@@ -421,24 +427,31 @@ static void ring_void_locked(struct fbe *f)
  * result, as the ring gives it).  A write that fails after some progress
  * is short (the engine sends the rest, which then fails); a read is not:
  * a short read is the file's end, and the pages past the bytes read would
- * be taken for a hole (zeros) where a bad sector failed. */
-static ssize_t pool_rw(struct wbc_io *io, int fd)
+ * be taken for a hole (zeros) where a bad sector failed.  A direct read
+ * that stopped off its alignment stopped at the end, as in read_goes_on
+ * (the rest cannot be asked for: EINVAL once the file grew meanwhile). */
+static ssize_t pool_rw(struct fbe *f, struct wbc_io *io, int fd)
 {
+	struct fobj *o = io->file;
+	size_t align = io->op == WBC_IO_READ && (o->oflags & O_DIRECT) ? f->dio_align : 0;
 	struct iovec iov[io->iovcnt];
 	memcpy(iov, io->iov, sizeof(iov));
 	struct iovec *v = iov;
 	int cnt = io->iovcnt;
 	size_t done = 0;
+	unsigned tries = 0;
 	while (done < io->len) {
 		ssize_t r = io->op == WBC_IO_WRITE ? pwritev(fd, v, cnt, (off_t)(io->off + done)) :
 						     preadv(fd, v, cnt, (off_t)(io->off + done));
-		if (r < 0 && errno == EINTR)
-			continue;
+		if (r < 0 && errno == EINTR && tries++ < RETRY_MAX)
+			continue;   /* as the ring's reaper: not for ever */
 		if (r < 0)
 			return done && io->op == WBC_IO_WRITE ? (ssize_t)done : -errno;
 		if (r == 0)
 			break;   /* a read at the end of the file */
 		done += (size_t)r;
+		if (align && done % align)
+			break;   /* the end, too */
 		iov_advance(&v, &cnt, (size_t)r);
 	}
 	return (ssize_t)done;
@@ -459,7 +472,7 @@ static void *worker_main(void *arg)
 		if (!f->pool_head)
 			f->pool_tail = NULL;
 		pthread_mutex_unlock(&f->pool_lock);
-		io->res = pool_rw(io, (int)(intptr_t)io->backend_data[0]);
+		io->res = pool_rw(f, io, (int)(intptr_t)io->backend_data[0]);
 		obj_put_fd(f, io->file);
 		wbc_io_complete_batch(&io, 1);
 		pthread_mutex_lock(&f->pool_lock);
@@ -468,6 +481,10 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* An I/O whose file's descriptor could not be reopened (reopenable
+ * objects: its name gone, ESTALE, EMFILE) fails alone, completed here:
+ * an error returned by submit would fail the I/Os after it too, other
+ * files' among them (the flusher's plug sends several files' at once). */
 static int pool_submit(struct fbe *f, struct wbc_io *const *ios, unsigned n, unsigned *queued)
 {
 	int err = 0;
@@ -481,12 +498,14 @@ static int pool_submit(struct fbe *f, struct wbc_io *const *ios, unsigned n, uns
 	pthread_mutex_unlock(&f->sq_lock);
 	if (err)
 		return err;
-	struct wbc_io *head = NULL, *tail = NULL;
+	struct wbc_io *head = NULL, *tail = NULL, *failed = NULL;
 	for (; k < n; k++) {
 		int fd = obj_get_fd(f, ios[k]->file);
 		if (fd < 0) {
-			err = fd;
-			break;
+			ios[k]->res = fd;
+			ios[k]->backend_data[1] = failed;
+			failed = ios[k];
+			continue;
 		}
 		ios[k]->backend_data[0] = (void *)(intptr_t)fd;
 		ios[k]->backend_data[1] = NULL;
@@ -509,8 +528,14 @@ static int pool_submit(struct fbe *f, struct wbc_io *const *ios, unsigned n, uns
 			pthread_cond_signal(&f->pool_cond);
 		pthread_mutex_unlock(&f->pool_lock);
 	}
+	while (failed) {   /* after the others are queued: each its own error */
+		struct wbc_io *io = failed;
+		failed = io->backend_data[1];
+		io->backend_data[1] = NULL;
+		wbc_io_complete(io, io->res);
+	}
 	*queued = k;
-	return err;
+	return 0;
 }
 
 /* The workers end once nothing is queued (no I/O is in flight at the
@@ -549,7 +574,8 @@ static int pool_start(struct fbe *f, unsigned n)
 
 /* Queue @n I/Os, as one submission where the ring has room for them.
  * Their descriptors are taken first (fd_lock, never under sq_lock); those
- * of I/Os not queued are put back. */
+ * of I/Os not queued are put back.  One whose descriptor cannot be had
+ * is completed with that error, alone (see pool_submit). */
 #define SUBMIT_CHUNK 64
 static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
 {
@@ -560,11 +586,11 @@ static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigne
 	*queued = 0;
 	while (*queued < n && !err) {
 		struct wbc_io *const *chunk = ios + *queued;
-		int fds[SUBMIT_CHUNK];
+		int fds[SUBMIT_CHUNK], fd_err = 0;
 		unsigned k = 0, m = WBC_MIN(n - *queued, (unsigned)SUBMIT_CHUNK), prepped = 0;
 		for (; k < m; k++)
 			if ((fds[k] = obj_get_fd(f, chunk[k]->file)) < 0) {
-				err = fds[k];
+				fd_err = fds[k];
 				break;
 			}
 		pthread_mutex_lock(&f->sq_lock);
@@ -585,12 +611,18 @@ static int file_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigne
 		pthread_mutex_unlock(&f->sq_lock);
 		if (r < 0) {
 			err = r;
-		} else if (!prepped && !err) {
+		} else if (!prepped && k) {
 			err = -EBUSY;   /* a ring without one free entry */
 		}
 		for (unsigned i = prepped; i < k; i++)
 			obj_put_fd(f, chunk[i]->file);
 		*queued += prepped;
+		if (!err && fd_err && prepped == k) {
+			/* the I/O whose descriptor could not be had fails
+			 * alone, completed here (see pool_submit) */
+			wbc_io_complete(chunk[k], fd_err);
+			++*queued;
+		}
 	}
 	return err;
 }
@@ -692,8 +724,10 @@ static void *reaper_main(void *arg)
 			if (data == &void_marker)
 				continue;
 			struct wbc_io *io = data;
-			(void)__atomic_load_n(&io->backend_data[0], __ATOMIC_ACQUIRE);
-			if (res == -EAGAIN || res == -EINTR) {
+			uintptr_t tries = (uintptr_t)__atomic_load_n(&io->backend_data[0],
+								    __ATOMIC_ACQUIRE);
+			if ((res == -EAGAIN || res == -EINTR) && tries < RETRY_MAX) {
+				io->backend_data[0] = (void *)(tries + 1);
 				io->res = res;   /* if it cannot be queued again */
 				again[na++] = io;
 				continue;

@@ -221,6 +221,25 @@ static int parse_tunables(struct wbc_dev *dev, const char *tun, char *msg, size_
 	return 0;
 }
 
+/* Take @r percent for a new device from what the devices' min_ratio may
+ * add up to: the guaranteed shares cannot add up to more than the whole
+ * (the kernel's bdi_set_min_ratio refuses that).  0, or -EINVAL with a
+ * message. */
+static int reserve_min_ratio(wbc_cache *c, unsigned r, char *msg, size_t msglen)
+{
+	int err = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	if (c->min_ratio_sum + r > 100) {
+		snprintf(msg, msglen, "min_ratio=%u: the devices' min_ratio would add up to "
+			 "%u, over 100", r, c->min_ratio_sum + r);
+		err = -EINVAL;
+	} else {
+		c->min_ratio_sum += r;
+	}
+	pthread_mutex_unlock(&c->dev_lock);
+	return err;
+}
+
 static void release_min_ratio(wbc_cache *c, unsigned r)
 {
 	pthread_mutex_lock(&c->dev_lock);
@@ -230,10 +249,13 @@ static void release_min_ratio(wbc_cache *c, unsigned r)
 
 /*
  * Make a device of backend @ops/@ctx with the tunables in @tun.  On
- * failure the backend is not destroyed: the caller keeps it.
+ * failure the backend is not destroyed: the caller keeps it.  @reserved:
+ * the caller took the device's min_ratio (reserve_min_ratio) and releases
+ * it on failure.
  */
 static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx,
-		      const char *tun, const char *what, wbc_dev **out, char *msg, size_t msglen)
+		      const char *tun, const char *what, bool reserved, wbc_dev **out,
+		      char *msg, size_t msglen)
 {
 	struct wbc_dev *dev = wbc_zalloc(sizeof(*dev));
 	struct backend *be = calloc(1, sizeof(*be));
@@ -248,27 +270,9 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	int err = tun && *tun ? opts_check(tun, tun, msg, msglen) : 0;
 	if (!err)
 		err = parse_tunables(dev, tun, msg, msglen);
-	if (!err) {
-		/* the devices' guaranteed shares cannot add up to more than
-		 * the whole (the kernel's bdi_set_min_ratio refuses that) */
-		pthread_mutex_lock(&c->dev_lock);
-		if (c->min_ratio_sum + dev->min_ratio > 100) {
-			snprintf(msg, msglen, "min_ratio=%u: the devices' min_ratio would add up to "
-				 "%u, over 100", dev->min_ratio, c->min_ratio_sum + dev->min_ratio);
-			err = -EINVAL;
-		} else {
-			c->min_ratio_sum += dev->min_ratio;
-		}
-		pthread_mutex_unlock(&c->dev_lock);
-		if (err) {
-			names_destroy(dev);
-			free(dev);
-			free(be);
-			return err;
-		}
-	} else {
-		dev->min_ratio = 0;     /* not added to the sum: none to release */
-	}
+	unsigned taken = 0;     /* what this call added to the sum: released on failure */
+	if (!err && !reserved && !(err = reserve_min_ratio(c, dev->min_ratio, msg, msglen)))
+		taken = dev->min_ratio;
 	if (!err)
 		err = backend_init(be, ops, ctx, msg, msglen);
 	if (!err && be->dio_align > c->page_size) {
@@ -286,7 +290,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 		err = -EINVAL;
 	}
 	if (err) {
-		release_min_ratio(c, dev->min_ratio);
+		release_min_ratio(c, taken);
 		names_destroy(dev);
 		free(dev);
 		free(be);
@@ -313,7 +317,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	wbc_mutex_init(&dev->bw_lock);
 	dev->bw_stamp_ns = wbc_now_ns();
 	if ((err = dirty_init(dev)) || (err = dev_io_init(dev)) || (err = flusher_start(dev))) {
-		release_min_ratio(c, dev->min_ratio);
+		release_min_ratio(c, taken);
 		dev_io_destroy(dev);
 		dirty_destroy(dev);
 		names_destroy(dev);
@@ -444,12 +448,14 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 		return -ENOMEM;
 	}
 	/* the tunables are checked before the backend is made (a bad one
-	 * opens nothing), then given to the device */
+	 * opens nothing, creates nothing), then given to the device; so is
+	 * the devices' min_ratio sum, the share taken now */
 	struct wbc_dev probe = { .max_ratio = 100 };
 	char *tun = NULL;
 	int err = split_dev_opts(bspec, &tun, msg, msglen);
 	if (!err)
 		err = parse_tunables(&probe, tun, msg, msglen);
+	bool reserved = !err && !(err = reserve_min_ratio(c, probe.min_ratio, msg, msglen));
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
 	if (!err && stack && !(err = stack_room(c, stack->lower, bspec, msg, msglen)))   /* "stack[,opts]" */
@@ -462,10 +468,12 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 		err = backend_create(bspec, opener, &ops, &ctx, msg, msglen);
 	free(bspec);
 	if (!err) {
-		err = dev_add_be(c, ops, ctx, tun, spec, out, msg, msglen);
+		err = dev_add_be(c, ops, ctx, tun, spec, true, out, msg, msglen);
 		if (err)
 			ops->destroy(ctx);
 	}
+	if (err && reserved)
+		release_min_ratio(c, probe.min_ratio);
 	free(tun);
 	return err;
 }
@@ -485,7 +493,7 @@ int wbc_dev_add_backend_msg(wbc_cache *c, const struct wbc_backend_ops *ops, voi
 	}
 	char what[64];
 	snprintf(what, sizeof(what), "backend '%s'", ops->name ? ops->name : "?");
-	return dev_add_be(c, ops, ctx, opts, what, out, msg, msglen);
+	return dev_add_be(c, ops, ctx, opts, what, false, out, msg, msglen);
 }
 
 int wbc_dev_add_backend(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx,
@@ -666,8 +674,11 @@ int wbc_dev_stats(wbc_dev *dev, struct wbc_dev_stats *st)
 	st->files_more_io = count_read(&dev->nr_b_more_io);
 	st->dirty_buckets = count_read(&dev->nr_buckets);
 	uint64_t now = wbc_now_ns(), since = atomic_load(&dev->fail_since);
-	st->at_risk_bytes = (uint64_t)WBC_MAX(atomic_load(&dev->at_risk_pages), 0) * ps;
-	st->failing_ns = since && now > since ? now - since : 0;
+	long long at_risk = atomic_load(&dev->at_risk_pages);
+	st->at_risk_bytes = (uint64_t)WBC_MAX(at_risk, 0) * ps;
+	/* with no page at risk (the failed ones truncated away) the clock
+	 * says nothing (dev_dead_error): not failing */
+	st->failing_ns = since && now > since && at_risk > 0 ? now - since : 0;
 	st->dead_error = dev_dead_error(dev, now);
 	st->pauses = atomic_load(&dev->st_pauses);
 	st->paused_ns = atomic_load(&dev->st_paused_ns);
@@ -704,19 +715,21 @@ int wbc_dev_debug(wbc_dev *dev, struct wbc_dev_debug *st)
 	return 0;
 }
 
+/* The last entry counts every hold from 2^30 ns on (lock_stat_record):
+ * it has no upper bound but the longest hold. */
 static uint64_t hist_percentile(const uint64_t *hist, uint64_t max_ns, double pct)
 {
 	uint64_t n = 0, seen = 0;
-	for (int b = 0; b < 32; b++)
+	for (int b = 0; b < LOCK_HIST_BUCKETS; b++)
 		n += hist[b];
 	if (!n)
 		return 0;
-	for (int b = 0; b < 32; b++) {
+	for (int b = 0; b < LOCK_HIST_BUCKETS - 1; b++) {
 		seen += hist[b];
 		if ((double)seen >= (double)n * pct / 100)
 			return WBC_MIN(b ? 1ull << b : 1, max_ns);
 	}
-	return WBC_MIN(1ull << 31, max_ns);
+	return max_ns;
 }
 
 uint64_t wbc_lock_hold_percentile(const struct wbc_dev_debug *st, double pct)
@@ -751,6 +764,29 @@ int wbc_group_create(wbc_cache *c, uint64_t limit_bytes, unsigned limit_ratio, w
 	pthread_mutex_unlock(&c->dev_lock);
 	*out = g;
 	return 0;
+}
+
+/* Group @g's counters on @dev, made at the first open in @g of a file of
+ * @dev: 0, or -ENOMEM. */
+int group_dev_make(struct wbc_group *g, struct wbc_dev *dev)
+{
+	struct wbc_cache *c = dev->cache;
+	int err = 0;
+	pthread_mutex_lock(&c->dev_lock);
+	struct wbc_group_dev *gd = atomic_load(&g->devs);
+	while (gd && gd->dev != dev)
+		gd = gd->next;
+	if (!gd) {
+		if ((gd = wbc_zalloc(sizeof(*gd)))) {
+			gd->dev = dev;
+			gd->next = atomic_load(&g->devs);
+			atomic_store_explicit(&g->devs, gd, memory_order_release);
+		} else {
+			err = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&c->dev_lock);
+	return err;
 }
 
 int wbc_group_stats(wbc_group *g, struct wbc_group_stats *st)

@@ -16,7 +16,8 @@
 
 /*
  * How long the device has failed (the retry policy's bound).  A failed
- * write starts the clock unless it runs; a write that succeeds stops it.
+ * write starts the clock unless it runs with pages at risk; a write that
+ * succeeds stops it.
  * Waiters compare with retry_timeout (dev_dead_error): a store that
  * failed every write for that long makes callers that wait for it fail
  * with its error, while its pages stay dirty, at risk and retried in the
@@ -29,6 +30,14 @@
 static void dev_write_failed(struct wbc_dev *dev, int err, uint64_t now)
 {
 	atomic_store_explicit(&dev->last_err, err, memory_order_relaxed);
+	/* with no page at risk (this write's are counted after) the clock
+	 * that runs is of failed pages since truncated away: it says nothing
+	 * of these, which get their retry_timeout from now (they were dead at
+	 * their first failure after the device had been idle that long) */
+	if (atomic_load(&dev->at_risk_pages) <= 0) {
+		atomic_store(&dev->fail_since, now ? now : 1);
+		return;
+	}
 	unsigned long long none = 0;
 	atomic_compare_exchange_strong(&dev->fail_since, &none, now ? now : 1);
 }
@@ -249,7 +258,12 @@ void wb_end_io(struct wbc_bio *bio)
 		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + len);
 		ino->written_gen = atomic_load_explicit(&dev->flush_gen, memory_order_relaxed);
 	}
-	size_dirty = !err && ino->backend_size != ino->i_size;
+	/* a write that failed after part of it (a short write's rest) may
+	 * have grown the backend that far, past i_size with a tail page: it
+	 * is trimmed as after any write */
+	if (err && bio->done)
+		ino->backend_size = WBC_MAX(ino->backend_size, bio->off + WBC_MIN(bio->done, len));
+	size_dirty = (!err || bio->done) && ino->backend_size != ino->i_size;
 	/* counters before the wakeup: an fsync that wakes sees them settled */
 	if (at_risk_delta) {
 		atomic_fetch_add(&c->st_at_risk_pages, at_risk_delta);
