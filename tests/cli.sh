@@ -48,6 +48,8 @@ expect_err "bad ratio" run --dirty-ratio 150 --dir "$dir"
 expect_err "bad spec" run --dev bogus:thing
 expect_err "bad spec option" run --dev "dir:$dir,qd=0"
 expect_err "stray argument" run extra
+# the workload after an option: said so (it was "unexpected argument 'dd'")
+expect_msg "workload after an option" "the workload 'dd' comes first" run --dev mem dd
 expect_err "mount without directories" mount
 expect_err "mount with one directory" mount "$dir"
 expect_err "stat without a mount point" stat
@@ -374,6 +376,16 @@ wabs=$(realpath "$W")
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["bytes"] == 65536, d' \
 	"$dir/stdout.json" || fail "--json -: stdout is not the JSON: $(head -c 300 "$dir/stdout.json")"
 [ -e "$dir/-" ] && fail "--json - wrote a file named -"
+# the JSON's secs to the microsecond: its rates are its bytes and ops over
+# it (a run of 4 KiB said "secs": 0.000 beside "mb_per_s": 5.90)
+$W run dd --dev mem --size 4K --bs 4K --mem 1M --quiet --json "$dir/sec.json" >/dev/null ||
+	fail "a 4 KiB run with --json"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+s = j["secs"]
+assert s > 0, j
+assert abs(j["bytes"] / s / 1e6 - j["mb_per_s"]) <= 0.01 * j["mb_per_s"] + 0.01, (s, j["bytes"], j["mb_per_s"])
+assert abs(j["ops"] / s - j["ops_per_s"]) <= 0.01 * j["ops_per_s"] + 0.1, (s, j["ops"], j["ops_per_s"])' \
+	"$dir/sec.json" || fail "--json secs against its rates: $(head -c 200 "$dir/sec.json")"
 expect_msg "--trace -" "only --json writes to stdout" run dd --dev mem --trace -
 out=$($W run dd --size 64K --bs 4K --mem 1M --quiet --dev mem --json /dev/full 2>&1); rc=$?
 [ $rc -eq 1 ] || fail "--json /dev/full: exit $rc, expected 1"
@@ -492,11 +504,17 @@ grep -q "wbc-q&lt;&amp;$$" "$dir/q.svg" && ! grep -q 'wbc-q<&' "$dir/q.svg" ||
 u="/tmp/wbc-u$(printf '\377\303\251')$$"
 mkdir -p "$u"
 $W run dd --dev mem --dev "dir:$u" --threads 2 --size 64K --mem 1M --quiet \
-	--json "$dir/u.json" >/dev/null || fail "run on a dir: device named with a byte 0xff"
+	--json "$dir/u.json" --plot "$dir/u.svg" >/dev/null || fail "run on a dir: device named with a byte 0xff"
 rm -rf "$u"
 python3 -c 'import json, sys; j = json.load(open(sys.argv[1], encoding="utf-8"))
 assert j["devices"][1]["spec"].startswith("dir:/tmp/wbc-u\ufffd\u00e9"), j["devices"][1]' \
 	"$dir/u.json" || fail "--json with a device spec not in UTF-8: $(head -c 300 "$dir/u.json")"
+# ... and so is the chart, which says it is UTF-8 (the byte 0xff was
+# copied: invalid XML)
+python3 -c 'import sys, xml.dom.minidom as m
+t = [n.firstChild.data for n in m.parse(sys.argv[1]).getElementsByTagName("text") if n.firstChild]
+assert any(x.startswith("dir:/tmp/wbc-u\ufffd\u00e9") for x in t), t' "$dir/u.svg" ||
+	fail "--plot with a device spec not in UTF-8: $(grep -a 'wbc-u' "$dir/u.svg" | head -c 300)"
 # a run given up at its --deadline whose report cannot be written: 1, said
 $W run dd --size 1G --dev model:bw=10M --mem 16M --quiet --deadline 0.3 >/dev/full 2>"$dir/df.err"
 rc=$?

@@ -119,20 +119,45 @@ void svg_polyline(FILE *f, const struct panel *p, const double *t, const double 
 	fprintf(f, "'/>\n");
 }
 
+/* The length of the well-formed UTF-8 sequence at @s, or 0 (RFC 3629:
+ * no overlong form, no surrogate, nothing past U+10FFFF). */
+int utf8_len(const unsigned char *s)
+{
+	int n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 :
+		s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+	unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
+	unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
+	for (int i = 1; i < n; i++)
+		if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+			return 0;
+	return n;
+}
+
 void svg_text(FILE *f, const char *s, size_t max)
 {
 	/* at most @max bytes, but a UTF-8 sequence whole (a cut one made the
-	 * file invalid XML) */
-	for (size_t i = 0; s[i] && (i < max || ((unsigned char)s[i] & 0xC0) == 0x80); i++) {
-		switch (s[i]) {
+	 * file invalid XML); a byte that is not part of well-formed UTF-8 (a
+	 * device spec is any bytes the shell passed) becomes U+FFFD, as the
+	 * document says it is UTF-8 (a byte 0xff made it invalid XML) */
+	const unsigned char *u = (const unsigned char *)s;
+	for (size_t i = 0, n; u[i] && i < max; i += n) {
+		n = 1;
+		switch (u[i]) {
 		case '&': fputs("&amp;", f); break;
 		case '<': fputs("&lt;", f); break;
 		case '>': fputs("&gt;", f); break;
 		case '\'': fputs("&apos;", f); break;
 		case '"': fputs("&quot;", f); break;
 		default:
-			if ((unsigned char)s[i] >= 0x20)
-				fputc(s[i], f);
+			if (u[i] < 0x80) {
+				if (u[i] >= 0x20)
+					fputc(u[i], f);
+			} else if ((n = (size_t)utf8_len(u + i))) {
+				fwrite(u + i, 1, n, f);
+			} else {
+				fputs("\xef\xbf\xbd", f);   /* U+FFFD */
+				n = 1;
+			}
 		}
 	}
 }

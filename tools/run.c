@@ -816,20 +816,6 @@ struct json_fig {
 	double dirty_mean_mib, dirty_max_mib, setpoint_mib, limit_mib, fairness;
 };
 
-/* The length of the well-formed UTF-8 sequence at @s, or 0 (RFC 3629:
- * no overlong form, no surrogate, nothing past U+10FFFF). */
-static int utf8_len(const unsigned char *s)
-{
-	int n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 :
-		s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
-	unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
-	unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
-	for (int i = 1; i < n; i++)
-		if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
-			return 0;
-	return n;
-}
-
 /* A JSON string: a byte that is not part of well-formed UTF-8 (a device
  * spec is any bytes the shell passed) becomes U+FFFD, as JSON must be
  * UTF-8 (Python's json.load refused the file). */
@@ -878,7 +864,7 @@ static void write_json(const char *path, const struct json_fig *j)
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	double secs = j->secs > 0 ? j->secs : 1;
-	fprintf(f, "{\"workload\": \"%s\", \"finished\": %s, \"threads\": %u, \"secs\": %.3f, \"bytes\": %llu, "
+	fprintf(f, "{\"workload\": \"%s\", \"finished\": %s, \"threads\": %u, \"secs\": %.6f, \"bytes\": %llu, "
 		"\"mb_per_s\": %.2f, \"ops\": %llu, \"ops_per_s\": %.1f, \"reads\": %llu, "
 		"\"reads_per_s\": %.1f,\n ",
 		wl_names[R.o.wl], j->unfinished || j->interrupted ? "false" : "true", R.nw, j->secs,
@@ -1595,7 +1581,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (rc)
 		return rc;
 	if (optind < argc) {
-		fprintf(stderr, "wbcache: unexpected argument '%s'\n", argv[optind]);
+		/* `run --dev mem dd`: the workload is the first argument only
+		 * (it said "unexpected argument 'dd'") */
+		unsigned i;
+		for (i = 0; o->demo && i < WL_NR && strcmp(argv[optind], wl_names[i]); i++)
+			;
+		if (o->demo && i < WL_NR)
+			fprintf(stderr, "wbcache: the workload '%s' comes first: wbcache run %s "
+				"[options]\n", argv[optind], argv[optind]);
+		else
+			fprintf(stderr, "wbcache: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
 	/* an option the workload would ignore is refused, not dropped */

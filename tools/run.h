@@ -37,6 +37,9 @@ int plot_svg(const char *path, bool nofollow, const char *title, const struct sa
 /* plot.c: the timeline as CSV; 0 or -errno. */
 int trace_csv(const char *path, bool nofollow, const struct sample *s, size_t n);
 
+/* plot.c: the length of the well-formed UTF-8 sequence at @s, or 0 */
+int utf8_len(const unsigned char *s);
+
 /* run.c: make @dir and its missing parents; -ENOTDIR where it (or a
  * parent) is there but not a directory.  0 or -errno. */
 int mkdir_p(const char *dir);
