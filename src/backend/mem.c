@@ -9,11 +9,19 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define MEM_QD 32
 #define MEM_MAX_IO (4u << 20)
 /* Objects larger than this are refused (-EFBIG) rather than attempted. */
 #define MEM_MAX_OBJ (1ull << 40)
+/* Past this an object's bytes are a mapping of their own, which costs
+ * only the pages written: one 4 KiB write at 16 GiB zeroed 16 GiB of
+ * heap (a sparse randwrite file of 128 GiB ended in the OOM killer).
+ * Smaller ones stay on the heap (a mapping each would cost a system call
+ * and count against vm.max_map_count, 65,530 by default). */
+#define MEM_MAP_MIN (1ull << 20)
+#define MEM_MAP_ALIGN 4096ull
 
 struct mobj {
 	struct mobj *next;
@@ -21,7 +29,8 @@ struct mobj {
 	uint64_t hash;           /* wbc_name_hash(name) */
 	pthread_rwlock_t lock;   /* data, cap; size's changes with data */
 	char *data;
-	uint64_t cap;
+	uint64_t cap;            /* > MEM_MAP_MIN: data is a mapping, and
+				  * its bytes in [size, cap) are zeros */
 	/* atomic: a discarding backend has no data, and sizes it without
 	 * the lock */
 	_Atomic uint64_t size;
@@ -80,7 +89,10 @@ static void mem_grow_locked(struct mem_shard *s)
 static void mobj_free(struct mobj *o)
 {
 	pthread_rwlock_destroy(&o->lock);
-	free(o->data);
+	if (o->cap > MEM_MAP_MIN)
+		munmap(o->data, o->cap);
+	else
+		free(o->data);
 	free(o->name);
 	free(o);
 }
@@ -160,17 +172,44 @@ static int resize_locked(struct mem *m, struct mobj *o, uint64_t size)
 		atomic_store_explicit(&o->size, size, memory_order_relaxed);
 		return 0;
 	}
+	uint64_t old = atomic_load_explicit(&o->size, memory_order_relaxed);
 	if (size > o->cap) {
 		uint64_t cap = WBC_MAX(size, o->cap * 2);
-		char *d = realloc(o->data, cap);
-		if (!d)
-			return -ENOMEM;
+		char *d;
+		if (cap <= MEM_MAP_MIN) {
+			if (!(d = realloc(o->data, cap)))
+				return -ENOMEM;
+		} else {
+			cap = (cap + MEM_MAP_ALIGN - 1) & ~(MEM_MAP_ALIGN - 1);
+			d = o->cap > MEM_MAP_MIN ? mremap(o->data, o->cap, cap, MREMAP_MAYMOVE) :
+				mmap(NULL, cap, PROT_READ | PROT_WRITE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+			if (d == MAP_FAILED)
+				return -ENOMEM;
+			if (o->cap <= MEM_MAP_MIN) {   /* from the heap: zeros past old */
+				memcpy(d, o->data, old);
+				free(o->data);
+			}
+		}
 		o->data = d;
 		o->cap = cap;
 	}
-	uint64_t old = atomic_load_explicit(&o->size, memory_order_relaxed);
-	if (size > old)
-		memset(o->data + old, 0, size - old);
+	if (o->cap <= MEM_MAP_MIN) {
+		if (size > old)
+			memset(o->data + old, 0, size - old);
+	} else if (size < old) {
+		/* cut: zeros past the size again, whole pages given back */
+		uint64_t from = (size + MEM_MAP_ALIGN - 1) & ~(MEM_MAP_ALIGN - 1);
+		uint64_t to = old & ~(MEM_MAP_ALIGN - 1);
+		if (from < to) {
+			memset(o->data + size, 0, from - size);
+			memset(o->data + to, 0, old - to);
+			if (madvise(o->data + from, to - from, MADV_DONTNEED))
+				memset(o->data + from, 0, to - from);
+		} else {
+			memset(o->data + size, 0, old - size);
+		}
+	}
 	atomic_store_explicit(&o->size, size, memory_order_relaxed);
 	return 0;
 }
