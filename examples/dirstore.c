@@ -62,8 +62,8 @@ static int ds_open(void *ctx, const char *name, unsigned flags, void **file, uin
 		return -errno;
 	struct stat st;
 	struct ds_file *f = malloc(sizeof(*f));
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || !f) {
-		int err = !f ? -ENOMEM : S_ISREG(st.st_mode) ? -errno : -EINVAL;
+	int err = !f ? -ENOMEM : fstat(fd, &st) ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;
+	if (err) {
 		free(f);
 		close(fd);
 		return err;

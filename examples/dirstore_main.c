@@ -138,6 +138,8 @@ int main(int argc, char **argv)
 				if (buf[k] != pattern(i, off + (uint64_t)k)) {
 					fprintf(stderr, "dirstore-demo: %s differs at %llu\n", path,
 						(unsigned long long)(off + (uint64_t)k));
+					close(fd);
+					free(buf);
 					return 1;
 				}
 			off += (uint64_t)n;
@@ -145,6 +147,9 @@ int main(int argc, char **argv)
 		if (fd < 0 || off != per_file) {
 			fprintf(stderr, "dirstore-demo: %s: %llu bytes, %llu expected\n", path,
 				(unsigned long long)off, (unsigned long long)per_file);
+			if (fd >= 0)
+				close(fd);
+			free(buf);
 			return 1;
 		}
 		close(fd);

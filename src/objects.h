@@ -273,6 +273,7 @@ struct wbc_dev {
 	 * (dev_drain) */
 	unsigned inflight_ep[2], io_epoch;
 	unsigned nr_bios, bio_wake_batch;   /* fixed */
+	unsigned bio_maxp;          /* fixed: pages a bio holds at most */
 	uint64_t busy_since;        /* io_lock: when inflight went 0 -> 1 */
 	uint64_t busy_ns;           /* io_lock: time with I/O in flight, total */
 

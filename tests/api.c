@@ -13,6 +13,11 @@ static void big_caps(void *ctx, struct wbc_backend_caps *caps)
 	caps->max_file_size = 0;
 }
 static void no_destroy(void *ctx) { (void)ctx; }   /* the mem device's */
+static int no_open(void *ctx, const char *name, int flags)
+{
+	(void)ctx; (void)name; (void)flags;
+	return -ENOENT;
+}
 
 #include <limits.h>
 
@@ -72,6 +77,22 @@ int main(void)
 	CHECK_EQ(st.thresh_bytes, 64 << 10);
 	CHECK_EQ(st.bg_thresh_bytes, 32 << 10);                 /* bg >= thresh: halved */
 	CHECK_EQ(wbc_stats(c, NULL), -EINVAL);
+	{
+		/* bytes are rounded up to whole pages, as the kernel rounds
+		 * them (domain_dirty_limits): a background threshold of one
+		 * byte is one page, not none */
+		struct wbc_config cfg2 = t_config(1 << 20, 4096);
+		cfg2.dirty_bytes = (64 << 10) + 1;
+		cfg2.dirty_background_bytes = 1;
+		wbc_cache *c2;
+		CHECK_EQ(wbc_cache_open(&cfg2, &c2), 0);
+		CHECK_EQ(wbc_stats(c2, &st), 0);
+		printf("dirty_bytes 65537, dirty_background_bytes 1: thresholds %llu, %llu bytes\n",
+		       (unsigned long long)st.thresh_bytes, (unsigned long long)st.bg_thresh_bytes);
+		CHECK_EQ(st.thresh_bytes, 68 << 10);
+		CHECK_EQ(st.bg_thresh_bytes, 4096);
+		CHECK_EQ(wbc_cache_close(c2), 0);
+	}
 
 	/* device specs */
 	wbc_dev *dev = NULL;
@@ -88,6 +109,17 @@ int main(void)
 		}
 	}
 	CHECK_EQ(wbc_dev_add(c, NULL, &dev), -EINVAL);
+	CHECK(dev == NULL);
+	/* an opener's bad flags or descriptor: said, not "missing argument" */
+	CHECK_EQ(wbc_dev_add_opener(c, 0, "", no_open, NULL, 0x100, &dev, msg, sizeof(msg)),
+		 -EINVAL);
+	printf("opener, open_flags 0x100: %s\n", msg);
+	CHECK(strstr(msg, "open_flags 0x100"));
+	CHECK_EQ(wbc_dev_add_opener(c, -1, "", no_open, NULL, 0, &dev, msg, sizeof(msg)), -EINVAL);
+	printf("opener, fs_fd -1: %s\n", msg);
+	CHECK(strstr(msg, "fs_fd -1"));
+	CHECK_EQ(wbc_dev_add_opener(c, 0, "", NULL, NULL, 0, &dev, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "missing argument"));
 	CHECK(dev == NULL);
 	CHECK_EQ(wbc_dev_add(c, "mem", &dev), 0);
 

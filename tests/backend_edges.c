@@ -28,6 +28,13 @@
  *      process stops at once with a message that says so (the write
  *      tripped an unrelated assert, the read hung for good); so does one
  *      that completes a write and then refuses it in submit.
+ *   7. A device's bio pool is bounded by what the cache can have in
+ *      flight: a backend of max_io 1 GiB and queue_depth 4096 on a 1 MiB
+ *      cache of 512-byte pages is added (it was refused: "cannot start
+ *      the flusher: Cannot allocate memory"), and with 4 KiB pages it
+ *      reserves well under 1 GiB (VmSize grew ~25 GB), as does
+ *      model:max_io=64M,qd=4096 on a 64 MiB cache of 512-byte pages
+ *      (12.8 GB); the device still writes back.
  */
 #include "testutil.h"
 #include "wbcache_backend.h"
@@ -49,12 +56,13 @@ static size_t sec_cap, sec_size;
 static unsigned long sec_ios;
 static uint64_t sec_max_file;    /* caps.max_file_size */
 static unsigned sec_qd = 4;      /* caps.queue_depth */
+static size_t sec_max_io = 64 * MiB;   /* caps.max_io */
 static int sec_dummy;
 
 static void sec_caps(void *ctx, struct wbc_backend_caps *c)
 {
 	(void)ctx;
-	c->max_io = 64 * MiB;
+	c->max_io = sec_max_io;
 	c->queue_depth = sec_qd;
 	c->max_file_size = sec_max_file;
 }
@@ -570,13 +578,69 @@ static void complete_twice(void)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* 7. the bio pool is bounded by the cache */
+
+static long vm_size_kb(void)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	CHECK(fp);
+	char line[256];
+	long kb = -1;
+	while (fgets(line, sizeof(line), fp))
+		if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
+			break;
+	fclose(fp);
+	CHECK(kb > 0);
+	return kb;
+}
+
+/* the growth of VmSize (kB) at adding @spec (NULL: the sector backend)
+ * to a cache of @mem bytes in pages of @ps; the device writes back */
+static long pool_add(const char *spec, uint64_t mem, uint32_t ps)
+{
+	struct wbc_config cfg = t_config(mem, ps);
+	cfg.dirty_writeback_centisecs = 0;
+	wbc_cache *c;
+	wbc_dev *d;
+	char msg[256] = "";
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	sec_size = 0;
+	long before = vm_size_kb();
+	int err = spec ? wbc_dev_add_msg(c, spec, &d, msg, sizeof(msg))
+		       : wbc_dev_add_backend_msg(c, &sec_ops, NULL, NULL, &d, msg, sizeof(msg));
+	long grew = vm_size_kb() - before;
+	printf("7. %s, %zu-byte pages: add %d %s, VmSize +%ld kB\n",
+	       spec ? spec : "max_io 1 GiB, queue_depth 4096", (size_t)ps, err, msg, grew);
+	CHECK_EQ(err, 0);
+	t_stream(d, NULL, "f", 256 << 10, 3, 1);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	if (!spec)
+		CHECK_EQ(sec_size, 256u << 10);
+	return grew;
+}
+
+static void pool_bound(void)
+{
+	sec_cap = 4 * MiB;
+	sec_qd = 4096;
+	sec_max_io = (size_t)1 << 30;
+	CHECK((sec_store = calloc(1, sec_cap)));
+	pool_add(NULL, MiB, 512);
+	CHECK(pool_add(NULL, MiB, 4096) < (1l << 20));
+	CHECK(pool_add("model:max_io=64M,qd=4096", 64 * MiB, 512) < (1l << 20));
+	free(sec_store);
+	sec_qd = 4;
+	sec_max_io = 64 * MiB;
+}
+
 /* backend_edges [N]: part N alone */
 int main(int argc, char **argv)
 {
 	int only = argc > 1 ? atoi(argv[1]) : 0;
 	void (*parts[])(void) = { short_inline, stack_max_file, deep_queue, direct_depth,
-				  odd_results, complete_twice };
-	for (int i = 0; i < 6; i++)
+				  odd_results, complete_twice, pool_bound };
+	for (int i = 0; i < 7; i++)
 		if (!only || only == i + 1)
 			parts[i]();
 	printf("backend_edges: all passed\n");

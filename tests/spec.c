@@ -80,7 +80,8 @@ int main(void)
 		"model:min_ratio=5", "model:on_error=drop,bw=1M", "model:discard=1,min_ratio=5",
 		"model,max_ratio=50", "model:", "mem,on_error=drop",
 		"model:errp=1,retry_timeout=0.5", "mem,retry_timeout=250ms", "model:retry_timeout=0",
-		"model:errn=3",
+		"model:errn=3", "mem,max_bytes=8K,strict_limit=1", "mem,max_ratio=4,strict_limit=1",
+		"mem,max_ratio=1",
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
 		wbc_dev *d;
@@ -105,6 +106,10 @@ int main(void)
 		{ "model:bogus=1", "bogus" }, { "model:bw", "bw" }, { "mem,min_ratio=101", "min_ratio" },
 		{ "mem,max_ratio=0", "max_ratio" }, { "mem,strict_limit=2", "strict_limit" },
 		{ "mem,min_ratio=60,max_ratio=50", "min_ratio" }, { "mem,max_bytes=lots", "max_bytes" },
+		/* a device's own cap under two pages (each page written paused) */
+		{ "mem,max_bytes=1", "max_bytes=1: must be at least two pages" },
+		{ "model:max_bytes=8191,strict_limit=1", "two pages" },
+		{ "mem,max_ratio=3,strict_limit=1", "max_ratio=3 with strict_limit=1" },
 		{ "modelx", "modelx" },
 		/* the same tunable, bad, wherever it stands: the same message */
 		{ "model:min_ratio=500", "min_ratio=500" },

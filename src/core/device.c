@@ -186,9 +186,11 @@ static int split_dev_opts(char *spec, char **tun, char *msg, size_t msglen)
 	return 0;
 }
 
-/* Set @dev's tunables from @tun ("k=v,k=v"; NULL or "": none): 0, or
- * -EINVAL with a message for an unknown key or a bad value. */
-static int parse_tunables(struct wbc_dev *dev, const char *tun, char *msg, size_t msglen)
+/* Set @dev's tunables from @tun ("k=v,k=v"; NULL or "": none), for a
+ * device of cache @c: 0, or -EINVAL with a message for an unknown key or
+ * a bad value. */
+static int parse_tunables(struct wbc_dev *dev, const char *tun, const wbc_cache *c,
+			  char *msg, size_t msglen)
 {
 	for (const char *tok = tun; tok && *tok;) {
 		const char *next = strchr(tok, ',');
@@ -216,6 +218,19 @@ static int parse_tunables(struct wbc_dev *dev, const char *tun, char *msg, size_
 	}
 	if (dev->min_ratio > dev->max_ratio) {
 		snprintf(msg, msglen, "min_ratio above max_ratio");
+		return -EINVAL;
+	}
+	/* a device's own cap under two pages, as the cache's dirty_bytes
+	 * (cache.c): a strict device paused at nearly every page */
+	if (dev->max_bytes && dev->max_bytes < 2 * (uint64_t)c->page_size) {
+		snprintf(msg, msglen, "max_bytes=%llu: must be at least two pages (%zu bytes)",
+			 (unsigned long long)dev->max_bytes, 2 * c->page_size);
+		return -EINVAL;
+	}
+	if (dev->strict_limit && c->thresh * dev->max_ratio / 100 < 2) {
+		snprintf(msg, msglen, "max_ratio=%u with strict_limit=1: under two pages of the "
+			 "cache's %llu-page dirty threshold", dev->max_ratio,
+			 (unsigned long long)c->thresh);
 		return -EINVAL;
 	}
 	return 0;
@@ -269,7 +284,7 @@ static int dev_add_be(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx
 	dev->retry_timeout_ns = WBC_RETRY_TIMEOUT_NS;
 	int err = tun && *tun ? opts_check(tun, tun, msg, msglen) : 0;
 	if (!err)
-		err = parse_tunables(dev, tun, msg, msglen);
+		err = parse_tunables(dev, tun, c, msg, msglen);
 	unsigned taken = 0;     /* what this call added to the sum: released on failure */
 	if (!err && !reserved && !(err = reserve_min_ratio(c, dev->min_ratio, msg, msglen)))
 		taken = dev->min_ratio;
@@ -454,7 +469,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 	char *tun = NULL;
 	int err = split_dev_opts(bspec, &tun, msg, msglen);
 	if (!err)
-		err = parse_tunables(&probe, tun, msg, msglen);
+		err = parse_tunables(&probe, tun, c, msg, msglen);
 	bool reserved = !err && !(err = reserve_min_ratio(c, probe.min_ratio, msg, msglen));
 	const struct wbc_backend_ops *ops = NULL;
 	void *ctx = NULL;
@@ -529,8 +544,15 @@ int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn op
 		       size_t msglen)
 {
 	if (!opts || !open || fs_fd < 0 || (open_flags & ~WBC_OPENER_REOPEN)) {
-		if (msg && msglen)
-			snprintf(msg, msglen, "missing argument");
+		if (msg && msglen) {
+			if (open_flags & ~WBC_OPENER_REOPEN)
+				snprintf(msg, msglen, "unknown open_flags 0x%x (0 or "
+					 "WBC_OPENER_REOPEN)", open_flags);
+			else if (fs_fd < 0)
+				snprintf(msg, msglen, "fs_fd %d is not a file descriptor", fs_fd);
+			else
+				snprintf(msg, msglen, "missing argument");
+		}
 		return -EINVAL;
 	}
 	struct file_opener op = { .fn = open, .ctx = ctx, .fs_fd = fs_fd, .flags = open_flags };

@@ -3,8 +3,8 @@
  * balance_dirty_pages), on the page counters of mm (mm/account.c).
  *
  * THRESHOLDS (pages).  For the cache (the global domain):
- *   thresh    = dirty_bytes, or dirty_ratio% of the cache's pages
- *   bg_thresh = dirty_background_bytes, or dirty_background_ratio% of them
+ *   thresh    = dirty_bytes (in pages, rounded up), or dirty_ratio% of the cache's pages
+ *   bg_thresh = dirty_background_bytes (likewise), or dirty_background_ratio% of them
  *               (if bg_thresh >= thresh: bg_thresh = thresh / 2)
  *   limit     = thresh (the arena is fixed, so thresh never moves and the
  *               kernel's slowly-following hard limit is thresh itself)
@@ -209,10 +209,15 @@ void thresholds_compute(struct wbc_cache *c)
 {
 	uint64_t n = c->nr_pages;
 	const struct wbc_config *cfg = &c->cfg;
-	uint64_t t = cfg->dirty_bytes ? cfg->dirty_bytes >> c->page_shift
-				      : n * cfg->dirty_ratio / 100;
+	/* bytes in whole pages, rounded up as the kernel's DIV_ROUND_UP
+	 * (domain_dirty_limits) */
+	uint64_t mask = c->page_size - 1;
+	uint64_t t = cfg->dirty_bytes ?
+		(cfg->dirty_bytes >> c->page_shift) + !!(cfg->dirty_bytes & mask) :
+		n * cfg->dirty_ratio / 100;
 	uint64_t bg = cfg->dirty_background_bytes ?
-		cfg->dirty_background_bytes >> c->page_shift :
+		(cfg->dirty_background_bytes >> c->page_shift) +
+			!!(cfg->dirty_background_bytes & mask) :
 		n * cfg->dirty_background_ratio / 100;
 	t = WBC_MIN(WBC_MAX(t, 1), n);
 	if (bg >= t)

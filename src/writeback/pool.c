@@ -1,21 +1,38 @@
 /*
  * The bio pool of a device (layer writeback): at most qd I/Os are in
  * flight per device (the backend's queue depth, or max_inflight=N below it), a pool of qd bios, each with room for the backend's
- * largest I/O in iovecs and pages.  Waiters for a bio are woken in
- * batches.  The pool also keeps the time the device had I/O in flight
+ * largest I/O in iovecs and pages, bounded by the cache (dev_io_init).
+ * Waiters for a bio are woken in batches.  The pool also keeps the time the device had I/O in flight
  * (busy_ns), which the throttle layer's bandwidth estimate reads through
  * dev_busy_ns.
  */
 #include "writeback/writeback.h"
 
+/* The pool's page slots (qd bios of maxp each) at most: every page of
+ * the cache eight times over, and never less than the default pool's
+ * (32 bios of 1 MiB in 4 KiB pages). */
+#define POOL_PAGES_PER_PAGE 8u
+#define POOL_MIN_SLOTS 8192u
+
 int dev_io_init(struct wbc_dev *dev)
 {
 	struct backend *be = dev->be;
-	size_t ps = dev->cache->page_size;
-	unsigned maxp = (unsigned)WBC_MAX(be->max_io / ps, 1);
+	struct wbc_cache *c = dev->cache;
+	size_t ps = c->page_size;
+	/* bounded by what the cache can have in flight at once: a bio holds
+	 * no more pages than the cache has, and (each holding at least one)
+	 * no more bios are in flight than it has pages; the pool as a whole
+	 * stays linear in the cache's pages: a writeback bio is then
+	 * smaller than max_io (direct I/O is split at max_io still) */
+	uint64_t maxp = WBC_MIN(WBC_MAX(be->max_io / ps, 1), c->nr_pages);
 	unsigned qd = WBC_MAX(be->qd, 1u);
 	if (dev->max_inflight && dev->max_inflight < qd)
 		qd = dev->max_inflight;   /* max_inflight=N, for experiments */
+	qd = (unsigned)WBC_MAX(WBC_MIN((uint64_t)qd, c->nr_pages), 1);
+	uint64_t slots = WBC_MAX(c->nr_pages * POOL_PAGES_PER_PAGE, POOL_MIN_SLOTS);
+	if ((uint64_t)qd * maxp > slots)
+		maxp = WBC_MAX(slots / qd, 1);
+	dev->bio_maxp = (unsigned)maxp;
 	dev->bio_pool = calloc(qd, sizeof(*dev->bio_pool));
 	dev->iov_pool = calloc((size_t)qd * maxp, sizeof(*dev->iov_pool));
 	dev->page_pool = calloc((size_t)qd * maxp, sizeof(*dev->page_pool));

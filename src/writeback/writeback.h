@@ -290,7 +290,7 @@ void dirty_requeue(struct inode *ino, bool still_dirty, bool slice_used);
 /* pool.c */
 static inline unsigned bio_max_pages(struct wbc_dev *dev)
 {
-	return (unsigned)WBC_MAX(dev->be->max_io >> dev->cache->page_shift, 1);
+	return dev->bio_maxp;   /* dev_io_init */
 }
 int dev_io_init(struct wbc_dev *dev);
 void dev_io_destroy(struct wbc_dev *dev);
