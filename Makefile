@@ -76,11 +76,15 @@ NBDKIT_CFLAGS = $(shell pkg-config --cflags nbdkit 2>/dev/null)
 NBDKIT_FILTER := $(BUILD)/nbdkit-wbcache-filter.so
 # a plugin the filter's test puts under it (tests/plugins/)
 NBDKIT_TEST_PLUGINS := $(BUILD)/tests/nbdkit-flakyflush-plugin.so
+# a library the mount's fault test preloads under the daemon
+# (tests/preload/): no sanitizer, whose runtime must come first
+TEST_PRELOADS := $(BUILD)/tests/failsyncfs.so
 # `make install`: nbdkit's filter directory under PREFIX (PREFIX=/usr: the
 # system's, `pkg-config --variable=filterdir nbdkit`)
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
 NBDKIT_FILTERDIR ?= $(PREFIX)/lib/$(if $(MULTIARCH),$(MULTIARCH)/)nbdkit/filters
-ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES) $(NBDKIT_FILTER) $(NBDKIT_TEST_PLUGINS)
+ALL := $(LIB) $(LIB_INT) $(CLI) $(TESTS) $(BENCHES) $(EXAMPLES) $(NBDKIT_FILTER) $(NBDKIT_TEST_PLUGINS) \
+       $(TEST_PRELOADS)
 ifeq ($(SAN),)
   ALL += $(SHLIB)
 endif
@@ -165,6 +169,10 @@ $(NBDKIT_FILTER): nbdkit/wbcache-filter.c $(LIB) | deps
 $(BUILD)/tests/nbdkit-%-plugin.so: tests/plugins/%.c Makefile | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(NBDKIT_CFLAGS) -fPIC -shared $< -o $@
+
+$(TEST_PRELOADS): $(BUILD)/tests/%.so: tests/preload/%.c Makefile | deps
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_BASE) -O2 -fPIC -shared $< -ldl -o $@
 
 # run, check and bench build on every CPU (make -jN given: its jobs)
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)

@@ -440,7 +440,10 @@ struct wbc_stats {
 	uint64_t write_bw;           /* summed device write bandwidth estimate, bytes/s */
 	uint32_t nr_devices;
 	uint32_t reserved_u;
-	uint64_t reserved[16];       /* zero: room for counters to come */
+	/* backend flushes (fsync, sync: the backing file system's fsync or
+	 * syncfs) that failed: what they covered may not be on the store */
+	uint64_t flush_errors;
+	uint64_t reserved[15];       /* zero: room for counters to come */
 };
 
 /* Fill @st.  Returns 0 or -EINVAL for NULL arguments. */

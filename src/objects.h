@@ -412,7 +412,8 @@ struct wbc_cache {
 	 * read in ([core]); reclaimed and page waits ([mm]) */
 	atomic_ullong st_written_back __attribute__((aligned(64))), st_read_in, st_reclaimed,
 		      st_write_ios, st_write_errors, st_lost, st_page_waits,
-		      st_busy_waits;   /* [mm] waits for a busy file's clean pages */
+		      st_busy_waits,   /* [mm] waits for a busy file's clean pages */
+		      st_flush_errors; /* [core] [wb] backend flushes that failed */
 
 	/* [core] the device list, walked by writeback and throttle under
 	 * dev_lock (or without it from a list head read under it: devices

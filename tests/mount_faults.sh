@@ -256,6 +256,27 @@ os.fsync(fd)          # seen now: the next one has nothing to report
 os.close(fd)
 PY
 "$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' || fail "nothing counted lost"
+# a hole punched after the lost write (its range written back first) may
+# fail with the error, but leaves it to the descriptor's fsync (the punch
+# took it: fsync returned 0 for lost data)
+python3 - "$mt" <<'PY' || fail "a lost write before a punched hole"
+import ctypes, errno, os, subprocess, sys
+mt = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(os.path.join(mt, "punch"), os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b"P" * (3 << 20))
+subprocess.run(["getfattr", "-n", "user.wbcache.sync", mt], capture_output=True)
+# FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+if libc.fallocate(fd, 3, ctypes.c_long(0), ctypes.c_long(1 << 20)):
+    assert ctypes.get_errno() == errno.ENOSPC, os.strerror(ctypes.get_errno())
+try:
+    os.fsync(fd)
+    sys.exit("fsync returned 0 after a lost write (the punch took the error)")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.fsync(fd)
+os.close(fd)
+PY
 do_umount
 rm -f "$bk"/*
 
@@ -292,6 +313,51 @@ setpriv --reuid=65534 --regid=65534 --clear-groups getfattr -n user.wbcache.sync
 	>/dev/null 2>"$top/nobody.err" && fail "nobody's sync: no word of the lost write"
 do_umount && fail "wbcache umount: no word of the lost write (nobody's sync had it)"
 do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+rm -f "$bk"/*
+
+# ---- a failed flush of the store (its syncfs fails with EIO, through a
+# library preloaded under the daemon, once per trigger file made): the
+# sync attribute and wbcache umount fail with it, once (both succeeded:
+# what was written may not be on the store), and the foreground daemon
+# exits 1 when its own last flush fails
+preload=$PWD/$BUILD/tests/failsyncfs.so
+[ -e "$preload" ] || fail "$preload is not built"
+export WBCACHE_TEST_FAIL_SYNCFS=$top/failsyncfs
+asan_was=${ASAN_OPTIONS-}
+# a sanitizer's runtime wants to come first; the preload only wraps syncfs
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
+export LD_PRELOAD=$preload
+do_mount "mem=64M"
+unset LD_PRELOAD
+echo one >"$mt/flushed"
+: >"$WBCACHE_TEST_FAIL_SYNCFS"
+getfattr -n user.wbcache.sync "$mt" >/dev/null 2>"$top/sync.err" &&
+	fail "the sync attribute succeeded over a failed flush of the store"
+[ -e "$WBCACHE_TEST_FAIL_SYNCFS" ] && fail "the sync attribute did not flush the store"
+grep -q "Input/output error" "$top/sync.err" || fail "the failed sync said: $(cat "$top/sync.err")"
+getfattr -n user.wbcache.sync "$mt" >/dev/null || fail "a second sync failed (told once)"
+echo two >"$mt/flushed2"
+: >"$WBCACHE_TEST_FAIL_SYNCFS"
+do_umount && fail "wbcache umount succeeded over a failed flush of the store"
+[ -e "$WBCACHE_TEST_FAIL_SYNCFS" ] && fail "wbcache umount did not flush the store"
+mounted "$mt" || fail "wbcache umount unmounted over a failed flush of the store"
+do_umount || fail "wbcache umount after the failed one: $(cat "$top/umount.log")"
+[ "$(cat "$bk/flushed" "$bk/flushed2")" = "$(printf 'one\ntwo')" ] || fail "the files are not on the store"
+rm -f "$bk"/*
+LD_PRELOAD=$preload "$W" mount "$bk" "$mt" -f -o mem=64M 2>"$top/fg.log" &
+fg=$!
+for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
+mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
+pid=$fg
+echo three >"$mt/flushed"
+: >"$WBCACHE_TEST_FAIL_SYNCFS"
+fusermount3 -u "$mt"
+wait "$fg"; rc=$?; pid=
+[ -e "$WBCACHE_TEST_FAIL_SYNCFS" ] && fail "the daemon's end did not flush the store"
+[ $rc = 1 ] || fail "exit status $rc after its flush of the store failed: $(cat "$top/fg.log")"
+grep -q "flush of the backing store" "$top/fg.log" || fail "no report of the failed flush: $(cat "$top/fg.log")"
+unset WBCACHE_TEST_FAIL_SYNCFS
+export ASAN_OPTIONS=$asan_was
 rm -f "$bk"/*
 
 # ---- the foreground daemon: exit status 1 for data it could not write

@@ -225,7 +225,9 @@ static void case_min_ratio(void)
 
 /* 7: a device flush that fails is the error of the files written since
  * the last good one, not of a file only read (a close of any descriptor
- * of it reported the error through the mount) */
+ * of it reported the error through the mount); each failed flush, a
+ * sync's or an fsync's, is counted (flush_errors: the mount's sync fails
+ * with it, which no later write makes good) */
 static void case_flush_error_scope(void)
 {
 	reset_store();
@@ -243,8 +245,13 @@ static void case_flush_error_scope(void)
 	CHECK_EQ(wbc_file_open(d, "dw", WBC_O_DIRECT, &dw), 0);
 	memset(buf, 'd', 4 * KiB);
 	CHECK_EQ(wbc_pwrite(dw, buf, 4 * KiB, 0), 4 * KiB);
+	struct wbc_stats st;
+	CHECK_EQ(wbc_stats(c, &st), 0);
+	CHECK_EQ(st.flush_errors, 0);
 	sb_set(&sb_fail_flush, true);
 	CHECK_EQ(wbc_dev_sync(d), -EIO);
+	CHECK_EQ(wbc_stats(c, &st), 0);
+	CHECK_EQ(st.flush_errors, 1);
 	CHECK_EQ(wbc_file_peek_error(dw), -EIO);
 	wbc_file_close(dw);
 	CHECK_EQ(wbc_file_peek_error(w), -EIO);
@@ -254,6 +261,13 @@ static void case_flush_error_scope(void)
 	CHECK_EQ(wbc_file_peek_error(r), 0);
 	CHECK_EQ(wbc_fsync(r), 0);
 	CHECK_EQ(wbc_fsync(old), 0);
+	sb_set(&sb_fail_flush, true);
+	CHECK_EQ(wbc_fsync(old), -EIO);
+	CHECK_EQ(wbc_stats(c, &st), 0);
+	CHECK_EQ(st.flush_errors, 2);
+	CHECK_EQ(wbc_dev_sync(d), -EIO);   /* the device's errors have it too */
+	CHECK_EQ(wbc_stats(c, &st), 0);
+	CHECK_EQ(st.flush_errors, 2);
 	wbc_file_close(w);
 	wbc_file_close(r);
 	wbc_file_close(old);

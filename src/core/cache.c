@@ -250,6 +250,7 @@ int wbc_stats(wbc_cache *c, struct wbc_stats *st)
 	st->lost_bytes = atomic_load(&c->st_lost);
 	st->at_risk_bytes = (uint64_t)WBC_MAX(atomic_load(&c->st_at_risk_pages), 0) * ps;
 	st->page_waits = atomic_load(&c->st_page_waits);
+	st->flush_errors = atomic_load(&c->st_flush_errors);
 	pthread_mutex_lock(&c->dev_lock);
 	for (struct wbc_dev *dv = c->devs; dv; dv = dv->next) {
 		st->write_bw += atomic_load(&dv->write_bw);

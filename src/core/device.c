@@ -645,6 +645,8 @@ int dev_stop(struct wbc_dev *dev)
 	    atomic_load_explicit(&dev->be->flushed_closes, memory_order_relaxed) &&
 	    !dev_dead_error(dev, wbc_now_ns()))
 		err = backend_flush(dev->be, NULL, false);
+	if (err)
+		atomic_fetch_add(&dev->cache->st_flush_errors, 1);
 	backend_destroy(dev->be);
 	free(dev->be);
 	dev->be = NULL;

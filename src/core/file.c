@@ -1051,8 +1051,10 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	/* a failed flush may have lost completed writes (a stacked device's
 	 * lower device failed to write them): an error of the file, which
 	 * every handle open now sees once, as a failed write's */
-	if (ferr)
+	if (ferr) {
+		atomic_fetch_add(&dev->cache->st_flush_errors, 1);
 		dev_record_error(dev, ferr);
+	}
 	pthread_mutex_lock(&ino->lock);
 	if (ferr)
 		errseq_record(&ino->wb_err, ferr);

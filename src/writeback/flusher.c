@@ -302,9 +302,10 @@ static int wb_sync(struct wbc_dev *dev)
 	 * count in the next generation */
 	uint64_t gen = atomic_fetch_add(&dev->flush_gen, 1);
 	int e = backend_flush(dev->be, NULL, false);
-	if (e)
+	if (e) {
+		atomic_fetch_add(&dev->cache->st_flush_errors, 1);
 		dev_record_error_files(dev, e, dev->flush_good);
-	else
+	} else
 		dev->flush_good = gen + 1;
 	/* the files this sync wrote are let go only now: one whose last
 	 * reference this is (written, closed) is still in the name table

@@ -583,7 +583,8 @@ out:
 			unpin_unlinked(n);
 		/* everything is written back here.  An error met on the way
 		 * (a full file system, since freed) that left nothing at risk
-		 * and lost nothing is logged; data not written makes it 1. */
+		 * and lost nothing is logged; data not written, or a failed
+		 * flush of the store, makes it 1. */
 		int err = wbc_cache_sync(M.cache);
 		struct wbc_stats s;
 		if (err)
@@ -608,6 +609,7 @@ out:
 		/* a loss a sync (wbcache umount) reported already is not one
 		 * of the end's: that umount failed with it */
 		uint64_t told = mount_lost_reported();
+		uint64_t flush_told = mount_flush_errors_reported();
 		if (s.lost_bytes > told) {
 			snprintf(endwhy, sizeof(endwhy), "writeback at unmount failed: %" PRIu64 " bytes lost",
 				 s.lost_bytes - told);
@@ -618,6 +620,12 @@ out:
 			status = 1;
 		} else if (err) {
 			snprintf(endwhy, sizeof(endwhy), "writeback at unmount failed: %s", wbc_strerror(err));
+			logmsg("%s", endwhy);
+			status = 1;
+		} else if (s.flush_errors > flush_told) {
+			/* the store's flush (syncfs) failed: what was written
+			 * may not be on it, and no later write made that good */
+			snprintf(endwhy, sizeof(endwhy), "flush of the backing store at unmount failed");
 			logmsg("%s", endwhy);
 			status = 1;
 		}

@@ -315,8 +315,10 @@ void write_after(fuse_req_t req, wbc_file *h, size_t count,
 
 /* stats.c */
 size_t stats_text(char *buf, size_t len);
-/* The lost bytes mount_sync has reported (wbcache umount was told). */
+/* The lost bytes and failed flushes mount_sync has reported (wbcache
+ * umount was told). */
 uint64_t mount_lost_reported(void);
+uint64_t mount_flush_errors_reported(void);
 int mount_sync(bool owner);   /* owner: the daemon's user or root asks */
 
 /* conn.c */

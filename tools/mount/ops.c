@@ -890,6 +890,23 @@ static int write_zeros(wbc_file *h, uint64_t pos, uint64_t stop)
  * cannot be read for its holes (a remote backend's data is not there; a
  * daemon that may not open it), the whole range gets zeros.
  */
+/* Write [@off, @stop) of @n back and wait: 0 or its error.  Through an
+ * engine handle of its own: the open file's would count an earlier
+ * write's error as told, and its fsync then said 0 for the lost write
+ * (the fallocate fails with it; the open file's fsync still tells it). */
+static int write_back_range(struct node *n, uint64_t off, uint64_t stop)
+{
+	wbc_file *own;
+	pthread_mutex_lock(&n->lock);
+	int err = engine_open(n, &own);
+	pthread_mutex_unlock(&n->lock);
+	if (err)
+		return err;
+	err = wbc_fsync_range(own, off, stop - off, 1);
+	wbc_file_close(own);
+	return err;
+}
+
 static int punch(struct node *n, wbc_file *h, uint64_t off, uint64_t stop)
 {
 	char path[64];
@@ -902,7 +919,7 @@ static int punch(struct node *n, wbc_file *h, uint64_t off, uint64_t stop)
 	if (rfd < 0) {
 		err = write_zeros(h, off, stop);
 	} else {
-		err = wbc_fsync_range(h, off, stop - off, 1);
+		err = write_back_range(n, off, stop);
 		for (uint64_t pos = off; !err && pos < stop;) {
 			off_t d = lseek(rfd, (off_t)pos, SEEK_DATA), e;
 			if (d < 0 && errno == ENXIO)
@@ -922,7 +939,7 @@ static int punch(struct node *n, wbc_file *h, uint64_t off, uint64_t stop)
 	/* the zeros written back, then the backing file's range punched;
 	 * the kernel holds the file's writers off meanwhile */
 	if (!err)
-		err = wbc_fsync_range(h, off, stop - off, 1);
+		err = write_back_range(n, off, stop);
 	if (!err) {
 		err = backing_fallocate(n, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
 					(off_t)(stop - off));

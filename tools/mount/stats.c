@@ -95,17 +95,23 @@ size_t stats_text(char *buf, size_t len)
 
 /* Write back and flush everything (`wbcache umount`): 0 once every byte
  * is on the backing store; the error while data stays at risk, or when
- * data was dropped (on_error=drop) since the previous such sync.  An error
- * that a later write made good is not one: each open file's fsync has
- * reported it already. */
-/* Lost bytes a sync has reported: to the daemon's user or root (who may
- * unmount: what `wbcache umount` was told), and to other users (whose
- * syncs must not use up what the owner is to be told) */
-static _Atomic uint64_t lost_seen[2];
+ * data was dropped (on_error=drop) or a flush of the store failed (its
+ * syncfs: what it covered may not be there) since the previous such sync.
+ * An error that a later write made good is not one: each open file's
+ * fsync has reported it already. */
+/* Lost bytes and failed flushes a sync has reported: to the daemon's user
+ * or root (who may unmount: what `wbcache umount` was told), and to other
+ * users (whose syncs must not use up what the owner is to be told) */
+static _Atomic uint64_t lost_seen[2], flush_err_seen[2];
 
 uint64_t mount_lost_reported(void)
 {
 	return atomic_load(&lost_seen[1]);
+}
+
+uint64_t mount_flush_errors_reported(void)
+{
+	return atomic_load(&flush_err_seen[1]);
 }
 
 int mount_sync(bool owner)
@@ -114,7 +120,8 @@ int mount_sync(bool owner)
 	struct wbc_stats s;
 	wbc_stats(M.cache, &s);
 	uint64_t seen = atomic_exchange(&lost_seen[owner], s.lost_bytes);
-	if (!s.at_risk_bytes && s.lost_bytes == seen)
+	uint64_t fseen = atomic_exchange(&flush_err_seen[owner], s.flush_errors);
+	if (!s.at_risk_bytes && s.lost_bytes == seen && s.flush_errors == fseen)
 		return 0;
 	return err ? err : -EIO;
 }
