@@ -312,6 +312,10 @@ chmod 755 "$top"
 setpriv --reuid=65534 --regid=65534 --clear-groups getfattr -n user.wbcache.sync "$mt" \
 	>/dev/null 2>"$top/nobody.err" && fail "nobody's sync: no word of the lost write"
 do_umount && fail "wbcache umount: no word of the lost write (nobody's sync had it)"
+# nothing at risk: it says the data was lost and a second umount will do
+# (it said "the data stays in the cache")
+grep -q "data was lost.*wbcache umount $mt. again unmounts it" "$top/umount.log" ||
+	fail "wbcache umount after a dropped write: $(cat "$top/umount.log")"
 do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 rm -f "$bk"/*
 
@@ -339,6 +343,8 @@ getfattr -n user.wbcache.sync "$mt" >/dev/null || fail "a second sync failed (to
 echo two >"$mt/flushed2"
 : >"$WBCACHE_TEST_FAIL_SYNCFS"
 do_umount && fail "wbcache umount succeeded over a failed flush of the store"
+grep -q "data was lost" "$top/umount.log" ||
+	fail "wbcache umount over a failed flush: $(cat "$top/umount.log")"
 [ -e "$WBCACHE_TEST_FAIL_SYNCFS" ] && fail "wbcache umount did not flush the store"
 mounted "$mt" || fail "wbcache umount unmounted over a failed flush of the store"
 do_umount || fail "wbcache umount after the failed one: $(cat "$top/umount.log")"

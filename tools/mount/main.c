@@ -938,9 +938,22 @@ int cmd_umount(int argc, char **argv)
 	int status = 1;
 	char ok[8];
 	if (getxattr(mnt, SYNC_XATTR, ok, sizeof(ok)) < 0) {
-		fprintf(stderr, "wbcache umount: %s: writeback failed: %s; the data stays in the "
-			"cache and the file system stays mounted (`fusermount3 -u %s` unmounts "
-			"anyway: what is not written is then lost)\n", mnt, strerror(errno), mnt);
+		int e = errno;
+		/* data at risk stays in the cache; none: the error was of
+		 * data dropped (on_error=drop) or of a failed flush of the
+		 * store, told now, once (it said "the data stays" then too) */
+		ssize_t m = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
+		const char *r = m > 0 ? (buf[m] = '\0', strstr(buf, "AtRisk:")) : NULL;
+		if (r && strtoull(r + strlen("AtRisk:"), NULL, 10) == 0)
+			fprintf(stderr, "wbcache umount: %s: writeback failed: %s; data was lost (a "
+				"write dropped, or a flush of the backing store that failed since "
+				"the last sync); the file system stays mounted: `wbcache umount %s` "
+				"again unmounts it\n", mnt, strerror(e), mnt);
+		else
+			fprintf(stderr, "wbcache umount: %s: writeback failed: %s; the data stays in "
+				"the cache and the file system stays mounted (`fusermount3 -u %s` "
+				"unmounts anyway: what is not written is then lost)\n", mnt,
+				strerror(e), mnt);
 		goto out;
 	}
 	int rc;
