@@ -187,7 +187,8 @@ static int resize_locked(struct mem *m, struct mobj *o, uint64_t size)
 			if (d == MAP_FAILED)
 				return -ENOMEM;
 			if (o->cap <= MEM_MAP_MIN) {   /* from the heap: zeros past old */
-				memcpy(d, o->data, old);
+				if (old)   /* (none yet: no heap block either) */
+					memcpy(d, o->data, old);
 				free(o->data);
 			}
 		}
