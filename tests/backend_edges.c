@@ -581,20 +581,6 @@ static void complete_twice(void)
 /* ------------------------------------------------------------------ */
 /* 7. the bio pool is bounded by the cache */
 
-static long vm_size_kb(void)
-{
-	FILE *fp = fopen("/proc/self/status", "r");
-	CHECK(fp);
-	char line[256];
-	long kb = -1;
-	while (fgets(line, sizeof(line), fp))
-		if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
-			break;
-	fclose(fp);
-	CHECK(kb > 0);
-	return kb;
-}
-
 /* the growth of VmSize (kB) at adding @spec (NULL: the sector backend)
  * to a cache of @mem bytes in pages of @ps; the device writes back */
 static long pool_add(const char *spec, uint64_t mem, uint32_t ps)
@@ -606,10 +592,10 @@ static long pool_add(const char *spec, uint64_t mem, uint32_t ps)
 	char msg[256] = "";
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	sec_size = 0;
-	long before = vm_size_kb();
+	long before = t_status_kb("VmSize");
 	int err = spec ? wbc_dev_add_msg(c, spec, &d, msg, sizeof(msg))
 		       : wbc_dev_add_backend_msg(c, &sec_ops, NULL, NULL, &d, msg, sizeof(msg));
-	long grew = vm_size_kb() - before;
+	long grew = t_status_kb("VmSize") - before;
 	printf("7. %s, %zu-byte pages: add %d %s, VmSize +%ld kB\n",
 	       spec ? spec : "max_io 1 GiB, queue_depth 4096", (size_t)ps, err, msg, grew);
 	CHECK_EQ(err, 0);

@@ -16,20 +16,6 @@
 
 #define GiB (1ull << 30)
 
-static long rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	CHECK(f);
-	char line[256];
-	long v = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &v) == 1)
-			break;
-	fclose(f);
-	CHECK(v >= 0);
-	return v;
-}
-
 /* The backend's bytes [off, off + len) of @name (a direct open). */
 static void backend_read(wbc_dev *dev, const char *name, char *buf, size_t len, uint64_t off)
 {
@@ -59,12 +45,12 @@ int main(void)
 	t_fill(page, sizeof(page), 9);
 
 	/* 1 */
-	long before = rss_kib();
+	long before = t_status_kb("VmRSS");
 	CHECK_EQ(wbc_file_open(dev, "far", WBC_O_CREAT, &f), 0);
 	CHECK_EQ(wbc_pwrite(f, page, sizeof(page), 2 * GiB), (ssize_t)sizeof(page));
 	CHECK_EQ(wbc_fsync(f), 0);
 	CHECK_EQ(wbc_file_close(f), 0);
-	long grew = rss_kib() - before;
+	long grew = t_status_kb("VmRSS") - before;
 	printf("a page at 2 GiB: the process grew by %ld KiB (under 65536 wanted)\n", grew);
 	CHECK(grew < 65536);
 

@@ -149,6 +149,23 @@ static inline struct wbc_config t_config(uint64_t mem, uint32_t page_size)
 	return cfg;
 }
 
+/* A "Name: N kB" line of /proc/self/status (VmSize, VmRSS), in KiB. */
+static inline long t_status_kb(const char *field)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	CHECK(fp);
+	char line[256];
+	long kb = -1;
+	size_t n = strlen(field);
+	while (fgets(line, sizeof(line), fp))
+		if (!strncmp(line, field, n) && line[n] == ':' &&
+		    sscanf(line + n + 1, " %ld kB", &kb) == 1)
+			break;
+	fclose(fp);
+	CHECK(kb >= 0);
+	return kb;
+}
+
 /* A cache of @mem bytes (4 KiB pages) without periodic writeback: only
  * what the test asks is written back. */
 static inline wbc_cache *t_quiet_cache(uint64_t mem)
