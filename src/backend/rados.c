@@ -1057,21 +1057,6 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 	if (pause)
 		pause(b->open_pause_arg);
 	r = take_lock(f, 0);   /* creates object 0 when missing */
-	if (!r && !exists) {
-		/* made by another cache between the stat and the lock (it
-		 * locked, wrote and closed it meanwhile): its layout is there,
-		 * and its size, which the create's below would have cut to 0 */
-		uint64_t made = 0;
-		sync_begin(b);
-		r = get_u64_xattr(b->io, o, XATTR_OBJSIZE, &made);
-		sync_end(b);
-		if (r < 0) {
-			(void)unlock_name(b, f->name);
-			free_file(f);
-			return rerr(r);
-		}
-		exists = made != 0;
-	}
 	if (!r && rc && rc->sized) {
 		/* the lock its close kept was broken (and the file perhaps
 		 * opened by another since, its data past the size trimmed):
@@ -1120,6 +1105,21 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 	if (r < 0) {
 		free_file(f);
 		return rerr(r);
+	}
+	if (!exists) {
+		/* made by another cache between the stat and the lock (it
+		 * locked, wrote and closed it meanwhile): its layout is there,
+		 * and its size, which the create's below would have cut to 0 */
+		uint64_t made = 0;
+		sync_begin(b);
+		r = get_u64_xattr(b->io, o, XATTR_OBJSIZE, &made);
+		sync_end(b);
+		if (r < 0) {
+			(void)unlock_name(b, f->name);
+			free_file(f);
+			return rerr(r);
+		}
+		exists = made != 0;
 	}
 	uint64_t sz = 0, ext = 0, made_with = 0;
 	if (exists) {
