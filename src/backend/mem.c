@@ -181,12 +181,22 @@ static int resize_locked(struct mem *m, struct mobj *o, uint64_t size)
 				return -ENOMEM;
 		} else {
 			cap = (cap + MEM_MAP_ALIGN - 1) & ~(MEM_MAP_ALIGN - 1);
-			d = o->cap > MEM_MAP_MIN ? mremap(o->data, o->cap, cap, MREMAP_MAYMOVE) :
-				mmap(NULL, cap, PROT_READ | PROT_WRITE,
-				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+			d = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 			if (d == MAP_FAILED)
 				return -ENOMEM;
-			if (o->cap <= MEM_MAP_MIN) {   /* from the heap: zeros past old */
+			if (o->cap > MEM_MAP_MIN) {
+				/* the pages moved to the start of the new mapping,
+				 * not copied (only those written exist); into one
+				 * of ours, not where the kernel likes: a sanitizer
+				 * sees the mmap, not mremap's choice, and took the
+				 * next object there for the one moved away */
+				if (mremap(o->data, o->cap, o->cap, MREMAP_MAYMOVE | MREMAP_FIXED,
+					   d) == MAP_FAILED) {
+					munmap(d, cap);
+					return -ENOMEM;
+				}
+			} else {   /* from the heap: zeros past old */
 				if (old)   /* (none yet: no heap block either) */
 					memcpy(d, o->data, old);
 				free(o->data);
