@@ -7,10 +7,42 @@
  */
 #include "testutil.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #define SZ (3u << 20)
+
+/* This test's fsync(2) counts the syncs of a directory (the inode watched)
+ * and fails the next @dir_fail of them with EIO. */
+static atomic_ulong dir_syncs;
+static atomic_ulong watch_ino;
+static atomic_int dir_fail;
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+	if (!real)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	struct stat st;
+	if (!fstat(fd, &st) && S_ISDIR(st.st_mode) && st.st_ino == atomic_load(&watch_ino)) {
+		atomic_fetch_add(&dir_syncs, 1);
+		if (atomic_load(&dir_fail) > 0) {
+			atomic_fetch_sub(&dir_fail, 1);
+			errno = EIO;
+			return -1;
+		}
+	}
+	return real(fd);
+}
+
+static void watch_dir(const char *path)
+{
+	struct stat st;
+	CHECK_EQ(stat(path, &st), 0);
+	atomic_store(&watch_ino, st.st_ino);
+	atomic_store(&dir_syncs, 0);
+}
 
 static void expect_file(const char *path, const char *want, uint64_t off, uint64_t len,
 			int64_t size)
@@ -45,7 +77,10 @@ int main(void)
 	char *data = malloc(SZ);
 	t_fill(data, SZ, 7);
 
-	/* fsync: whole file, unaligned size */
+	/* fsync: whole file, unaligned size; the file's name is made durable
+	 * too: the store directory synced at the file's first fsync, not
+	 * after */
+	watch_dir(dir);
 	wbc_file *a;
 	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &a), 0);
 	CHECK_EQ(wbc_pwrite(a, data, SZ - 123, 0), SZ - 123);
@@ -54,7 +89,11 @@ int main(void)
 	CHECK_EQ(stat(path, &st), 0);
 	CHECK_EQ(st.st_size, 0);                       /* not written yet */
 	CHECK_EQ(wbc_fsync(a), 0);
+	CHECK_EQ(atomic_load(&dir_syncs), 1);
 	expect_file(path, data, 0, SZ - 123, SZ - 123);
+	CHECK_EQ(wbc_pwrite(a, data, 10, 0), 10);
+	CHECK_EQ(wbc_fsync(a), 0);
+	CHECK_EQ(atomic_load(&dir_syncs), 1);          /* once is enough */
 
 	/* overwrite in the middle, fdatasync */
 	t_fill(data + 1000, 50000, 8);
@@ -93,17 +132,40 @@ int main(void)
 	wbc_file_close(a);
 	wbc_file_close(b);
 	wbc_file_close(d);
+	/* a file that was there already: no directory sync */
+	atomic_store(&dir_syncs, 0);
+	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &a), 0);
+	CHECK_EQ(wbc_pwrite(a, data, 10, 0), 10);
+	CHECK_EQ(wbc_fsync(a), 0);
+	CHECK_EQ(atomic_load(&dir_syncs), 0);
+	wbc_file_close(a);
+	/* a failed sync of the directory is fsync's error, and is tried
+	 * again at the next */
+	wbc_file *e;
+	CHECK_EQ(wbc_file_open(dev, "e", WBC_O_CREAT, &e), 0);
+	CHECK_EQ(wbc_pwrite(e, data, 10, 0), 10);
+	atomic_store(&dir_fail, 1);
+	CHECK_EQ(wbc_fsync(e), -EIO);
+	CHECK_EQ(atomic_load(&dir_syncs), 1);
+	CHECK_EQ(wbc_fsync(e), 0);
+	CHECK_EQ(atomic_load(&dir_syncs), 2);
+	wbc_file_close(e);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);   /* syncfs's: an error since the last */
+	CHECK_EQ(wbc_dev_sync(dev), 0);
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* file: backend, one backing file */
+	/* (the device's own new file is named durably at its first fsync) */
 	snprintf(path, sizeof(path), "%s/single.img", dir);
 	snprintf(spec, sizeof(spec), "file:%s", path);
+	atomic_store(&dir_syncs, 0);
 	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
 	CHECK_EQ(wbc_dev_add(c, spec, &dev), 0);
 	wbc_file *one;
 	CHECK_EQ(wbc_file_open(dev, "", 0, &one), 0);
 	CHECK_EQ(wbc_pwrite(one, data, SZ, 0), SZ);
 	CHECK_EQ(wbc_fsync(one), 0);
+	CHECK_EQ(atomic_load(&dir_syncs), 1);
 	expect_file(path, data, 0, SZ, SZ);
 	wbc_file_close(one);
 	CHECK_EQ(wbc_cache_close(c), 0);

@@ -65,6 +65,10 @@ struct fobj {
 	bool blk;
 	uint64_t blk_size;      /* a device's size; a file's at its open */
 	int refs;               /* single mode: opens of "" */
+	/* its name was made by this open; the directory is synced at its
+	 * next flush (an fsync of the file alone need not keep the entry
+	 * that names it), then cleared (atomic: flushes race) */
+	bool new_entry;
 	/* reopenable objects, under fbe.fd_lock */
 	char *name;
 	int oflags;             /* the open flags that worked */
@@ -118,6 +122,7 @@ static void warn_buffered(struct fbe *f)
 static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, struct fobj **out)
 {
 	int fd, oflags = O_RDWR | O_CLOEXEC | (f->direct ? O_DIRECT : 0);
+	bool made = false;
 	if (f->opener.fn) {
 		fd = f->opener.fn(f->opener.ctx, name, oflags);
 		if (fd == -EINVAL && f->direct) {
@@ -127,16 +132,23 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 		if (fd < 0)
 			return fd;
 	} else {
-		int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
-		if (f->dir)
-			flags |= O_NOFOLLOW;
-		fd = openat(dirfd, name, flags | (f->direct ? O_DIRECT : 0), 0644);
-		if (fd < 0 && errno == EINVAL && f->direct) {
-			oflags &= ~O_DIRECT;
-			fd = openat(dirfd, name, flags, 0644);
+		int flags = O_RDWR | O_CLOEXEC | (f->dir ? O_NOFOLLOW : 0);
+		/* a create says whether it made the name (O_EXCL), then opens
+		 * what is there; a name removed between the two is made again */
+		for (int tries = 0;; tries++) {
+			int mk = !create ? 0 : tries % 2 == 0 ? O_CREAT | O_EXCL : 0;
+			fd = openat(dirfd, name, flags | mk | (oflags & O_DIRECT), 0644);
+			if (fd < 0 && errno == EINVAL && (oflags & O_DIRECT)) {
+				oflags &= ~O_DIRECT;
+				fd = openat(dirfd, name, flags | mk, 0644);
+			}
+			if (fd >= 0) {
+				made = mk != 0;
+				break;
+			}
+			if (!create || tries >= 20 || errno != (mk ? EEXIST : ENOENT))
+				return -errno;
 		}
-		if (fd < 0)
-			return -errno;
 	}
 	struct stat st;
 	int e = fstat(fd, &st) ? -errno : S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) ? 0 :
@@ -156,6 +168,7 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 	}
 	o->fd = fd;
 	o->oflags = oflags;
+	o->new_entry = made;
 	o->blk = S_ISBLK(st.st_mode);
 	o->blk_size = (uint64_t)st.st_size;
 	if (o->blk && ioctl(fd, BLKGETSIZE64, &o->blk_size))
@@ -772,6 +785,23 @@ static void *reaper_main(void *arg)
 	}
 }
 
+static int parent_dir_fd(const char *path);
+
+/* fsync of the directory holding the device's files (dir:) or its file
+ * (file:): 0 or -1 with errno */
+static int sync_parent(struct fbe *f)
+{
+	if (f->dir)
+		return fsync(f->dirfd);
+	int dfd = parent_dir_fd(f->path);
+	if (dfd < 0)
+		return -1;
+	int r = fsync(dfd), e = errno;
+	close(dfd);
+	errno = e;
+	return r;
+}
+
 static int file_flush(void *ctx, void *obj, unsigned flags)
 {
 	struct fbe *f = ctx;
@@ -786,6 +816,14 @@ static int file_flush(void *ctx, void *obj, unsigned flags)
 		int e = errno;
 		obj_put_fd(f, o);
 		errno = e;
+		/* the entry of a file this device made, once: its data is
+		 * durable only with a name (kept set on failure: tried again
+		 * at the next flush) */
+		if (!r && __atomic_load_n(&o->new_entry, __ATOMIC_ACQUIRE)) {
+			r = sync_parent(f);
+			if (!r)
+				__atomic_store_n(&o->new_entry, false, __ATOMIC_RELEASE);
+		}
 	} else {
 		r = syncfs(f->dirfd);
 	}
@@ -936,6 +974,19 @@ static uint64_t fs_max_file(int dirfd)
 	close(fd);
 	/* what the engine holds anyway needs no naming */
 	return lo >= WBC_MAX_OFFSET ? 0 : lo;
+}
+
+/* The directory holding the file at @path, through symbolic links: a
+ * descriptor, or -1 with errno. */
+static int parent_dir_fd(const char *path)
+{
+	char *d = realpath(path, NULL), *slash = d ? strrchr(d, '/') : NULL;
+	int dfd = !d ? -1 : open(slash ? (slash == d ? "/" : (*slash = 0, d)) : ".",
+				 O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int e = errno;
+	free(d);
+	errno = e;
+	return dfd;
 }
 
 static const struct wbc_backend_ops file_ops = {
@@ -1138,16 +1189,13 @@ int file_backend_new(const char *path, bool dir, bool direct, bool uring, unsign
 	} else if (f->dirfd >= 0) {
 		f->max_file = fs_max_file(f->dirfd);
 	} else {
-		char *d = realpath(path, NULL), *slash = d ? strrchr(d, '/') : NULL;
-		int dfd = !d ? -1 : open(slash ? (slash == d ? "/" : (*slash = 0, d)) : ".",
-					 O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int dfd = parent_dir_fd(path);
 		if (dfd >= 0) {
 			f->max_file = fs_max_file(dfd);
 			close(dfd);
 		} else if (fsize_limit() < (uint64_t)INT64_MAX) {
 			f->max_file = fsize_limit();
 		}
-		free(d);
 	}
 	if (direct && f->single)
 		/* opened buffered where O_DIRECT was refused */
