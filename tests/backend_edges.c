@@ -353,6 +353,7 @@ static void direct_depth(void)
 
 static int odd_open_ret, odd_resize_ret, odd_flush_ret, odd_remove_ret;
 static ssize_t odd_read_res;     /* 0: the sector backend's own result */
+static bool odd_bad_queued;      /* submit: -EIO, *queued past n, none queued */
 
 static int odd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
 {
@@ -378,6 +379,10 @@ static int odd_remove(void *ctx, void *file)
 
 static int odd_submit(void *ctx, struct wbc_io *const *ios, unsigned n, unsigned *queued)
 {
+	if (odd_bad_queued) {
+		*queued = n + 5;
+		return -EIO;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		if (ios[i]->op == WBC_IO_READ && odd_read_res) {
 			wbc_io_complete(ios[i], odd_read_res);
@@ -460,6 +465,14 @@ static void odd_results(void)
 	printf("   flush() returning EIO (positive): wbc_fsync %d\n", r);
 	CHECK_EQ(r, -EIO);
 	odd_flush_ret = 0;
+	/* a refused submit that says it queued more than it was given: none
+	 * taken as queued (the fsync waited for good) */
+	CHECK_EQ(wbc_pwrite(f, buf, 100, 0), 100);
+	odd_bad_queued = true;
+	r = wbc_fsync(f);
+	odd_bad_queued = false;
+	printf("   submit() -EIO with *queued n + 5: wbc_fsync %d\n", r);
+	CHECK_EQ(r, -EIO);
 	CHECK_EQ(wbc_file_close(f), 0);
 	odd_remove_ret = 1;
 	r = wbc_file_remove(d, "f");

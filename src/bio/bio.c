@@ -186,8 +186,13 @@ static void submit_filled(struct backend *be, struct wbc_bio **bios, unsigned n)
 		int err = be->ops->submit(be->ctx, ios, k, &queued);
 		if (!err)
 			queued = k;
-		else if (queued > k || be_err(err) != err)
-			err = -EIO, queued = WBC_MIN(queued, k);
+		else if (be_err(err) != err)
+			err = -EIO;
+		/* a count past what it was given says nothing of which it
+		 * took: none were (a completion of one is caught), where all
+		 * would wait for completions that may never come */
+		if (queued > k)
+			err = -EIO, queued = 0;
 		for (unsigned i = queued; i < k; i++) {
 			/* not the backend's: a completion of it, before or
 			 * after, is caught */
