@@ -353,11 +353,24 @@ static void direct_depth(void)
 
 static int odd_open_ret, odd_resize_ret, odd_flush_ret, odd_remove_ret;
 static ssize_t odd_read_res;     /* 0: the sector backend's own result */
-static bool odd_bad_queued;      /* submit: -EIO, *queued past n, none queued */
+static bool odd_bad_queued;
+static uint64_t odd_open_size;   /* not 0: the size open() gives */
+static int odd_closes;      /* submit: -EIO, *queued past n, none queued */
 
 static int odd_open(void *ctx, const char *name, unsigned flags, void **file, uint64_t *size)
 {
-	return odd_open_ret ? odd_open_ret : sec_open(ctx, name, flags, file, size);
+	if (odd_open_ret)
+		return odd_open_ret;
+	int r = sec_open(ctx, name, flags, file, size);
+	if (!r && odd_open_size)
+		*size = odd_open_size;
+	return r;
+}
+
+static void odd_close(void *ctx, void *file)
+{
+	odd_closes++;
+	sec_close(ctx, file);
 }
 
 static int odd_resize(void *ctx, void *file, uint64_t size)
@@ -398,7 +411,7 @@ static const struct wbc_backend_ops odd_ops = {
 	.name = "odd",
 	.caps = sec_caps,
 	.open = odd_open,
-	.close = sec_close,
+	.close = odd_close,
 	.submit = odd_submit,
 	.flush = odd_flush,
 	.resize = odd_resize,
@@ -427,6 +440,19 @@ static void odd_results(void)
 	printf("   open() returning -(1 << 20): wbc_file_open %d\n", r);
 	CHECK_EQ(r, -EIO);
 	odd_open_ret = 0;
+	/* a size past 2^62, which no offset reaches: refused, and closed */
+	odd_open_size = (1ULL << 62) + 1;
+	int closes = odd_closes;
+	r = wbc_file_open(d, "f", WBC_O_CREAT, &f);
+	printf("   open() giving size 2^62 + 1: wbc_file_open %d\n", r);
+	CHECK_EQ(r, -EOVERFLOW);
+	CHECK(!f);
+	CHECK_EQ(odd_closes, closes + 1);
+	odd_open_size = 1ULL << 62;      /* the last size there is */
+	CHECK_EQ(wbc_file_open(d, "f", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_file_size(f), (int64_t)(1ULL << 62));
+	CHECK_EQ(wbc_file_close(f), 0);
+	odd_open_size = 0;
 
 	/* reads completed with no errno: an error, never data */
 	char buf[8192];

@@ -86,7 +86,14 @@ uint64_t backend_max_file(struct backend *be, size_t page_size)
 int backend_open(struct backend *be, const char *name, bool create, void **obj, uint64_t *size)
 {
 	*size = 0;
-	return be_err(be->ops->open(be->ctx, name, create ? WBC_OPEN_CREATE : 0, obj, size));
+	int err = be_err(be->ops->open(be->ctx, name, create ? WBC_OPEN_CREATE : 0, obj, size));
+	if (!err && *size > WBC_MAX_OFFSET) {
+		/* past every offset the engine addresses: open(2) without
+		 * O_LARGEFILE answers such a file so */
+		be->ops->close(be->ctx, *obj);
+		err = -EOVERFLOW;
+	}
+	return err;
 }
 
 void backend_close(struct backend *be, void *obj)
