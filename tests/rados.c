@@ -983,6 +983,61 @@ static void test_create_race(void)
 	check_file("race", "object_size=1M", race_data, sizeof(race_data), 0, sizeof(race_data));
 }
 
+/* 11: a close whose unlock is lost on the way (a timeout, here the test
+ * hook rados_fail_unlocks): the lock was let go for good (no other cache
+ * opened the file until someone broke it by hand) and the next sync
+ * failed with EIO though nothing was at risk.  It is released at the
+ * next sync, or the close of the cache. */
+static void test_unlock_fails(void)
+{
+	printf("11. a close whose unlock fails: released later, no error\n");
+	wbc_cache *c = open_eager();
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f = open_unsized(dev, "unlock-late", 0x4d);   /* size, then unlock */
+	rados_fail_unlocks(dev, true);
+	CHECK_EQ(wbc_file_close(f), 0);
+	int r = wbc_dev_sync(dev);   /* the unlock tried again: fails again */
+	printf("    sync with the unlock failing: %d\n", r);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(size_xattr("unlock-late"), (int64_t)(2 * UNSIZED_LEN));
+	wbc_cache *c2 = open_cache(4 * MiB);
+	wbc_dev *dev2 = add(c2, "object_size=1M");
+	wbc_file *g;
+	CHECK_EQ(wbc_file_open(dev2, "unlock-late", 0, &g), -EBUSY);   /* still ours */
+	rados_fail_unlocks(dev, false);
+	CHECK_EQ(wbc_dev_sync(dev), 0);
+	r = wbc_file_open(dev2, "unlock-late", 0, &g);
+	printf("    another cache's open after the next sync: %d\n", r);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_file_size(g), 2 * UNSIZED_LEN);
+	CHECK_EQ(wbc_file_close(g), 0);
+	/* a close with no size to write; released by the cache's close, and
+	 * an open of the name in this cache meanwhile takes the lock over */
+	static char d[4096];
+	memset(d, 0x2e, sizeof(d));
+	const char *names[2] = {"unlock-late2", "unlock-late3"};
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(wbc_file_open(dev, names[i], WBC_O_CREAT, &f), 0);
+		write_all(f, d, sizeof(d), 0);
+		CHECK_EQ(wbc_fsync(f), 0);
+		rados_fail_unlocks(dev, true);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_dev_sync(dev), 0);
+		rados_fail_unlocks(dev, false);
+	}
+	CHECK_EQ(wbc_file_open(dev2, names[0], 0, &g), -EBUSY);
+	CHECK_EQ(wbc_file_open(dev, names[1], 0, &f), 0);
+	CHECK_EQ(wbc_file_size(f), sizeof(d));
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(wbc_file_open(dev2, names[i], 0, &g), 0);
+		CHECK_EQ(wbc_file_size(g), sizeof(d));
+		CHECK_EQ(wbc_file_close(g), 0);
+	}
+	CHECK_EQ(wbc_cache_close(c2), 0);
+}
+
 /* The test cluster, stopped and let go on (part 8), serves every
  * placement group again before the tests after this one use it (a pool
  * listing visits each); 120 s at most. */
@@ -1019,6 +1074,7 @@ int main(void)
 	test_close_removed();
 	test_close_size_never();
 	test_create_race();
+	test_unlock_fails();
 	test_unreachable();
 	cluster_serves();
 	rados_ioctx_destroy(ioc);

@@ -126,6 +126,8 @@ void rados_fail_writes(wbc_dev *dev, bool on);
 /* rados: every write of a file's size (fsync's, close's) fails with EIO
  * while @on. */
 void rados_fail_sizes(wbc_dev *dev, bool on);
+/* rados: every unlock (a close's, a retry's) fails as a timeout while @on. */
+void rados_fail_unlocks(wbc_dev *dev, bool on);
 /* rados: the next open calls @fn(@arg) between its look for the file and
  * its lock (a test's race). */
 void rados_open_pause(wbc_dev *dev, void (*fn)(void *), void *arg);

@@ -217,6 +217,7 @@ struct rbe {
 	atomic_uint st_up;
 	atomic_bool fail_writes;    /* rados_fail_writes(): a test's fault */
 	atomic_bool fail_sizes;     /* rados_fail_sizes(): a test's fault */
+	atomic_bool fail_unlocks;   /* rados_fail_unlocks(): a test's fault */
 	void (*_Atomic open_pause)(void *);   /* rados_open_pause(): a test's */
 	void *open_pause_arg;
 	_Atomic uint64_t last_progress_ns;   /* the last completion (or issue from idle) */
@@ -244,7 +245,10 @@ static const struct wbc_backend_ops rados_ops;
  * would take the data past it for a dead cache's and trim it.  So a
  * failed close keeps the lock (no other client opens the file) and its
  * size here: an open of the name writes it first, a flush of the device
- * and its destruction try again.  An open of a name waits for its close
+ * and its destruction try again.  An unlock that failed on the way to
+ * the cluster (a timeout) is kept too, its size written (sized cleared),
+ * and tried again the same way: no other client could open the file
+ * until someone broke the lock.  An open of a name waits for its close
  * in flight (whose unlock would otherwise land after the open's lock).
  */
 enum { CLOSE_FLIGHT, CLOSE_FAILED, CLOSE_RETRY };
@@ -383,6 +387,8 @@ static int unlock_name(struct rbe *b, const char *name)
 {
 	char o[OID_MAX];
 	oid_of(name, 0, o);
+	if (atomic_load(&b->fail_unlocks))
+		return -ETIMEDOUT;
 	sync_begin(b);
 	int r = rados_unlock(b->io, o, LOCK_NAME, b->cookie);
 	sync_end(b);
@@ -1235,12 +1241,23 @@ static void close_done(struct rclose *rc, int r)
 {
 	struct rbe *b = rc->b;
 	bool keep = r < 0 && rc->sized && !rc->unlocking;
+	/* the unlock lost on the way (the size, if any, is there): nothing
+	 * is at risk, the lock is released later */
+	bool unlock_later = r < 0 && !keep && transport_error(r);
 	if (keep)   /* said while @rc is still this close's alone: once it is
 		     * CLOSE_FAILED, an open or a flush may free it */
 		fprintf(stderr, "wbcache: rados: %s: its size (%llu) could not be written at "
 			"close: %s; its lock is kept until it is (the next open of it, a sync "
 			"or the close of the device)\n", rc->name, (unsigned long long)rc->size,
 			strerror(-rerr(r)));
+	else if (unlock_later)
+		fprintf(stderr, "wbcache: rados: %s: its lock could not be released at close: "
+			"%s; tried again at the next sync or the close of the device\n",
+			rc->name, strerror(-rerr(r)));
+	if (unlock_later) {
+		rc->sized = false;
+		keep = true;
+	}
 	pthread_mutex_lock(&b->lock);
 	b->closing--;
 	if (keep) {
@@ -1288,6 +1305,9 @@ static void close_start(struct rclose *rc)
 	if (r >= 0 && rc->sized && !rc->unlocking && atomic_load(&b->fail_sizes)) {
 		rados_aio_release(c);
 		r = -EIO;
+	} else if (r >= 0 && (!rc->sized || rc->unlocking) && atomic_load(&b->fail_unlocks)) {
+		rados_aio_release(c);
+		r = -ETIMEDOUT;
 	} else if (r >= 0) {
 		sync_begin(b);
 		if (rc->sized && !rc->unlocking) {
@@ -1389,28 +1409,35 @@ static int retry_closes(struct rbe *b)
 		pthread_mutex_unlock(&b->lock);
 		/* still ours?  A broken lock: the file may be another's now */
 		int r = take_lock_of(b, rc->name, LIBRADOS_LOCK_FLAG_MUST_RENEW);
+		/* broken: a size owed is lost; an unlock owed, done by another */
 		bool lost = r == -ENOENT || r == -EBUSY || r == -ESHUTDOWN;   /* blocklisted */
-		if (lost)
+		bool again = false;
+		if (lost && rc->sized)
 			fprintf(stderr, "wbcache: rados: %s: its lock was broken after its close "
 				"failed to write its size (%llu): what was past the size the file "
 				"has there is lost\n", rc->name, (unsigned long long)rc->size);
-		else if (r >= 0)
+		else if (r >= 0 && rc->sized)
 			r = put_sizes_of(b, rc->name, rc->size, UINT64_MAX);
 		if (lost) {
-			if (!err)
+			if (!err && rc->sized)
 				err = -EIO;
 		} else if (r >= 0 || r == -ENOENT) {
+			rc->sized = false;   /* the size is there */
 			int u = unlock_name(b, rc->name);
-			if (u < 0) {
+			if (u < 0 && transport_error(u)) {
+				again = true;   /* kept: nothing at risk */
+			} else if (u < 0) {
 				unlock_failed(rc->name, u);
 				if (!err)
 					err = rerr(u);
 			}
+		} else if (!rc->sized && transport_error(r)) {
+			again = true;
 		} else if (!err) {
 			err = rerr(r);
 		}
 		pthread_mutex_lock(&b->lock);
-		if (lost || r >= 0 || r == -ENOENT) {
+		if (!again && (lost || r >= 0 || r == -ENOENT)) {
 			close_forget_locked(b, rc);
 		} else {
 			rc->state = CLOSE_FAILED;
@@ -1594,14 +1621,19 @@ static void rados_destroy(void *ctx)
 		fprintf(stderr, "wbcache: rados: an error no sync reported since: a file's "
 			"lock not released at close, or data lost past a size a close could "
 			"not write: %s\n", strerror(-err));
-	if (retry_closes(b))
-		for (struct list_head *pos = b->closes.next; pos != &b->closes; pos = pos->next)
+	(void)retry_closes(b);
+	for (struct list_head *pos = b->closes.next; pos != &b->closes; pos = pos->next) {
+		struct rclose *rc = container_of(pos, struct rclose, node);
+		if (rc->sized)
 			fprintf(stderr, "wbcache: rados: %s: its size (%llu) could not be written: "
 				"its lock stays, and no other cache opens it; breaking it "
 				"(`wbcache rados-unlock`) loses what was written past the size "
-				"it has there\n",
-				container_of(pos, struct rclose, node)->name,
-				(unsigned long long)container_of(pos, struct rclose, node)->size);
+				"it has there\n", rc->name, (unsigned long long)rc->size);
+		else
+			fprintf(stderr, "wbcache: rados: %s: its lock could not be released: "
+				"no other cache opens it until `wbcache rados-unlock` breaks it "
+				"(nothing is lost)\n", rc->name);
+	}
 	if (b->keeper_started) {
 		pthread_mutex_lock(&b->files_lock);
 		b->keeper_stop = true;
@@ -1863,6 +1895,14 @@ void rados_fail_sizes(wbc_dev *dev, bool on)
 	struct rbe *b = wbc_dev_backend(dev, &ops);
 	if (ops == &rados_ops)
 		atomic_store(&b->fail_sizes, on);
+}
+
+void rados_fail_unlocks(wbc_dev *dev, bool on)
+{
+	const struct wbc_backend_ops *ops;
+	struct rbe *b = wbc_dev_backend(dev, &ops);
+	if (ops == &rados_ops)
+		atomic_store(&b->fail_unlocks, on);
 }
 
 uint64_t rados_map_requests(wbc_dev *dev)
