@@ -22,6 +22,8 @@
 
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #define N 200
 #define PAGE 4096
@@ -184,6 +186,71 @@ static void run_stale(const char *opts)
 	t_rmdir(dir);
 }
 
+/* A block device among a reopening device's files: its size asked anew
+ * at a resize (it may have grown: lvextend) through a descriptor taken
+ * for it, where the one it had may be closed for now (the resize asked
+ * descriptor -1, kept the old size and refused a size the device had:
+ * EFBIG).  Needs root and a loop device. */
+static void run_blk(void)
+{
+	printf("  a block device whose descriptor was closed for now\n");
+	char *dir = t_mkdtemp(), img[600], node[600], cmd[1400], loop[64] = "";
+	snprintf(img, sizeof(img), "%s/img", dir);
+	snprintf(node, sizeof(node), "%s/blk", dir);
+	int ifd = open(img, O_RDWR | O_CREAT, 0600);
+	CHECK(ifd >= 0);
+	CHECK_EQ(ftruncate(ifd, 1 << 20), 0);
+	snprintf(cmd, sizeof(cmd), "losetup -f --show %s 2>/dev/null", img);
+	FILE *p = popen(cmd, "r");
+	if (!p || !fgets(loop, sizeof(loop), p) || strncmp(loop, "/dev/loop", 9)) {
+		printf("    skipped: no loop device here\n");
+		if (p)
+			pclose(p);
+		close(ifd);
+		t_rmdir(dir);
+		return;
+	}
+	pclose(p);
+	loop[strcspn(loop, "\n")] = 0;
+	struct stat st;
+	CHECK_EQ(stat(loop, &st), 0);
+	CHECK_EQ(mknod(node, S_IFBLK | 0600, st.st_rdev), 0);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	struct wbc_config cfg = t_config(64u << 20, PAGE);
+	wbc_cache *c;
+	wbc_dev *dev;
+	char msg[256] = "";
+	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
+	CHECK_EQ(wbc_dev_add_opener(c, dfd, "", opener, NULL, WBC_OPENER_REOPEN, &dev, msg,
+				    sizeof(msg)), 0);
+	wbc_file *b, *g[N];
+	CHECK_EQ(wbc_file_open(dev, "blk", 0, &b), 0);
+	CHECK_EQ(wbc_file_size(b), 1 << 20);
+	/* more files than descriptors kept: the device's is closed */
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "g%d", i);
+		CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT, &g[i]), 0);
+	}
+	CHECK_EQ(ftruncate(ifd, 2 << 20), 0);
+	snprintf(cmd, sizeof(cmd), "losetup -c %s", loop);
+	CHECK_EQ(system(cmd), 0);
+	int r = wbc_truncate(b, 2 << 20);
+	printf("    truncate to the grown device's size: %d\n", r);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_truncate(b, 3 << 20), -EFBIG);   /* past it */
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(wbc_file_close(g[i]), 0);
+	CHECK_EQ(wbc_file_close(b), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	snprintf(cmd, sizeof(cmd), "losetup -d %s", loop);
+	CHECK_EQ(system(cmd), 0);
+	close(ifd);
+	close(dfd);
+	t_rmdir(dir);
+}
+
 int main(void)
 {
 	if (!t_nofile(256))
@@ -193,6 +260,8 @@ int main(void)
 	run("uring=0");
 	run_stale("on_error=drop");
 	run_stale("on_error=drop,uring=0");
+	if (!geteuid())
+		run_blk();
 	printf("ok\n");
 	return 0;
 }

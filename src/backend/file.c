@@ -836,10 +836,15 @@ static int file_resize(void *ctx, void *obj, uint64_t size)
 	struct fobj *o = obj;
 	if (o->blk) {
 		/* the device may have grown or shrunk since (lvextend): its
-		 * size now */
+		 * size now (through a descriptor taken: a reopenable one may
+		 * be closed for now) */
 		uint64_t now;
-		if (!ioctl(o->fd, BLKGETSIZE64, &now))
+		int fd = obj_get_fd(f, o);
+		if (fd < 0)
+			return fd;
+		if (!ioctl(fd, BLKGETSIZE64, &now))
 			__atomic_store_n(&o->blk_size, now, __ATOMIC_RELAXED);
+		obj_put_fd(f, o);
 		uint64_t end = __atomic_load_n(&o->blk_size, __ATOMIC_RELAXED);
 		/* a device cannot be cut (ftruncate: EINVAL): cut and
 		 * extended again, its old bytes would read back */
