@@ -117,6 +117,18 @@ int main(void)
 	CHECK(memcmp(back + (256u << 10), data + (256u << 10), 64u << 10));  /* not */
 	CHECK_EQ(wbc_file_close(f), 0);
 	CHECK_EQ(wbc_cache_close(c), -EIO);           /* close says so too */
+	/* a file of 5000 bytes lost: 5000 lost, not its last page's padding
+	 * past the end (8192) */
+	c = t_quiet_cache(16u << 20);
+	CHECK_EQ(wbc_dev_add(c, "model:bw=500M,err=0+8K,on_error=drop", &dev), 0);
+	CHECK_EQ(wbc_file_open(dev, "p", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, 5000, 0), 5000);
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	wbc_stats(c, &st);
+	printf("2. a file of 5000 bytes lost: %llu bytes lost\n", (unsigned long long)st.lost_bytes);
+	CHECK_EQ(st.lost_bytes, 5000);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_cache_close(c), -EIO);
 
 	/* 3. errseq across handles, error in background writeback */
 	c = t_quiet_cache(16u << 20);

@@ -194,9 +194,7 @@ void wb_end_io(struct wbc_bio *bio)
 	 * up to date when it wakes. */
 	if (err) {
 		atomic_fetch_add(&c->st_write_errors, 1);
-		if (!retry)     /* what a short write wrote before the error is not lost */
-			atomic_fetch_add(&c->st_lost, len - WBC_MIN(bio->done, len));
-		else
+		if (retry)
 			dev_write_failed(dev, err, wbc_now_ns());
 		dev_record_error(dev, err);
 	} else {
@@ -211,6 +209,14 @@ void wb_end_io(struct wbc_bio *bio)
 		}
 	}
 	pthread_mutex_lock(&ino->lock);
+	if (err && !retry) {
+		/* lost: the file's bytes the write did not reach (not what a
+		 * short write wrote before the error, nor a tail page's
+		 * padding past the file's end) */
+		uint64_t from = bio->off + WBC_MIN(bio->done, len);
+		uint64_t to = WBC_MIN(bio->off + len, WBC_MAX(ino->i_size, from));
+		atomic_fetch_add(&c->st_lost, to - from);
+	}
 	for (unsigned i = 0; i < n; i++) {
 		struct page *p = bio->pages[i];
 		assert(p->inode == ino && (pg_flags(p) & PG_WRITEBACK));
