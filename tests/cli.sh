@@ -85,6 +85,11 @@ $W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists n
 
 out=$($W run --size 16M --bs 64K --mem 4M --dir "$dir") || fail "run failed: $out"
 echo "$out"
+echo "$out" | grep -q "cache 4 MiB (bg_thresh " || fail "header: $(echo "$out" | head -1)"
+# a cache under 1 MiB in KiB, the cache's own size (it said "cache 0 MiB")
+out2=$($W run --size 1M --mem 100000 --dir "$dir" --quiet) || fail "run --mem 100000: $out2"
+echo "$out2" | head -1 | grep -q "cache 96 KiB (bg_thresh [0-9.]*, setpoint [0-9.]*, limit [0-9.]* KiB)" ||
+	fail "a cache under 1 MiB: $(echo "$out2" | head -1)"
 echo "$out" | grep -q "MB/s" || fail "run printed no throughput"
 # the engine's user time of a short run: less than a clock tick of it
 # is said so (it printed 0.00 us per page)

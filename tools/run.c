@@ -2029,11 +2029,15 @@ int cmd_run(int argc, char **argv)
 	}
 	struct wbc_stats st;
 	wbc_stats(R.cache, &st);
-	printf("wbcache run %s: %u thread(s), %u device(s), cache %.0f MiB "
-	       "(bg_thresh %.1f, setpoint %.1f, limit %.1f MiB)\n",
-	       wl_names[o->wl], R.nw, o->ndev, (double)st.mem_bytes / MiB,
-	       (double)st.bg_thresh_bytes / MiB, (double)st.setpoint_bytes / MiB,
-	       (double)st.limit_bytes / MiB);
+	/* a cache under 1 MiB (16 pages may be 64 KiB) in KiB: "0 MiB" said
+	 * nothing */
+	bool kib = st.mem_bytes < MiB;
+	double unit = kib ? 1024.0 : (double)MiB;
+	printf("wbcache run %s: %u thread(s), %u device(s), cache %.0f %s "
+	       "(bg_thresh %.1f, setpoint %.1f, limit %.1f %s)\n",
+	       wl_names[o->wl], R.nw, o->ndev, (double)st.mem_bytes / unit, kib ? "KiB" : "MiB",
+	       (double)st.bg_thresh_bytes / unit, (double)st.setpoint_bytes / unit,
+	       (double)st.limit_bytes / unit, kib ? "KiB" : "MiB");
 	flush_report();
 	unsigned on_dev[RUN_MAX_DEVS] = { 0 };
 	for (unsigned i = 0; i < R.nw; i++) {
@@ -2181,8 +2185,8 @@ int cmd_run(int argc, char **argv)
 	}
 	if (o->plot) {
 		char title[256];
-		snprintf(title, sizeof(title), "wbcache run %s: %u thread(s), cache %.0f MiB",
-			 wl_names[o->wl], R.nw, (double)o->cfg.mem_bytes / MiB);
+		snprintf(title, sizeof(title), "wbcache run %s: %u thread(s), cache %.0f %s",
+			 wl_names[o->wl], R.nw, (double)st.mem_bytes / unit, kib ? "KiB" : "MiB");
 		int e = plot_svg(o->plot, o->plot_nofollow, title, R.s, R.ns, o->devs);
 		if (e)
 			out_failed("--plot", o->plot, -e);
