@@ -10,7 +10,9 @@
  *      a whole number of pages (10000 bytes: 8192 through the lower
  *      cache): the stacked device refuses a write from 8192 on (-EFBIG)
  *      and cuts one across it, as the lower device does, instead of
- *      taking it into its cache and failing its writeback for good.
+ *      taking it into its cache and failing its writeback for good; in
+ *      stack_throttle=direct too, whose writes the lower device holds
+ *      to the same 8192 (direct took up to 10000).
  *   3. A backend of queue_depth UINT_MAX ("any number"): the device is
  *      made (its pool of a bio per I/O in flight was asked for at once:
  *      -ENOMEM) and writes back.
@@ -177,39 +179,51 @@ static void short_inline(void)
 
 static void stack_max_file(void)
 {
-	sec_cap = 64 << 10;
-	sec_size = 0;
-	sec_max_file = 10000;   /* not a multiple of the page: the device's is 8192 */
-	CHECK((sec_store = calloc(1, sec_cap)));
-	wbc_cache *lc = t_quiet_cache(16 * MiB), *uc = t_quiet_cache(16 * MiB);
-	wbc_dev *lower, *up;
-	char msg[256];
-	CHECK_EQ(wbc_dev_add_backend_msg(lc, &sec_ops, NULL, NULL, &lower, msg, sizeof(msg)), 0);
-	wbc_file *lf, *f;
-	char buf[1000];
-	memset(buf, 0x5a, sizeof(buf));
-	/* the lower device itself: from 8192 on -EFBIG, across it short */
-	CHECK_EQ(wbc_file_open(lower, "x", WBC_O_CREAT, &lf), 0);
-	CHECK_EQ(wbc_pwrite(lf, buf, 100, 9000), -EFBIG);
-	CHECK_EQ(wbc_pwrite(lf, buf, 1000, 8000), 192);
-	CHECK_EQ(wbc_file_close(lf), 0);
-	CHECK_EQ(wbc_dev_add_stacked(uc, lower, "img", NULL, &up, msg, sizeof(msg)), 0);
-	CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
-	/* the same through the stacked device: never taken into its cache
-	 * to fail at writeback for good */
-	ssize_t r1 = wbc_pwrite(f, buf, 100, 9000), r2 = wbc_pwrite(f, buf, 1000, 8000);
-	int e = wbc_fsync(f);
-	printf("2. stacked over a device whose largest file is 8192: a write at 9000 -> %zd, "
-	       "one across 8192 -> %zd, fsync %d\n", r1, r2, e);
-	CHECK_EQ(r1, -EFBIG);
-	CHECK_EQ(r2, 192);
-	CHECK_EQ(e, 0);
-	CHECK_EQ(wbc_file_close(f), 0);
-	CHECK_EQ(wbc_cache_close(uc), 0);
-	CHECK_EQ(wbc_cache_close(lc), 0);
-	CHECK_EQ(sec_size, 8192);
-	free(sec_store);
-	sec_max_file = 0;
+	/* each mode: through the lower cache, and direct (the lower
+	 * device's direct writes are held to its limit too: direct took a
+	 * write across 8192 whole, to fail with EFBIG at every writeback) */
+	for (int direct = 0; direct < 2; direct++) {
+		sec_cap = 64 << 10;
+		sec_size = 0;
+		sec_max_file = 10000;   /* not a multiple of the page: the device's is 8192 */
+		CHECK((sec_store = calloc(1, sec_cap)));
+		wbc_cache *lc = t_quiet_cache(16 * MiB), *uc = t_quiet_cache(16 * MiB);
+		wbc_dev *lower, *up;
+		char msg[256];
+		CHECK_EQ(wbc_dev_add_backend_msg(lc, &sec_ops, NULL, NULL, &lower, msg, sizeof(msg)),
+			 0);
+		wbc_file *lf, *f;
+		char buf[1000];
+		memset(buf, 0x5a, sizeof(buf));
+		/* the lower device itself: from 8192 on -EFBIG, across it short */
+		CHECK_EQ(wbc_file_open(lower, "x", WBC_O_CREAT, &lf), 0);
+		CHECK_EQ(wbc_pwrite(lf, buf, 100, 9000), -EFBIG);
+		CHECK_EQ(wbc_pwrite(lf, buf, 1000, 8000), 192);
+		CHECK_EQ(wbc_file_close(lf), 0);
+		CHECK_EQ(wbc_file_open(lower, "d", WBC_O_CREAT | WBC_O_DIRECT, &lf), 0);
+		CHECK_EQ(wbc_pwrite(lf, buf, 100, 9000), -EFBIG);
+		CHECK_EQ(wbc_pwrite(lf, buf, 1000, 8000), 192);
+		CHECK_EQ(wbc_file_close(lf), 0);
+		CHECK_EQ(wbc_dev_add_stacked(uc, lower, "img", direct ? "stack_throttle=direct,"
+					     "retry_timeout=1" : NULL, &up, msg, sizeof(msg)), 0);
+		CHECK_EQ(wbc_file_open(up, "", 0, &f), 0);
+		/* the same through the stacked device: never taken into its
+		 * cache to fail at writeback for good */
+		ssize_t r1 = wbc_pwrite(f, buf, 100, 9000), r2 = wbc_pwrite(f, buf, 1000, 8000);
+		int e = wbc_fsync(f);
+		printf("2. stacked%s over a device whose largest file is 8192: a write at 9000 -> "
+		       "%zd, one across 8192 -> %zd, fsync %d\n", direct ? " (direct)" : "", r1, r2,
+		       e);
+		CHECK_EQ(r1, -EFBIG);
+		CHECK_EQ(r2, 192);
+		CHECK_EQ(e, 0);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_cache_close(uc), 0);
+		CHECK_EQ(wbc_cache_close(lc), 0);
+		CHECK_EQ(sec_size, 8192);
+		free(sec_store);
+		sec_max_file = 0;
+	}
 }
 
 /* ------------------------------------------------------------------ */

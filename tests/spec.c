@@ -103,6 +103,10 @@ int main(void)
 		{ "model:stall=1s+0", "stall" }, { "model:stall=0+0ms", "stall" },
 		{ "model:sched=5s@10%;", "sched" }, { "model:sched=;5s@10%", "sched" },
 		{ "model:sched=5s@10%;;8s@100%", "sched" },
+		/* a schedule scales bw=: of an unlimited one, nothing (taken,
+		 * and the device never slowed) */
+		{ "model:sched=5s@10%", "sched= scales bw=" },
+		{ "model:bw=0,lat=1ms,sched=0s@1%", "sched= scales bw=" },
 		{ "model:bogus=1", "bogus" }, { "model:bw", "bw" }, { "mem,min_ratio=101", "min_ratio" },
 		{ "mem,max_ratio=0", "max_ratio" }, { "mem,strict_limit=2", "strict_limit" },
 		{ "mem,min_ratio=60,max_ratio=50", "min_ratio" }, { "mem,max_bytes=lots", "max_bytes" },

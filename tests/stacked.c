@@ -373,7 +373,7 @@ static void specs(void)
 	CHECK_EQ(wbc_dev_add_msg(c, "stack:0/img,min_ratio=5,stack_throttle=global,workers=3",
 				 &up, msg, sizeof(msg)), 0);
 	CHECK_EQ(up->min_ratio, 5);
-	wbc_dev *top;
+	wbc_dev *top, *f2;
 	CHECK_EQ(wbc_dev_add_msg(c, "stack:1/,max_ratio=50", &top, msg, sizeof(msg)), 0);
 	wbc_file *f;
 	CHECK_EQ(wbc_file_open(top, "", WBC_O_CREAT, &f), 0);
@@ -387,6 +387,15 @@ static void specs(void)
 	CHECK_EQ(size, 5100);
 	CHECK(!memcmp(back + 100, buf, sizeof(buf)));
 	CHECK_EQ(wbc_file_open(up, "x", 0, &f), -EINVAL);   /* one file: "" */
+	/* a device of files by name under it: a name it must have, said so
+	 * (its open's "Invalid argument" was all) */
+	msg[0] = '\0';
+	CHECK_EQ(wbc_dev_add_msg(c, "stack:0/", &f2, msg, sizeof(msg)), -EINVAL);
+	printf("6. %-36s %s\n", "stack:0/", msg);
+	CHECK(strstr(msg, "holds files by name"));
+	msg[0] = '\0';
+	CHECK_EQ(wbc_dev_add_stacked(c, d0, "", NULL, &f2, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "holds files by name"));
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* a dirty limit of the whole cache leaves a stacked device over a

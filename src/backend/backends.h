@@ -99,9 +99,9 @@ int rados_backend_new(const char *spec, const struct wbc_backend_ops **ops, void
 		      char *err, size_t errlen);
 /* stack: one file @name of device @lower (any cache), WBC_O_CREAT; @opts:
  * "stack_throttle=global|local|direct,workers=N" (comma separated, either
- * or none); @lower_max: the largest file a write through @lower's cache
- * may reach (its backend's, in whole pages of that cache but for a
- * one-file device).  See stack.c. */
+ * or none); @lower_max: the largest file a write to @lower may reach,
+ * through its cache or direct (its backend's, in whole pages of that
+ * cache but for a one-file device).  See stack.c. */
 enum { WBC_STACK_GLOBAL, WBC_STACK_LOCAL, WBC_STACK_DIRECT };
 int stack_backend_new(wbc_dev *lower, const void *lower_cache, uint64_t lower_max,
 		      const char *name, const char *opts, const struct wbc_backend_ops **ops,

@@ -15,7 +15,8 @@
  * whatever the queue depth, and a device that seeks delivers less
  * bandwidth.  Discontiguous I/Os are counted whether or not seek is set
  * (backend stats: seeks, seek_ns).  `sched` multiplies bw by a
- * factor from a time on (seconds since the device was added).  `stall`
+ * factor from a time on (seconds since the device was added; refused
+ * without a bw, which it would leave unlimited).  `stall`
  * holds every completion due in [T, T+D) until T+D.  `err` fails writes
  * that touch byte range [OFF, OFF+LEN) with EIO, `errp` fails each write
  * with that probability, `errn` fails the first N writes (a fault that
@@ -258,6 +259,13 @@ int model_parse(const char *opts, struct model_cfg *cfg, char *err, size_t errle
 				 "discard=0|1 send=0|1, "
 				 "and the device tunables)",
 				 kv, shown);
+	}
+	/* sched= is a factor of bw=: on an unlimited bandwidth it changed
+	 * nothing, and the schedule asked for was taken unsaid */
+	if (!rc && cfg->nr_sched && !(cfg->bw > 0)) {
+		snprintf(err, errlen, "bad model option 'sched=': sched= scales bw=, which is "
+			 "unlimited here (give bw=SIZE/s)");
+		rc = -EINVAL;
 	}
 	free(copy);
 	return rc;
@@ -591,7 +599,10 @@ int model_backend_new(const char *opts, const struct wbc_backend_ops **ops, void
 		return rc ? rc : -ENOMEM;
 	}
 	m->cfg = cfg;
-	m->rng = cfg.seed | 1;
+	/* the seed is the xorshift state, which must not be 0: 0 becomes a
+	 * constant of its own (cfg.seed | 1 made seed=2 seed=3 and seed=0
+	 * seed=1: two seeds, one fault pattern) */
+	m->rng = cfg.seed ? cfg.seed : 0x9e3779b97f4a7c15ull;
 	m->t0 = wbc_now_ns();
 	wbc_mutex_init(&m->lock);
 	wbc_cond_init(&m->cond);

@@ -332,6 +332,14 @@ int stack_backend_new(wbc_dev *lower, const void *lower_cache, uint64_t lower_ma
 		free(s);
 		return -EINVAL;
 	}
+	if (!(lc.flags & WBC_BACKEND_ONE_FILE) && !name[0]) {
+		/* the other way round: its open said only "Invalid argument" */
+		snprintf(err, errlen, "stack: the device under it holds files by name, and the "
+			 "lower file has none (stack:N/NAME with a NAME)");
+		free(s->q);
+		free(s);
+		return -EINVAL;
+	}
 	/* opened at the workers' level: the lower cache grows its reserve
 	 * for them now, before writers fill it */
 	int was = wbc_thread_set_memalloc(mode == WBC_STACK_DIRECT ? 0 : s->level);
@@ -357,12 +365,15 @@ int stack_backend_new(wbc_dev *lower, const void *lower_cache, uint64_t lower_ma
 		free(s);
 		return rc;
 	}
-	/* the lower file's largest size is this device's: through the lower
-	 * cache the lower device's (its backend's in whole pages of that
-	 * cache: a write past that into it fails, and this device's pages
-	 * it refuses would be retried for good), direct its backend's; in
-	 * direct mode its alignment too */
-	s->max_file = mode == WBC_STACK_DIRECT ? lc.max_file_size : lower_max;
+	/* the lower file's largest size is this device's: the lower
+	 * device's (its backend's in whole pages of that cache: a write
+	 * past that into it fails, and this device's pages it refuses would
+	 * be retried for good).  Direct too: the lower device's direct
+	 * writes are held to the same limit, not to its backend's own (a
+	 * backend of 10000 bytes takes 8192 in 4 KiB pages; taken up to
+	 * 10000 here, the last page failed with EFBIG at every writeback).
+	 * In direct mode its alignment too */
+	s->max_file = lower_max;
 	if (mode == WBC_STACK_DIRECT)
 		s->align = lc.align;
 	pthread_mutex_init(&s->lock, NULL);

@@ -946,6 +946,14 @@ int wbc_truncate(wbc_file *h, uint64_t size)
 			struct page *p = tail ? pm_lookup(&ino->map, size >> c->page_shift) : NULL;
 			if (p && (pg_flags(p) & PG_UPTODATE))
 				memset(page_data(c, p) + tail, 0, c->page_size - tail);
+			/* the retry policy's failed pages all cut away:
+			 * nothing of theirs can be lost any more, the error
+			 * is healed as their writing heals it (end_io.c);
+			 * else a handle opened from here on was told, or
+			 * not, as some later write of another page happened
+			 * to complete before it looked */
+			if (!ino->nr_at_risk && ino->wb_err.retried)
+				ino->wb_err.seen = ino->wb_err.healed = true;
 		}
 		ino->i_size = ino->backend_size = size;
 	}
