@@ -710,13 +710,17 @@ static void print_hist(unsigned d, const char *what, const uint64_t *hist)
 	for (int b = 0; b < 32; b++) {
 		if (!hist[b])
 			continue;
-		double ub = (double)(b ? 1ull << b : 1);
+		/* the last entry has no upper bound: every hold from 2^30 ns
+		 * on, said as its lower one */
+		bool last = b == 31;
+		double ub = (double)(last ? 1ull << 30 : b ? 1ull << b : 1);
+		const char *rel = last ? ">=" : "<";
 		if (ub < 1e3)
-			printf(" <%.0fns:%llu", ub, (unsigned long long)hist[b]);
+			printf(" %s%.0fns:%llu", rel, ub, (unsigned long long)hist[b]);
 		else if (ub < 1e6)
-			printf(" <%.0fus:%llu", ub / 1e3, (unsigned long long)hist[b]);
+			printf(" %s%.0fus:%llu", rel, ub / 1e3, (unsigned long long)hist[b]);
 		else
-			printf(" <%.0fms:%llu", ub / 1e6, (unsigned long long)hist[b]);
+			printf(" %s%.0fms:%llu", rel, ub / 1e6, (unsigned long long)hist[b]);
 	}
 	printf("\n");
 }
