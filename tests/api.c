@@ -66,6 +66,11 @@ int main(void)
 	cfg.dirty_ratio = 13;             /* 2.08 pages */
 	CHECK(wbc_config_check(&cfg) == NULL);
 	CHECK(c == NULL);
+	cfg = t_config(1 << 20, 4096);
+	cfg.reserved[7] = 1;
+	CHECK_REFUSED(&cfg, &c);          /* a tunable this version has not (was taken) */
+	CHECK(strstr(wbc_config_check(&cfg), "wbc_config_init"));
+	CHECK(c == NULL);
 
 	cfg = t_config(1 << 20, 4096);
 	cfg.dirty_ratio = 0;

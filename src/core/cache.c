@@ -43,6 +43,12 @@ const char *wbc_config_check(const struct wbc_config *cfg)
 	if (!cfg->dirty_bytes && cfg->mem_bytes / ps * cfg->dirty_ratio / 100 < 2)
 		return "dirty_ratio gives a dirty limit under two pages of this memory "
 		       "(raise it, or the memory, or set dirty_bytes)";
+	/* a tunable of a later version set there would be ignored unsaid,
+	 * and so would a configuration never initialised */
+	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
+		if (cfg->reserved[i])
+			return "the reserved fields must be zero (fill the configuration with "
+			       "wbc_config_init() first)";
 	return NULL;
 }
 
