@@ -96,6 +96,22 @@ int main(void)
 		       (unsigned long long)st.thresh_bytes, (unsigned long long)st.bg_thresh_bytes);
 		CHECK_EQ(st.thresh_bytes, 68 << 10);
 		CHECK_EQ(st.bg_thresh_bytes, 4096);
+		/* so are a device's max_bytes and a group's limit (rounded
+		 * down: 64 KiB); under two pages refused alike */
+		wbc_dev *d2;
+		CHECK_EQ(wbc_dev_add(c2, "mem,max_bytes=65537", &d2), 0);
+		struct wbc_dev_stats ds;
+		CHECK_EQ(wbc_dev_stats(d2, &ds), 0);
+		printf("max_bytes 65537: the device's share %llu bytes\n",
+		       (unsigned long long)ds.wb_thresh_bytes);
+		CHECK_EQ(ds.wb_thresh_bytes, 68 << 10);
+		wbc_group *g;
+		CHECK_EQ(wbc_group_create(c2, 8191, 0, &g), -EINVAL);
+		CHECK_EQ(wbc_group_create(c2, (64 << 10) + 1, 0, &g), 0);
+		struct wbc_group_stats gs;
+		CHECK_EQ(wbc_group_stats(g, &gs), 0);
+		printf("a group of 65537 bytes: limit %llu bytes\n", (unsigned long long)gs.thresh_bytes);
+		CHECK_EQ(gs.thresh_bytes, 68 << 10);
 		CHECK_EQ(wbc_cache_close(c2), 0);
 	}
 

@@ -773,7 +773,11 @@ int wbc_group_create(wbc_cache *c, uint64_t limit_bytes, unsigned limit_ratio, w
 {
 	if (!c || !out || limit_ratio > 100 || (!limit_bytes && !limit_ratio))
 		return -EINVAL;
-	uint64_t t = limit_bytes ? limit_bytes >> c->page_shift : c->nr_pages * limit_ratio / 100;
+	/* bytes at least two pages, then in pages rounded up, as the
+	 * cache's dirty_bytes and a device's max_bytes */
+	if (limit_bytes && limit_bytes < 2 * (uint64_t)c->page_size)
+		return -EINVAL;
+	uint64_t t = limit_bytes ? limit_pages(c, limit_bytes) : c->nr_pages * limit_ratio / 100;
 	if (t < 2)
 		return -EINVAL;
 	struct wbc_group *g = wbc_zalloc(sizeof(*g));

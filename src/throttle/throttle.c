@@ -205,19 +205,18 @@ static _Thread_local struct throttle_tls tls = { .nr_dirtied_pause = 1 };
 /* ------------------------------------------------------------------ */
 /* thresholds and domains                                               */
 
+uint64_t limit_pages(const struct wbc_cache *c, uint64_t bytes)
+{
+	return (bytes >> c->page_shift) + !!(bytes & (c->page_size - 1));
+}
+
 void thresholds_compute(struct wbc_cache *c)
 {
 	uint64_t n = c->nr_pages;
 	const struct wbc_config *cfg = &c->cfg;
-	/* bytes in whole pages, rounded up as the kernel's DIV_ROUND_UP
-	 * (domain_dirty_limits) */
-	uint64_t mask = c->page_size - 1;
-	uint64_t t = cfg->dirty_bytes ?
-		(cfg->dirty_bytes >> c->page_shift) + !!(cfg->dirty_bytes & mask) :
+	uint64_t t = cfg->dirty_bytes ? limit_pages(c, cfg->dirty_bytes) :
 		n * cfg->dirty_ratio / 100;
-	uint64_t bg = cfg->dirty_background_bytes ?
-		(cfg->dirty_background_bytes >> c->page_shift) +
-			!!(cfg->dirty_background_bytes & mask) :
+	uint64_t bg = cfg->dirty_background_bytes ? limit_pages(c, cfg->dirty_background_bytes) :
 		n * cfg->dirty_background_ratio / 100;
 	t = WBC_MIN(WBC_MAX(t, 1), n);
 	if (bg >= t)
@@ -306,7 +305,7 @@ double dev_wb_thresh(struct wbc_dev *dev, double thresh)
 	t += thresh * dev->min_ratio / 100;
 	t = WBC_MIN(t, thresh * dev->max_ratio / 100);
 	if (dev->max_bytes)
-		t = WBC_MIN(t, (double)(dev->max_bytes >> c->page_shift));
+		t = WBC_MIN(t, (double)limit_pages(c, dev->max_bytes));
 	return t;
 }
 
@@ -353,7 +352,7 @@ static double dev_cap_pages(struct wbc_dev *dev, double thresh)
 {
 	double cap = thresh * dev->max_ratio / 100;
 	if (dev->max_bytes)
-		cap = WBC_MIN(cap, (double)(dev->max_bytes >> dev->cache->page_shift));
+		cap = WBC_MIN(cap, (double)limit_pages(dev->cache, dev->max_bytes));
 	return cap;
 }
 

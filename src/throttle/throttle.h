@@ -28,6 +28,9 @@ struct dom {
 
 /* throttle.c */
 void thresholds_compute(struct wbc_cache *c);
+/* @bytes of a limit in whole pages of @c, rounded up as the kernel's
+ * DIV_ROUND_UP (domain_dirty_limits): dirty_bytes, max_bytes, a group's */
+uint64_t limit_pages(const struct wbc_cache *c, uint64_t bytes);
 bool over_bg_thresh(struct wbc_cache *c);
 /* Dirty pages above the background threshold of the cache or of the
  * group furthest above its own; 0 or less when none is above. */
