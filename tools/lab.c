@@ -308,7 +308,7 @@ static void build_jbod(struct lab_run *runs, int *n, bool quick)
 		struct lab_run *r = new_run(runs, n, p ? "new: today's control line"
 						      : "old: 2011 max-pause and pass-good areas",
 					    p ? NEW_COLOR : OLD_COLOR, SOLID, "dd");
-		/* disks of 25 to 100 MB/s, a stream each */
+		/* disks of 25 to 100 MiB/s (bw= is binary), a stream each */
 		for (int d = 0; d < 12; d++) {
 			arg(r, "--dev");
 			arg(r, "model:bw=%dM,discard=1,throttle=%s", (d % 4 + 1) * 25, pol[p]);
@@ -367,7 +367,7 @@ static void judge_chunk(const struct lab_run *r, int n, struct exp_result *x)
 {
 	judge_mbs(r, n, x, 1.5);
 	snprintf(x->extra, sizeof(x->extra), "four streams onto one seeking disk (8 ms a seek, "
-		 "300 MB/s); reported: 313 MB/s vs 659 MB/s on XFS");
+		 "300 MiB/s, 315 MB/s); reported: 313 MB/s vs 659 MB/s on XFS");
 }
 
 static const struct experiment experiments[] = {
@@ -396,7 +396,7 @@ static const struct experiment experiments[] = {
 	{ "jbod", "Throttle areas on a JBOD (2011)",
 	  "With 12 disks, the first IO-less throttle's max-pause area and pass-good area lost\n"
 	  "about 30% of the array's throughput.  Old: those areas (throttle=2011).  New:\n"
-	  "today's control line.  12 model devices of 25 to 100 MB/s, a stream each.",
+	  "today's control line.  12 model devices of 25 to 100 MiB/s, a stream each.",
 	  "70% of the array", "100%", 0.70, "old >= 20% below new", "MB/s", build_jbod, judge_jbod },
 	{ "chunk", "Writeback chunk size (2009)",
 	  "Writeback wrote at most 4 MiB of one file before moving to the next; streaming\n"

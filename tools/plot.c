@@ -62,9 +62,13 @@ static double tick_step(double range)
 
 /* A tick's label on an axis up to @max: 1e+06 for a million was what %g
  * wrote; 1M now, and 250k for 250000, one unit for the whole axis (from
- * five digits on). */
+ * five digits on).  The origin is 0 on every axis (it read "0k", "0M"). */
 static const char *tick_label(char *buf, size_t size, double v, double max)
 {
+	if (v == 0) {
+		snprintf(buf, size, "0");
+		return buf;
+	}
 	static const struct { double at; const char *unit; } u[] = {
 		{ 1e12, "T" }, { 1e9, "G" }, { 1e6, "M" }, { 1e4, "k" },
 	};
