@@ -86,6 +86,9 @@ $W mount --help | grep -q "dirty_background_bytes" || fail "mount --help lists n
 out=$($W run --size 16M --bs 64K --mem 4M --dir "$dir") || fail "run failed: $out"
 echo "$out"
 echo "$out" | grep -q "cache 4 MiB (bg_thresh " || fail "header: $(echo "$out" | head -1)"
+# a rate under 10 MB/s with its decimals (a 256 KiB/s device: "= 0 MB/s")
+out2=$($W run dd --dev model:bw=256K --size 512K --bs 64K --quiet) || fail "run on 256K/s: $out2"
+echo "$out2" | grep -q "in [0-9.]* s = 0\.[0-9][0-9][0-9] MB/s" || fail "a slow rate: $(echo "$out2" | grep ' = ')"
 # a cache under 1 MiB in KiB, the cache's own size (it said "cache 0 MiB")
 out2=$($W run --size 1M --mem 100000 --dir "$dir" --quiet) || fail "run --mem 100000: $out2"
 echo "$out2" | head -1 | grep -q "cache 96 KiB (bg_thresh [0-9.]*, setpoint [0-9.]*, limit [0-9.]* KiB)" ||

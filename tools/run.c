@@ -1001,8 +1001,11 @@ static void report(double secs)
 		sum += x;
 		sumsq += x * x;
 	}
-	printf("\n%s: %u thread(s) on %u device(s): %.1f MiB in %.2f s = %.0f MB/s",
-	       wl_names[o->wl], R.nw, o->ndev, (double)total / MiB, secs, (double)total / secs / 1e6);
+	double rate = (double)total / secs / 1e6;
+	/* under 10 MB/s with its decimals (a 64 KiB/s device said "0") */
+	printf("\n%s: %u thread(s) on %u device(s): %.1f MiB in %.2f s = %.*f MB/s",
+	       wl_names[o->wl], R.nw, o->ndev, (double)total / MiB, secs,
+	       rate >= 10 ? 0 : rate >= 1 ? 1 : 3, rate);
 	if (o->wl == WL_FSMARK)
 		printf(", %.0f files/s", (double)ops / secs);
 	if (o->wl == WL_RANDRW) {
@@ -1043,8 +1046,9 @@ static void report(double secs)
 			busy += R.s[i].dev[d].writeback > 0;
 		uint64_t p99 = wbc_lock_hold_percentile(&dd, 99);
 		uint64_t wr = ds.written_back_bytes - R.written0[d];
-		printf("%6u  %11.1f  %5.0f  %5.1f  %15llu  %6.1f  %6.1f  %13.1f  %s\n", d,
-		       (double)wr / MiB, (double)wr / secs / 1e6,
+		double drate = (double)wr / secs / 1e6;
+		printf("%6u  %11.1f  %5.*f  %5.1f  %15llu  %6.1f  %6.1f  %13.1f  %s\n", d,
+		       (double)wr / MiB, drate >= 10 ? 0 : drate >= 1 ? 1 : 3, drate,
 		       R.ns ? 100.0 * (double)busy / (double)R.ns : 0,
 		       (unsigned long long)dd.list_lock_holds, (double)p99 / 1e3,
 		       (double)dd.list_lock_max_hold_ns / 1e3,
