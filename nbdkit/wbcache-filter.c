@@ -134,9 +134,15 @@ static int parse_u32(const char *key, const char *value, uint32_t lo, uint32_t h
 static int parse_seconds(const char *key, const char *value, double lo, double *out)
 {
 	double v;
-	if (wbc_parse_time(value, &v) || v < lo || v > 86400.0 * 365) {
+	if (wbc_parse_time(value, &v)) {
 		nbdkit_error("%s: '%s' is not a duration (seconds: \"30\", \"0.5\", \"250ms\")",
 			     key, value);
+		return -1;
+	}
+	/* a duration, but too short or too long: said so (it said "0" was
+	 * not a duration) */
+	if (v < lo || v > 86400.0 * 365) {
+		nbdkit_error("%s: '%s' is out of range (%g s .. a year)", key, value, lo);
 		return -1;
 	}
 	*out = v;

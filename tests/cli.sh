@@ -47,6 +47,10 @@ expect_err "bad page size" run --page-size 3000 --dir "$dir"
 expect_err "bad ratio" run --dirty-ratio 150 --dir "$dir"
 expect_err "bad spec" run --dev bogus:thing
 expect_err "bad spec option" run --dev "dir:$dir,qd=0"
+# a value that is no number, told as the option's bad value with its
+# range (it said "bad option 'uring=x' in device spec (expected key=number)")
+expect_msg "dir: uring=x" "bad value for device option uring: 'x' (uring=0|1)" run dd --dev "dir:$dir,uring=x"
+expect_msg "dir: qd=x" "bad value for device option qd: 'x' (qd=1..4096)" run dd --dev "dir:$dir,qd=x"
 expect_err "stray argument" run extra
 # the workload after an option: said so (it was "unexpected argument 'dd'")
 expect_msg "workload after an option" "the workload 'dd' comes first" run --dev mem dd
@@ -54,10 +58,24 @@ expect_err "mount without directories" mount
 expect_err "mount with one directory" mount "$dir"
 expect_err "stat without a mount point" stat
 expect_err "rados-unlock, no rados: spec" rados-unlock nope db.img
+# a configuration that names no monitor: said so (librados' ENOENT was
+# "No such file or directory", of no file)
+out=$(env -u CEPH_ARGS $W run dd --dev rados:nopool,conf=/dev/null --size 1M 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "rados: with no monitor: exit $rc, expected 2"
+echo "$out" | grep -q "cluster of /dev/null: no monitor address" || fail "rados: with no monitor: '$out'"
 expect_msg "rados-unlock, empty NAME" "the NAME is empty" rados-unlock rados:pool ''
 # --file without its BACKING_FILE: not a NAME "--file" to break a lock on
 expect_msg "rados-unlock --file, no file" "needs a BACKING_FILE" rados-unlock rados:pool --file
 expect_err "stat of an empty name" stat ''
+# a run whose device keeps failing: the close's retries, up to the
+# device's retry_timeout, are said (it waited 30 s without a word)
+out=$($W run dd --dev model:err=0+4K,retry_timeout=1 --size 1M --quiet 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] || fail "a failing device: exit $rc, expected 1"
+echo "$out" | grep -q "retrying the .* at risk .*retry_timeout" || fail "a failing device: '$out'"
+# an option is named as one (it said "one MOUNTPOINT only" for `umount -l MNT`)
+expect_msg "umount with an option" "unknown option '-l'" umount -l "$dir"
+expect_msg "umount of two" "one MOUNTPOINT only" umount "$dir" "$dir"
+expect_msg "umount of an empty name" "no MOUNTPOINT" umount ''
 expect_msg "mem with an option" "option 'qd=4' (mem takes only" run dd --dev mem,qd=4
 expect_msg "one store twice" "given twice" run dd --dev mem --dev stack:0/img --dev stack:0/img
 expect_msg "--dir with --dev" "a directory device is --dev dir:PATH" run dd --dev mem --dir "$dir"
@@ -408,6 +426,16 @@ expect_msg "--dir with a comma" "a comma cannot be in" run dd --size 64K --mem 1
 expect_msg "--dir with an option" "a comma cannot be in" run dd --size 64K --mem 1M \
 	--dir "$dir/cz,direct=0"
 [ ! -e "$dir/cx,y" ] && [ ! -e "$dir/cz" ] || fail "a refused --dir was made"
+# a run refused after DIR was made (a bad cache size, a bad device, an
+# output it cannot write) removes the directories it made: each left them
+expect_msg "refused run, DIR made" "at least 16 pages" run dd --size 64K --mem 1K --dir "$dir/rm/a/b"
+[ ! -e "$dir/rm" ] || fail "a run refused for --mem left --dir's directories"
+WBCACHE_DIR="$dir/rd" expect_msg "refused demonstration" "unknown device spec" run --dev bogus:thing
+[ ! -e "$dir/rd" ] || fail "a demonstration refused for its --dev left \$WBCACHE_DIR"
+mkdir "$dir/keep"
+expect_msg "refused run, DIR there" "cannot write it" run dd --size 64K --mem 1M \
+	--dir "$dir/keep" --json "$dir/nodir/x.json"
+[ -d "$dir/keep" ] || fail "a refused run removed a --dir it had not made"
 # one output file under two names: refused (only the strings were compared)
 (cd "$dir" && "$wabs" run dd --dev mem --size 64K --mem 1M --json a.json --trace ./a.json \
 	>/dev/null 2>"$dir/same.err"); rc=$?

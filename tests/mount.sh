@@ -226,6 +226,12 @@ msg=$("$W" umount "$bk" 2>&1) && fail "wbcache umount BACKING_DIR succeeded"
 echo "$msg" | grep -q "BACKING_DIR of the one at $mt" || fail "wbcache umount BACKING_DIR: $msg"
 msg=$("$W" stat "$bk" 2>&1) && fail "wbcache stat BACKING_DIR succeeded"
 echo "$msg" | grep -q "BACKING_DIR of the one at $mt" || fail "wbcache stat BACKING_DIR: $msg"
+# a directory inside the mount, not its root: said so, with the mount
+# point to give (it said "not a wbcache mount")
+msg=$("$W" stat "$mt/d2" 2>&1) && fail "wbcache stat of a directory in the mount succeeded"
+echo "$msg" | grep -q "inside the one at $mt" || fail "wbcache stat of a directory in the mount: $msg"
+msg=$("$W" umount "$mt/d2" 2>&1) && fail "wbcache umount of a directory in the mount succeeded"
+echo "$msg" | grep -q "inside the one at $mt" || fail "wbcache umount of a directory in the mount: $msg"
 do_umount || fail "unmount exit status $?: $(cat "$top/mount.log")"
 cmp "$top/model" "$bk/a" || fail "backing file differs after unmount"
 [ -z "${m_forgot:-}" ] || [ "$(stat -c %.9Y "$bk/forgotten")" = "$m_forgot" ] ||

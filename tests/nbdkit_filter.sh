@@ -150,6 +150,9 @@ bad "wbcache-max-io.*multiple of the page size" wbcache-max-io=6K
 bad "unknown parameter wbcache-colour" wbcache-colour=blue
 bad "wbcache-stats: cannot write /nonexistent" wbcache-stats=/nonexistent/dir/wb.stats
 bad "wbcache-stats-interval needs wbcache-stats" wbcache-stats-interval=2
+# a duration out of range is said to be (it said "'0' is not a duration")
+bad "wbcache-stats-interval: '0' is out of range" wbcache-stats="$T/wb.stats" wbcache-stats-interval=0
+bad "wbcache-retry-timeout: '400d' is not a duration" wbcache-retry-timeout=400d
 bad "wbcache-stats: the path is empty" wbcache-stats=
 bad "wbcache-stats: .* is a directory" wbcache-stats="$T"
 # the filter twice: one cache per nbdkit (it hung, two caches on one queue)

@@ -730,7 +730,8 @@ static void lab_usage(FILE *out)
 "\n"
 "options:\n"
 "  --quick      about 10 seconds an experiment instead of about a minute\n"
-"  --out DIR    where the charts and the runs' files go (default wbcache-lab)\n"
+"  --out DIR    where the charts and the runs' files go (default wbcache-lab;\n"
+"               made, with its parents, where missing)\n"
 "  --list       each experiment's story and its runs' commands, without running\n");
 }
 

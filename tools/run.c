@@ -139,6 +139,9 @@ static struct run {
 	unsigned ready;
 	bool go;
 	uint64_t last_hold_hist[RUN_MAX_DEVS][32];
+	/* the length of the shallowest directory of DIR this run made (0:
+	 * none): a refused run removes them */
+	size_t dir_made;
 } R;
 
 static double now_s(void)
@@ -1270,25 +1273,59 @@ static void remove_remote_files(const struct opts *o)
 	}
 }
 
-int mkdir_p(const char *dir)
+/* mkdir_p, and in *made the length of the shallowest directory of @dir
+ * it made (0: none was made), for a refused run to remove them again */
+static int mkdir_p_made(const char *dir, size_t *made)
 {
 	char buf[4096];
+	*made = 0;
 	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
 		return -ENAMETOOLONG;
 	for (char *p = buf + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = 0;
-		if (mkdir(buf, 0755) && errno != EEXIST)
+		if (!mkdir(buf, 0755))
+			*made = *made ? *made : strlen(buf);
+		else if (errno != EEXIST)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(buf, 0755) && errno != EEXIST)
+	if (!mkdir(buf, 0755))
+		*made = *made ? *made : strlen(buf);
+	else if (errno != EEXIST)
 		return -errno;
 	struct stat st;
 	if (stat(buf, &st))
 		return -errno;
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int mkdir_p(const char *dir)
+{
+	size_t made;
+	return mkdir_p_made(dir, &made);
+}
+
+/* Removes the directories of @dir that mkdir_p_made() made (those of
+ * @made characters or more), deepest first, while they are empty. */
+static void unmake_dir(const char *dir, size_t made)
+{
+	char buf[4096];
+	if (!made || snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
+		return;
+	size_t len = strlen(buf);
+	for (;;) {
+		while (len > 1 && buf[len - 1] == '/')
+			buf[--len] = '\0';
+		if (len < made || rmdir(buf))
+			return;
+		char *slash = strrchr(buf, '/');
+		if (!slash || slash == buf)
+			return;
+		*slash = '\0';
+		len = (size_t)(slash - buf);
+	}
 }
 
 static int remove_run_files(const char *dir)
@@ -1796,7 +1833,20 @@ static void remove_files(const struct opts *o)
 		remove_remote_files(o);
 }
 
+static int run_cmd(int argc, char **argv);
+
 int cmd_run(int argc, char **argv)
+{
+	int rc = run_cmd(argc, argv);
+	/* refused (exit 2: the run did not start, nothing was written): the
+	 * DIR made for it goes too (a bad --dev or --mem left an empty
+	 * /var/tmp/wbcache, or --dir's directories, behind) */
+	if (rc == 2)
+		unmake_dir(R.o.dir, R.dir_made);
+	return rc;
+}
+
+static int run_cmd(int argc, char **argv)
 {
 	memset(&R, 0, sizeof(R));
 	struct opts *o = &R.o;
@@ -1861,7 +1911,7 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	if (uses_dir || o->demo) {
-		int e = mkdir_p(o->dir);
+		int e = mkdir_p_made(o->dir, &R.dir_made);
 		if (e == -ENOTDIR) {
 			fprintf(stderr, "wbcache: --dir %s: not a directory\n", o->dir);
 			return 2;
@@ -2171,6 +2221,13 @@ int cmd_run(int argc, char **argv)
 			(double)(st.dirty_bytes + st.writeback_bytes) / MiB,
 			(double)st.at_risk_bytes / MiB);
 	}
+	/* the close retries what failed until the device has failed for its
+	 * retry_timeout (30 s by default): without a word it looked hung */
+	wbc_stats(R.cache, &st);
+	if (st.at_risk_bytes)
+		fprintf(stderr, "wbcache: closing the cache: retrying the %.1f MiB at risk until "
+			"written or the device has failed for its retry_timeout\n",
+			(double)st.at_risk_bytes / MiB);
 	note_dirty();
 	int cerr = wbc_cache_close_stats(R.cache, &st);
 	/* what was lost, in bytes below a MiB: "0.0 MiB lost" was said of

@@ -1791,9 +1791,22 @@ static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errle
 		rados_conf_set(b->cluster, "log_to_stderr", "false");
 		rados_conf_set(b->cluster, "err_to_stderr", "false");
 	}
-	if (!rc && (rc = rados_connect(b->cluster)) < 0)
-		snprintf(err, errlen, "rados: cannot connect to the cluster%s%s: %s",
-			 o.conf ? " of " : "", o.conf ? o.conf : "", strerror(-rc));
+	if (!rc && (rc = rados_connect(b->cluster)) < 0) {
+		/* no monitor to ask: librados says ENOENT, "No such file or
+		 * directory", which named no file; a configuration without
+		 * mon_host (none found, or one without it) is the usual cause */
+		char mon[256] = "";
+		if (rc == -ENOENT && !rados_conf_get(b->cluster, "mon_host", mon, sizeof(mon)) &&
+		    !mon[0])
+			snprintf(err, errlen, "rados: cannot connect to the cluster%s%s: no monitor "
+				 "address (no mon_host %s, nor a DNS SRV record%s)",
+				 o.conf ? " of " : "", o.conf ? o.conf : "",
+				 o.conf ? "there" : "in a ceph.conf where librados looks",
+				 o.conf ? "" : "; conf=PATH names the configuration");
+		else
+			snprintf(err, errlen, "rados: cannot connect to the cluster%s%s: %s",
+				 o.conf ? " of " : "", o.conf ? o.conf : "", strerror(-rc));
+	}
 	if (!rc && (rc = rados_ioctx_create(b->cluster, b->pool, &b->io)) < 0) {
 		b->io = NULL;
 		snprintf(err, errlen, "rados: no pool '%s': %s", b->pool, strerror(-rc));

@@ -69,30 +69,29 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		if (next)
 			*next++ = '\0';
 		char *val = strchr(opts, '=');
+		if (val)
+			*val++ = '\0';
+		/* the option's own range (a mount takes some of them among
+		 * its own, whose uring= is another one); a value that is no
+		 * number is told as one out of it ("uring=x" was "bad option
+		 * 'uring=x' in device spec (expected key=number)") */
+		const char *range = !strcmp(opts, "qd") ? "1..4096" :
+				    !strcmp(opts, "max_io") ? "512..256M" :
+				    !strcmp(opts, "direct") || !strcmp(opts, "uring") ? "0|1" : NULL;
 		uint64_t v = 0;
-		if (!val || wbc_parse_size(val + 1, &v)) {
-			snprintf(err, errlen, "bad option '%s' in device spec (expected key=number)", opts);
-			rc = -EINVAL;
-			break;
-		}
-		*val = '\0';
-		if (!strcmp(opts, "qd") && v >= 1 && v <= 4096)
+		bool num = val && !wbc_parse_size(val, &v);
+		if (num && !strcmp(opts, "qd") && v >= 1 && v <= 4096)
 			qd = (unsigned)v;
-		else if (!strcmp(opts, "max_io") && v >= 512 && v <= (256u << 20))
+		else if (num && !strcmp(opts, "max_io") && v >= 512 && v <= (256u << 20))
 			max_io = v;
-		else if (!strcmp(opts, "direct") && v <= 1)
+		else if (num && !strcmp(opts, "direct") && v <= 1)
 			direct = v;
-		else if (!strcmp(opts, "uring") && v <= 1)
+		else if (num && !strcmp(opts, "uring") && v <= 1)
 			uring = v;
 		else {
-			/* the option's own range (a mount takes some of them
-			 * among its own, whose uring= is another one) */
-			const char *range = !strcmp(opts, "qd") ? "1..4096" :
-					    !strcmp(opts, "max_io") ? "512..256M" :
-					    !strcmp(opts, "direct") || !strcmp(opts, "uring") ? "0|1" : NULL;
 			if (range)
 				snprintf(err, errlen, "bad value for device option %s: '%s' (%s=%s)",
-					 opts, val + 1, opts, range);
+					 opts, val ? val : "", opts, range);
 			else
 				snprintf(err, errlen, "unknown device option '%s' (qd=1..4096, "
 					 "max_io=512..256M, direct=0|1, uring=0|1)", opts);

@@ -767,6 +767,38 @@ bool mount_of_backing(const char *path, char *out, size_t outlen)
 	return found;
 }
 
+/* The mount point of the wbcache mount that @path lies inside, below its
+ * root (a directory or file in it), in @out: the statistics and the
+ * writeback are the root's alone, and "not a wbcache mount" misled. */
+bool mount_containing(const char *path, char *out, size_t outlen)
+{
+	char rp[PATH_MAX];
+	if (!realpath(path, rp))
+		return false;
+	FILE *f = fopen("/proc/self/mounts", "re");
+	if (!f)
+		return false;
+	char line[2 * PATH_MAX + 200], src[PATH_MAX + 16], dir[PATH_MAX], type[64];
+	size_t best = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%4111s %4095s %63s", src, dir, type) != 3 ||
+		    strcmp(type, "fuse.wbcache") || strncmp(src, "wbcache:", 8))
+			continue;
+		unescape_mounts_field(dir);
+		size_t dl = strlen(dir);
+		/* below it: "/" is every path's, else the name and a slash;
+		 * the innermost mount is the one the path reaches */
+		bool under = !strcmp(dir, "/") ? rp[1] != '\0'
+			: !strncmp(rp, dir, dl) && rp[dl] == '/';
+		if (under && dl > best) {
+			best = dl;
+			snprintf(out, outlen, "%s", dir);
+		}
+	}
+	fclose(f);
+	return best > 0;
+}
+
 /* Whether /proc/self/mounts lists a wbcache mount at @path (which need
  * not be reachable: its daemon may be gone). */
 static bool wbcache_mount_listed(const char *path)
@@ -891,18 +923,36 @@ static bool fusermount_u(const char *mnt, int *err)
 
 int cmd_umount(int argc, char **argv)
 {
-	if (argc != 2 || argv[1][0] == '-') {
-		bool help = argc == 2 && !strcmp(argv[1], "--help");
-		if (!help)
-			fprintf(stderr, argc < 2 ? "wbcache umount: no MOUNTPOINT\n" :
-				argc > 2 ? "wbcache umount: one MOUNTPOINT only\n" :
-				"wbcache umount: unknown option %s\n", argv[1]);
-		fprintf(help ? stdout : stderr,
-			"usage: wbcache umount MOUNTPOINT\n"
-			"writes everything back, unmounts and waits for the daemon to end\n");
-		return help ? 0 : 2;
+	static const char use[] = "usage: wbcache umount MOUNTPOINT\n"
+		"writes everything back, unmounts and waits for the daemon to end\n";
+	/* as wbcache stat: an option is named as one (`umount -l MNT` said
+	 * "one MOUNTPOINT only"), --help anywhere */
+	const char *mnt = NULL, *opt = NULL;
+	bool help = false, extra = false;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			help = true;
+		else if (argv[i][0] == '-')
+			opt = opt ? opt : argv[i];
+		else if (mnt)
+			extra = true;
+		else
+			mnt = argv[i];
 	}
-	const char *mnt = argv[1];
+	if (help) {
+		fputs(use, stdout);
+		return 0;
+	}
+	if (opt || extra || !mnt || !*mnt) {
+		if (opt)
+			fprintf(stderr, "wbcache umount: unknown option '%s'\n", opt);
+		else if (extra)
+			fprintf(stderr, "wbcache umount: one MOUNTPOINT only\n");
+		else
+			fprintf(stderr, "wbcache umount: no MOUNTPOINT\n");
+		fputs(use, stderr);
+		return 2;
+	}
 	char buf[4096];
 	ssize_t n = getxattr(mnt, STATS_XATTR, buf, sizeof(buf) - 1);
 	if (n < 0 && conn_gone(errno) && wbcache_mount_listed(mnt)) {
@@ -921,6 +971,9 @@ int cmd_umount(int argc, char **argv)
 		if (notours && mount_of_backing(mnt, at, sizeof(at)))
 			fprintf(stderr, "wbcache umount: %s: not a wbcache mount: the BACKING_DIR of "
 				"the one at %s (wbcache umount %s)\n", mnt, at, at);
+		else if (notours && mount_containing(mnt, at, sizeof(at)))
+			fprintf(stderr, "wbcache umount: %s: not a wbcache mount's root: inside the "
+				"one at %s (wbcache umount %s)\n", mnt, at, at);
 		else
 			fprintf(stderr, "wbcache umount: %s: %s\n", mnt,
 				notours ? "not a wbcache mount" : strerror(errno));

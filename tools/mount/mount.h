@@ -276,6 +276,7 @@ void node_drop_fd(struct node *n);
 struct file_handle *handle_of(int fd, int *mount_id);
 int backing_file_name(const char *path, char *buf, size_t len, char *msg, size_t msglen);
 bool mount_of_backing(const char *path, char *out, size_t outlen);
+bool mount_containing(const char *path, char *out, size_t outlen);
 int open_backing(void *ctx, const char *name, int flags);
 int engine_open(struct node *n, wbc_file **out);
 int engine_open_wfd(struct node *n, int wfd, wbc_file **out);

@@ -182,6 +182,9 @@ int cmd_stat(int argc, char **argv)
 		if (notours && mount_of_backing(mnt, at, sizeof(at)))
 			fprintf(stderr, "wbcache stat: %s: not a wbcache mount: the BACKING_DIR of "
 				"the one at %s\n", mnt, at);
+		else if (notours && mount_containing(mnt, at, sizeof(at)))
+			fprintf(stderr, "wbcache stat: %s: not a wbcache mount's root: inside the "
+				"one at %s (wbcache stat %s)\n", mnt, at, at);
 		else
 			fprintf(stderr, "wbcache stat: %s: %s\n", mnt,
 				notours ? "not a wbcache mount" : strerror(errno));
