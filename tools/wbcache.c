@@ -135,6 +135,12 @@ static int dispatch(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
+	/* not a terminal: one buffer for what a command says (its help, a
+	 * report), so that a failed write happens at the flush, where its
+	 * errno is still there (one inside printf left only "failed") */
+	static char obuf[1 << 16];
+	if (!isatty(STDOUT_FILENO))
+		setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
 	return close_stdout(dispatch(argc, argv));
 }
 
