@@ -612,6 +612,9 @@ assert j["reads"] > 0 and j["read_in_bytes"] * 100 < j["reads"] * 4096, (j["read
 expect_msg "regions past 2^63" "end past the largest file" \
 	run randwrite --dev "file:$dir/wrap" --file-size 8388609T --threads 2 --no-layout
 [ "$(stat -c %s "$dir/wrap")" = 0 ] || fail "a refused run resized its file: to $(stat -c %s "$dir/wrap")"
+# and said no header first (a run's first line, as if it had started)
+hdr=$($W run randwrite --dev "file:$dir/wrap" --file-size 8388609T --threads 2 --no-layout 2>/dev/null)
+[ -z "$hdr" ] || fail "a refused run printed: $hdr"
 # write latencies below a millisecond are not "0.000 ms"
 out=$($W run randwrite --dev mem --file-size 4M --time 0.2 --mem 16M --quiet --lat-log "$dir/ll") ||
 	fail "randwrite --lat-log: $out"

@@ -2085,18 +2085,6 @@ static int run_cmd(int argc, char **argv)
 		wbc_cache_close(R.cache);
 		return 1;
 	}
-	struct wbc_stats st;
-	wbc_stats(R.cache, &st);
-	/* a cache under 1 MiB (16 pages may be 64 KiB) in KiB: "0 MiB" said
-	 * nothing */
-	bool kib = st.mem_bytes < MiB;
-	double unit = kib ? 1024.0 : (double)MiB;
-	printf("wbcache run %s: %u thread(s), %u device(s), cache %.0f %s "
-	       "(bg_thresh %.1f, setpoint %.1f, limit %.1f %s)\n",
-	       wl_names[o->wl], R.nw, o->ndev, (double)st.mem_bytes / unit, kib ? "KiB" : "MiB",
-	       (double)st.bg_thresh_bytes / unit, (double)st.setpoint_bytes / unit,
-	       (double)st.limit_bytes / unit, kib ? "KiB" : "MiB");
-	flush_report();
 	unsigned on_dev[RUN_MAX_DEVS] = { 0 };
 	for (unsigned i = 0; i < R.nw; i++) {
 		struct worker *w = &R.w[i];
@@ -2113,6 +2101,19 @@ static int run_cmd(int argc, char **argv)
 		wbc_cache_close(R.cache);
 		return 2;
 	}
+	/* the header once the run is sure to start (exit 2 says it did not) */
+	struct wbc_stats st;
+	wbc_stats(R.cache, &st);
+	/* a cache under 1 MiB (16 pages may be 64 KiB) in KiB: "0 MiB" said
+	 * nothing */
+	bool kib = st.mem_bytes < MiB;
+	double unit = kib ? 1024.0 : (double)MiB;
+	printf("wbcache run %s: %u thread(s), %u device(s), cache %.0f %s "
+	       "(bg_thresh %.1f, setpoint %.1f, limit %.1f %s)\n",
+	       wl_names[o->wl], R.nw, o->ndev, (double)st.mem_bytes / unit, kib ? "KiB" : "MiB",
+	       (double)st.bg_thresh_bytes / unit, (double)st.setpoint_bytes / unit,
+	       (double)st.limit_bytes / unit, kib ? "KiB" : "MiB");
+	flush_report();
 	/* from here on the run has files to remove: an interrupt stops it
 	 * as its --time would, and it cleans up */
 	R.status_tty = !o->quiet && isatty(STDERR_FILENO);
