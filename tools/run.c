@@ -2030,7 +2030,7 @@ static int run_cmd(int argc, char **argv)
 	int err = wbc_cache_open(&o->cfg, &R.cache);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "wbcache: cannot allocate a cache of %.0f MiB: %s (--mem may "
-			"not exceed the machine's memory)\n", (double)o->cfg.mem_bytes / MiB,
+			"not exceed the machine's memory, nor its control group's limit)\n", (double)o->cfg.mem_bytes / MiB,
 			wbc_strerror(err));
 		return 2;
 	}

@@ -8,6 +8,8 @@
  */
 #include "mm/mm.h"
 
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -97,13 +99,73 @@ static int arena_populate(char *a, size_t len)
 	return 0;
 }
 
+/* The lowest memory limit of the control groups holding this process,
+ * from its own group up (cgroup v2's memory.max, v1's
+ * memory.limit_in_bytes), or UINT64_MAX: none found. */
+static uint64_t cgroup_limit(void)
+{
+	uint64_t lim = UINT64_MAX;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return lim;
+	char line[4096];
+	while (fgets(line, sizeof(line), f)) {
+		/* "ID:CONTROLLERS:PATH"; v2: "0::PATH" */
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		char *path = c2 + 1;
+		path[strcspn(path, "\n")] = 0;
+		const char *roots[2], *file;
+		int nroots;
+		if (!c1[1] && line[0] == '0' && c1 == line + 1) {
+			roots[0] = "/sys/fs/cgroup";
+			roots[1] = "/sys/fs/cgroup/unified";
+			nroots = 2;
+			file = "memory.max";
+		} else {
+			bool mem = false;
+			for (char *tok = strtok(c1 + 1, ","); tok; tok = strtok(NULL, ","))
+				mem |= !strcmp(tok, "memory");
+			if (!mem)
+				continue;
+			roots[0] = "/sys/fs/cgroup/memory";
+			nroots = 1;
+			file = "memory.limit_in_bytes";
+		}
+		for (int r = 0; r < nroots; r++) {
+			char dir[4096];
+			snprintf(dir, sizeof(dir), "%s%s", roots[r], strcmp(path, "/") ? path : "");
+			for (;;) {
+				char fn[4200];
+				snprintf(fn, sizeof(fn), "%s/%s", dir, file);
+				FILE *lf = fopen(fn, "re");
+				unsigned long long v;
+				if (lf) {
+					if (fscanf(lf, "%llu", &v) == 1 && v < lim)
+						lim = v;   /* "max": none */
+					fclose(lf);
+				}
+				char *slash = strrchr(dir, '/');
+				if (!slash || (size_t)(slash - dir) < strlen(roots[r]))
+					break;
+				*slash = 0;
+			}
+		}
+	}
+	fclose(f);
+	return lim;
+}
+
 /*
  * Sizes of the arena (*arena_len) and of the descriptors (*pages_len) for
  * @nr_pages of 2^@shift bytes, checked before anything is mapped: 0, or
  * -ENOMEM when they do not fit in size_t, or when the two together exceed
- * the machine's memory (the arena is committed at open and never swapped
- * by design: a cache larger than RAM could only be refused by the
- * out-of-memory killer).
+ * the machine's memory or its control group's limit (the arena is
+ * committed at open and never swapped by design: a cache larger than RAM,
+ * or than the group may have, could only be refused by the out-of-memory
+ * killer).
  */
 int arena_sizes(uint64_t nr_pages, uint32_t shift, size_t *arena_len, size_t *pages_len)
 {
@@ -117,6 +179,7 @@ int arena_sizes(uint64_t nr_pages, uint32_t shift, size_t *arena_len, size_t *pa
 	uint64_t ram = UINT64_MAX;       /* unknown: mmap is the judge */
 	if (phys > 0 && (uint64_t)phys <= UINT64_MAX / sys_page_size())
 		ram = (uint64_t)phys * sys_page_size();
+	ram = WBC_MIN(ram, cgroup_limit());
 	return (uint64_t)*arena_len + *pages_len > ram ? -ENOMEM : 0;
 }
 

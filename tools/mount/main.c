@@ -400,7 +400,7 @@ mounted_fd:
 		else
 			fprintf(stderr, "wbcache mount: cannot open a cache of %llu MiB: %s%s\n",
 				(unsigned long long)(cfg.mem_bytes >> 20), wbc_strerror(rc),
-				rc == -ENOMEM ? " (mem= may not exceed the machine's memory)" : "");
+				rc == -ENOMEM ? " (mem= may not exceed the machine's memory, nor its control group's limit)" : "");
 		goto out;
 	}
 	char msg[256];
