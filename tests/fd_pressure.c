@@ -37,19 +37,26 @@ static int opener(void *ctx, const char *name, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
+/* A 64 MiB cache with a reopening opener device over @dir (dfd). */
+static wbc_dev *open_dir_dev(const char *dir, const char *opts, wbc_cache **c)
+{
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	struct wbc_config cfg = t_config(64u << 20, PAGE);
+	wbc_dev *dev;
+	char msg[256] = "";
+	CHECK_EQ(wbc_cache_open(&cfg, c), 0);
+	CHECK_EQ(wbc_dev_add_opener(*c, dfd, opts, opener, NULL, WBC_OPENER_REOPEN, &dev, msg,
+				    sizeof(msg)), 0);
+	return dev;
+}
+
 static void run(const char *opts)
 {
 	printf("  opts '%s'\n", opts);
 	char *dir = t_mkdtemp();
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	CHECK(dfd >= 0);
-	struct wbc_config cfg = t_config(64u << 20, PAGE);
 	wbc_cache *c;
-	wbc_dev *dev;
-	char msg[256] = "";
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add_opener(c, dfd, opts, opener, NULL, WBC_OPENER_REOPEN, &dev, msg,
-				    sizeof(msg)), 0);
+	wbc_dev *dev = open_dir_dev(dir, opts, &c);
 	wbc_file *f[N + 1];
 	char buf[PAGE];
 	for (int i = 0; i < N; i++) {
@@ -215,15 +222,8 @@ static void run_blk(void)
 	struct stat st;
 	CHECK_EQ(stat(loop, &st), 0);
 	CHECK_EQ(mknod(node, S_IFBLK | 0600, st.st_rdev), 0);
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	CHECK(dfd >= 0);
-	struct wbc_config cfg = t_config(64u << 20, PAGE);
 	wbc_cache *c;
-	wbc_dev *dev;
-	char msg[256] = "";
-	CHECK_EQ(wbc_cache_open(&cfg, &c), 0);
-	CHECK_EQ(wbc_dev_add_opener(c, dfd, "", opener, NULL, WBC_OPENER_REOPEN, &dev, msg,
-				    sizeof(msg)), 0);
+	wbc_dev *dev = open_dir_dev(dir, "", &c);
 	wbc_file *b, *g[N];
 	CHECK_EQ(wbc_file_open(dev, "blk", 0, &b), 0);
 	CHECK_EQ(wbc_file_size(b), 1 << 20);

@@ -742,9 +742,12 @@ static void unescape_mounts_field(char *f)
 	*w = '\0';
 }
 
-/* The mount point of a wbcache mount whose BACKING_DIR is @path, in @out
- * (a user's likely mistake: the backing directory for the mount point). */
-bool mount_of_backing(const char *path, char *out, size_t outlen)
+/* Calls @fn(@rp, source, mount point, @arg) for each wbcache mount in
+ * /proc/self/mounts (the source without its "wbcache:", both unescaped),
+ * @rp the real path of @path, until it returns true.  False when @path
+ * cannot be resolved or the table read, or no call returned true. */
+static bool scan_mounts(const char *path, bool (*fn)(const char *rp, const char *src,
+						    const char *dir, void *arg), void *arg)
 {
 	char rp[PATH_MAX];
 	if (!realpath(path, rp))
@@ -753,18 +756,54 @@ bool mount_of_backing(const char *path, char *out, size_t outlen)
 	if (!f)
 		return false;
 	char line[2 * PATH_MAX + 200], src[PATH_MAX + 16], dir[PATH_MAX], type[64];
-	bool found = false;
-	while (!found && fgets(line, sizeof(line), f)) {
+	bool done = false;
+	while (!done && fgets(line, sizeof(line), f)) {
 		if (sscanf(line, "%4111s %4095s %63s", src, dir, type) != 3 ||
 		    strcmp(type, "fuse.wbcache") || strncmp(src, "wbcache:", 8))
 			continue;
 		unescape_mounts_field(src);
 		unescape_mounts_field(dir);
-		if ((found = !strcmp(src + 8, rp)))
-			snprintf(out, outlen, "%s", dir);
+		done = fn(rp, src + 8, dir, arg);
 	}
 	fclose(f);
-	return found;
+	return done;
+}
+
+struct mount_out {
+	char *out;
+	size_t len, best;
+};
+
+static bool backing_is(const char *rp, const char *src, const char *dir, void *arg)
+{
+	struct mount_out *m = arg;
+	if (strcmp(src, rp))
+		return false;
+	snprintf(m->out, m->len, "%s", dir);
+	return true;
+}
+
+/* The mount point of a wbcache mount whose BACKING_DIR is @path, in @out
+ * (a user's likely mistake: the backing directory for the mount point). */
+bool mount_of_backing(const char *path, char *out, size_t outlen)
+{
+	struct mount_out m = { out, outlen, 0 };
+	return scan_mounts(path, backing_is, &m);
+}
+
+static bool inside(const char *rp, const char *src, const char *dir, void *arg)
+{
+	(void)src;
+	struct mount_out *m = arg;
+	size_t dl = strlen(dir);
+	/* below it: "/" is every path's, else the name and a slash; the
+	 * innermost mount is the one the path reaches */
+	bool under = !strcmp(dir, "/") ? rp[1] != '\0' : !strncmp(rp, dir, dl) && rp[dl] == '/';
+	if (under && dl > m->best) {
+		m->best = dl;
+		snprintf(m->out, m->len, "%s", dir);
+	}
+	return false;   /* all of them: the innermost */
 }
 
 /* The mount point of the wbcache mount that @path lies inside, below its
@@ -772,31 +811,9 @@ bool mount_of_backing(const char *path, char *out, size_t outlen)
  * writeback are the root's alone, and "not a wbcache mount" misled. */
 bool mount_containing(const char *path, char *out, size_t outlen)
 {
-	char rp[PATH_MAX];
-	if (!realpath(path, rp))
-		return false;
-	FILE *f = fopen("/proc/self/mounts", "re");
-	if (!f)
-		return false;
-	char line[2 * PATH_MAX + 200], src[PATH_MAX + 16], dir[PATH_MAX], type[64];
-	size_t best = 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%4111s %4095s %63s", src, dir, type) != 3 ||
-		    strcmp(type, "fuse.wbcache") || strncmp(src, "wbcache:", 8))
-			continue;
-		unescape_mounts_field(dir);
-		size_t dl = strlen(dir);
-		/* below it: "/" is every path's, else the name and a slash;
-		 * the innermost mount is the one the path reaches */
-		bool under = !strcmp(dir, "/") ? rp[1] != '\0'
-			: !strncmp(rp, dir, dl) && rp[dl] == '/';
-		if (under && dl > best) {
-			best = dl;
-			snprintf(out, outlen, "%s", dir);
-		}
-	}
-	fclose(f);
-	return best > 0;
+	struct mount_out m = { out, outlen, 0 };
+	scan_mounts(path, inside, &m);
+	return m.best > 0;
 }
 
 /* Whether /proc/self/mounts lists a wbcache mount at @path (which need
