@@ -3,7 +3,8 @@
 # (background) mode: O_TRUNC, sizes and times of cached data (explicit
 # mtimes kept, no mtime moved by writeback; the same in a directory
 # listing's attributes; ctime moved by a rename and a removed link, not
-# by an fsync putting an mtime back, also after a link removed),
+# by an fsync putting an mtime back, also after a link removed; the mtime
+# moved by a punch or zero range past the end),
 # EFBIG past the backing file system's largest file, inode numbers reused by the
 # backing file system, symlink times, sparse files' blocks, O_DSYNC and
 # RWF_DSYNC durable at once (also across kill -9), no descriptor kept on a
@@ -228,6 +229,27 @@ PY
 cmp "$top/fa" "$mt/fb" || fail "punch/zero range content"
 fallocate -c -o 0 -l 4096 "$mt/fb" 2>/dev/null && fail "collapse range accepted"
 cmp "$top/fa" "$mt/fb" || fail "a refused mode changed the file"
+# a punch or a zero range (KEEP_SIZE) past the end of a file changes no
+# data but moves its mtime, as on ext4; the mount reported it until the
+# close, then the old one again (settled as a change beside the mount),
+# and left it on the backing file.  (Not fallocate(1): its fsync puts
+# the mtime back.)
+for m in 3 0x11; do
+	: >"$mt/fe"; touch -d 2004-01-01 "$mt/fe"
+	python3 -c 'import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDWR)
+if libc.fallocate(fd, int(sys.argv[2], 0), 4096, 8192):
+    sys.exit(os.strerror(ctypes.get_errno()))
+os.close(fd)' "$mt/fe" $m || fail "fallocate mode $m past the end"
+	attr_expire
+	[ "$(stat -c %Y "$mt/fe")" -gt "$(date -d 2004-01-02 +%s)" ] ||
+		fail "fallocate mode $m past the end: the old mtime came back"
+	sync_all
+	[ "$(stat -c %Y "$bk/fe")" -gt "$(date -d 2004-01-02 +%s)" ] ||
+		fail "fallocate mode $m past the end: the backing file keeps the old mtime"
+done
 # a punch frees the backing file's space (fallocate -d, VM images)
 head -c 8M /dev/urandom >"$mt/fp"; sync_all
 [ "$(stat -c %b "$bk/fp")" -ge 16384 ] || fail "8 MiB written back: $(stat -c %b "$bk/fp") blocks"

@@ -8,7 +8,8 @@
 #     descriptor (their data was accepted and then failed writeback);
 #   - a writable open of a file the daemon may not write is refused
 #     with EACCES at open, not accepted and lost at writeback;
-#   - a hard link works;
+#   - a hard link works; a directory of mode 0644 is listed;
+#   - fallocate on a 0444 file open for writing grows it;
 #   - `wbcache umount` by that user writes back and unmounts;
 #   - a file forgotten by the kernel while its writeback fails keeps its
 #     data, reports the error at fsync and is written once there is room.
@@ -61,6 +62,24 @@ as_user mkdir "$mt/d" && as_user sh -c "cd '$mt/d' && for i in 1 2 3; do echo \$
 # a hard link (AT_EMPTY_PATH needs a capability before Linux 6.10: /proc then)
 as_user ln "$mt/rw.txt" "$mt/rw.link" || fail "ln as user $U"
 [ "$(as_user stat -c %h "$mt/rw.txt")" = 2 ] || fail "link count $(as_user stat -c %h "$mt/rw.txt")"
+# a directory its owner may read but not search (mode 0644): listed, as
+# on a local file system (the daemon's opendir went through "." in it,
+# which needs search permission: EACCES)
+as_user mkdir "$mt/noexec" && as_user touch "$mt/noexec/a" "$mt/noexec/b" &&
+	as_user chmod 0644 "$mt/noexec" || fail "a directory made unsearchable"
+ls_out=$(as_user ls "$mt/noexec" 2>&1) && [ "$(echo $ls_out)" = "a b" ] ||
+	fail "ls of a directory of mode 0644: $ls_out"
+as_user chmod 0755 "$mt/noexec"
+# fallocate on a file made read-only (0444) through a descriptor open for
+# writing (rsync --preallocate of a read-only file): the size grows as on
+# a local file system (EACCES: the daemon could not reopen it to reserve)
+as_user "$py" -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+os.posix_fallocate(fd, 0, 1 << 20)
+os.pwrite(fd, b"end", (1 << 20) - 3)
+os.close(fd)' "$mt/prealloc" || fail "posix_fallocate of a 0444 file being written"
+[ "$(as_user stat -c %s "$mt/prealloc")" = 1048576 ] ||
+	fail "posix_fallocate of a 0444 file: size $(as_user stat -c %s "$mt/prealloc")"
 out=$(as_user "$W" umount "$mt" 2>&1) || fail "umount as user $U: exit $?: $out"
 listed && fail "still mounted after umount"
 cmp "$bk/ro.txt" "$src/ro.txt" || fail "ro.txt in the backing directory"
@@ -69,6 +88,8 @@ cmp "$bk/ro.bin" "$src/ro.bin" || fail "ro.bin in the backing directory"
 [ "$(seq 1 1000)" = "$(cat "$bk/rw.txt")" ] || fail "rw.txt in the backing directory"
 [ "$(stat -c %i "$bk/rw.txt")" = "$(stat -c %i "$bk/rw.link")" ] || fail "the link in the backing directory"
 [ "$(cat "$bk/d/f1" "$bk/d/f2" "$bk/d/f3" | tr -d '\n')" = 123 ] || fail "the small files"
+[ "$(stat -c %s "$bk/prealloc")" = 1048576 ] && [ "$(tail -c 3 "$bk/prealloc")" = end ] ||
+	fail "the preallocated 0444 file in the backing directory"
 
 # ---- a file the kernel forgets while its writeback fails (a full backing
 # file system): its data stays in the cache under the node's name, the

@@ -968,20 +968,48 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	struct wbc_file_info info;
 	int err = wbc_file_info(h, &info);
 	uint64_t end = (uint64_t)off + (uint64_t)len;
+	/* a punch or zero range wholly past the end (KEEP_SIZE) changes
+	 * nothing the engine or the backing file sees, yet moves the file's
+	 * mtime, as on ext4 */
+	bool untouched = false;
 	if (!err && !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))) {
 		err = backing_fallocate(n, FALLOC_FL_KEEP_SIZE, off, len);
+		/* a file the daemon (not root) may not open for writing: one
+		 * of mode 0444, made so or chmod'ed while the caller's open
+		 * for writing lives (cp, install -m 0444, rsync --preallocate).
+		 * The caller may: the space is not reserved, the size grows
+		 * as asked (it failed with EACCES, where a local file system
+		 * succeeds) */
+		if (err == -EACCES)
+			err = 0;
 	} else if (!err && (mode & FALLOC_FL_PUNCH_HOLE)) {
 		uint64_t stop = MINU(end, info.size);
 		if (stop > (uint64_t)off)
 			err = punch(n, h, (uint64_t)off, stop);
+		else
+			untouched = true;
 	} else if (!err) {
 		/* zeros over the range, within the size with KEEP_SIZE */
 		uint64_t stop = (mode & FALLOC_FL_KEEP_SIZE) ? MINU(end, info.size) : end;
 		if (stop > (uint64_t)off)
 			err = write_zeros(h, (uint64_t)off, stop);
+		else
+			untouched = true;
 	}
 	if (!err && !(mode & FALLOC_FL_KEEP_SIZE) && end > info.size)
 		err = wbc_truncate(h, end);
+	if (!err && untouched) {
+		/* ... so the backing file's mtime moves here: left as it was
+		 * (no writeback follows to move it), the settle at the close
+		 * took the node's later one for a change made beside the
+		 * mount and reported the old one again, for good (an mtime
+		 * set before with touch -d came back) */
+		int fd = nfd(n);
+		const struct timespec now[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_NOW } };
+		if (fd >= 0 && utimensat(fd, "", now, AT_EMPTY_PATH))
+			logmsg("mtime of a file after fallocate: %s", strerror(errno));
+		nfd_put(n, fd);
+	}
 	if (!err) {
 		pthread_mutex_lock(&n->lock);
 		node_written_locked(n);
@@ -1104,6 +1132,16 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct dirh *d = calloc(1, sizeof(*d));
 	int nf = nfd(node_of(ino));
 	int fd = nf < 0 ? -1 : openat(nf, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && nf >= 0 && errno == EACCES) {
+		/* "." is a lookup in the directory, which needs its search
+		 * (x) permission: a daemon not run as root was refused a
+		 * directory its owner may read but not search (mode 0644),
+		 * which a local file system lists.  Through /proc only its
+		 * read permission is checked, as for open(2) of it */
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", nf);
+		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
 	if (!d || fd < 0 || !(d->dp = fdopendir(fd))) {
 		int e = d ? errno : ENOMEM;
 		if (fd >= 0)
