@@ -66,6 +66,11 @@ enum {
 	 * takes, and is written again once its backoff is over, not only
 	 * when it has been dirty for dirty_expire again */
 	I_RETRY = 1u << 2,
+	/* with I_DIRTY: listed by a write's completion only to trim the
+	 * backend's copy back to the file's size (mark_inode_trim), on
+	 * b_more_io: the next pass trims it, and does not write pages
+	 * dirtied since (they wait for their own expiry) */
+	I_TRIM  = 1u << 3,
 };
 
 /*

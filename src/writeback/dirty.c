@@ -66,7 +66,10 @@
  * back there too.  Every pass takes b_more_io, so the next one after the
  * backoff (a periodic one, under the background threshold) writes it;
  * filed with the newly dirtied files, it waited until it had been dirty
- * for dirty_expire again, after every failure.
+ * for dirty_expire again, after every failure.  A write whose completion
+ * leaves the backend's copy longer than the file (its last page written
+ * whole) lists a clean file there too, I_TRIM (mark_inode_trim): the next
+ * pass trims the copy, and files pages dirtied since as newly dirty.
  *
  * THE OLD POLICY (dirty_list=list, a device tunable for experiments: the
  * kernel's fs-writeback.c before 2015, its 2014 fs_mark contention).
@@ -556,10 +559,41 @@ void mark_inode_idle(struct inode *ino)
 {
 	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
 	do {
-		if ((s & (I_DIRTY | I_SYNC | I_RETRY)) != I_DIRTY)
+		/* (I_TRIM: with b_more_io already) */
+		if ((s & (I_DIRTY | I_SYNC | I_RETRY | I_TRIM)) != I_DIRTY)
 			return;
 	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_RETRY));
 	atomic_store(&ino->dev->retry_listed, true);
+}
+
+/*
+ * Without this a file that a pass wrote (dropped clean, its write still
+ * in flight) was listed by the write's completion as newly dirty, to have
+ * the backend's copy trimmed to its size: the trim came only once it was
+ * dirty_expire old again, the backend's copy padded with zeroes past the
+ * file's end for twice dirty_expire after the file was written.  The
+ * next pass takes b_more_io; a file dirtied again before it is not
+ * written there, early (a file appended to would have gone round every
+ * pass), but filed as dirtied then (the flusher, wb_writeback).
+ */
+void mark_inode_trim(struct inode *ino)
+{
+	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
+	do {
+		/* listed: trimmed when the flusher writes it */
+		if (s & I_DIRTY)
+			return;
+	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY | I_TRIM));
+	if (s & I_SYNC)
+		return;   /* dirty_put puts it with b_more_io */
+	igrab(ino);
+	if (old_list(ino->dev)) {
+		/* (list_mark_dirty keeps the time of a b_more_io file) */
+		ino->dirtied_when = wbc_now_ns();
+		list_mark_dirty(ino->dev, ino, true);
+	} else {
+		inbox_push(ino->dev, INBOX_RETRY, ino, 0);
+	}
 }
 
 long dirty_inbox_count(struct wbc_dev *dev)
@@ -890,6 +924,7 @@ void dirty_batch_init(struct dirty_batch *b)
 {
 	iq_init(&b->files);
 	b->n = 0;
+	b->trim = false;
 	cursors_reset(b);
 }
 
@@ -981,11 +1016,12 @@ struct inode *dirty_next(struct wbc_dev *dev, struct dirty_batch *b)
 	while ((a = cursor_step(b, &b->mid, WBC_MIN(b->ahead.n, (size_t)DIRTY_AHEAD / 2), &steps)))
 		inode_prefetch_page(a);
 	atomic_fetch_sub_explicit(&dev->nr_taken, 1, memory_order_relaxed);
-	/* listed means I_DIRTY without I_SYNC (I_RETRY maybe), and writers
-	 * only ever add I_DIRTY: nothing else can change it now */
+	/* listed means I_DIRTY without I_SYNC (I_RETRY, I_TRIM maybe), and
+	 * writers only ever add I_DIRTY: nothing else can change it now */
 	unsigned old = atomic_exchange(&ino->state, I_SYNC);
-	assert((old & ~I_RETRY) == I_DIRTY);
-	(void)old;
+	assert((old & ~(I_RETRY | I_TRIM)) == I_DIRTY);
+	/* a failed write marked it since: written again, not only trimmed */
+	b->trim = (old & (I_TRIM | I_RETRY)) == I_TRIM;
 	return ino;
 }
 
@@ -1011,15 +1047,19 @@ void dirty_untake(struct wbc_dev *dev, struct dirty_batch *b)
 }
 
 /* I_SYNC and I_RETRY off, I_DIRTY on when @still_dirty; true: it stays
- * listed, *@retry: with b_more_io (a write failed meanwhile). */
+ * listed, *@retry: with b_more_io (a write failed meanwhile, or a write's
+ * completion listed it to be trimmed: mark_inode_trim, which keeps
+ * I_TRIM when nothing else is left to write). */
 static bool requeue_state(struct inode *ino, bool still_dirty, bool *retry)
 {
 	unsigned s = atomic_load(&ino->state), n;
 	do {
 		assert(s & I_SYNC);
-		n = (s & ~(I_SYNC | I_RETRY)) | (still_dirty ? I_DIRTY : 0);
+		n = (s & ~(I_SYNC | I_RETRY | I_TRIM)) | (still_dirty ? I_DIRTY : 0);
+		if ((s & (I_TRIM | I_RETRY)) == I_TRIM && !still_dirty)
+			n |= I_TRIM;
 	} while (!atomic_compare_exchange_weak(&ino->state, &s, n));
-	*retry = s & I_RETRY;
+	*retry = (s & I_RETRY) || (n & I_TRIM);
 	return n & I_DIRTY;
 }
 

@@ -292,7 +292,7 @@ void wb_end_io(struct wbc_bio *bio)
 	if (retry)
 		mark_inode_retry(ino);   /* the flusher retries after the backoff */
 	else if (size_dirty)
-		mark_inode_dirty(ino);   /* the flusher fixes the size */
+		mark_inode_trim(ino);    /* the flusher's next pass fixes the size */
 	iput(ino);
 	/* last: a drained device (inflight 0) has no completion still running */
 	if (eb.open) {

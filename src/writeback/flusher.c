@@ -55,6 +55,23 @@ static void work_hint_update_locked(struct wbc_dev *dev)
 #define DRAIN_EVERY 4096
 #define BG_CHECK_PAGES 256
 
+/* @ino, taken by a pass, was listed only to have the backend's copy
+ * trimmed to its size (mark_inode_trim): trimmed now, unless a write of it
+ * is still in flight (its completion lists it again) or a resize is under
+ * way.  Returns whether it has dirty pages: written to since, it is put
+ * back as dirtied now (in b_dirty's newest bucket), not written early. */
+static bool trim_taken(struct inode *ino)
+{
+	pthread_mutex_lock(&ino->lock);
+	bool dirty = ino->nr_dirty > 0;
+	bool trim = !dirty && !ino->nr_writeback && !ino->sizing &&
+		    ino->backend_size != ino->i_size;
+	pthread_mutex_unlock(&ino->lock);
+	if (trim)
+		inode_sync_size(ino);   /* the kernel's write_inode: metadata */
+	return dirty;
+}
+
 /* A pass put @ino back untouched: true when it is the first such file
  * come round again (the pass has seen every file it can take; compared
  * as a number, the first may be gone by now), else remember the first. */
@@ -125,6 +142,12 @@ static long wb_writeback(struct wbc_dev *dev, enum wb_reason reason, long nr_pag
 			if (!dirty_take(dev, &batch, older_than, UINT64_MAX, NULL))
 				break;
 			slice = c->wb_ops->slice_pages(dev);
+			continue;
+		}
+		if (batch.trim) {
+			dirty_put(dev, &put, ino, trim_taken(ino), false);
+			if (put.n_redirty + put.n_more_io >= WB_BATCH)
+				dirty_put_commit(dev, &put);
 			continue;
 		}
 		struct wbc_ctl ctl = {

@@ -203,7 +203,16 @@ void mark_inode_retry(struct inode *ino);
  * backend) and its last handle is closing: to b_more_io (as a listed
  * mark_inode_retry file), so that the next pass drops it */
 void mark_inode_idle(struct inode *ino);
-/* The inbox slot of mark_inode_retry's files (dev->inbox[INBOX_RETRY]) */
+/* A write of @ino completed and left the backend's copy of it longer than
+ * the file (whole pages written past its size): a clean file is listed
+ * with b_more_io, I_TRIM, dirtied now, so that the next pass trims it
+ * (listed as newly dirty, it waited until it was dirty_expire old again).
+ * A listed file is trimmed when its data is written; one the flusher
+ * holds is put with b_more_io.  Like mark_inode_dirty: no lock but the
+ * caller's reference. */
+void mark_inode_trim(struct inode *ino);
+/* The inbox slot of mark_inode_retry's and mark_inode_trim's files
+ * (dev->inbox[INBOX_RETRY]) */
 #define INBOX_RETRY PCPU_SLOTS
 /* Push @ino (just made I_DIRTY, its lists' reference taken) on inbox slot
  * @slot, dirtied at @when (0: now, read at each try).  mark_inode_dirty
@@ -270,6 +279,9 @@ struct dirty_batch {
 	struct ino_queue files;
 	size_t n;
 	struct dirty_cursor ahead, mid;
+	/* the file dirty_next returned last was listed only to be trimmed
+	 * (I_TRIM, mark_inode_trim) */
+	bool trim;
 };
 struct dirty_put {
 	struct ino_queue redirty, more_io;
