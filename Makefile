@@ -145,6 +145,9 @@ $(BUILD)/tests/conformance.t: TEST_EXTRA := -Iexamples examples/dirstore.c
 $(BUILD)/tests/conformance.t: examples/dirstore.c
 # a FUSE file system of its own, served in the test (libfuse, as the mount)
 $(BUILD)/tests/read_short.t: TEST_EXTRA = $(FUSE_CFLAGS) $(FUSE_LIBS)
+# the parsers' fuzz driver takes the mount's -o parser too
+$(BUILD)/tests/fuzz_spec.t: TEST_EXTRA = $(FUSE_CFLAGS) tools/mount/options.c $(FUSE_LIBS)
+$(BUILD)/tests/fuzz_spec.t: tools/mount/options.c
 $(BUILD)/tests/%.t: tests/%.c $(LIB_INT) | deps
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -MF $(BUILD)/tests/$*.d -MT $@ -Isrc $< $(TEST_EXTRA) $(LIB_INT) $(LDLIBS) -o $@
@@ -205,27 +208,44 @@ bench: deps-install
 	WBCACHE_BUILD=$(BUILD) bench/mount.sh
 	WBCACHE_BUILD=$(BUILD) bench/mount_peers.sh
 
-# libFuzzer (clang): FUZZ_TIME seconds; new finds land in build/fuzz/corpus,
-# crashes in build/fuzz/crash-*: copy those into tests/fuzz-corpus/, where
-# tests/fuzz_regress replays them in every `make check`.  The project's own
-# flags (CFLAGS_BASE: warnings, -mcx16 for the inbox's 16-byte CAS), built
-# with libFuzzer and the sanitizers instead of the -O2 of a release.
+# libFuzzer (clang): each target FUZZ_TIME seconds, one after the other.
+#   fuzz_ops   file operations (tests/fuzz_ops.h): new finds land in
+#              build/fuzz/corpus, crashes in build/fuzz/crash-*: copy those
+#              into tests/fuzz-corpus/, where tests/fuzz_regress replays them
+#   fuzz_spec  the parsers of users' text: device specs, sizes, times, the
+#              mount's -o (tests/fuzz_spec.h): build/fuzz/spec-corpus,
+#              build/fuzz/spec-crash-*, kept in tests/fuzz-spec-corpus/,
+#              which tests/fuzz_spec replays
+# in every `make check`.  The project's own flags (CFLAGS_BASE: warnings,
+# -mcx16 for the inbox's 16-byte CAS), built with libFuzzer and the
+# sanitizers instead of the -O2 of a release.
 FUZZ_TIME ?= 60
 FUZZ_CC   ?= clang
 FUZZ_BIN  := build/fuzz/fuzz_ops
+FUZZ_SPEC_BIN := build/fuzz/fuzz_spec
 FUZZ_CFLAGS := $(CFLAGS_BASE) -O1 -fno-omit-frame-pointer \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                $(EXTRA_CFLAGS)
+FUZZ_HDRS := $(wildcard include/*.h src/*.h src/*/*.h)
 
-$(FUZZ_BIN): $(LIB_SRC) fuzz/fuzz_ops.c $(wildcard include/*.h src/*.h src/*/*.h tests/fuzz_ops.h) | deps
+$(FUZZ_BIN): $(LIB_SRC) fuzz/fuzz_ops.c $(FUZZ_HDRS) tests/fuzz_ops.h | deps
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: scripts/install-deps (as root)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Isrc $(LIB_SRC) fuzz/fuzz_ops.c $(LDLIBS) -o $@
 
-fuzz: $(FUZZ_BIN)
-	@mkdir -p build/fuzz/corpus
+$(FUZZ_SPEC_BIN): $(LIB_SRC) fuzz/fuzz_spec.c tools/mount/options.c tools/mount/mount.h \
+		  $(FUZZ_HDRS) tests/fuzz_spec.h | deps
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang: scripts/install-deps (as root)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUSE_CFLAGS) -Isrc $(LIB_SRC) tools/mount/options.c \
+		fuzz/fuzz_spec.c $(LDLIBS) $(FUSE_LIBS) -o $@
+
+fuzz: $(FUZZ_BIN) $(FUZZ_SPEC_BIN)
+	@mkdir -p build/fuzz/corpus build/fuzz/spec-corpus
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_TIME) -artifact_prefix=build/fuzz/ \
 		build/fuzz/corpus tests/fuzz-corpus
+	$(FUZZ_SPEC_BIN) -max_total_time=$(FUZZ_TIME) -artifact_prefix=build/fuzz/spec- \
+		-dict=fuzz/fuzz_spec.dict build/fuzz/spec-corpus tests/fuzz-spec-corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include

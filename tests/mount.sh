@@ -32,7 +32,12 @@ done
 # each names what is wrong (the range, the missing value; qd's listed the
 # device's uring=, which -o uring= is not)
 # (a tunable's listed the experiments' switches, which -o does not take)
-for c in "dirty_ratio=150|(0..100)" "threads=0|(1..1024)" "mem=|'mem' has no value" "qd=0|(qd=1..4096)" "bogus|unknown option 'bogus'" "on_error=x|on_error=retry|drop"; do
+# (a rados option by its -o name, with what -o takes: it was the backend's
+# own, "timeout=", with options -o does not pass; a flag given a value:
+# "unknown option"; a number with a sign: taken)
+for c in "dirty_ratio=150|(0..100)" "threads=0|(1..1024)" "mem=|'mem' has no value" "qd=0|(qd=1..4096)" "bogus|unknown option 'bogus'" "on_error=x|on_error=retry|drop" \
+	 "backend=rados:p,rados_timeout=1000000|bad option 'rados_timeout=1000000' with backend=rados (rados_conf=PATH" \
+	 "allow_other=1|option 'allow_other' takes no value" "dirty_ratio=+5|bad value for dirty_ratio: '+5'"; do
 	msg=$("$W" mount "$bk" "$mt" -o "${c%%|*}" 2>&1)
 	case $msg in *"${c#*|}"*) ;; *) fail "-o ${c%%|*}: '$msg' does not say '${c#*|}'" ;; esac
 	case $msg in *uring*|*chunk=*) fail "-o ${c%%|*}: '$msg' names uring= or chunk=" ;; esac

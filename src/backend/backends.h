@@ -113,6 +113,16 @@ int stack_backend_new(wbc_dev *lower, const void *lower_cache, uint64_t lower_ma
  * @opener).  Sets *ops and *ctx, or returns -errno with a message. */
 int backend_create(const char *spec, const struct file_opener *opener,
 		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen);
+/* The parse step of backend_create alone: 0, or -errno with the message
+ * backend_create would give for a spec that does not parse.  Nothing is
+ * made, opened or connected (the parsers' fuzz target, fuzz/fuzz_spec.c).
+ * @opener: "opener[,opts]" is a spec. */
+int backend_spec_check(const char *spec, bool opener, char *err, size_t errlen);
+/* The same for each backend's own spec (as its constructor takes it) */
+int model_spec_check(const char *opts, char *err, size_t errlen);
+int nbd_spec_check(const char *spec, char *err, size_t errlen);
+int rados_spec_check(const char *spec, char *err, size_t errlen);
+int stack_spec_check(const char *opts, char *err, size_t errlen);
 
 /* Controls for tests and benchmarks; each does nothing on a device of
  * another backend. */

@@ -586,6 +586,12 @@ void model_release_stall(wbc_dev *dev)
 	pthread_mutex_unlock(&m->lock);
 }
 
+int model_spec_check(const char *opts, char *err, size_t errlen)
+{
+	struct model_cfg cfg;
+	return model_parse(opts, &cfg, err, errlen);
+}
+
 int model_backend_new(const char *opts, const struct wbc_backend_ops **ops, void **ctx,
 		      char *err, size_t errlen)
 {

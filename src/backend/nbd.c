@@ -1128,7 +1128,7 @@ static int parse_opts(char *opts, struct nbe *b, unsigned *conns, char *err, siz
 	     kv = strtok_r(NULL, ",", &save)) {
 		char *v = strchr(kv, '=');
 		uint64_t n = 0;
-		double secs;
+		double secs = 0;   /* read below also when it did not parse */
 		bool ok = v != NULL;
 		if (ok)
 			*v++ = '\0';
@@ -1203,6 +1203,35 @@ static int check_uri(const struct nbe *b, char *err, size_t errlen)
 		q += n + (q + n < qend);
 	}
 	return 0;
+}
+
+/* The parse step of nbd_backend_new: @copy (the spec, cut up) into @b's
+ * URI (b->uri, set on success and by a failed check_uri) and options,
+ * connecting nowhere.  0, or -errno with a message. */
+static int parse_spec(struct nbe *b, char *copy, unsigned *conns, char *err, size_t errlen)
+{
+	char *opts = strchr(copy, ',');
+	if (opts)
+		*opts++ = '\0';
+	int rc = opts ? parse_opts(opts, b, conns, err, errlen) : 0;
+	if (!rc && !(b->uri = strdup(copy)))
+		rc = -ENOMEM;
+	if (!rc)
+		rc = check_uri(b, err, errlen);
+	return rc;
+}
+
+int nbd_spec_check(const char *spec, char *err, size_t errlen)
+{
+	struct nbe *b = calloc(1, sizeof(*b));
+	char *copy = strdup(spec);
+	unsigned conns = 0;
+	int rc = b && copy ? parse_spec(b, copy, &conns, err, errlen) : -ENOMEM;
+	if (b)
+		free(b->uri);
+	free(b);
+	free(copy);
+	return rc;
 }
 
 /* A handle for @b's URI, as every connection's: the URI may name local
@@ -1348,15 +1377,8 @@ int nbd_backend_new(const char *spec, const struct wbc_backend_ops **ops, void *
 		list_init(&b->conns[i].cmds);
 	}
 	unsigned conns = 0;
-	char *opts = strchr(copy, ',');
-	if (opts)
-		*opts++ = '\0';
-	int rc = opts ? parse_opts(opts, b, &conns, err, errlen) : 0;
-	if (!rc && !(b->uri = strdup(copy)))
-		rc = -ENOMEM;
+	int rc = parse_spec(b, copy, &conns, err, errlen);
 	free(copy);
-	if (!rc)
-		rc = check_uri(b, err, errlen);
 	struct nbd_handle *h = NULL;
 	if (!rc && !(h = new_handle())) {
 		snprintf(err, errlen, "nbd: %s", nbd_get_error());

@@ -1721,6 +1721,37 @@ static int parse_opts(char *opts, struct ropts *o, char *err, size_t errlen)
 	return 0;
 }
 
+/* The parse step of connect_spec: @copy (the spec, cut up) into the
+ * pool (@copy), *@slash (the prefix, or NULL) and @o.  0 or -EINVAL with
+ * a message. */
+static int parse_spec(char *copy, char **slash, struct ropts *o, char *err, size_t errlen)
+{
+	char *opts = strchr(copy, ',');
+	if (opts)
+		*opts++ = '\0';
+	int rc = opts ? parse_opts(opts, o, err, errlen) : 0;
+	if ((*slash = strchr(copy, '/')))
+		*(*slash)++ = '\0';
+	if (!rc && !*copy) {
+		snprintf(err, errlen, "rados: no pool (rados:POOL[/PREFIX][,opts])");
+		rc = -EINVAL;
+	}
+	if (!rc && *slash && (!**slash || (*slash)[strlen(*slash) - 1] == '/')) {
+		snprintf(err, errlen, "rados: bad prefix '%s'", *slash);
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+int rados_spec_check(const char *spec, char *err, size_t errlen)
+{
+	char *copy = strdup(spec), *slash;
+	struct ropts o = { .objsize = RADOS_DEFAULT_OBJ };
+	int rc = copy ? parse_spec(copy, &slash, &o, err, errlen) : -ENOMEM;
+	free(copy);
+	return rc;
+}
+
 /* Connect to the cluster of @spec ("POOL[/PREFIX][,opts]", "rados:" taken
  * off); sets b->cluster, b->io and the options.  0 or -errno with a
  * message. */
@@ -1731,21 +1762,8 @@ static int connect_spec(struct rbe *b, const char *spec, char *err, size_t errle
 		return -ENOMEM;
 	struct ropts o = { .objsize = RADOS_DEFAULT_OBJ, .timeout = RADOS_DEFAULT_TIMEOUT_S,
 			   .lock_check = KEEPER_S };
-	char *opts = strchr(copy, ',');
-	if (opts)
-		*opts++ = '\0';
-	int rc = opts ? parse_opts(opts, &o, err, errlen) : 0;
-	char *slash = strchr(copy, '/');
-	if (slash)
-		*slash++ = '\0';
-	if (!rc && !*copy) {
-		snprintf(err, errlen, "rados: no pool (rados:POOL[/PREFIX][,opts])");
-		rc = -EINVAL;
-	}
-	if (!rc && slash && (!*slash || slash[strlen(slash) - 1] == '/')) {
-		snprintf(err, errlen, "rados: bad prefix '%s'", slash);
-		rc = -EINVAL;
-	}
+	char *slash;
+	int rc = parse_spec(copy, &slash, &o, err, errlen);
 	if (!rc) {
 		b->pool = copy;   /* the prefix lies in the same allocation */
 		b->prefix = slash;

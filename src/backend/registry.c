@@ -13,13 +13,16 @@
 #include <string.h>
 
 
-int backend_create(const char *spec, const struct file_opener *opener,
-		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
+/* backend_create, or with @check (backend_spec_check) only its parse
+ * step: nothing made, opened or connected.  @opener: the spec may be
+ * "opener[,opts]" (given @op, NULL when checking). */
+static int create(const char *spec, bool opener, const struct file_opener *op, bool check,
+		  const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
 {
 	if (!strcmp(spec, "mem"))
-		return mem_backend_new(false, ops, ctx);
+		return check ? 0 : mem_backend_new(false, ops, ctx);
 	if (!strcmp(spec, "model"))
-		return model_backend_new("", ops, ctx, err, errlen);
+		return check ? 0 : model_backend_new("", ops, ctx, err, errlen);
 	bool mem = !strncmp(spec, "mem,", 4);
 	if (mem || !strncmp(spec, "model,", 6)) {
 		/* what is left after the tunables: not one */
@@ -30,11 +33,14 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		return -EINVAL;
 	}
 	if (!strncmp(spec, "model:", 6))
-		return model_backend_new(spec + 6, ops, ctx, err, errlen);
+		return check ? model_spec_check(spec + 6, err, errlen) :
+			       model_backend_new(spec + 6, ops, ctx, err, errlen);
 	if (nbd_is_uri(spec))
-		return nbd_backend_new(spec, ops, ctx, err, errlen);
+		return check ? nbd_spec_check(spec, err, errlen) :
+			       nbd_backend_new(spec, ops, ctx, err, errlen);
 	if (!strncmp(spec, "rados:", 6))
-		return rados_backend_new(spec + 6, ops, ctx, err, errlen);
+		return check ? rados_spec_check(spec + 6, err, errlen) :
+			       rados_backend_new(spec + 6, ops, ctx, err, errlen);
 	bool dir;
 	size_t skip;
 	if (opener && (!strcmp(spec, "opener") || !strncmp(spec, "opener,", 7))) {
@@ -103,9 +109,20 @@ int backend_create(const char *spec, const struct file_opener *opener,
 		snprintf(err, errlen, "device spec '%s' has no path", spec);
 		rc = -EINVAL;
 	}
-	if (!rc)
-		rc = file_backend_new(copy, dir, direct, uring, qd, (size_t)max_io, opener, ops, ctx,
+	if (!rc && !check)
+		rc = file_backend_new(copy, dir, direct, uring, qd, (size_t)max_io, op, ops, ctx,
 				      err, errlen);
 	free(copy);
 	return rc;
+}
+
+int backend_create(const char *spec, const struct file_opener *opener,
+		   const struct wbc_backend_ops **ops, void **ctx, char *err, size_t errlen)
+{
+	return create(spec, opener != NULL, opener, false, ops, ctx, err, errlen);
+}
+
+int backend_spec_check(const char *spec, bool opener, char *err, size_t errlen)
+{
+	return create(spec, opener, NULL, true, NULL, NULL, err, errlen);
 }

@@ -268,7 +268,7 @@ static int stack_parse(const char *opts, int *mode, unsigned *workers, char *err
 			ok = val != NULL;
 			if (ok) {
 				*val++ = '\0';
-				uint64_t v;
+				uint64_t v = 0;   /* read below also when it did not parse */
 				if (!strcmp(kv, "stack_throttle")) {
 					ok = false;
 					for (int m = 0; m < 3; m++)
@@ -292,6 +292,13 @@ static int stack_parse(const char *opts, int *mode, unsigned *workers, char *err
 		tok = next ? next + 1 : NULL;
 	}
 	return 0;
+}
+
+int stack_spec_check(const char *opts, char *err, size_t errlen)
+{
+	int mode;
+	unsigned workers;
+	return stack_parse(opts, &mode, &workers, err, errlen);
 }
 
 int stack_backend_new(wbc_dev *lower, const void *lower_cache, uint64_t lower_max,

@@ -26,6 +26,11 @@
 #include "throttle/throttle.h"
 
 /* device.c */
+/* The parse step of wbc_dev_add_msg (@opener: of wbc_dev_add_opener's
+ * "opener[,opts]") alone: 0, or -errno with the message it would give
+ * for a spec that does not parse.  Nothing is made, opened or connected
+ * (the parsers' fuzz target, fuzz/fuzz_spec.c). */
+int dev_spec_check(wbc_cache *c, const char *spec, bool opener, char *msg, size_t msglen);
 int dev_stop(struct wbc_dev *dev);
 void dev_free(struct wbc_dev *dev);
 int group_dev_make(struct wbc_group *g, struct wbc_dev *dev);

@@ -407,8 +407,8 @@ static int stack_room(wbc_cache *c, wbc_dev *lower, const char *opts, char *msg,
  * file NAME of device ID of cache @c (its number in the order devices
  * were added, from 0).  0 or -errno with a message.
  */
-static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_backend_ops **ops,
-			   void **ctx, char *msg, size_t msglen)
+static int stack_from_spec(wbc_cache *c, const char *rest, bool check,
+			   const struct wbc_backend_ops **ops, void **ctx, char *msg, size_t msglen)
 {
 	char *end;
 	errno = 0;
@@ -436,6 +436,8 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 		snprintf(msg, msglen, "stack:%lu: no device %lu in this cache (devices are "
 			 "numbered from 0 in the order they were added)", id, id);
 		err = -EINVAL;
+	} else if (check) {
+		err = stack_spec_check(name[nlen] ? name + nlen + 1 : "", msg, msglen);
 	} else if (!(err = stack_room(c, lower, name + nlen, msg, msglen))) {
 		err = stack_backend_new(lower, lower->cache, lower_max_file(lower), nm,
 					name[nlen] ? name + nlen + 1 : "", ops, ctx, msg, msglen);
@@ -444,8 +446,11 @@ static int stack_from_spec(wbc_cache *c, const char *rest, const struct wbc_back
 	return err;
 }
 
+/* @check: the spec parsed, nothing made (dev_spec_check, never with
+ * @stack; @out unused) */
 static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *opener,
-		   const struct stack_target *stack, wbc_dev **out, char *msg, size_t msglen)
+		   const struct stack_target *stack, bool check, wbc_dev **out, char *msg,
+		   size_t msglen)
 {
 	char dummy[8];
 	if (!msg || !msglen) {
@@ -453,7 +458,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 		msglen = sizeof(dummy);
 	}
 	msg[0] = '\0';
-	if (!c || !spec || !out) {
+	if (!c || !spec || (!out && !check)) {
 		snprintf(msg, msglen, "missing argument");
 		return -EINVAL;
 	}
@@ -478,19 +483,30 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 					lower_max_file(stack->lower), stack->name,
 					bspec[5] ? bspec + 6 : "", &ops, &ctx, msg, msglen);
 	else if (!err && !strncmp(bspec, "stack:", 6))
-		err = stack_from_spec(c, bspec + 6, &ops, &ctx, msg, msglen);
+		err = stack_from_spec(c, bspec + 6, check, &ops, &ctx, msg, msglen);
+	else if (!err && check)
+		err = backend_spec_check(bspec, opener != NULL, msg, msglen);
 	else if (!err)
 		err = backend_create(bspec, opener, &ops, &ctx, msg, msglen);
 	free(bspec);
-	if (!err) {
+	if (check) {
+		/* nothing made: the share taken only to see it fit */
+	} else if (!err) {
 		err = dev_add_be(c, ops, ctx, tun, spec, true, out, msg, msglen);
 		if (err)
 			ops->destroy(ctx);
 	}
-	if (err && reserved)
+	if ((err || check) && reserved)
 		release_min_ratio(c, probe.min_ratio);
 	free(tun);
 	return err;
+}
+
+int dev_spec_check(wbc_cache *c, const char *spec, bool opener, char *msg, size_t msglen)
+{
+	/* an opener spec is checked as one: the function is never called */
+	struct file_opener op = { 0 };
+	return dev_add(c, spec, opener ? &op : NULL, NULL, true, NULL, msg, msglen);
 }
 
 int wbc_dev_add_backend_msg(wbc_cache *c, const struct wbc_backend_ops *ops, void *ctx,
@@ -519,7 +535,7 @@ int wbc_dev_add_backend(wbc_cache *c, const struct wbc_backend_ops *ops, void *c
 
 int wbc_dev_add_msg(wbc_cache *c, const char *spec, wbc_dev **out, char *msg, size_t msglen)
 {
-	return dev_add(c, spec, NULL, NULL, out, msg, msglen);
+	return dev_add(c, spec, NULL, NULL, false, out, msg, msglen);
 }
 
 int wbc_dev_add_stacked(wbc_cache *c, wbc_dev *lower, const char *name, const char *opts,
@@ -534,7 +550,7 @@ int wbc_dev_add_stacked(wbc_cache *c, wbc_dev *lower, const char *name, const ch
 	char *spec;
 	if (asprintf(&spec, "stack%s%s", opts && *opts ? "," : "", opts ? opts : "") < 0)
 		return -ENOMEM;
-	int err = dev_add(c, spec, NULL, &st, out, msg, msglen);
+	int err = dev_add(c, spec, NULL, &st, false, out, msg, msglen);
 	free(spec);
 	return err;
 }
@@ -559,7 +575,7 @@ int wbc_dev_add_opener(wbc_cache *c, int fs_fd, const char *opts, wbc_open_fn op
 	char *spec;
 	if (asprintf(&spec, "opener%s%s", *opts ? "," : "", opts) < 0)
 		return -ENOMEM;
-	int err = dev_add(c, spec, &op, NULL, out, msg, msglen);
+	int err = dev_add(c, spec, &op, NULL, false, out, msg, msglen);
 	free(spec);
 	return err;
 }

@@ -453,6 +453,23 @@ mounted_fd:
 			snprintf(end, sizeof(msg) - (size_t)(end - msg), "' (min_ratio=0..100, "
 				 "max_ratio=1..100, max_bytes=SIZE, strict_limit=0|1, "
 				 "on_error=retry|drop, retry_timeout=SECONDS)");
+		/* the rados backend's names are not -o's (rados_timeout= is
+		 * its timeout=) and it lists options -o does not pass: the
+		 * option as given, and what -o takes (it said "bad rados
+		 * option 'timeout=...' (conf=PATH, ...)") */
+		static const char rbad[] = "bad rados option '";
+		const char *ro = msg + sizeof(rbad) - 1;
+		end = M.remote && !strncmp(msg, rbad, sizeof(rbad) - 1) ? strstr(msg, "' (") : NULL;
+		if (end) {
+			bool renamed = !strncmp(ro, "conf=", 5) || !strncmp(ro, "id=", 3) ||
+				       !strncmp(ro, "timeout=", 8);
+			char was[64];   /* (a longer one cut: the list matters more) */
+			snprintf(was, sizeof(was), "%.*s", (int)(end - ro), ro);
+			snprintf(msg, sizeof(msg), "bad option '%s%s' with backend=rados (rados_conf=PATH, "
+				 "rados_id=NAME, object_size=64K..64M (a power of two), "
+				 "rados_timeout=SECONDS, max_io=4K..64M, and the device's tunables)",
+				 renamed ? "rados_" : "", was);
+		}
 		fprintf(stderr, "wbcache mount: %s\n", fsfd < 0 ? strerror(-rc) : msg);
 		goto out;
 	}

@@ -6,6 +6,7 @@
 #include "mount.h"
 #include "wbcache_backend.h"   /* wbc_parse_time */
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,7 +71,9 @@ static int parse_u64(const char *key, const char *val, uint64_t min, uint64_t ma
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(val, &end, 10);
-	if (errno || end == val || *end || v < min || v > max || val[0] == '-') {
+	/* digits only: strtoull also takes leading spaces and a sign
+	 * ("+5", " 5", " -0" were taken; a size, wbc_parse_size, never is) */
+	if (errno || !isdigit((unsigned char)val[0]) || *end || v < min || v > max) {
 		fprintf(stderr, "wbcache mount: bad value for %s: '%s' (%llu..%llu)\n", key, val,
 			(unsigned long long)min, (unsigned long long)max);
 		return -1;
@@ -161,13 +164,19 @@ int parse_opts(char *opts, struct wbc_config *cfg, char *devopts, size_t devlen,
 			"lazytime", "nolazytime",
 		};
 		bool atimekey = false;
-		for (size_t i = 0; !val && i < sizeof(atimekeys) / sizeof(atimekeys[0]); i++)
+		for (size_t i = 0; i < sizeof(atimekeys) / sizeof(atimekeys[0]); i++)
 			atimekey |= !strcmp(kv, atimekeys[i]);
+		bool mntkey = false;
+		for (size_t i = 0; i < sizeof(mntkeys) / sizeof(mntkeys[0]); i++)
+			mntkey |= !strcmp(kv, mntkeys[i]);
+		/* a flag given a value: said so (it was "unknown option
+		 * 'allow_other'", or "has no value (noatime=...)") */
+		if ((atimekey || mntkey) && val) {
+			fprintf(stderr, "wbcache mount: option '%s' takes no value (-o %s)\n", kv, kv);
+			return -1;
+		}
 		if (atimekey)
 			continue;
-		bool mntkey = false;
-		for (size_t i = 0; !val && i < sizeof(mntkeys) / sizeof(mntkeys[0]); i++)
-			mntkey |= !strcmp(kv, mntkeys[i]);
 		if (mntkey) {
 			size_t used = strlen(fuseopts);
 			if ((size_t)snprintf(fuseopts + used, fuselen - used, ",%s", kv) >= fuselen - used) {
