@@ -218,6 +218,13 @@ for m in global local direct; do
 	[ $m = direct ] || echo "$out" | grep -Eq "^ +0 +32\.0 .*model:" ||
 		fail "stacked $m: nothing reached the device under it: $out"
 done
+# a direct stack over a one-file device: the device under it has no
+# writer of its own and is not opened for regions (its file is open
+# direct: refused, "holds -16 bytes ... Device or resource busy")
+truncate -s 10000 "$dir/st.img"
+out=$($W run dd --dev "file:$dir/st.img" --dev "stack:0/,stack_throttle=direct" --size 10000 \
+	--bs 4096 --quiet 2>&1) || fail "a direct stack over a file: device: $out"
+rm -f "$dir/st.img"
 # many writers over a stack in the same cache, a tiny cache, and a stack
 # over a stack: every page became the stacked device's, dirty, and the
 # workers waited for pages only their writes could free (hung: 3 in 3,

@@ -80,7 +80,7 @@ int main(void)
 		{ "d", "mem,max_bytes=1M junk", "bad device tunable 'max_bytes=1M junk'" },
 		{ "d", "model:bw=1E", "bad model option 'bw=1E'" },
 		{ "d", "model:bw=18446744073709551616", "bad model option 'bw=18446744073709551616'" },
-		{ "d", "file:/x,qd=", "bad option 'qd=' in device spec" },
+		{ "d", "file:/x,qd=", "bad value for device option qd: '' (qd=1..4096)" },
 		{ "d", "nbd://h/e,timeout=-1", "bad nbd option 'timeout=-1'" },
 		{ "d", "rados:p,timeout=99999999999999999999", "bad rados option 'timeout=" },
 		{ "d", "stack:99999999999999999999/x", "bad stacked device spec" },

@@ -1738,7 +1738,8 @@ static int place_one_file_workers(void)
 		}
 		uint64_t region = o->wl == WL_DD ? o->size / R.nw : o->file_size, end = 0;
 		bool over = false;   /* past the largest file (2^63 - 1 bytes) */
-		for (unsigned i = 0, k = 0; i < R.nw; i++)
+		unsigned k = 0;
+		for (unsigned i = 0; i < R.nw; i++)
 			if (R.w[i].dev_idx == d) {
 				R.w[i].one_file = true;
 				/* the last dd writer's share is the largest */
@@ -1754,11 +1755,21 @@ static int place_one_file_workers(void)
 				"--threads) end past the largest file, 2^63 bytes\n", o->devs[d]);
 			return -EINVAL;
 		}
+		/* no writer of its own: a device under a stacked one, whose
+		 * file that device holds (open direct: an open here was
+		 * refused, EBUSY, said as a size of -16 bytes) */
+		if (!k)
+			continue;
 		/* a file grows to hold them; a device (an NBD export) cannot */
 		wbc_file *f;
 		int err = wbc_file_open(R.dev[d], "", 0, &f);
-		int64_t size = err ? err : wbc_file_size(f);
-		if (!err && size >= 0 && (uint64_t)size < end)
+		if (err) {
+			fprintf(stderr, "wbcache: %s: cannot open its file: %s\n", o->devs[d],
+				wbc_strerror(err));
+			return -EINVAL;
+		}
+		int64_t size = wbc_file_size(f);
+		if (size >= 0 && (uint64_t)size < end)
 			err = wbc_truncate(f, end);
 		wbc_file_close(f);
 		if (err || size < 0) {
