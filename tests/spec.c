@@ -144,6 +144,16 @@ int main(void)
 			return 1;
 		}
 	}
+	/* the reason before a long spec: a 256-byte message keeps it (the
+	 * URI came first, and pushed it off the end) */
+	{
+		char spec[600], msg[256] = "";
+		wbc_dev *d = NULL;
+		snprintf(spec, sizeof(spec), "nbd://localhost/%0300d?frob=1", 0);
+		CHECK_EQ(wbc_dev_add_msg(c, spec, &d, msg, sizeof(msg)), -EINVAL);
+		printf("a long URI: %s\n", msg);
+		CHECK(strstr(msg, "unknown URI parameter 'frob'"));
+	}
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* a first option that is a tunable takes effect: min_ratio=80

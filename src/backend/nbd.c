@@ -1191,8 +1191,8 @@ static int check_uri(const struct nbe *b, char *err, size_t errlen)
 		if (n && !(nl == 6 && !strncmp(q, "socket", 6)) &&
 		    !(nl == 12 && !strncmp(q, "tls-psk-file", 12)) &&
 		    !(nl == 16 && !strncmp(q, "tls-certificates", 16))) {
-			snprintf(err, errlen, "%s: unknown URI parameter '%.*s' (socket=, "
-				 "tls-psk-file=, tls-certificates=)", b->uri, (int)nl, q);
+			snprintf(err, errlen, "unknown URI parameter '%.*s' (socket=, "
+				 "tls-psk-file=, tls-certificates=) in %s", (int)nl, q, b->uri);
 			return -EINVAL;
 		}
 		if (n && !strncmp(q, "tls-", 4) && !tls) {

@@ -27,9 +27,10 @@ static int create(const char *spec, bool opener, const struct file_opener *op, b
 	if (mem || !strncmp(spec, "model,", 6)) {
 		/* what is left after the tunables: not one */
 		const char *o = strchr(spec, ',') + 1;
-		snprintf(err, errlen, "bad device spec '%s': option '%.*s' (%s)", spec,
+		/* the reason before the spec, which may be long */
+		snprintf(err, errlen, "bad option '%.*s' (%s) in device spec '%s'",
 			 (int)strcspn(o, ","), o, mem ? "mem takes only the device tunables" :
-			 "model's options follow a colon: model:bw=100M,...");
+			 "model's options follow a colon: model:bw=100M,...", spec);
 		return -EINVAL;
 	}
 	if (!strncmp(spec, "model:", 6))
@@ -106,7 +107,7 @@ static int create(const char *spec, bool opener, const struct file_opener *op, b
 		opts = next;
 	}
 	if (!rc && !*copy) {
-		snprintf(err, errlen, "device spec '%s' has no path", spec);
+		snprintf(err, errlen, "no path in device spec '%s'", spec);
 		rc = -EINVAL;
 	}
 	if (!rc && !check)
