@@ -217,7 +217,8 @@ static int parse_tunables(struct wbc_dev *dev, const char *tun, const wbc_cache 
 		tok = next ? next + 1 : NULL;
 	}
 	if (dev->min_ratio > dev->max_ratio) {
-		snprintf(msg, msglen, "min_ratio above max_ratio");
+		snprintf(msg, msglen, "min_ratio=%u above max_ratio=%u", dev->min_ratio,
+			 dev->max_ratio);
 		return -EINVAL;
 	}
 	/* a device's own cap under two pages, as the cache's dirty_bytes
