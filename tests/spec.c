@@ -108,7 +108,9 @@ int main(void)
 		{ "model:sched=5s@10%", "sched= scales bw=" },
 		{ "model:bw=0,lat=1ms,sched=0s@1%", "sched= scales bw=" },
 		{ "model:bogus=1", "bogus" }, { "model:bw", "bw" }, { "mem,min_ratio=101", "min_ratio" },
-		{ "mem,max_ratio=0", "max_ratio" }, { "mem,min_ratio=50,max_ratio=20", "min_ratio=50 above max_ratio=20" }, { "mem,strict_limit=2", "strict_limit" },
+		{ "mem,max_ratio=0", "max_ratio" },
+		{ "mem,min_ratio=50,max_ratio=20", "min_ratio=50 above max_ratio=20" },
+		{ "mem,strict_limit=2", "strict_limit" },
 		{ "mem,min_ratio=60,max_ratio=50", "min_ratio" }, { "mem,max_bytes=lots", "max_bytes" },
 		/* a device's own cap under two pages (each page written paused) */
 		{ "mem,max_bytes=1", "max_bytes=1: must be at least two pages" },
