@@ -25,7 +25,9 @@
  *      one's writes to it fail at once, before its lock keeper (once an
  *      hour here) could notice: the break blocklisted its client (fenced;
  *      at risk, not lost, not on the cluster).  A name too long for an
- *      object name: ENAMETOOLONG from the break too.
+ *      object name: ENAMETOOLONG from the break too.  (5b, after 11: the
+ *      close of a fenced file with a size to write says its data past
+ *      the stored size is lost, the next sync's EIO, keeper or not.)
  *   6. the OSD killed mid-stream (SIGKILL) and started again: fsync fails
  *      (timeout=) while it is down, the pages stay dirty (at risk, none
  *      lost), a writer to a mem device of the same cache finishes
@@ -46,13 +48,16 @@
  *      fractional timeout= (librados takes whole seconds) bounds the
  *      connection too.
  *  10. a create racing another cache's create, write and close (between
- *      its look for the file and its lock) keeps the other's data.
+ *      its look for the file and its lock) keeps the other's data; an
+ *      open racing another cache's remove: ENOENT, no empty file left
+ *      (with O_CREAT: a new file, its layout recorded).
  */
 #include "testutil.h"
 #include "ceph.h"
 #include "wbcache_backend.h"
 #include "backend/backends.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <rados/librados.h>
 #include <signal.h>
@@ -983,6 +988,53 @@ static void test_create_race(void)
 	check_file("race", "object_size=1M", race_data, sizeof(race_data), 0, sizeof(race_data));
 }
 
+/* 10b: an open racing another cache's remove (between its look, which
+ * found the file, and its lock): the lock made object 0 anew, bare, and
+ * the open (without O_CREAT too) found an empty file there, its layout
+ * unrecorded; the name stayed, a file of 0 bytes.  Without O_CREAT: ENOENT
+ * and nothing left; with it: a new file, its layout recorded. */
+static void remove_meanwhile(void *arg)
+{
+	(void)arg;
+	wbc_cache *c = open_cache(4 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	CHECK_EQ(wbc_file_remove(dev, "race-rm"), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
+static void test_remove_race(void)
+{
+	printf("10b. an open racing another cache's remove\n");
+	wbc_cache *c = open_cache(4 * MiB);
+	wbc_dev *dev = add(c, "object_size=1M");
+	wbc_file *f;
+	for (int create = 0; create < 2; create++) {
+		CHECK_EQ(wbc_file_open(dev, "race-rm", WBC_O_CREAT, &f), 0);
+		write_all(f, race_data, sizeof(race_data), 0);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(wbc_dev_sync(dev), 0);   /* its close (the unlock) is over */
+		rados_open_pause(dev, remove_meanwhile, NULL);
+		int r = wbc_file_open(dev, "race-rm", create ? WBC_O_CREAT : 0, &f);
+		printf("    open%s after the other removed it: %d\n", create ? " (O_CREAT)" : "", r);
+		if (!create) {
+			CHECK_EQ(r, -ENOENT);
+			CHECK_EQ(obj_size("race-rm", 0), -ENOENT);   /* no name left */
+			continue;
+		}
+		CHECK_EQ(r, 0);
+		CHECK_EQ(wbc_file_size(f), 0);
+		CHECK_EQ(wbc_file_close(f), 0);
+		CHECK_EQ(size_xattr("race-rm"), 0);
+		char o[300], buf[32];
+		objname(o, sizeof(o), "race-rm", 0);
+		int n = rados_getxattr(ioc, o, "wbcache.object_size", buf, sizeof(buf) - 1);
+		CHECK(n > 0);
+		buf[n > 0 ? n : 0] = '\0';
+		CHECK_EQ(strtoull(buf, NULL, 10), MiB);   /* the layout recorded */
+	}
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
 /* 11: a close whose unlock is lost on the way (a timeout, here the test
  * hook rados_fail_unlocks): the lock was let go for good (no other cache
  * opened the file until someone broke it by hand) and the next sync
@@ -1029,13 +1081,96 @@ static void test_unlock_fails(void)
 	CHECK_EQ(wbc_file_open(dev, names[1], 0, &f), 0);
 	CHECK_EQ(wbc_file_size(f), sizeof(d));
 	CHECK_EQ(wbc_file_close(f), 0);
+	/* an open that fails after it took the lock (another object size
+	 * than the file's), its unlock failing: the lock stayed ours for
+	 * good, told nowhere; it is owed as a close's, released by the
+	 * close of the cache */
+	wbc_dev *dsz = add(c, "object_size=64K");
+	rados_fail_unlocks(dsz, true);
+	CHECK_EQ(wbc_file_open(dsz, "unlock-late", 0, &f), -EINVAL);
+	CHECK_EQ(wbc_dev_sync(dsz), 0);   /* tried again, fails again: nothing at risk */
+	CHECK_EQ(wbc_file_open(dev2, "unlock-late", 0, &g), -EBUSY);
+	rados_fail_unlocks(dsz, false);
 	CHECK_EQ(wbc_cache_close(c), 0);
+	r = wbc_file_open(dev2, "unlock-late", 0, &g);
+	printf("    a failed open's lock, after the cache closed: %d\n", r);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_file_size(g), 2 * UNSIZED_LEN);
+	CHECK_EQ(wbc_file_close(g), 0);
 	for (int i = 0; i < 2; i++) {
 		CHECK_EQ(wbc_file_open(dev2, names[i], 0, &g), 0);
 		CHECK_EQ(wbc_file_size(g), sizeof(d));
 		CHECK_EQ(wbc_file_close(g), 0);
 	}
 	CHECK_EQ(wbc_cache_close(c2), 0);
+}
+
+/* Our stderr caught in a file from err_catch() to err_caught() (its text,
+ * also passed on to the real stderr: the log keeps it). */
+static int err_saved = -1;
+static char err_path[64];
+static void err_catch(void)
+{
+	snprintf(err_path, sizeof(err_path), "/var/tmp/wbc-rados-err-%d", (int)getpid());
+	fflush(stderr);
+	int fd = open(err_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	err_saved = dup(2);
+	CHECK(fd >= 0 && err_saved >= 0 && dup2(fd, 2) == 2);
+	close(fd);
+}
+
+static char *err_caught(void)
+{
+	static char text[16384];
+	fflush(stderr);
+	CHECK(dup2(err_saved, 2) == 2);
+	close(err_saved);
+	FILE *fp = fopen(err_path, "r");
+	CHECK(fp);
+	size_t n = fread(text, 1, sizeof(text) - 1, fp);
+	fclose(fp);
+	unlink(err_path);
+	text[n] = '\0';
+	fputs(text, stderr);
+	return text;
+}
+
+/* 5b (after 11: open_unsized): a file whose lock `wbcache rados-unlock`
+ * broke (its client fenced) while this cache had it open, with a size
+ * to write (data written back past the size in the cluster): its close
+ * cannot write it, and that data is lost (the next owner's open trims
+ * it).  Where the keeper had noticed the break, the loss went untold
+ * (the next sync said 0); where it had not, the close said "its lock is
+ * kept until it is" (or, with no size to write, that its lock would be
+ * released later), though the lock was gone. */
+static void test_fenced_close(void)
+{
+	printf("5b. the close of a file whose lock was broken, a size to write\n");
+	wbc_cache *c = open_eager();
+	wbc_dev *dk = add(c, "object_size=1M,lock_check=0.1"),
+		*dn = add(c, "object_size=1M,lock_check=3600");
+	wbc_file *fk = open_unsized(dk, "fenced-k", 0x21), *fn = open_unsized(dn, "fenced-n", 0x22);
+	char msg[256];
+	CHECK_EQ(wbc_rados_break_lock(base, "fenced-k", msg, sizeof(msg)), 1);
+	CHECK_EQ(wbc_rados_break_lock(base, "fenced-n", msg, sizeof(msg)), 1);
+	usleep(2000000);   /* dk's keeper (every 0.1 s) notices the break */
+	err_catch();
+	CHECK_EQ(wbc_file_close(fk), 0);
+	int rk = wbc_dev_sync(dk);
+	CHECK_EQ(wbc_file_close(fn), 0);
+	int rn = wbc_dev_sync(dn);
+	const char *said = err_caught();
+	printf("    sync after the close: %d (the keeper noticed), %d (it did not)\n", rk, rn);
+	CHECK_EQ(rk, -EIO);
+	CHECK_EQ(rn, -EIO);
+	CHECK(!strstr(said, "kept until") && !strstr(said, "could not be released"));
+	CHECK(strstr(said, "fenced-k: its lock was broken"));
+	CHECK(strstr(said, "fenced-n: its lock was broken"));
+	CHECK_EQ(wbc_dev_sync(dk), 0);   /* told once */
+	CHECK_EQ(wbc_dev_sync(dn), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+	CHECK_EQ(size_xattr("fenced-k"), (int64_t)UNSIZED_LEN);
+	CHECK_EQ(size_xattr("fenced-n"), (int64_t)UNSIZED_LEN);
 }
 
 /* The test cluster, stopped and let go on (part 8), serves every
@@ -1074,7 +1209,9 @@ int main(void)
 	test_close_removed();
 	test_close_size_never();
 	test_create_race();
+	test_remove_race();
 	test_unlock_fails();
+	test_fenced_close();
 	test_unreachable();
 	cluster_serves();
 	rados_ioctx_destroy(ioc);

@@ -248,8 +248,10 @@ static const struct wbc_backend_ops rados_ops;
  * and its destruction try again.  An unlock that failed on the way to
  * the cluster (a timeout) is kept too, its size written (sized cleared),
  * and tried again the same way: no other client could open the file
- * until someone broke the lock.  An open of a name waits for its close
- * in flight (whose unlock would otherwise land after the open's lock).
+ * until someone broke the lock.  So is the lock of an open that failed
+ * after taking it, when its release failed too (a record of its own).
+ * An open of a name waits for its close in flight (whose unlock would
+ * otherwise land after the open's lock).
  */
 enum { CLOSE_FLIGHT, CLOSE_FAILED, CLOSE_RETRY };
 struct rclose {
@@ -307,10 +309,15 @@ static bool transport_error(int r)
 /* ------------------------------------------------------------------ */
 /* sizes in object 0's xattrs                                           */
 
-static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint64_t *v)
+/* Attribute @name of object @o as a number (absent: 0, and *@present
+ * false where asked). */
+static int get_u64_xattr_p(rados_ioctx_t io, const char *o, const char *name, uint64_t *v,
+			   bool *present)
 {
 	char buf[32];
 	int r = rados_getxattr(io, o, name, buf, sizeof(buf) - 1);
+	if (present)
+		*present = r != -ENODATA;
 	if (r == -ENODATA) {
 		*v = 0;
 		return 0;
@@ -329,6 +336,11 @@ static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint
 		return -EUCLEAN;
 	*v = n;
 	return 0;
+}
+
+static int get_u64_xattr(rados_ioctx_t io, const char *o, const char *name, uint64_t *v)
+{
+	return get_u64_xattr_p(io, o, name, v, NULL);
 }
 
 /* Write file @name's size and extent (either may be UINT64_MAX: left as
@@ -1035,11 +1047,28 @@ static void free_file(struct rfile *f)
 	free(f);
 }
 
+/* An open that failed after it took the lock lets it go: true when the
+ * unlock failed too (a timeout: the cluster out of reach), and the lock
+ * is owed (else it stayed held for good, told nowhere, and no other
+ * cache opened the file until someone broke it by hand). */
+static bool open_unlock(struct rbe *b, const char *name)
+{
+	int r = unlock_name(b, name);
+	if (r >= 0)
+		return false;
+	fprintf(stderr, "wbcache: rados: %s: its lock could not be released after its open "
+		"failed: %s; tried again at the next sync or the close of the device\n", name,
+		strerror(-rerr(r)));
+	return true;
+}
+
 /* Open @f (its name set; freed on failure).  @rc: the name's close whose
  * size write failed (held: CLOSE_RETRY); its size is the file's, written
- * first (then rc->sized is cleared), and the lock it kept is ours. */
+ * first (then rc->sized is cleared), and the lock it kept is ours.  On
+ * failure, *@owe: the lock is ours still (its release failed): an
+ * unlock is owed. */
 static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclose *rc,
-		     void **file, uint64_t *size)
+		     void **file, uint64_t *size, bool *owe)
 {
 	char o[OID_MAX];
 	oid(f, 0, o);
@@ -1109,8 +1138,43 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 		r = 0;
 	}
 	if (r < 0) {
+		/* a timeout tells nothing: an unlock @rc owed is owed still
+		 * (forgotten, the lock stayed for good) */
+		*owe = rc && transport_error(r);
 		free_file(f);
 		return rerr(r);
+	}
+	if (exists) {
+		/* removed by another cache between the look and the lock: the
+		 * lock made object 0 anew, bare (every file's has its size).
+		 * It was opened as an empty file (without O_CREAT too), its
+		 * layout unrecorded, and the name stayed, a file of 0 bytes */
+		bool sized = true;
+		uint64_t v;
+		sync_begin(b);
+		r = get_u64_xattr_p(b->io, o, XATTR_SIZE, &v, &sized);
+		sync_end(b);
+		if (r < 0 && r != -EUCLEAN) {   /* a garbled one: said below */
+			*owe = open_unlock(b, f->name);
+			free_file(f);
+			return rerr(r);
+		}
+		r = 0;
+		if (!sized) {
+			if (rc)
+				rc->sized = false;   /* as above: the file is gone */
+			exists = false;
+			if (!(flags & WBC_OPEN_CREATE)) {
+				/* the object the lock made goes, the lock with it */
+				sync_begin(b);
+				r = rados_remove(b->io, o);
+				sync_end(b);
+				if (r < 0 && r != -ENOENT)
+					*owe = open_unlock(b, f->name);
+				free_file(f);
+				return -ENOENT;
+			}
+		}
 	}
 	if (!exists) {
 		/* made by another cache between the stat and the lock (it
@@ -1121,7 +1185,7 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 		r = get_u64_xattr(b->io, o, XATTR_OBJSIZE, &made);
 		sync_end(b);
 		if (r < 0) {
-			(void)unlock_name(b, f->name);
+			*owe = open_unlock(b, f->name);
 			free_file(f);
 			return rerr(r);
 		}
@@ -1178,7 +1242,7 @@ static int open_file(struct rbe *b, struct rfile *f, unsigned flags, struct rclo
 	}
 	if (r < 0) {
 		if (!rc || !rc->sized)   /* else it keeps the size unwritten */
-			(void)unlock_name(b, f->name);
+			*owe = open_unlock(b, f->name);
 		free_file(f);
 		return rerr(r);
 	}
@@ -1222,24 +1286,69 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 	if (rc)
 		rc->state = CLOSE_RETRY;
 	pthread_mutex_unlock(&b->lock);
-	int r = open_file(b, f, flags, rc, file, size);
+	bool owe = false;
+	int r = open_file(b, f, flags, rc, file, size, &owe);
 	if (rc) {
 		pthread_mutex_lock(&b->lock);
-		if (rc->sized) {
+		if (rc->sized || owe) {   /* a size or an unlock still owed */
 			rc->state = CLOSE_FAILED;
 			pthread_cond_broadcast(&b->closing_cond);
 		} else {
 			close_forget_locked(b, rc);
 		}
 		pthread_mutex_unlock(&b->lock);
+	} else if (owe) {
+		/* the failed open's lock: released as a close's that failed
+		 * (a sync, the close of the device, an open of the name),
+		 * and named by the destruction if it never is */
+		size_t len = strlen(name) + strlen(b->prefix ? b->prefix : "") + 2;
+		struct rclose *oc = calloc(1, sizeof(*oc) + len);
+		if (oc) {
+			oc->b = b;
+			oc->state = CLOSE_FAILED;
+			snprintf(oc->name, len, "%s%s%s", b->prefix ? b->prefix : "",
+				 b->prefix ? "/" : "", name);
+			pthread_mutex_lock(&b->lock);
+			list_add_tail(&oc->node, &b->closes);
+			pthread_mutex_unlock(&b->lock);
+		}
 	}
 	return r;
+}
+
+/* The close of @name, whose lock was broken (`wbcache rados-unlock`), had
+ * size @size to write: the data written back past the size the file has
+ * in the cluster is lost (the new owner's open trims it); the next sync's
+ * error, once. */
+static void fenced_size_lost(struct rbe *b, const char *name, uint64_t size)
+{
+	fprintf(stderr, "wbcache: rados: %s: its lock was broken before its close wrote its "
+		"size (%llu): what was past the size the file has there is lost\n", name,
+		(unsigned long long)size);
+	pthread_mutex_lock(&b->lock);
+	if (!b->close_err)
+		b->close_err = -EIO;
+	pthread_mutex_unlock(&b->lock);
 }
 
 /* @rc's asynchronous part is over, @r the result of its last operation. */
 static void close_done(struct rclose *rc, int r)
 {
 	struct rbe *b = rc->b;
+	if (r == -ESHUTDOWN) {
+		/* this client is fenced (blocklisted: `wbcache rados-unlock`
+		 * broke its lock): the lock is gone, nothing is left to
+		 * release, and a size owed never lands (it was said to be
+		 * written later, its lock "kept until it is", or the lock to
+		 * be released later: neither was so) */
+		if (rc->sized && !rc->unlocking)
+			fenced_size_lost(b, rc->name, rc->size);
+		pthread_mutex_lock(&b->lock);
+		b->closing--;
+		close_forget_locked(b, rc);
+		pthread_mutex_unlock(&b->lock);
+		return;
+	}
 	bool keep = r < 0 && rc->sized && !rc->unlocking;
 	/* the unlock lost on the way (the size, if any, is there): nothing
 	 * is at risk, the lock is released later */
@@ -1342,7 +1451,17 @@ static void rados_close_file(void *ctx, void *file)
 	struct rbe *b = ctx;
 	struct rfile *f = file;
 	file_close_begin(f);
-	if (!atomic_load(&f->fenced) && !f->lock_shared && !f->removed) {
+	if (atomic_load(&f->fenced) && !f->lock_shared && !f->removed) {
+		/* the keeper found the lock broken: nothing to release, and a
+		 * size owed is lost (it went untold: the engine knew of no
+		 * failed write, and a sync passes closed files by) */
+		pthread_mutex_lock(&f->lock);
+		uint64_t size = f->size;
+		bool dirty = size != f->durable;
+		pthread_mutex_unlock(&f->lock);
+		if (dirty)
+			fenced_size_lost(b, f->name, size);
+	} else if (!f->lock_shared && !f->removed) {
 		pthread_mutex_lock(&f->lock);
 		uint64_t size = f->size;
 		bool dirty = size != f->durable;
