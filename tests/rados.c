@@ -51,6 +51,10 @@
  *      its look for the file and its lock) keeps the other's data; an
  *      open racing another cache's remove: ENOENT, no empty file left
  *      (with O_CREAT: a new file, its layout recorded).
+ *  11. a close whose unlock is lost (a timeout): released by a later
+ *      sync or the cache's close, and no sync's error.
+ *  12. an open that fails where such an unlock is owed: still owed, and
+ *      made by the next sync.
  */
 #include "testutil.h"
 #include "ceph.h"
@@ -1173,6 +1177,49 @@ static void test_fenced_close(void)
 	CHECK_EQ(size_xattr("fenced-n"), (int64_t)UNSIZED_LEN);
 }
 
+/* 12: an open of a name whose unlock is owed (as in 11) that fails, its
+ * own unlock failing too: the unlock stays owed, and the next sync makes
+ * it (the close's record was forgotten with the failed open: the lock
+ * stayed for good, another cache's open EBUSY). */
+static void test_unlock_open_fails(void)
+{
+	printf("12. an open that fails where an unlock is owed: the unlock stays owed\n");
+	wbc_cache *c = open_eager();
+	wbc_dev *dev = add(c, "object_size=1M");
+	static char d[4096];
+	memset(d, 0x3c, sizeof(d));
+	wbc_file *f;
+	CHECK_EQ(wbc_file_open(dev, "unlock-open", WBC_O_CREAT, &f), 0);
+	write_all(f, d, sizeof(d), 0);
+	CHECK_EQ(wbc_fsync(f), 0);
+	rados_fail_unlocks(dev, true);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(dev), 0);   /* the unlock owed, failing again */
+	/* an extent past the size, as a dead cache leaves: the open trims
+	 * it and writes the sizes, which fail */
+	char o[300], buf[32];
+	objname(o, sizeof(o), "unlock-open", 0);
+	int n = snprintf(buf, sizeof(buf), "%u", 2 * MiB);
+	CHECK_EQ(rados_setxattr(ioc, o, "wbcache.extent", buf, (size_t)n), 0);
+	rados_fail_sizes(dev, true);
+	int r = wbc_file_open(dev, "unlock-open", 0, &f);
+	printf("    the open with its size write failing: %d\n", r);
+	CHECK(r < 0);
+	rados_fail_sizes(dev, false);
+	rados_fail_unlocks(dev, false);
+	CHECK_EQ(wbc_dev_sync(dev), 0);   /* the owed unlock made */
+	wbc_cache *c2 = open_cache(4 * MiB);
+	wbc_dev *dev2 = add(c2, "object_size=1M");
+	wbc_file *g;
+	r = wbc_file_open(dev2, "unlock-open", 0, &g);
+	printf("    another cache's open after the next sync: %d\n", r);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(wbc_file_size(g), sizeof(d));
+	CHECK_EQ(wbc_file_close(g), 0);
+	CHECK_EQ(wbc_cache_close(c2), 0);
+	CHECK_EQ(wbc_cache_close(c), 0);
+}
+
 /* The test cluster, stopped and let go on (part 8), serves every
  * placement group again before the tests after this one use it (a pool
  * listing visits each); 120 s at most. */
@@ -1212,6 +1259,7 @@ int main(void)
 	test_remove_race();
 	test_unlock_fails();
 	test_fenced_close();
+	test_unlock_open_fails();
 	test_unreachable();
 	cluster_serves();
 	rados_ioctx_destroy(ioc);

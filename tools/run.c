@@ -1273,28 +1273,51 @@ static void remove_remote_files(const struct opts *o)
 	}
 }
 
+/* One step of mkdir_p_made: @buf made, or there.  Once one was made,
+ * every deeper one is new too, unless the path steps out of it ("new/..",
+ * "new/.") or another process made it meanwhile: then *made is 0 for
+ * good (*broken), as unmake_dir would remove what is not the run's
+ * ("--dir NEW/../OLD" removed an empty OLD). */
+static int mkdir_step(const char *buf, size_t *made, bool *broken)
+{
+	if (!mkdir(buf, 0755)) {
+		if (!*made && !*broken)
+			*made = strlen(buf);
+		return 0;
+	}
+	if (errno != EEXIST)
+		return -errno;
+	if (*made) {
+		*made = 0;
+		*broken = true;
+	}
+	return 0;
+}
+
 /* mkdir_p, and in *made the length of the shallowest directory of @dir
- * it made (0: none was made), for a refused run to remove them again */
+ * it made (0: none was made, or not only new directories lie below it),
+ * for a refused run to remove them again */
 static int mkdir_p_made(const char *dir, size_t *made)
 {
 	char buf[4096];
+	bool broken = false;
+	int e;
 	*made = 0;
 	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
 		return -ENAMETOOLONG;
+	if (!*buf)
+		return -ENOENT;   /* mkdir("")'s */
 	for (char *p = buf + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = 0;
-		if (!mkdir(buf, 0755))
-			*made = *made ? *made : strlen(buf);
-		else if (errno != EEXIST)
-			return -errno;
+		/* (a doubled or trailing slash names the same one again) */
+		if (p[-1] != '/' && (e = mkdir_step(buf, made, &broken)))
+			return e;
 		*p = '/';
 	}
-	if (!mkdir(buf, 0755))
-		*made = *made ? *made : strlen(buf);
-	else if (errno != EEXIST)
-		return -errno;
+	if (buf[strlen(buf) - 1] != '/' && (e = mkdir_step(buf, made, &broken)))
+		return e;
 	struct stat st;
 	if (stat(buf, &st))
 		return -errno;

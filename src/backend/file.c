@@ -134,19 +134,33 @@ static int open_obj(struct fbe *f, int dirfd, const char *name, bool create, str
 	} else {
 		int flags = O_RDWR | O_CLOEXEC | (f->dir ? O_NOFOLLOW : 0);
 		/* a create says whether it made the name (O_EXCL), then opens
-		 * what is there; a name removed between the two is made again */
-		for (int tries = 0;; tries++) {
-			int mk = !create ? 0 : tries % 2 == 0 ? O_CREAT | O_EXCL : 0;
+		 * what is there.  Where that is not there either, a plain
+		 * O_CREAT, taken as made (at worst one directory sync too
+		 * many): a name removed between the two, or a dangling
+		 * symbolic link (file:), which O_EXCL refuses as there and
+		 * only O_CREAT makes the target of (alternating the first
+		 * two, a run on such a link failed with EEXIST) */
+		static const int mks[] = { O_CREAT | O_EXCL, 0, O_CREAT };
+		for (unsigned s = create ? 0 : 1;; s++) {
+			int mk = mks[s];
 			fd = openat(dirfd, name, flags | mk | (oflags & O_DIRECT), 0644);
 			if (fd < 0 && errno == EINVAL && (oflags & O_DIRECT)) {
 				oflags &= ~O_DIRECT;
+				/* O_DIRECT is refused after the create
+				 * (do_dentry_open): an O_EXCL one that got
+				 * this far found no name, and may have made
+				 * it; O_EXCL again said EEXIST, and the open
+				 * that followed took the new file for one
+				 * that was there (its directory never synced) */
+				if (mk)
+					mk = O_CREAT;
 				fd = openat(dirfd, name, flags | mk, 0644);
 			}
 			if (fd >= 0) {
 				made = mk != 0;
 				break;
 			}
-			if (!create || tries >= 20 || errno != (mk ? EEXIST : ENOENT))
+			if (!create || s == 2 || errno != (s == 0 ? EEXIST : ENOENT))
 				return -errno;
 		}
 	}

@@ -1285,12 +1285,19 @@ static int rados_open(void *ctx, const char *name, unsigned flags, void **file, 
 		pthread_cond_wait(&b->closing_cond, &b->lock);
 	if (rc)
 		rc->state = CLOSE_RETRY;
+	/* an unlock owed (its close's was lost on the way): an open that
+	 * succeeds takes the lock over; one that fails may have failed
+	 * before it could, or failed to unlock it too (a timeout), and
+	 * forgotten here the lock stayed for good.  Kept: the next sync's
+	 * retry_closes unlocks it, or finds it is no longer ours */
+	bool unlock_owed = rc && !rc->sized;
 	pthread_mutex_unlock(&b->lock);
 	bool owe = false;
 	int r = open_file(b, f, flags, rc, file, size, &owe);
 	if (rc) {
 		pthread_mutex_lock(&b->lock);
-		if (rc->sized || owe) {   /* a size or an unlock still owed */
+		/* a size or an unlock still owed */
+		if (rc->sized || owe || (r < 0 && unlock_owed)) {
 			rc->state = CLOSE_FAILED;
 			pthread_cond_broadcast(&b->closing_cond);
 		} else {

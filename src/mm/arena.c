@@ -126,7 +126,10 @@ static uint64_t cgroup_limit(void)
 			file = "memory.max";
 		} else {
 			bool mem = false;
-			for (char *tok = strtok(c1 + 1, ","); tok; tok = strtok(NULL, ","))
+			/* strtok_r: caches may be opened on several threads */
+			char *save = NULL;
+			for (char *tok = strtok_r(c1 + 1, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save))
 				mem |= !strcmp(tok, "memory");
 			if (!mem)
 				continue;
