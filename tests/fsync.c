@@ -71,6 +71,19 @@ static void watch_dir(const char *path)
 	atomic_store(&dir_syncs, 0);
 }
 
+/* Directory syncs counted while @name is opened (WBC_O_CREAT), written and
+ * fsynced on @dev. */
+static unsigned long dir_syncs_of(wbc_dev *dev, const char *name, const char *data)
+{
+	wbc_file *f;
+	atomic_store(&dir_syncs, 0);
+	CHECK_EQ(wbc_file_open(dev, name, WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, 10, 0), 10);
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_close(f), 0);
+	return atomic_load(&dir_syncs);
+}
+
 static void expect_file(const char *path, const char *want, uint64_t off, uint64_t len,
 			int64_t size)
 {
@@ -160,24 +173,13 @@ int main(void)
 	wbc_file_close(b);
 	wbc_file_close(d);
 	/* a file that was there already: no directory sync */
-	atomic_store(&dir_syncs, 0);
-	CHECK_EQ(wbc_file_open(dev, "a", WBC_O_CREAT, &a), 0);
-	CHECK_EQ(wbc_pwrite(a, data, 10, 0), 10);
-	CHECK_EQ(wbc_fsync(a), 0);
-	CHECK_EQ(atomic_load(&dir_syncs), 0);
-	wbc_file_close(a);
+	CHECK_EQ(dir_syncs_of(dev, "a", data), 0);
 	/* on a file system that refuses O_DIRECT (after the create): the
 	 * file the device made is still named durably (its O_EXCL open,
 	 * tried again without O_DIRECT, said EEXIST: taken as there) */
-	atomic_store(&dir_syncs, 0);
-	wbc_file *nd;
-	CHECK_EQ(wbc_file_open(dev, "nodio", WBC_O_CREAT, &nd), 0);
-	CHECK_EQ(wbc_pwrite(nd, data, 10, 0), 10);
-	CHECK_EQ(wbc_fsync(nd), 0);
-	printf("a file made where O_DIRECT is refused: %lu directory sync(s) at its fsync\n",
-	       atomic_load(&dir_syncs));
-	CHECK_EQ(atomic_load(&dir_syncs), 1);
-	wbc_file_close(nd);
+	unsigned long n = dir_syncs_of(dev, "nodio", data);
+	printf("a file made where O_DIRECT is refused: %lu directory sync(s) at its fsync\n", n);
+	CHECK_EQ(n, 1);
 	atomic_store(&dir_syncs, 0);
 	/* a failed sync of the directory is fsync's error, and is tried
 	 * again at the next */

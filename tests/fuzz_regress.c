@@ -9,26 +9,8 @@
 
 int main(void)
 {
-	const char *dir = "tests/fuzz-corpus";
-	DIR *d = opendir(dir);
-	unsigned n = 0;
 	static uint8_t buf[1 << 16];
-	if (d) {
-		struct dirent *e;
-		while ((e = readdir(d))) {
-			if (e->d_name[0] == '.')
-				continue;
-			char path[512];
-			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-			FILE *fp = fopen(path, "rb");
-			CHECK(fp);
-			size_t len = fread(buf, 1, sizeof(buf), fp);
-			fclose(fp);
-			fuzz_run(buf, len);
-			n++;
-		}
-		closedir(d);
-	}
+	unsigned n = t_replay_corpus("tests/fuzz-corpus", false, fuzz_run);
 	uint64_t s = 777;
 	for (int k = 0; k < 300; k++) {
 		size_t len = (size_t)(t_rand(&s) % 2000);

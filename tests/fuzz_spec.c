@@ -11,25 +11,8 @@
 
 int main(void)
 {
-	const char *dir = "tests/fuzz-spec-corpus";
-	DIR *d = opendir(dir);
-	unsigned n = 0;
 	static uint8_t buf[1 << 16];
-	CHECK(d);
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		char path[512];
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		FILE *fp = fopen(path, "rb");
-		CHECK(fp);
-		size_t len = fread(buf, 1, sizeof(buf), fp);
-		fclose(fp);
-		fuzz_spec_run(buf, len);
-		n++;
-	}
-	closedir(d);
+	unsigned n = t_replay_corpus("tests/fuzz-spec-corpus", true, fuzz_spec_run);
 	/* random texts of the parsers' words, digits and odd bytes */
 	static const char *const words[] = {
 		"mem", "model:", "stack:0/", "file:", "dir:", "nbd://", "rados:", "opener",

@@ -4,6 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdatomic.h>
@@ -81,6 +82,35 @@ static inline bool t_nofile(rlim_t n)
 	}
 	rl.rlim_cur = n;
 	return !setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/* Each file of corpus directory @dir (names beginning with '.' skipped)
+ * given to @run; how many.  A missing directory: 0, or a failed check
+ * when @must_exist. */
+static inline unsigned t_replay_corpus(const char *dir, bool must_exist,
+				       void (*run)(const uint8_t *, size_t))
+{
+	static uint8_t buf[1 << 16];
+	unsigned n = 0;
+	DIR *d = opendir(dir);
+	CHECK(d || !must_exist);
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[512];
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		FILE *fp = fopen(path, "rb");
+		CHECK(fp);
+		size_t len = fread(buf, 1, sizeof(buf), fp);
+		fclose(fp);
+		run(buf, len);
+		n++;
+	}
+	closedir(d);
+	return n;
 }
 
 static inline char *t_mkdtemp(void)
