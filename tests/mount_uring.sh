@@ -11,7 +11,10 @@
 # fails ends the mount (data written back), direct writes
 # beside cached and mapped opens (answered by a helper thread), writers
 # stuck on a full store that die at SIGKILL (INTERRUPT through /dev/fuse
-# for requests on the rings), SIGTERM with requests on the rings.
+# for requests on the rings), SIGTERM with requests on the rings, 1 MiB
+# direct writes and reads and error answers through the rings, a paused
+# writer that handles SIGUSR1 (its writes whole), kill -9 of the daemon
+# with requests on the rings (callers end, fusermount3 -u clears it).
 # Skips (77) when not root or the kernel has no FUSE over io_uring.
 set -u
 cd "$(dirname "$0")/.."
@@ -267,6 +270,88 @@ if mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null; then
 	[ "$(cat "$bk/after")" = after ] || fail "data written after the writers died"
 	umount "$top/tiny"
 fi
+# ---- 1 MiB requests (max_pages) and error answers through the rings; a
+# writer that handles SIGUSR1 while its writes are paused keeps them whole
+# (the INTERRUPT comes through /dev/fuse for a request on a ring); kill -9
+# of the daemon with requests on the rings: their callers end, and
+# fusermount3 -u clears the mount
+bk=$top/backing
+do_mount "uring=1,mem=64M,dirty_bytes=2M,dirty_background_bytes=1M,qd=1,max_io=64K"
+head -c $((16 << 20)) /dev/urandom >"$top/model"
+dd if="$top/model" of="$mt/large" bs=1M oflag=direct status=none || fail "1 MiB direct writes through the rings"
+cmp <(dd if="$mt/large" bs=1M iflag=direct status=none) "$top/model" || fail "1 MiB direct reads through the rings"
+python3 - "$mt" <<'PY' || fail "error answers through the rings"
+import errno, os, sys
+mt = sys.argv[1]
+def err(want, fn, *a):
+    try:
+        fn(*a)
+    except OSError as e:
+        assert e.errno == want, (fn.__name__, a, e)
+        return
+    raise AssertionError((fn.__name__, a, "succeeded"))
+err(errno.ENOENT, os.stat, mt + "/nope")
+err(errno.ENOENT, os.open, mt + "/nope", os.O_RDONLY)
+os.mkdir(mt + "/d")
+err(errno.EEXIST, os.mkdir, mt + "/d")
+open(mt + "/d/f", "w").close()
+err(errno.ENOTEMPTY, os.rmdir, mt + "/d")
+err(errno.ENODATA, os.getxattr, mt + "/d/f", "user.none")
+err(errno.ENOTDIR, os.listdir, mt + "/d/f")
+os.setxattr(mt + "/d/f", "user.small", b"v" * 100)
+assert os.getxattr(mt + "/d/f", "user.small") == b"v" * 100
+os.unlink(mt + "/d/f")
+os.rmdir(mt + "/d")
+PY
+python3 - "$mt/sig" >"$top/sig.out" 2>&1 <<'PY' &
+import os, signal, sys
+got = [0]
+signal.signal(signal.SIGUSR1, lambda s, f: got.__setitem__(0, got[0] + 1))
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+print("ready", flush=True)
+for i in range(200):
+    r = os.pwrite(fd, bytes([i % 251]) * (1 << 20), i << 20)
+    assert r == 1 << 20, ("short write", i, r)
+os.close(fd)
+print("done", got[0], flush=True)
+PY
+sp=$!
+bgpids=$sp
+for _ in $(seq 100); do grep -q ready "$top/sig.out" && break; sleep 0.05; done
+while kill -USR1 $sp 2>/dev/null; do sleep 0.01; done
+wait $sp || fail "a writer handling SIGUSR1: $(cat "$top/sig.out")"
+bgpids=
+grep -q "^done [1-9]" "$top/sig.out" || fail "the writer got no signal: $(cat "$top/sig.out")"
+[ "$(statv DeferredReplies)" -gt 0 ] || fail "the signalled writer was never paused"
+python3 - "$mt/sig" <<'PY' || fail "the signalled writer's data"
+import sys
+d = open(sys.argv[1], "rb").read()
+assert len(d) == 200 << 20, len(d)
+for i in range(200):
+    assert d[i << 20:(i + 1) << 20] == bytes([i % 251]) * (1 << 20), i
+PY
+for c in $(seq 0 $((ncpu - 1))); do
+	taskset -c "$c" dd if=/dev/zero of="$mt/k$c" bs=1M count=4000 status=none 2>/dev/null &
+	bgpids="$bgpids $!"
+	taskset -c "$c" dd if=/dev/zero of="$mt/s$c" bs=64k count=4000 oflag=dsync status=none 2>/dev/null &
+	bgpids="$bgpids $!"
+	taskset -c "$c" sh -c "while ls '$mt' >/dev/null 2>&1; do :; done" &
+	bgpids="$bgpids $!"
+done
+sleep 1
+kill -9 "$pid"
+wait_gone "$pid" 100 || fail "the daemon survived SIGKILL"
+pid=
+for p in $bgpids; do
+	for _ in $(seq 100); do alive "$p" || break; sleep 0.1; done
+	alive "$p" && fail "a caller still ran 10 s after the daemon was killed (state $(awk '{print $3}' /proc/$p/stat))"
+done
+wait $bgpids 2>/dev/null
+bgpids=
+timeout 30 fusermount3 -u "$mt" || fail "fusermount3 -u after the daemon was killed"
+mounted "$mt" && fail "still mounted after fusermount3 -u"
+rm -f "$bk"/k* "$bk"/s* "$bk/large" "$bk/sig"
+
 # ---- SIGTERM while a helper runs a direct write over a full store whose
 # range holds a dirty mapped page: once the store has room the write's
 # invalidation sends that page's write-back to a ring, after the rings
