@@ -400,13 +400,17 @@ mounted_fd:
 		else
 			fprintf(stderr, "wbcache mount: cannot open a cache of %llu MiB: %s%s\n",
 				(unsigned long long)(cfg.mem_bytes >> 20), wbc_strerror(rc),
-				rc == -ENOMEM ? " (mem= may not exceed the machine's memory, nor its control group's limit)" : "");
+				rc == -ENOMEM ? " (mem= may not exceed the machine's memory, nor its "
+				"control group's limit)" : "");
 		goto out;
 	}
 	char msg[256];
 	/* before the device: the engine sizes the descriptors it keeps
 	 * from the limit it finds */
 	raise_fd_limit();
+	struct rlimit nofile;
+	M.unlink_pin_cap = !getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur != RLIM_INFINITY ?
+			   (long)MINU(nofile.rlim_cur / 4, (rlim_t)LONG_MAX) : LONG_MAX;
 	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	M.mount_fd = fsfd;
 	/* file handles: the daemon needs no descriptor per file */

@@ -214,6 +214,11 @@ struct mnt {
 	uid_t euid;
 	gid_t egid;
 	bool handles;                /* nodes keep file handles, not descriptors */
+	/* closed files unlinked through the mount whose inode a descriptor
+	 * keeps until the kernel forgets them (pin_unlinked_locked), and the
+	 * most of them: a quarter of the descriptors the daemon may have */
+	atomic_long unlink_pins;
+	long unlink_pin_cap;
 	bool foreground;
 	struct fuse_session *se;
 	enum dio_mode dio;           /* -o direct_io= */

@@ -752,6 +752,7 @@ void drop_if_unlinked_locked(struct node *n)
 	n->mtime_set = false;
 	if (n->unlink_pin) {
 		n->unlink_pin = false;
+		atomic_fetch_sub(&M.unlink_pins, 1);
 		node_drop_fd(n);
 	}
 }
@@ -779,10 +780,24 @@ void pin_unlinked_locked(struct node *n)
 		return;
 	struct stat st;
 	int fd = nfd(n);
-	if (fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH) && !st.st_nlink)
+	bool unlinked = fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH) && !st.st_nlink;
+	/* At most unlink_pin_cap pins: forgets may come far behind the
+	 * unlinks (over io_uring they come through /dev/fuse, the unlinks
+	 * on the rings: 278 unlinks against 13 forgets read), and each pin
+	 * holds a descriptor.  Past the cap the daemon ran out of them
+	 * (EMFILE): the engine could neither write nor drop the pages of
+	 * unlinked files, and a sync failed with ESTALE.  Past it now, the
+	 * data is dropped at once, as before pins (an open of the inode the
+	 * kernel still holds reads it empty then) */
+	if (unlinked && atomic_fetch_add(&M.unlink_pins, 1) < M.unlink_pin_cap) {
 		n->unlink_pin = true;   /* the hold nfd took */
-	else
-		nfd_put(n, fd);
+		return;
+	}
+	if (unlinked)
+		atomic_fetch_sub(&M.unlink_pins, 1);
+	nfd_put(n, fd);
+	if (unlinked)
+		drop_if_unlinked_locked(n);
 }
 
 /* At the end (main.c): the data of a closed file whose last link went
