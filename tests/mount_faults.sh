@@ -363,6 +363,35 @@ wait "$fg"; rc=$?; pid=
 [ $rc = 1 ] || fail "exit status $rc after its flush of the store failed: $(cat "$top/fg.log")"
 grep -q "flush of the backing store" "$top/fg.log" || fail "no report of the failed flush: $(cat "$top/fg.log")"
 unset WBCACHE_TEST_FAIL_SYNCFS
+rm -f "$bk"/*
+
+# ---- an explicit mtime set while writeback of the file's data lands
+# (a preloaded library sets the backing mtime to now right after the
+# daemon's utimensat, once per trigger file): the file keeps the time it
+# was given, through the mount and on the store after unmount (the daemon
+# took the time it read back, the writeback's, for the one set)
+preload=$PWD/$BUILD/tests/movemtime.so
+[ -e "$preload" ] || fail "$preload is not built"
+export WBCACHE_TEST_MOVE_MTIME=$top/movemtime
+LD_PRELOAD=$preload do_mount "mem=64M"
+python3 - "$mt/timed" "$WBCACHE_TEST_MOVE_MTIME" <<'PY' || fail "an explicit mtime set during a writeback"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b"x" * 100000, 0)
+want = 1176130163123456789
+open(sys.argv[2], "w").close()
+os.utime(fd, ns=(want, want))
+assert not os.path.exists(sys.argv[2]), "the daemon set no time"
+got = os.fstat(fd).st_mtime_ns
+os.close(fd)
+assert got == want, ("fstat", got, want)
+got = os.stat(sys.argv[1]).st_mtime_ns
+assert got == want, ("stat after close", got, want)
+PY
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+[ "$(stat -c %Y "$bk/timed")" = 1176130163 ] ||
+	fail "the store's mtime after unmount: $(stat -c %y "$bk/timed")"
+unset WBCACHE_TEST_MOVE_MTIME
 export ASAN_OPTIONS=$asan_was
 rm -f "$bk"/*
 

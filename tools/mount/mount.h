@@ -120,6 +120,12 @@ int report_connect(const char *name, char *own, size_t ownlen);
 #else
 #define assert_held(m) assert(pthread_mutex_lock(m) == EDEADLK)
 #endif
+/* a before b */
+static inline bool ts_before(struct timespec a, struct timespec b)
+{
+	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
 static inline void mutex_init_checked(pthread_mutex_t *m)
 {
 	pthread_mutexattr_t a;

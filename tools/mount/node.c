@@ -383,13 +383,6 @@ int stat_node_fd(struct node *n, int fd, struct stat *st)
 	return 0;
 }
 
-/* Complete @st, the backing inode's attributes just read, with what the
- * cache holds of the node's data. */
-static bool ts_before(struct timespec a, struct timespec b)
-{
-	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
-}
-
 /* The size and times of @from into @st (its other fields kept). */
 static void take_size_times(struct stat *st, const struct stat *from)
 {
@@ -465,6 +458,8 @@ static bool settle_locked(struct node *n, struct stat *st)
 	return true;
 }
 
+/* Complete @st, the backing inode's attributes just read, with what the
+ * cache holds of the node's data. */
 void node_attr(struct node *n, struct stat *st)
 {
 	atomic_store_explicit(&n->mode, st->st_mode, memory_order_relaxed);

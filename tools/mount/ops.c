@@ -337,7 +337,18 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			/* data still to be written back (open, or not yet
 			 * settled) would move the backing mtime */
 			if (n->wrote && (n->opens || n->size_known)) {
+				/* the time given, not the one read back: a
+				 * writeback landing in between set that to
+				 * now; read back is only the given one cut to
+				 * the store's granularity (at most 2 s down) */
 				n->mtime = st.st_mtim;
+				if (!(to_set & FUSE_SET_ATTR_MTIME_NOW)) {
+					struct timespec lo = { attr->st_mtim.tv_sec - 2,
+							       attr->st_mtim.tv_nsec };
+					if (ts_before(attr->st_mtim, st.st_mtim) ||
+					    ts_before(st.st_mtim, lo))
+						n->mtime = attr->st_mtim;
+				}
 				n->mtime_set = true;
 				n->mtime_explicit = true;
 			}
