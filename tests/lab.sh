@@ -29,6 +29,18 @@ out=$($W lab --quick --out /proc stacked 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "--out a directory it cannot write into: exit $rc, expected 2"
 echo "$out" | grep -q "^wbcache lab: --out /proc: cannot write there: " ||
 	fail "--out /proc: '$out'"
+# directories it made for an --out it then cannot write into (a file
+# system out of inodes) are removed again (they stayed); root only (the
+# tmpfs)
+if [ "$(id -u)" = 0 ] && mkdir "$dir/tiny" && mount -t tmpfs -o size=1M,nr_inodes=3 tmpfs "$dir/tiny" 2>/dev/null; then
+	out=$($W lab --quick --out "$dir/tiny/a/b" stacked 2>&1 >/dev/null); rc=$?
+	left=$(ls -A "$dir/tiny")
+	umount "$dir/tiny"
+	[ $rc -eq 2 ] || fail "--out where no file can be made: exit $rc, expected 2 ($out)"
+	echo "$out" | grep -q "cannot write there: No space left on device" ||
+		fail "--out where no file can be made: '$out'"
+	[ -z "$left" ] || fail "--out where no file can be made left: $left"
+fi
 touch "$dir/plain"
 out=$($W lab --quick --out "$dir/plain" stacked 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "--out a file: exit $rc, expected 2"

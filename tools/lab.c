@@ -866,7 +866,8 @@ int cmd_lab(int argc, char **argv)
 		}
 		return 0;
 	}
-	int e = mkdir_p(out);
+	size_t made;
+	int e = mkdir_p_made(out, &made);
 	if (e == -ENOTDIR) {
 		fprintf(stderr, "wbcache lab: --out %s: not a directory\n", out);
 		return 2;
@@ -883,6 +884,7 @@ int cmd_lab(int argc, char **argv)
 	if (pfd < 0) {
 		fprintf(stderr, "wbcache lab: --out %s: cannot write there: %s\n", out,
 			strerror(errno));
+		unmake_dir(out, made);   /* those it made for nothing */
 		return 2;
 	}
 	close(pfd);

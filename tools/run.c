@@ -1297,7 +1297,7 @@ static int mkdir_step(const char *buf, size_t *made, bool *broken)
 /* mkdir_p, and in *made the length of the shallowest directory of @dir
  * it made (0: none was made, or not only new directories lie below it),
  * for a refused run to remove them again */
-static int mkdir_p_made(const char *dir, size_t *made)
+int mkdir_p_made(const char *dir, size_t *made)
 {
 	char buf[4096];
 	bool broken = false;
@@ -1324,15 +1324,9 @@ static int mkdir_p_made(const char *dir, size_t *made)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
-int mkdir_p(const char *dir)
-{
-	size_t made;
-	return mkdir_p_made(dir, &made);
-}
-
 /* Removes the directories of @dir that mkdir_p_made() made (those of
  * @made characters or more), deepest first, while they are empty. */
-static void unmake_dir(const char *dir, size_t made)
+void unmake_dir(const char *dir, size_t made)
 {
 	char buf[4096];
 	if (!made || snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))

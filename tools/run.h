@@ -41,8 +41,11 @@ int trace_csv(const char *path, bool nofollow, const struct sample *s, size_t n)
 int utf8_len(const unsigned char *s);
 
 /* run.c: make @dir and its missing parents; -ENOTDIR where it (or a
- * parent) is there but not a directory.  0 or -errno. */
-int mkdir_p(const char *dir);
+ * parent) is there but not a directory.  0 or -errno.  *made: the length
+ * of the shallowest directory of @dir it made (0: none, or not only new
+ * ones below it), for unmake_dir to remove them again while empty. */
+int mkdir_p_made(const char *dir, size_t *made);
+void unmake_dir(const char *dir, size_t made);
 
 int cmd_run(int argc, char **argv);
 int cmd_lab(int argc, char **argv);     /* lab.c */
