@@ -156,6 +156,26 @@ int main(void)
 		printf("a long URI: %s\n", msg);
 		CHECK(strstr(msg, "unknown URI parameter 'frob'"));
 	}
+	/* a reason is one line: the control characters of the spec it
+	 * quotes are '?' (a newline in a spec broke it in two, an escape
+	 * reached the terminal) */
+	{
+		const char *ctl[] = { "model:bw=1\nM", "file:/nonexistent/\nx",
+				      "mem,fr\033[2Job=1", "nbd://h/\r?frob=1" };
+		for (size_t i = 0; i < sizeof(ctl) / sizeof(*ctl); i++) {
+			char msg[256] = "";
+			wbc_dev *d = NULL;
+			CHECK(wbc_dev_add_msg(c, ctl[i], &d, msg, sizeof(msg)) < 0);
+			CHECK(*msg);
+			for (const char *p = msg; *p; p++)
+				if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+					fprintf(stderr, "'%s': control character %d in '%s'\n", ctl[i],
+						*p, msg);
+					return 1;
+				}
+			CHECK(strchr(msg, '?'));
+		}
+	}
 	CHECK_EQ(wbc_cache_close(c), 0);
 
 	/* a first option that is a tunable takes effect: min_ratio=80
