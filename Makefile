@@ -78,7 +78,7 @@ NBDKIT_FILTER := $(BUILD)/nbdkit-wbcache-filter.so
 NBDKIT_TEST_PLUGINS := $(BUILD)/tests/nbdkit-flakyflush-plugin.so
 # a library the mount's fault test preloads under the daemon
 # (tests/preload/): no sanitizer, whose runtime must come first
-TEST_PRELOADS := $(BUILD)/tests/failsyncfs.so $(BUILD)/tests/movemtime.so
+TEST_PRELOADS := $(BUILD)/tests/failsyncfs.so $(BUILD)/tests/mtimes.so
 # `make install`: nbdkit's filter directory under PREFIX (PREFIX=/usr: the
 # system's, `pkg-config --variable=filterdir nbdkit`)
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)

@@ -370,7 +370,7 @@ rm -f "$bk"/*
 # daemon's utimensat, once per trigger file): the file keeps the time it
 # was given, through the mount and on the store after unmount (the daemon
 # took the time it read back, the writeback's, for the one set)
-preload=$PWD/$BUILD/tests/movemtime.so
+preload=$PWD/$BUILD/tests/mtimes.so
 [ -e "$preload" ] || fail "$preload is not built"
 export WBCACHE_TEST_MOVE_MTIME=$top/movemtime
 LD_PRELOAD=$preload do_mount "mem=64M"
@@ -392,6 +392,39 @@ do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 [ "$(stat -c %Y "$bk/timed")" = 1176130163 ] ||
 	fail "the store's mtime after unmount: $(stat -c %y "$bk/timed")"
 unset WBCACHE_TEST_MOVE_MTIME
+rm -f "$bk"/*
+
+# ---- an explicit mtime is durable once fsync returns, and once the
+# unmount returns: the same library logs the daemon's utimensat, fsync
+# and syncfs calls; a time put back on a backing file after its flush
+# must be followed by a flush (it was put back after the last one: a
+# crash of the store lost it)
+export WBCACHE_TEST_SYNCLOG=$top/synclog
+LD_PRELOAD=$preload do_mount "mem=64M"
+python3 - "$mt" <<'PY' || fail "explicit mtimes through the mount"
+import os, sys
+for name in ("synced", "closed"):
+    fd = os.open(sys.argv[1] + "/" + name, os.O_RDWR | os.O_CREAT, 0o644)
+    os.pwrite(fd, b"y" * 50000, 0)
+    os.utime(fd, ns=(1176130163000000000, 1176130163000000000))
+    if name == "synced":
+        os.fsync(fd)
+    os.close(fd)
+PY
+# flushed_after INO: the last utimensat of INO has an fsync of it or a
+# syncfs after it
+flushed_after() {
+	awk -v ino="$1" '$1 == "utimensat" && $2 == ino {u = NR; f = 0}
+		u && (($1 == "fsync" && $2 == ino) || $1 == "syncfs") {f = 1}
+		END {exit !(u && f)}' "$WBCACHE_TEST_SYNCLOG"
+}
+flushed_after "$(stat -c %i "$bk/synced")" ||
+	fail "fsync returned with the explicit mtime put back after its flush: $(tr '\n' ' ' <"$WBCACHE_TEST_SYNCLOG")"
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+flushed_after "$(stat -c %i "$bk/closed")" ||
+	fail "the unmount returned with an explicit mtime put back after its flush: $(tr '\n' ' ' <"$WBCACHE_TEST_SYNCLOG")"
+[ "$(stat -c %Y "$bk/closed")" = 1176130163 ] || fail "the closed file's mtime: $(stat -c %y "$bk/closed")"
+unset WBCACHE_TEST_SYNCLOG
 export ASAN_OPTIONS=$asan_was
 rm -f "$bk"/*
 

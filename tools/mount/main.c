@@ -653,17 +653,36 @@ out:
 	}
 	/* nodes the kernel never forgot: their data is written, their
 	 * mtimes go back on the backing files */
+	bool explicit = false;
 	for (size_t i = 0; M.hash && i < M.hsize; i++)
 		for (struct node *n = M.hash[i], *next; n; n = next) {
 			next = n->hnext;
 			if (n != &M.root) {
 				pthread_mutex_lock(&n->lock);
-				if (n->wrote)
-					restore_mtime_locked(n);
+				if (n->wrote && restore_mtime_locked(n))
+					explicit = true;
 				pthread_mutex_unlock(&n->lock);
 				node_free(n);
 			}
 		}
+	/* times set explicitly (tar, rsync, touch -d), put back after the
+	 * last flush: durable when the unmount returns, as the data is */
+	int sfd = -1;
+	if (explicit && M.root_fd >= 0) {
+		/* syncfs takes no O_PATH descriptor: one opened through it */
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", M.root_fd);
+		sfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (explicit && (sfd < 0 || syncfs(sfd))) {
+		logmsg("flush of the backing store's times at unmount failed: %s", strerror(errno));
+		if (!status) {
+			snprintf(endwhy, sizeof(endwhy), "flush of the backing store at unmount failed");
+			status = 1;
+		}
+	}
+	if (sfd >= 0)
+		close(sfd);
 	for (struct node *n = M.stale, *next; n; n = next) {
 		next = n->hnext;
 		node_free(n);

@@ -554,24 +554,30 @@ void node_changed(struct node *n)
 }
 
 /* Put the file's own mtime back on the backing file once its data is
- * written: caller holds n->lock. */
-void restore_mtime_locked(struct node *n)
+ * written: caller holds n->lock.  True when it put back one set
+ * explicitly (touch -d, tar, rsync), which an fsync then makes durable. */
+bool restore_mtime_locked(struct node *n)
 {
 	assert_held(&n->lock);
 	if (!n->mtime_set)
-		return;
+		return false;
 	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
 	int fd = nfd(n);
 	struct stat st;
-	if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+	bool put = false;
+	if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		logmsg("setting the mtime of a written-back file failed: %s", strerror(errno));
-	else if (n->bctime_set && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		/* the mount's own change of a settled file, not one beside
-		 * it: the file's ctime stays the node's */
-		n->bctime = st.st_ctim;
-		n->bmtime = st.st_mtim;
+	} else {
+		put = n->mtime_explicit;
+		if (n->bctime_set && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+			/* the mount's own change of a settled file, not one
+			 * beside it: the file's ctime stays the node's */
+			n->bctime = st.st_ctim;
+			n->bmtime = st.st_mtim;
+		}
 	}
 	nfd_put(n, fd);
+	return put;
 }
 
 /* Is @n, found by the inode number of the inode a lookup just found

@@ -1046,8 +1046,16 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	if (!err && !datasync) {
 		struct node *n = node_of(ino);
 		pthread_mutex_lock(&n->lock);
-		restore_mtime_locked(n);
+		bool explicit = restore_mtime_locked(n);
 		pthread_mutex_unlock(&n->lock);
+		/* the writeback moved the backing mtime and the flush made
+		 * that durable; a time set explicitly, put back after it, is
+		 * made durable too (a crash lost it: rsync and make then see
+		 * another time).  Only then: a write's own time is a moment
+		 * before the writeback's, and one more flush per fsync of
+		 * every written file would cost a database its commits. */
+		if (explicit)
+			err = wbc_fsync(h);
 	}
 	fuse_reply_err(req, -err);
 }
