@@ -66,6 +66,14 @@
  *                       bit of the page dirtied (no one waits for a
  *                       page's lock under list_lock), and queue_io
  *                       walks b_dirty under it.
+ *   (marking)           not a lock, a wait: a writer that makes a clean
+ *                       file dirty is counted from its CAS on ino->state
+ *                       until the file is filed (in the inbox, or under
+ *                       list_lock), holding the lock bit of the page it
+ *                       dirtied (and inode->file_lock, file_lock=file);
+ *                       a sync (the flusher's thread) waits for those
+ *                       counts before it drains (writeback/dirty.c,
+ *                       dirty_wait_marks), holding no lock at all.
  *   name_shard->lock    one shard of a device's name hash (fs/inode.c),
  *                       the drop of the last reference of an inode in it
  *                       (refs is atomic; iput takes the lock only to drop

@@ -219,6 +219,16 @@ struct wbc_dev {
 	/* [wb] a listed file's write failed: it is marked I_RETRY where it
 	 * is, and the flusher's next drain moves it to b_more_io */
 	atomic_bool retry_listed;
+	/* [wb] flipped by each sync before it drains the inbox: writers
+	 * count their filing in inbox[].marking[mark_epoch & 1], and the
+	 * sync waits for the old parity's counts (dirty.c, dirty_wait_marks) */
+	atomic_uint mark_epoch;
+	/* [wb] syncs that found a writer's filing in progress and waited */
+	atomic_ullong mark_waits;
+	/* [wb] a test's hook (dirty_mark_pause): called once by the next
+	 * writer that wins a clean -> dirty CAS, before it files the file */
+	void (*_Atomic mark_pause)(void *);
+	void *mark_pause_arg;
 
 	/* [wb] the flusher's lines: its list lock and what it guards */
 	pthread_mutex_t list_lock __attribute__((aligned(64)));

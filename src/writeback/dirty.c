@@ -58,6 +58,19 @@
  * ino->state changes by CAS (writers only ever add I_DIRTY); the lists and
  * their counts are under dev->list_lock.
  *
+ * A file is I_DIRTY before it is filed (pushed, or under the old policy
+ * appended): a writer that finds I_DIRTY returns at once, and a sync it
+ * then makes would not find the file.  So a writer that may win the
+ * clean -> dirty CAS counts itself, from before the CAS until the file is
+ * filed, in its slot's marking[] by the parity of dev->mark_epoch, and a
+ * sync flips the epoch and waits for the old parity's counts to drain
+ * before it drains the inbox (mark_begin, dirty_wait_marks; seq_cst
+ * ordering, explained there).  The only wait on writers: they hold no
+ * lock across the window but their page's lock (and file_lock=file's
+ * inode->file_lock), and take only the list lock in it (old policy), so
+ * the sync waits holding none of these.  Writers that find I_DIRTY make
+ * no shared write.
+ *
  * A file whose write failed under the retry policy is to be written again
  * once its backoff (retry_after) is over, whatever its age: the completion
  * pushes it on one more inbox slot, INBOX_RETRY, which the drain files
@@ -274,7 +287,9 @@ int dirty_init(struct wbc_dev *dev)
 void dirty_destroy(struct wbc_dev *dev)
 {
 	for (int i = 0; i <= INBOX_RETRY; i++)
-		assert(!inbox_load(&dev->inbox[i]) && !atomic_load(&dev->inbox[i].n));
+		assert(!inbox_load(&dev->inbox[i]) && !atomic_load(&dev->inbox[i].n) &&
+		       !atomic_load(&dev->inbox[i].marking[0]) &&
+		       !atomic_load(&dev->inbox[i].marking[1]));
 	assert(list_empty(&dev->buckets) && list_empty(&dev->io_buckets) &&
 	       iq_empty(&dev->b_io) && iq_empty(&dev->b_more_io) && iq_empty(&dev->l_dirty));
 	while (dev->bucket_pool) {
@@ -467,6 +482,82 @@ uint64_t dirty_seal_locked(struct wbc_dev *dev)
 }
 
 /*
+ * A sync must cover every write that returned before it began, and a
+ * writer returns at once when it finds I_DIRTY set: another writer won
+ * the clean -> dirty CAS and files the file (inbox_push, or the old
+ * policy's list_mark_dirty), but maybe not yet.  So the writer that may
+ * win the CAS counts itself in its slot's marking[] from before the CAS
+ * until the file is filed, and a sync waits for the counts of the writers
+ * that may have won before it began (dirty_wait_marks), then drains.
+ *
+ * Two counts by the parity of dev->mark_epoch, as SRCU's: the sync flips
+ * the epoch and waits only for the old parity, which no writer enters
+ * after the flip, so a stream of writers cannot hold it up.  Ordering
+ * (Dekker's): the writer's increment and its second read of the epoch,
+ * the sync's flip and its reads of the counts are all seq_cst, so either
+ * the writer reads the flipped epoch (it moves to the new parity, and
+ * the sync need not wait for it: it had not reached the CAS) or the
+ * sync reads its increment.  A writer that read the epoch before the
+ * flip and counts itself after the sync read its slot sees the flip on
+ * its second read.  Had it kept the parity it read first, it would have
+ * counted where a later sync does not look.  Syncs of a device run one
+ * at a time (its flusher's thread), so a sync that comes after the
+ * first flip past a writer's second read finds its file filed.
+ */
+static unsigned mark_begin(struct wbc_dev *dev, unsigned slot)
+{
+	atomic_long *m = dev->inbox[slot].marking;
+	unsigned e = atomic_load_explicit(&dev->mark_epoch, memory_order_relaxed);
+	for (;;) {
+		atomic_fetch_add(&m[e & 1], 1);
+		unsigned now = atomic_load(&dev->mark_epoch);
+		if (now == e)
+			return e & 1;
+		/* a sync flipped meanwhile: count under its new epoch */
+		atomic_fetch_sub_explicit(&m[e & 1], 1, memory_order_relaxed);
+		e = now;
+	}
+}
+
+/* Release: the sync that reads the count drop sees the file filed. */
+static void mark_end(struct wbc_dev *dev, unsigned slot, unsigned idx)
+{
+	atomic_fetch_sub_explicit(&dev->inbox[slot].marking[idx], 1, memory_order_release);
+}
+
+void dirty_wait_marks(struct wbc_dev *dev)
+{
+	unsigned idx = atomic_fetch_add(&dev->mark_epoch, 1) & 1;
+	bool waited = false;
+	for (unsigned i = 0; i < PCPU_SLOTS; i++) {
+		/* a writer in the window holds only its page's lock (and
+		 * file_lock=file's inode->file_lock), neither held here, and
+		 * waits for nothing a sync holds (the old policy's writer
+		 * takes the list lock, which the caller does not hold): it
+		 * ends its filing soon, unless descheduled; yield, then
+		 * sleep */
+		for (unsigned n = 0; atomic_load(&dev->inbox[i].marking[idx]); n++) {
+			if (!waited) {
+				waited = true;
+				atomic_fetch_add_explicit(&dev->mark_waits, 1, memory_order_relaxed);
+			}
+			if (n < 64) {
+				sched_yield();
+			} else {
+				struct timespec ts = { 0, 50 * 1000 };
+				nanosleep(&ts, NULL);
+			}
+		}
+	}
+}
+
+void dirty_mark_pause(struct wbc_dev *dev, void (*fn)(void *), void *arg)
+{
+	dev->mark_pause_arg = arg;
+	atomic_store(&dev->mark_pause, fn);
+}
+
+/*
  * A page of @ino went dirty (the caller holds a reference and tagged the
  * page first).  The clean -> dirty transition is one CAS on ino->state,
  * and a file that is on no list and not being written is pushed on the
@@ -477,23 +568,38 @@ uint64_t dirty_seal_locked(struct wbc_dev *dev)
  * Why a writer may return when it sees I_DIRTY: the flusher clears I_DIRTY
  * before it takes ino->lock to look at the page tags, and the writer tagged
  * its page under ino->lock before it read the state; so either the flusher
- * sees the tag, or the writer sees the state without I_DIRTY.
+ * sees the tag, or the writer sees the state without I_DIRTY.  And a sync
+ * it makes after it returned waits for the writer that set I_DIRTY to
+ * have filed the file (mark_begin): it would not have found it.
+ *
+ * The fast path (I_DIRTY already set) makes no shared write; only a
+ * writer that read a clean state, and may win the CAS, counts itself.
  */
 void mark_inode_dirty(struct inode *ino)
 {
 	unsigned s = atomic_load_explicit(&ino->state, memory_order_acquire);
+	if (s & I_DIRTY)
+		return;
+	struct wbc_dev *dev = ino->dev;
+	unsigned slot = pcpu_slot();
+	/* before the CAS: a writer that sees our I_DIRTY and syncs waits */
+	unsigned idx = mark_begin(dev, slot);
 	do {
 		if (s & I_DIRTY)
-			return;
+			goto out;
 	} while (!atomic_compare_exchange_weak(&ino->state, &s, s | I_DIRTY));
 	if (s & I_SYNC)
-		return;
+		goto out;   /* the flusher (the syncs' thread) puts it back */
 	/* the lists' reference, taken before the flusher can see it */
 	igrab(ino);
-	if (old_list(ino->dev))
-		list_mark_dirty(ino->dev, ino, false);
+	/* a test's hook (dirty_mark_pause): holds this writer in the window */
+	void (*pause)(void *) = atomic_load_explicit(&dev->mark_pause, memory_order_relaxed);
+	if (pause && (pause = atomic_exchange(&dev->mark_pause, NULL)))
+		pause(dev->mark_pause_arg);
+	if (old_list(dev))
+		list_mark_dirty(dev, ino, false);
 	else
-		inbox_push(ino->dev, pcpu_slot(), ino, 0);
+		inbox_push(dev, slot, ino, 0);
 	/* A failed fsync marked it (mark_inode_retry) between the CAS and
 	 * the filing: the drain that took that mark's flag may have walked
 	 * before it was filed.  Filed now (the push is a full barrier), so
@@ -501,7 +607,9 @@ void mark_inode_dirty(struct inode *ino)
 	 * flag itself. */
 	s = atomic_load(&ino->state);
 	if ((s & (I_RETRY | I_SYNC)) == I_RETRY)
-		atomic_store(&ino->dev->retry_listed, true);
+		atomic_store(&dev->retry_listed, true);
+out:
+	mark_end(dev, slot, idx);
 }
 
 /*

@@ -307,6 +307,11 @@ static int wb_sync(struct wbc_dev *dev)
 	/* I/O started before the sync (by background passes, on files that
 	 * are now off the lists) must be complete before sync returns. */
 	dev_drain(dev);
+	/* a file a writer made dirty before the sync began, not yet in the
+	 * inbox, is not found by the walk: wait for its filing.  A second
+	 * writer of it found it dirty and returned; its write must be in
+	 * this sync (mark_inode_dirty) */
+	dirty_wait_marks(dev);
 	walk_listed(dev, sync_visit, &w);
 	struct inode **touched = w.touched;
 	size_t nr = w.nr;

@@ -36,6 +36,11 @@ struct inbox_slot {
 	 * dropped after the filing, so a file is always counted */
 	atomic_llong n;
 	atomic_ullong retries;      /* pushes that lost a CAS race */
+	/* writers between their clean -> dirty CAS and the end of their
+	 * filing, by the parity of the device's mark_epoch they entered
+	 * under (dirty.c, mark_begin): a sync waits for the old parity's to
+	 * drain.  Per slot, in the line the writer's push writes anyway. */
+	atomic_long marking[2];
 } __attribute__((aligned(64)));
 
 /* lock hold times */

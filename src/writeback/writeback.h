@@ -234,6 +234,15 @@ static inline uint64_t count_read(const uint64_t *c)
 /* File the inbox's files in b_dirty (the flusher, or close after it
  * stopped): built privately, spliced in one hold per bucket. */
 void dirty_drain(struct wbc_dev *dev);
+/* A sync, before it drains: wait until every writer that may have made a
+ * file dirty before this call has filed it (in the inbox, or the old
+ * policy's b_dirty), so that the drain and the walk find it.  Its
+ * writers hold no lock the caller may hold: call it with none held.
+ * One at a time per device (the flusher's thread). */
+void dirty_wait_marks(struct wbc_dev *dev);
+/* A test's hook: the next writer that makes a clean file of @dev dirty
+ * calls @fn(@arg) between its CAS and its filing, once. */
+void dirty_mark_pause(struct wbc_dev *dev, void (*fn)(void *), void *arg);
 /* Files in the inbox (pushed, not yet filed; may count a file being
  * filed twice, never none). */
 long dirty_inbox_count(struct wbc_dev *dev);
