@@ -310,6 +310,13 @@ int wbc_cache_sync(wbc_cache *cache);
  * write error when they cannot be written), so that no cached copy goes
  * stale: what a direct write stores is what any later open reads. */
 #define WBC_O_DIRECT 0x4
+/* A handle that tells writeback errors without marking them seen: its
+ * fsync (and wbc_file_check_error) reports each error once to it, as any
+ * handle's, but an error no other handle was told stays the next opener's
+ * to inherit (errseq, wbc_fsync_range).  For a caller's own internal
+ * writeback (a FUSE daemon settling a file the kernel forgot) that must
+ * learn that it failed without taking the error from the file's user. */
+#define WBC_O_NOERRSEEN 0x8
 
 /*
  * Open file @name on @dev.  Names are flat: no '/', not "." or "..", at most
@@ -407,7 +414,8 @@ int wbc_file_info(wbc_file *f, struct wbc_file_info *info);
  * file), wait for them, and flush the backend (datasync: data and size only).
  * Returns 0, or a write error that happened since this handle last reported
  * one (errseq: every handle sees each error once).  A failed flush is such
- * an error too: every handle open then sees it once.
+ * an error too: every handle open then sees it once.  A handle opened with
+ * WBC_O_NOERRSEEN reports errors but marks none seen.
  */
 int wbc_fsync_range(wbc_file *f, uint64_t off, uint64_t len, int datasync);
 int wbc_fsync(wbc_file *f);

@@ -14,8 +14,9 @@
  *      and the error is the next opener's (it was told to nobody, lost).
  *      A retried error healed before a new handle's first check is not
  *      that handle's (retry_bound.c), nor one whose failed pages were
- *      truncated away before it looked.  None of this changes when the
- *      error counter wraps.
+ *      truncated away before it looked.  A WBC_O_NOERRSEEN handle is told
+ *      the error without taking it from the next opener.  None of this
+ *      changes when the error counter wraps.
  *   4. EIO with a probability, retry policy: fsync until it succeeds; the
  *      backend ends up right.
  *   5. A stall (no completion for a while) and a bandwidth collapse: fsync
@@ -210,6 +211,41 @@ int main(void)
 	CHECK_EQ(wbc_fsync(g), 0);                    /* opened once told: not */
 	wbc_file_close(f);
 	wbc_file_close(g);
+	/* WBC_O_NOERRSEEN (a FUSE daemon writing back a file the kernel
+	 * forgot): its fsync learns that the writeback failed, and the error
+	 * stays the next opener's (its telling marked it seen: the user's
+	 * later open and fsync returned 0 for lost data) */
+	wbc_file *own;
+	CHECK_EQ(wbc_file_open(dev, "q", WBC_O_CREAT, &f), 0);
+	CHECK_EQ(wbc_pwrite(f, data, 8192, 0), 8192);
+	CHECK_EQ(wbc_file_close(f), 0);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);
+	CHECK_EQ(wbc_file_open(dev, "q", WBC_O_NOERRSEEN, &own), 0);
+	CHECK_EQ(wbc_fsync(own), -EIO);               /* inherited: told to it */
+	CHECK_EQ(wbc_fsync(own), 0);                  /* once */
+	CHECK_EQ(wbc_file_close(own), 0);
+	CHECK_EQ(wbc_file_open(dev, "q", WBC_O_NOERRSEEN, &own), 0);
+	CHECK_EQ(wbc_file_check_error(own), -EIO);    /* still nobody's seen */
+	CHECK_EQ(wbc_file_open(dev, "q", 0, &f), 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);                 /* the user's, still */
+	CHECK_EQ(wbc_fsync(f), 0);
+	CHECK_EQ(wbc_file_open(dev, "q", 0, &g), 0);
+	CHECK_EQ(wbc_fsync(g), 0);                    /* opened once told: not */
+	wbc_file_close(own);
+	wbc_file_close(f);
+	wbc_file_close(g);
+	/* ... also an error of its own writeback (data written through it,
+	 * no other handle open) */
+	CHECK_EQ(wbc_file_open(dev, "q2", WBC_O_CREAT | WBC_O_NOERRSEEN, &own), 0);
+	CHECK_EQ(wbc_pwrite(own, data, 8192, 0), 8192);
+	CHECK_EQ(wbc_fsync(own), -EIO);
+	CHECK_EQ(wbc_file_close(own), 0);
+	CHECK_EQ(wbc_file_open(dev, "q2", 0, &f), 0);
+	CHECK_EQ(wbc_fsync(f), -EIO);
+	CHECK_EQ(wbc_fsync(f), 0);
+	wbc_file_close(f);
+	CHECK_EQ(wbc_dev_sync(dev), -EIO);            /* the device's, for the close below */
+	CHECK_EQ(wbc_file_open(dev, "q", 0x100, &f), -EINVAL);   /* still refused */
 	/* the error counter wrapping (after 2^32 errors) loses nothing: made
 	 * to stand at its last value, the next error is told to a handle
 	 * opened after it while no handle was told, and, met with no

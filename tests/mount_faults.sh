@@ -319,6 +319,50 @@ grep -q "data was lost.*wbcache umount $mt. again unmounts it" "$top/umount.log"
 do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 rm -f "$bk"/*
 
+# ---- a write lost with no descriptor open, then the file forgotten by
+# the kernel (drop_caches): the daemon settles it (writes it back through
+# an engine handle of its own; WBCACHE_MOUNT_GHOST_AGE_MS=0: at the
+# forget, not a minute later) and learns that its writeback failed, but
+# the error stays the next opener's: its fsync tells it once (the
+# settle's fsync took it, and the user's returned 0 for lost data)
+head -c 15000000 /dev/zero >"$bk/filler"
+WBCACHE_MOUNT_GHOST_AGE_MS=0 "$W" mount "$bk" "$mt" -f \
+	-o mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centisecs=50 2>"$top/fg.log" &
+fg=$!
+for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
+mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
+pid=$fg
+head -c 4000000 /dev/urandom >"$mt/forgot" 2>/dev/null
+for _ in $(seq 300); do
+	"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' && break
+	sleep 0.1
+done
+"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' || fail "nothing lost in 30 s"
+# the kernel forgets the inode (its FORGET may take a moment): the
+# settle's failed writeback is logged
+for i in $(seq 300); do
+	[ $((i % 10)) = 1 ] && echo 2 >/proc/sys/vm/drop_caches
+	grep -q "writeback of a forgotten file failed" "$top/fg.log" && break
+	sleep 0.1
+done
+grep -q "writeback of a forgotten file failed" "$top/fg.log" ||
+	fail "the forgotten file was not settled in 30 s: $(cat "$top/fg.log")"
+rm -f "$bk/filler"
+python3 - "$mt/forgot" <<'PY' || fail "open/fsync after a forgotten file's lost write"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    os.fsync(fd)
+    sys.exit("fsync of a new descriptor did not tell the lost write (the settle took it)")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.fsync(fd)          # told once
+os.close(fd)
+PY
+fusermount3 -u "$mt"
+wait "$fg"; pid=
+rm -f "$bk"/*
+
 # ---- a failed flush of the store (its syncfs fails with EIO, through a
 # library preloaded under the daemon, once per trigger file made): the
 # sync attribute and wbcache umount fail with it, once (both succeeded:

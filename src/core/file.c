@@ -65,7 +65,7 @@ static bool pages_locked_locked(struct inode *ino)
  * the file, so that no cached copy outlives the direct I/O to come.  0,
  * or the write error that keeps pages dirty (they stay, the open fails).
  */
-static int direct_drop_cache(struct inode *ino)
+static int direct_drop_cache(struct inode *ino, bool mark_seen)
 {
 	pthread_rwlock_wrlock(&ino->rwsem);   /* no truncate meanwhile */
 	int err = 0;
@@ -83,9 +83,11 @@ static int direct_drop_cache(struct inode *ino)
 		if (ino->wb_err.seq != seq) {
 			/* failed: the pages stay dirty (on_error=retry), or
 			 * were dropped (drop): the open fails, and that tells
-			 * the error (seen) */
+			 * the error (seen, unless the opener asked
+			 * WBC_O_NOERRSEEN) */
 			err = ino->wb_err.err;
-			ino->wb_err.seen = true;
+			if (mark_seen)
+				ino->wb_err.seen = true;
 			pthread_mutex_unlock(&ino->lock);
 			break;
 		}
@@ -108,7 +110,7 @@ static int direct_drop_cache(struct inode *ino)
 int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *group,
 			wbc_file **out)
 {
-	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC | WBC_O_DIRECT)) ||
+	if (!dev || !out || (flags & ~(WBC_O_CREAT | WBC_O_TRUNC | WBC_O_DIRECT | WBC_O_NOERRSEEN)) ||
 	    (group && group->cache != dev->cache))
 		return -EINVAL;
 	if (!name)
@@ -122,10 +124,11 @@ int wbc_file_open_group(wbc_dev *dev, const char *name, int flags, wbc_group *gr
 	if (err)
 		return err;
 	err = handle_open(dev, name, flags & WBC_O_CREAT, group,
-			      direct ? HANDLE_DIRECT : HANDLE_CACHED, out);
+			      direct ? HANDLE_DIRECT : HANDLE_CACHED, flags & WBC_O_NOERRSEEN, out);
 	if (err)
 		return err;
-	if (direct && (err = direct_drop_cache(handle_get(*out)->inode))) {
+	if (direct && (err = direct_drop_cache(handle_get(*out)->inode,
+					       !(flags & WBC_O_NOERRSEEN)))) {
 		wbc_file_close(*out);
 		*out = NULL;
 		return err;
@@ -981,7 +984,7 @@ int wbc_file_remove(wbc_dev *dev, const char *name)
 	wbc_file *h;
 	/* our handle is a remover's: it and another remover's do not make
 	 * the file busy (the first removes it, the others get ENOENT) */
-	int err = handle_open(dev, name, false, NULL, HANDLE_REMOVER, &h);
+	int err = handle_open(dev, name, false, NULL, HANDLE_REMOVER, false, &h);
 	if (err)
 		return err;
 	struct inode *ino = handle_get(h)->inode;
@@ -1066,7 +1069,9 @@ int wbc_fsync_range(wbc_file *h, uint64_t off, uint64_t len, int datasync)
 	pthread_mutex_lock(&ino->lock);
 	if (ferr)
 		errseq_record(&ino->wb_err, ferr);
-	int werr = errseq_check_advance(&ino->wb_err, &f->err_since, &f->err_inherit);
+	int werr = f->noerrseen ?
+		   errseq_check_advance_quiet(&ino->wb_err, &f->err_since, &f->err_inherit) :
+		   errseq_check_advance(&ino->wb_err, &f->err_since, &f->err_inherit);
 	pthread_mutex_unlock(&ino->lock);
 	/* err and ferr are in the sequence too: told once, here or by
 	 * another call on this handle (wbc_file_check_error) meanwhile */
@@ -1080,7 +1085,9 @@ int wbc_file_check_error(wbc_file *h)
 	if (!f)
 		return -EBADF;
 	pthread_mutex_lock(&f->inode->lock);
-	int err = errseq_check_advance(&f->inode->wb_err, &f->err_since, &f->err_inherit);
+	int err = f->noerrseen ?
+		  errseq_check_advance_quiet(&f->inode->wb_err, &f->err_since, &f->err_inherit) :
+		  errseq_check_advance(&f->inode->wb_err, &f->err_since, &f->err_inherit);
 	pthread_mutex_unlock(&f->inode->lock);
 	return err;
 }

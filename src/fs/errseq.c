@@ -34,12 +34,22 @@ void errseq_sample(const struct errseq *e, uint32_t *since, bool *inherit)
 
 int errseq_check_advance(struct errseq *e, uint32_t *since, bool *inherit)
 {
+	int err = errseq_check_advance_quiet(e, since, inherit);
+	if (err)
+		e->seen = true;
+	return err;
+}
+
+/* The handle's own sample moves (it tells each error once), but the
+ * error stays unseen: still the next opener's to inherit (an internal
+ * handle's writeback, WBC_O_NOERRSEEN, must not take it from the user) */
+int errseq_check_advance_quiet(struct errseq *e, uint32_t *since, bool *inherit)
+{
 	bool inherited = *inherit;
 	*inherit = false;
 	if (*since == e->seq && !(inherited && !e->healed))
 		return 0;
 	*since = e->seq;
-	e->seen = true;
 	return e->err;
 }
 

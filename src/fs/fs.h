@@ -39,6 +39,8 @@ void errseq_sample(const struct errseq *e, uint32_t *since, bool *inherit);
 /* Returns the error a handle that sampled *@since (and *@inherit) has not
  * seen, advances the sample and marks the error seen; 0 when none. */
 int errseq_check_advance(struct errseq *e, uint32_t *since, bool *inherit);
+/* The same without marking the error seen (a WBC_O_NOERRSEEN handle's). */
+int errseq_check_advance_quiet(struct errseq *e, uint32_t *since, bool *inherit);
 /* An error since the sample (not one inherited), without advancing or
  * marking anything. */
 int errseq_peek(const struct errseq *e, uint32_t since);
@@ -94,6 +96,8 @@ struct wbc_file {
 	 * tell, once, unless it is told or healed first (errseq.c) */
 	bool err_inherit;
 	bool direct;                /* WBC_O_DIRECT: I/O to the backend, not the cache */
+	/* WBC_O_NOERRSEEN: tells errors without marking them seen */
+	bool noerrseen;
 	bool remover;               /* wbc_file_remove's own (inode->nr_removers) */
 };
 /* How handle_open opens: through the cache, direct, or as a remover's
@@ -104,9 +108,10 @@ enum handle_kind { HANDLE_CACHED, HANDLE_DIRECT, HANDLE_REMOVER };
 /* Open @name on @dev (iget) into a new handle of @kind: 0 and *@out, or
  * -errno; -EBUSY when the file has handles of the other kind (a file is
  * open either through the cache or direct, never both at once:
- * inode->nr_cached_handles, nr_direct_handles), or UINT8_MAX removers. */
+ * inode->nr_cached_handles, nr_direct_handles), or UINT8_MAX removers.
+ * @noerrseen: the handle tells errors without marking them seen. */
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
-		enum handle_kind kind, wbc_file **out);
+		enum handle_kind kind, bool noerrseen, wbc_file **out);
 /* The file of handle @h; NULL when @h is not an open handle. */
 struct wbc_file *handle_get(wbc_file *h);
 /* Close handle @h (its inode's reference put): 0, or -EBADF. */

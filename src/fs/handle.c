@@ -90,7 +90,7 @@ static void handle_free(struct hslot *s, uint32_t slot)
 }
 
 int handle_open(struct wbc_dev *dev, const char *name, bool create, struct wbc_group *group,
-		enum handle_kind kind, wbc_file **out)
+		enum handle_kind kind, bool noerrseen, wbc_file **out)
 {
 	bool direct = kind == HANDLE_DIRECT, remover = kind == HANDLE_REMOVER;
 	uint32_t slot, gen;
@@ -141,6 +141,7 @@ again:
 	atomic_store_explicit(&s->f.dev, dev, memory_order_relaxed);
 	s->f.direct = direct;
 	s->f.remover = remover;
+	s->f.noerrseen = noerrseen;
 	atomic_store_explicit(&s->gen, gen, memory_order_release);
 	*out = handle_encode(slot, gen);
 	return 0;

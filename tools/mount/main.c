@@ -411,6 +411,10 @@ mounted_fd:
 	struct rlimit nofile;
 	M.unlink_pin_cap = !getrlimit(RLIMIT_NOFILE, &nofile) && nofile.rlim_cur != RLIM_INFINITY ?
 			   (long)MINU(nofile.rlim_cur / 4, (rlim_t)LONG_MAX) : LONG_MAX;
+	/* a test's knob: a forgotten file settled at its forget (node.c),
+	 * not a minute later */
+	const char *age = getenv("WBCACHE_MOUNT_GHOST_AGE_MS");
+	M.ghost_age_ns = age && *age ? strtoull(age, NULL, 10) * 1000000ull : GHOST_AGE_NS;
 	int fsfd = open(M.backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	M.mount_fd = fsfd;
 	/* file handles: the daemon needs no descriptor per file */

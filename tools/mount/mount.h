@@ -212,6 +212,9 @@ struct mnt {
 	struct node *stale;          /* out of the table, not yet forgotten (hnext) */
 	struct node *ghead, *gtail;  /* the ghosts, oldest first */
 	size_t nghosts;
+	/* the age at which a ghost is settled (node.c): GHOST_AGE_NS, or
+	 * WBCACHE_MOUNT_GHOST_AGE_MS (tests: a minute is long to wait) */
+	uint64_t ghost_age_ns;
 	size_t hsize, n;
 	wbc_cache *cache;
 	wbc_dev *dev;
@@ -315,6 +318,7 @@ void after_rename(dev_t dev, ino_t ino);
 void forget_one(fuse_ino_t ino, uint64_t nlookup);
 void node_revive_locked(struct node *n);
 void ghost_stale(struct node *n);
+#define GHOST_AGE_NS (60ull * 1000000000ull)
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops mount_ops;

@@ -343,6 +343,21 @@ static int open_backing_fd(const char *name, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
+/* A new engine handle on the node's data, with wbc_file_open's @flags
+ * added (WBC_O_NOERRSEEN), where the caller holds a writable descriptor
+ * @wfd of the node's file or -1 (engine_open_wfd). */
+static int engine_open_flags(struct node *n, int wfd, int flags, wbc_file **out)
+{
+	char name[256];
+	gen_name(n, name, sizeof(name));
+	opening = n;
+	opening_wfd = wfd;
+	int err = wbc_file_open(M.dev, name, WBC_O_CREAT | flags, out);
+	opening = NULL;
+	opening_wfd = -1;
+	return err;
+}
+
 /* A new engine handle on the node's data. */
 int engine_open(struct node *n, wbc_file **out)
 {
@@ -353,14 +368,7 @@ int engine_open(struct node *n, wbc_file **out)
  * node's file (a create of a file the daemon may not write otherwise). */
 int engine_open_wfd(struct node *n, int wfd, wbc_file **out)
 {
-	char name[256];
-	gen_name(n, name, sizeof(name));
-	opening = n;
-	opening_wfd = wfd;
-	int err = wbc_file_open(M.dev, name, WBC_O_CREAT, out);
-	opening = NULL;
-	opening_wfd = -1;
-	return err;
+	return engine_open_flags(n, wfd, 0, out);
 }
 
 /* The attributes of a node: the backing inode's, with the size, times and
@@ -951,14 +959,14 @@ void after_rename(dev_t dev, ino_t ino)
  * forget costs nothing; the file's data is written back by the flusher in
  * its time.  A ghost is settled (written back if the flusher has not yet,
  * its mtime put back on the backing file) and freed by a later forget once
- * it is a minute old, or at once beyond GHOST_MAX of them, a few at each
+ * it is a minute old (M.ghost_age_ns), or at once beyond GHOST_MAX of them, a few at each
  * forget; those left at unmount are settled then.  Without handles a node keeps a
  * descriptor, and a forgotten file is written back at once; one whose
- * writeback failed stays a ghost (its data is the node's), as a ghost
- * whose settling failed does, and is tried again a minute later.
+ * writeback failed with its data still in the cache stays a ghost (its
+ * data is the node's), as does a ghost whose settling failed so, and is
+ * tried again a minute later.
  */
 #define GHOST_MAX 65536
-#define GHOST_AGE_NS (60ull * 1000000000ull)
 #define GHOST_REAP 8
 
 static uint64_t mono_ns(void)
@@ -1019,12 +1027,24 @@ static bool node_settle(struct node *n)
 	drop_if_unlinked_locked(n);
 	if (n->wrote) {
 		wbc_file *h;
-		if (engine_open(n, &h) == 0) {
+		/* WBC_O_NOERRSEEN: an error this fsync is told (its own
+		 * writeback's, or an earlier one nobody was told: on_error=drop
+		 * dropped the data of a file written and closed) stays the
+		 * next opener's; a plain handle took it, and the user's
+		 * open and fsync said 0 for the lost data */
+		if (engine_open_flags(n, -1, WBC_O_NOERRSEEN, &h) == 0) {
 			int err = wbc_fsync(h);
+			struct wbc_file_info fi;
 			if (err) {
 				logmsg("writeback of a forgotten file failed: %s", wbc_strerror(err));
-				ok = false;
-			} else {
+				/* data still in the cache (on_error=retry: at
+				 * risk) keeps the node, under whose name it is;
+				 * data dropped leaves nothing to keep (the error
+				 * is never seen here: the node would stay for
+				 * ever, a ghost retried each minute) */
+				ok = !wbc_file_info(h, &fi) && !fi.unwritten_bytes;
+			}
+			if (ok) {
 				n->unwritten = 0;
 				restore_mtime_locked(n);
 			}
@@ -1073,7 +1093,7 @@ static void ghosts_reap(void)
 	for (int i = 0; i < GHOST_REAP; i++) {
 		pthread_mutex_lock(&M.lock);
 		struct node *n = M.ghead;
-		if (!n || (M.nghosts <= GHOST_MAX && mono_ns() - n->gtime < GHOST_AGE_NS)) {
+		if (!n || (M.nghosts <= GHOST_MAX && mono_ns() - n->gtime < M.ghost_age_ns)) {
 			pthread_mutex_unlock(&M.lock);
 			return;
 		}
