@@ -8,7 +8,9 @@
 # rmdir, fsync'd and O_DSYNC data on the store before unmount, a
 # throttled writer that keeps going while metadata answers, 40 writers
 # stuck on a full store while metadata answers on every CPU, a ring that
-# fails ends the mount (data written back), direct writes
+# fails ends the mount (data written back), and so does an entry's
+# command that fails; a queue some of whose entries the kernel refused
+# serves with the rest (auto and uring=1), direct writes
 # beside cached and mapped opens (answered by a helper thread), writers
 # stuck on a full store that die at SIGKILL (INTERRUPT through /dev/fuse
 # for requests on the rings), SIGTERM with requests on the rings, 1 MiB
@@ -34,6 +36,14 @@ extra_cleanup() {
 ncpu=$(awk -F'[-,]' '{ n = 0; for (i = 1; i <= NF; i += 2) n += (i < NF ? $(i+1) : $i) - $i + 1 } END { print n }' \
 	/sys/devices/system/cpu/possible 2>/dev/null)
 statv() { "$W" stat "$mt" | awk -v k="^$1:" '$0 ~ k { print $2 }'; }
+# abort_mnt: the connection of $mt aborted (a daemon that serves it no
+# more), so that its callers end and cleanup can unmount
+abort_mnt() {
+	local dev
+	mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
+	dev=$(awk -v m="$mt" '$5 == m {print $3}' /proc/self/mountinfo)
+	[ -n "$dev" ] && echo 1 >"/sys/fs/fuse/connections/${dev#*:}/abort"
+}
 
 # ---- enable_uring=N: uring=1 fails with a reason, exit 2, nothing mounted;
 # auto mounts through /dev/fuse; a bad value is refused
@@ -76,6 +86,25 @@ done
 do_mount "uring=0"
 [ "$(statv UringQueues)" = 0 ] || fail "uring=0 with enable_uring=Y uses rings"
 do_umount || fail "umount (uring=0, Y)"
+
+# ---- a partial refusal (WBCACHE_MOUNT_URING_FAIL=part: the kernel takes
+# every entry but the last queue's last, registered after all the others,
+# so the kernel sends requests to the rings from that queue's first
+# entry on): the rings serve, under auto and uring=1 (a fall back to
+# /dev/fuse left requests waiting for ever on rings nothing served)
+for o in uring=auto uring=1; do
+	WBCACHE_MOUNT_URING_FAIL=part "$W" mount "$bk" "$mt" -o "$o" 2>"$top/mount.log" ||
+		fail "'$o' with a partial refusal: exit $?: $(cat "$top/mount.log")"
+	if ! timeout -s KILL 10 taskset -c "$((ncpu - 1))" sh -c "echo part >'$mt/part'"; then
+		abort_mnt
+		fail "'$o' with a partial refusal: a write waits for rings nothing serves"
+	fi
+	pid=$(daemon_pid)
+	[ "$(statv UringQueues)" = "$ncpu" ] || fail "'$o' with a partial refusal uses no rings"
+	do_umount || fail "umount ('$o', partial refusal)"
+	[ "$(cat "$bk/part")" = part ] || fail "data of the mount with a partial refusal"
+	rm -f "$bk/part"
+done
 
 # ---- the rings serve requests
 do_mount "uring=1,mem=256M"
@@ -183,6 +212,32 @@ for _ in $(seq 100); do mounted "$mt" || break; sleep 0.1; done
 mounted "$mt" && fail "still mounted after a ring failed"
 [ "$(cat "$bk/held" 2>/dev/null)" = held ] || fail "a failed ring's mount did not write back"
 rm -f "$bk/held" "$bk/failing"
+
+# ---- an entry's command that fails while the mount runs
+# (WBCACHE_MOUNT_URING_FAIL=cmd: the answer to a read of
+# user.wbcache.ring-fail on the root is committed with a commit id the
+# kernel refuses, ENOENT): the entry is out of the kernel's pool (a queue
+# that lost them all would leave its CPU's requests waiting for ever);
+# the mount ends as at SIGTERM, what it held written back, exit status 1
+export WBCACHE_MOUNT_URING_FAIL=cmd
+do_mount "uring=1,dirty_expire_centisecs=60000"
+unset WBCACHE_MOUNT_URING_FAIL
+echo held >"$mt/held"
+# (the read waits in the kernel for an answer that never comes until the
+# connection ends: its caller cannot be killed before)
+taskset -c "$last" getfattr -n user.wbcache.ring-fail "$mt" >/dev/null 2>&1 &
+bgpids=$!
+if ! wait_gone "$pid" 300; then
+	abort_mnt
+	fail "the daemon did not end after an entry's command failed"
+fi
+pid=
+wait $bgpids
+bgpids=
+for _ in $(seq 100); do mounted "$mt" || break; sleep 0.1; done
+mounted "$mt" && fail "still mounted after an entry's command failed"
+[ "$(cat "$bk/held" 2>/dev/null)" = held ] || fail "the mount whose entry failed did not write back"
+rm -f "$bk/held"
 
 # ---- a throttled writer keeps going (its answers come from the replier)
 # while metadata answers.  Its pauses are made certain by a store that is

@@ -38,10 +38,22 @@
  * kernel must refuse (queue id out of range), so the connection falls
  * back to /dev/fuse rather than hang.  uring=1 turns any failure into
  * the mount's failure (exit 2, with the reason); uring=auto logs it and
- * serves /dev/fuse.  (WBCACHE_MOUNT_URING_FAIL=1 in the daemon's
+ * serves /dev/fuse.  A queue the kernel took some entries of and
+ * refused others is no such failure: each REGISTER is taken or refused
+ * alone, and the kernel may already send requests to the rings (it does
+ * once every queue has an entry: fuse_uring_do_register), which then
+ * must be served; the queue runs with the entries taken (logged), as
+ * where memory for more was short.  Only a queue with none taken fails
+ * the start (the kernel cannot use the rings then: it waits for an
+ * entry on every queue).  (WBCACHE_MOUNT_URING_FAIL=1 in the daemon's
  * environment makes the last queue's registration fail that way, for
- * the tests; =wait makes a queue's wait fail later, see FAIL_XATTR.)
- * A wait that fails for good later ends the mount (ring_wait_failed).
+ * the tests; =part makes the kernel refuse the last entry of the last
+ * queue, registered after every other queue's and its own; =wait makes a
+ * queue's wait fail later, =cmd a queue's commit, see FAIL_XATTR.)
+ * A wait that fails for good later ends the mount (ring_wait_failed), and
+ * so does an entry's command that fails while the mount runs (ended):
+ * the entry is out of the kernel's pool, and a queue that lost them all
+ * would leave its CPU's requests waiting for ever.
  *
  * Who answers.  A ring thread serves its completions in order.  An answer
  * the handling thread gives while it handles the request (the usual case)
@@ -163,9 +175,12 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
 #define POISON_TAG 2u
 /* WBCACHE_MOUNT_URING_FAIL=wait in the daemon's environment (for the
  * tests): a read of this attribute on the root is answered, then the
- * wait of the queue that answered it fails for good (ring_wait_failed) */
+ * wait of the queue that answered it fails for good (ring_wait_failed).
+ * =cmd: its answer is committed with a commit id the kernel does not
+ * know, which it refuses (ENOENT, as for a request it no longer has):
+ * that entry's command fails while the mount runs (ended) */
 #define FAIL_XATTR "user.wbcache.ring-fail"
-static bool fail_xattr;
+static enum { FAIL_NONE, FAIL_WAIT, FAIL_CMD } fail_xattr;
 
 struct uq;
 struct ent {
@@ -180,6 +195,7 @@ struct ent {
 	char *req;                   /* the rebuilt request */
 	size_t req_len;
 	bool replied;                /* answered by its handling thread */
+	bool refused;                /* its REGISTER was refused: never in use */
 	unsigned char chunk;         /* its chunk's index in its queue */
 	struct ent *next;            /* q->lock: the commit list */
 };
@@ -213,6 +229,7 @@ struct uq {
 	bool quiet;                  /* it handles no more requests */
 	bool stop;
 	bool fail_now;               /* owner: FAIL_XATTR was read */
+	struct io_uring_sqe *last_reg;   /* owner: the last REGISTER prepared */
 	int rc;                      /* S.lock: the start's result */
 	char why[160];               /* S.lock: its reason */
 	bool reported;               /* S.lock */
@@ -480,8 +497,11 @@ static void arrived(struct uq *q, struct ent *e)
 	}
 	if (fail_xattr && opcode == OP_GETXATTR && nodeid == FUSE_ROOT_ID &&
 	    psz >= sizeof(FAIL_XATTR) && !memcmp(e->buf + PREFIX, FAIL_XATTR, sizeof(FAIL_XATTR))) {
-		q->fail_now = true;   /* answered; then the queue's wait fails */
 		answer_err(e, unique, ENODATA);
+		if (fail_xattr == FAIL_WAIT)
+			q->fail_now = true;   /* answered; then the queue's wait fails */
+		else
+			e->commit_id = ~e->commit_id;   /* a commit the kernel refuses */
 		commit_here(q, e);
 		return;
 	}
@@ -507,16 +527,26 @@ static void arrived(struct uq *q, struct ent *e)
 		commit_here(q, e);
 }
 
-/* An entry's command ended with @res < 0: the entry is out of service.
- * At unmount the kernel ends them all (ENOTCONN, ECANCELED, ...). */
-static void ended(struct ent *e, int res)
+/* An entry's command ended with @res < 0: the entry is out of service
+ * (the kernel has no command of it to send a request to).  At the end of
+ * the connection the kernel ends them all (ENOTCONN, ECANCELED, ...),
+ * and a commit that races the end may find its request gone (ENOENT).
+ * True for any other failure while the mount runs (a COMMIT_AND_FETCH
+ * refused: EINVAL, EIO, ENOENT, EOPNOTSUPP after a refused REGISTER
+ * turned io_uring off for the connection and enable_uring went to N):
+ * each takes an entry from the kernel's pool for good, and a queue left
+ * with none leaves its CPU's requests waiting for ever, so the mount
+ * ends (mount_ends). */
+static bool ended(struct ent *e, int res)
 {
-	static atomic_bool told;
 	e->q->waiting--;
-	if (res != -ENOTCONN && res != -ECANCELED && res != -ENODEV && res != -ECONNABORTED &&
-	    !atomic_exchange(&told, true))
-		logmsg("io_uring: a ring entry's command failed: %s", strerror(-res));
 	atomic_store_explicit(&e->unique, 0, memory_order_relaxed);
+	if (res == -ENOTCONN || res == -ECANCELED || res == -ENODEV || res == -ECONNABORTED ||
+	    (res == -ENOENT && !atomic_load_explicit(&serving, memory_order_acquire)))
+		return false;
+	logmsg("io_uring: queue %u: a ring entry's command failed: %s: the mount ends (an "
+	       "entry the kernel no longer has)", e->q->qid, strerror(-res));
+	return true;
 }
 
 /*
@@ -545,6 +575,8 @@ bool uring_failed(void)
 	return atomic_load(&ring_broke);
 }
 
+static void mount_ends(void);
+
 static bool ring_wait_failed(struct uq *q, int rc)
 {
 	static atomic_bool told;
@@ -558,6 +590,15 @@ static bool ring_wait_failed(struct uq *q, int rc)
 	}
 	logmsg("io_uring: queue %u: %s: the mount ends (its CPU's requests cannot be served)",
 	       q->qid, strerror(-rc));
+	mount_ends();
+	return false;
+}
+
+/* End the mount as at SIGTERM (a ring that cannot serve its CPU's
+ * requests any more); from a ring thread, which returns once the main
+ * thread has left libfuse's loop. */
+static void mount_ends(void)
+{
 	atomic_store(&ring_broke, true);
 	fuse_session_exit(sess);
 	/* libfuse's loop tests its flag, then waits (sem_wait): a signal
@@ -569,7 +610,6 @@ static bool ring_wait_failed(struct uq *q, int rc)
 		pthread_kill(main_thread, SIGRTMIN);
 		usleep(20000);
 	}
-	return false;
 }
 
 static void ring_loop(struct uq *q)
@@ -606,10 +646,12 @@ static void ring_loop(struct uq *q)
 			if (cqe->user_data == POISON_TAG)
 				continue;
 			struct ent *e = (struct ent *)(uintptr_t)cqe->user_data;
-			if (cqe->res < 0)
-				ended(e, cqe->res);
-			else
+			if (e->refused)
+				continue;   /* its refusal, counted by ring_register */
+			if (cqe->res >= 0)
 				arrived(q, e);
+			else if (ended(e, cqe->res))
+				mount_ends();
 		}
 		io_uring_cq_advance(&q->ring, n);
 		if (!atomic_load_explicit(&serving, memory_order_acquire) && !q->quiet) {
@@ -693,6 +735,7 @@ static int add_chunk(struct uq *q)
 		sqe->addr = (uint64_t)(uintptr_t)e->iov;
 		sqe->len = 2;
 		q->waiting++;
+		q->last_reg = sqe;
 	}
 	q->chunks[k] = c;
 	atomic_store_explicit(&q->nchunks, k + 1, memory_order_release);
@@ -764,6 +807,17 @@ static int ring_register(struct uq *q)
 		snprintf(q->why, sizeof(q->why), "registration failed (WBCACHE_MOUNT_URING_FAIL)");
 		return -EIO;
 	}
+	/* =part: the last queue registers once every other queue has (so
+	 * the kernel sends requests to the rings from its first entry on),
+	 * and the kernel refuses its last entry (an iovec count it must
+	 * refuse, EINVAL) */
+	bool part = fail && !strcmp(fail, "part") && q->qid == nq - 1;
+	if (part) {
+		pthread_mutex_lock(&S.lock);
+		while (S.reported < nq - 1)
+			pthread_cond_wait(&S.cond, &S.lock);
+		pthread_mutex_unlock(&S.lock);
+	}
 	int rc = add_chunk(q);
 	if (rc)
 		return rc;
@@ -776,24 +830,42 @@ static int ring_register(struct uq *q)
 	if (k < cap)
 		logmsg("io_uring: queue %u: %u ring entries of %u: %s", q->qid, k * CHUNK,
 		       cap * CHUNK, q->why);
+	if (part && q->last_reg)
+		q->last_reg->len = 1;
 	arm_wake(q);
 	rc = io_uring_submit(&q->ring);
 	if (rc < 0) {
 		snprintf(q->why, sizeof(q->why), "io_uring_submit: %s", strerror(-rc));
 		return rc;
 	}
-	/* a refused REGISTER completes at once; an accepted one when a
-	 * request comes */
-	unsigned head;
+	/* A refused REGISTER completes at once; an accepted one when a
+	 * request comes (one may have already: the completions stay for
+	 * ring_loop, which passes over the refused ones).  Each is taken or
+	 * refused alone: with some taken, the kernel may already send
+	 * requests to the rings (see the header), so the queue serves with
+	 * those; with none, the start fails. */
+	unsigned head, refused = 0, regs = q->waiting;
+	int err = 0;
 	struct io_uring_cqe *cqe;
 	io_uring_for_each_cqe(&q->ring, head, cqe) {
 		if (cqe->user_data != WAKE_TAG && cqe->user_data != POISON_TAG && cqe->res < 0) {
-			snprintf(q->why, sizeof(q->why), "the kernel refused a ring entry: %s%s",
-				 strerror(-cqe->res), cqe->res == -EOPNOTSUPP ?
-				 " (/sys/module/fuse/parameters/enable_uring is N)" : "");
-			return cqe->res;
+			struct ent *e = (struct ent *)(uintptr_t)cqe->user_data;
+			e->refused = true;
+			q->waiting--;
+			refused++;
+			if (!err)
+				err = cqe->res;
 		}
 	}
+	if (!refused)
+		return 0;
+	snprintf(q->why, sizeof(q->why), "the kernel refused %s ring entry: %s%s",
+		 refused == regs ? "every" : "a", strerror(-err), err == -EOPNOTSUPP ?
+		 " (/sys/module/fuse/parameters/enable_uring is N)" : "");
+	if (refused == regs)
+		return err;
+	logmsg("io_uring: queue %u: %u ring entries of %u: %s", q->qid, regs - refused, regs,
+	       q->why);
 	return 0;
 }
 
@@ -959,7 +1031,8 @@ int uring_begin(struct fuse_session *se, unsigned helpers, bool required, char *
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGRTMIN, &sa, NULL);
 	const char *fail = getenv("WBCACHE_MOUNT_URING_FAIL");
-	fail_xattr = fail && !strcmp(fail, "wait");
+	fail_xattr = !fail ? FAIL_NONE : !strcmp(fail, "wait") ? FAIL_WAIT :
+		     !strcmp(fail, "cmd") ? FAIL_CMD : FAIL_NONE;
 	fuse_fd = fuse_session_fd(se);
 	nq = possible_cpus();
 	Q = calloc(nq, sizeof(*Q));
@@ -1116,6 +1189,18 @@ static struct ent *find(uint64_t unique)
  * request that came through a ring goes back through it.  Returns the
  * bytes taken, or -1 when the request did not come through a ring (the
  * caller writes /dev/fuse).
+ *
+ * Never -ENOENT, as a writev to /dev/fuse gives for an answer whose
+ * request the kernel no longer has (what makes ops.c release an open's
+ * handle): the commit goes to the kernel later, with the ring thread's
+ * next submission, and the kernel ends a request it finds whether or not
+ * its caller still waits (fs/fuse/dev_uring.c: fuse_uring_commit, then
+ * fuse_uring_req_end).  Its request is gone only once the connection is
+ * aborted or ending (the ring's teardown ended it, ECONNABORTED); the
+ * commit then fails (ENOTCONN, or ENOENT) on the entry's completion, with
+ * the answer already taken: an open or a create answered then keeps its
+ * engine handle until the daemon's end (which writes back and closes
+ * what is still open), where /dev/fuse would have released it at once.
  */
 ssize_t uring_reply(const struct iovec *iov, int count)
 {
