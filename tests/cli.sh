@@ -272,6 +272,11 @@ expect_msg "files on the demonstration" "--files does not apply to dd, the demon
 expect_msg "size on fsmark" "--size does not apply to fsmark (only to dd)" run fsmark --size 1M
 expect_msg "file-size on dd" "--file-size does not apply to dd" run dd --file-size 1M
 expect_msg "no-layout on dd" "only to randwrite, jbod, randrw" run dd --no-layout
+# randrw reads the laid-out data: without it its reads read past the end
+# (0 bytes each, counted as reads); all writes need none
+expect_msg "no-layout on randrw" "randrw reads the laid-out files" run randrw --no-layout
+$W run randrw --dev mem --no-layout --rwmix 100 --time 0.2 --quiet >/dev/null ||
+	fail "randrw --no-layout --rwmix 100 refused"
 for o in "--lat-log $dir/lat" "--fsync-every 1M" --no-fsync; do
 	expect_msg "$o on fsmark" "does not apply to fsmark" run fsmark $o
 done

@@ -1431,7 +1431,8 @@ static void run_usage(FILE *out)
 "                     none): the rest is written back at close, after the report\n"
 "  --no-layout        randwrite, randrw, jbod: write into empty files (default:\n"
 "                     each file is written in full and synced first, untimed, as\n"
-"                     fio lays out; a device of one file is not laid out)\n"
+"                     fio lays out; a device of one file is not laid out;\n"
+"                     randrw only with --rwmix 100: its reads read that data)\n"
 "  --deadline SECONDS give up when the writers, final fsync included, run longer\n"
 "                     (counted from their start, after the layout): report what\n"
 "                     was done, write --trace, --plot, --lat-log and --json\n"
@@ -1687,6 +1688,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		o->size = 1ull << 30;
 	if (!t && WL_RANDOM(o->wl))
 		o->time_s = 10;
+	/* randrw's reads read the laid-out data: in empty files they read
+	 * past the end, 0 bytes each, and were counted as reads */
+	if (o->wl == WL_RANDRW && o->no_layout && o->rwmix < 100) {
+		fprintf(stderr, "wbcache: randrw reads the laid-out files, and --no-layout leaves "
+			"them empty (its reads would read nothing): lay them out, or --rwmix 100\n");
+		return 2;
+	}
 	if (WL_RANDOM(o->wl) && o->file_size < o->bs) {
 		fprintf(stderr, "wbcache: --file-size must be at least --bs\n");
 		return 2;
