@@ -375,7 +375,11 @@ print("done", got[0], flush=True)
 PY
 sp=$!
 bgpids=$sp
-for _ in $(seq 100); do grep -q ready "$top/sig.out" && break; sleep 0.05; done
+# (its handler set before "ready": a SIGUSR1 sent before that kills it.
+# Polled, 60 s: an interpreter may take seconds to start on a loaded
+# machine, and the signals went out after 5 s whether or not it was ready)
+for _ in $(seq 600); do grep -q ready "$top/sig.out" && break; sleep 0.1; done
+grep -q ready "$top/sig.out" || fail "the writer to be signalled did not start in 60 s: $(cat "$top/sig.out")"
 while kill -USR1 $sp 2>/dev/null; do sleep 0.01; done
 wait $sp || fail "a writer handling SIGUSR1: $(cat "$top/sig.out")"
 bgpids=
