@@ -2137,6 +2137,18 @@ static int run_cmd(int argc, char **argv)
 		wbc_cache_close(R.cache);
 		return 2;
 	}
+	/* from here on the run has files to remove: an interrupt stops it
+	 * as its --time would, and it cleans up.  Before the header, which
+	 * may wait on a full pipe: a SIGINT there, once it was seen, killed
+	 * the run, its files left behind.  SA_RESTART: that write goes on
+	 * (the run sees R.interrupted, not a report it failed to write:
+	 * "Interrupted system call", exit 1), as any system call the
+	 * signal meets in another thread */
+	R.status_tty = !o->quiet && isatty(STDERR_FILENO);
+	struct sigaction sa = { .sa_handler = on_interrupt, .sa_flags = SA_RESETHAND | SA_RESTART };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 	/* the header once the run is sure to start (exit 2 says it did not) */
 	struct wbc_stats st;
 	wbc_stats(R.cache, &st);
@@ -2150,13 +2162,6 @@ static int run_cmd(int argc, char **argv)
 	       (double)st.bg_thresh_bytes / unit, (double)st.setpoint_bytes / unit,
 	       (double)st.limit_bytes / unit, kib ? "KiB" : "MiB");
 	flush_report();
-	/* from here on the run has files to remove: an interrupt stops it
-	 * as its --time would, and it cleans up */
-	R.status_tty = !o->quiet && isatty(STDERR_FILENO);
-	struct sigaction sa = { .sa_handler = on_interrupt, .sa_flags = SA_RESETHAND };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
 	if (WL_RANDOM(o->wl) && !o->no_layout && (err = layout())) {
 		fprintf(stderr, "wbcache: laying out the files: %s\n",
 			err == -EINTR ? "interrupted" : wbc_strerror(err));
