@@ -197,6 +197,19 @@ n=$(sed -n 's/.*: \([0-9.]*\) MiB written, \([0-9]*\) operations; giving up/\2/p
 # --dir: made with its parents; a file there is refused
 $W run dd --size 1M --dir "$dir/a/b/c" --quiet >/dev/null || fail "--dir with missing parents"
 [ -d "$dir/a/b/c" ] || fail "--dir was not made"
+# --dir whose mkdir fails part of the way (a file system out of inodes:
+# a/ is made, a/b cannot be): the parents it made are removed again
+# (they stayed); root only (the tmpfs)
+if [ "$(id -u)" = 0 ] && mkdir "$dir/tiny" && mount -t tmpfs -o size=1M,nr_inodes=2 tmpfs "$dir/tiny" 2>/dev/null; then
+	out=$($W run dd --size 1M --dir "$dir/tiny/a/b" --quiet 2>&1 >/dev/null); rc=$?
+	left=$(ls -A "$dir/tiny")
+	umount "$dir/tiny"
+	rmdir "$dir/tiny"
+	[ $rc -eq 1 ] || fail "--dir whose mkdir fails: exit $rc, expected 1 ($out)"
+	echo "$out" | grep -q "cannot create .*: No space left on device" ||
+		fail "--dir whose mkdir fails: '$out'"
+	[ -z "$left" ] || fail "--dir whose mkdir fails left: $left"
+fi
 touch "$dir/plain"
 expect_msg "--dir a file" "--dir $dir/plain: not a directory" run --size 1M --dir "$dir/plain"
 out=$($W run fsmark --dev mem --threads 2 --files 500 --mem 8M --quiet) || fail "fsmark: $out"

@@ -40,6 +40,16 @@ if [ "$(id -u)" = 0 ] && mkdir "$dir/tiny" && mount -t tmpfs -o size=1M,nr_inode
 	echo "$out" | grep -q "cannot write there: No space left on device" ||
 		fail "--out where no file can be made: '$out'"
 	[ -z "$left" ] || fail "--out where no file can be made left: $left"
+	# one inode fewer: a/ is made, a/b cannot be (the parents made
+	# before the mkdir that failed stayed)
+	mount -t tmpfs -o size=1M,nr_inodes=2 tmpfs "$dir/tiny"
+	out=$($W lab --quick --out "$dir/tiny/a/b" stacked 2>&1 >/dev/null); rc=$?
+	left=$(ls -A "$dir/tiny")
+	umount "$dir/tiny"
+	[ $rc -eq 2 ] || fail "--out whose mkdir fails: exit $rc, expected 2 ($out)"
+	echo "$out" | grep -q "cannot create .*: No space left on device" ||
+		fail "--out whose mkdir fails: '$out'"
+	[ -z "$left" ] || fail "--out whose mkdir fails left: $left"
 fi
 touch "$dir/plain"
 out=$($W lab --quick --out "$dir/plain" stacked 2>&1 >/dev/null); rc=$?

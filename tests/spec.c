@@ -175,6 +175,19 @@ int main(void)
 				}
 			CHECK(strchr(msg, '?'));
 		}
+		/* ... and wbc_rados_break_lock's (its conf= path quoted;
+		 * no cluster needed: the conf cannot be read) */
+		char msg[256] = "";
+		CHECK(wbc_rados_break_lock("rados:pool,conf=/nonexistent/\nx", "n", msg,
+					   sizeof(msg)) < 0);
+		CHECK(*msg);
+		for (const char *p = msg; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+				fprintf(stderr, "rados-unlock: control character %d in '%s'\n", *p,
+					msg);
+				return 1;
+			}
+		CHECK(strchr(msg, '?'));
 	}
 	CHECK_EQ(wbc_cache_close(c), 0);
 

@@ -874,6 +874,9 @@ int cmd_lab(int argc, char **argv)
 	}
 	if (e) {
 		fprintf(stderr, "wbcache lab: cannot create %s: %s\n", out, strerror(-e));
+		/* the parents it made before a deeper one failed (out of
+		 * inodes, EACCES on one it made read-only) */
+		unmake_dir(out, made);
 		return 2;
 	}
 	/* the runs write their files there: a directory this cannot write

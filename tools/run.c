@@ -1325,7 +1325,9 @@ int mkdir_p_made(const char *dir, size_t *made)
 }
 
 /* Removes the directories of @dir that mkdir_p_made() made (those of
- * @made characters or more), deepest first, while they are empty. */
+ * @made characters or more), deepest first, while they are empty.  Those
+ * below the deepest it made are not there (a mkdir_p_made that failed
+ * part of the way): passed over. */
 void unmake_dir(const char *dir, size_t made)
 {
 	char buf[4096];
@@ -1335,7 +1337,7 @@ void unmake_dir(const char *dir, size_t made)
 	for (;;) {
 		while (len > 1 && buf[len - 1] == '/')
 			buf[--len] = '\0';
-		if (len < made || rmdir(buf))
+		if (len < made || (rmdir(buf) && errno != ENOENT))
 			return;
 		char *slash = strrchr(buf, '/');
 		if (!slash || slash == buf)
@@ -1954,6 +1956,10 @@ static int run_cmd(int argc, char **argv)
 		}
 		if (e) {
 			fprintf(stderr, "wbcache: cannot create %s: %s\n", o->dir, strerror(-e));
+			/* the parents it made before a deeper one failed (a
+			 * file system out of inodes): the caller removes them
+			 * only for a refused run (2) */
+			unmake_dir(o->dir, R.dir_made);
 			return 1;
 		}
 		/* the default DIR is a name in a directory every user may

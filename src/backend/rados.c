@@ -2153,6 +2153,9 @@ int wbc_rados_break_lock(const char *spec, const char *name, char *msg, size_t m
 	}
 	if (!rc && !broken)
 		snprintf(msg, msglen, "%s: not locked", f.name);
+	/* one line, as wbc_dev_add_msg's: the spec's and the name's bytes
+	 * it quotes (a conf= path with a newline in it) */
+	wbc_msg_one_line(msg);
 	free(f.name);
 	free_rbe(b);
 	return rc ? rc : broken;

@@ -172,3 +172,10 @@ uint64_t wbc_secs_to_ns(double s)
 		return WBC_NEVER_NS;
 	return (uint64_t)(s * NS_PER_SEC);
 }
+
+void wbc_msg_one_line(char *msg)
+{
+	for (unsigned char *p = (unsigned char *)msg; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			*p = '?';
+}

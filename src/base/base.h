@@ -128,6 +128,11 @@ static inline uint64_t wbc_name_hash(const char *s)
 	return h;
 }
 
+/* base.c: a reason is one line: the user's bytes it quotes (a spec with
+ * a newline or an escape sequence in it; a backend's own words) with
+ * their control characters as '?' (wbc_dev_add_msg, wbc_rados_break_lock). */
+void wbc_msg_one_line(char *msg);
+
 /* base.c: option values */
 /* A duration, in seconds: "2", "0.5s", "250ms", "100us" (not negative,
  * finite).  0 or -EINVAL. */

@@ -447,16 +447,6 @@ static int stack_from_spec(wbc_cache *c, const char *rest, bool check,
 	return err;
 }
 
-/* A reason is one line: the user's bytes it quotes (a spec with a
- * newline or an escape sequence in it; a backend's own words) with
- * their control characters as '?'. */
-static void one_line(char *msg)
-{
-	for (unsigned char *p = (unsigned char *)msg; *p; p++)
-		if (*p < 0x20 || *p == 0x7f)
-			*p = '?';
-}
-
 /* @check: the spec parsed, nothing made (dev_spec_check, never with
  * @stack; @out unused) */
 static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *opener,
@@ -510,7 +500,7 @@ static int dev_add(wbc_cache *c, const char *spec, const struct file_opener *ope
 	if ((err || check) && reserved)
 		release_min_ratio(c, probe.min_ratio);
 	free(tun);
-	one_line(msg);
+	wbc_msg_one_line(msg);
 	return err;
 }
 
@@ -537,7 +527,7 @@ int wbc_dev_add_backend_msg(wbc_cache *c, const struct wbc_backend_ops *ops, voi
 	char what[64];
 	snprintf(what, sizeof(what), "backend '%s'", ops->name ? ops->name : "?");
 	int err = dev_add_be(c, ops, ctx, opts, what, false, out, msg, msglen);
-	one_line(msg);
+	wbc_msg_one_line(msg);
 	return err;
 }
 
