@@ -215,8 +215,8 @@ rm -f "$bk/held" "$bk/failing"
 
 # ---- an entry's command that fails while the mount runs
 # (WBCACHE_MOUNT_URING_FAIL=cmd: the answer to a read of
-# user.wbcache.ring-fail on the root is committed with a commit id the
-# kernel refuses, ENOENT): the entry is out of the kernel's pool (a queue
+# user.wbcache.ring-fail on the root is committed naming a queue the
+# kernel does not have, EINVAL): the entry is out of the kernel's pool (a queue
 # that lost them all would leave its CPU's requests waiting for ever);
 # the mount ends as at SIGTERM, what it held written back, exit status 1
 export WBCACHE_MOUNT_URING_FAIL=cmd

@@ -176,8 +176,9 @@ _Static_assert(sizeof(struct ring_cmd) == 24, "fuse_uring_cmd_req");
 /* WBCACHE_MOUNT_URING_FAIL=wait in the daemon's environment (for the
  * tests): a read of this attribute on the root is answered, then the
  * wait of the queue that answered it fails for good (ring_wait_failed).
- * =cmd: its answer is committed with a commit id the kernel does not
- * know, which it refuses (ENOENT, as for a request it no longer has):
+ * =cmd: its answer is committed naming a queue the kernel does not
+ * have, which it refuses (EINVAL; its request stays unanswered until the
+ * mount ends):
  * that entry's command fails while the mount runs (ended) */
 #define FAIL_XATTR "user.wbcache.ring-fail"
 static enum { FAIL_NONE, FAIL_WAIT, FAIL_CMD } fail_xattr;
@@ -196,6 +197,7 @@ struct ent {
 	size_t req_len;
 	bool replied;                /* answered by its handling thread */
 	bool refused;                /* its REGISTER was refused: never in use */
+	bool bad_cmd;                /* =cmd: its next commit names no queue */
 	unsigned char chunk;         /* its chunk's index in its queue */
 	struct ent *next;            /* q->lock: the commit list */
 };
@@ -408,7 +410,8 @@ static struct io_uring_sqe *sqe_cmd(struct uq *q, struct ent *e, uint32_t op)
 	}
 	sqe->cmd_op = op;
 	sqe->user_data = (uint64_t)(uintptr_t)e;
-	struct ring_cmd c = { .qid = (uint16_t)q->qid, .commit_id = e ? e->commit_id : 0 };
+	struct ring_cmd c = { .qid = e && e->bad_cmd ? UINT16_MAX : (uint16_t)q->qid,
+			      .commit_id = e ? e->commit_id : 0 };
 	memcpy(sqe->cmd, &c, sizeof(c));
 	return sqe;
 }
@@ -501,7 +504,7 @@ static void arrived(struct uq *q, struct ent *e)
 		if (fail_xattr == FAIL_WAIT)
 			q->fail_now = true;   /* answered; then the queue's wait fails */
 		else
-			e->commit_id = ~e->commit_id;   /* a commit the kernel refuses */
+			e->bad_cmd = true;   /* a commit the kernel refuses */
 		commit_here(q, e);
 		return;
 	}
@@ -530,20 +533,30 @@ static void arrived(struct uq *q, struct ent *e)
 /* An entry's command ended with @res < 0: the entry is out of service
  * (the kernel has no command of it to send a request to).  At the end of
  * the connection the kernel ends them all (ENOTCONN, ECANCELED, ...),
- * and a commit that races the end may find its request gone (ENOENT).
+ * and a commit that races the end finds its request gone (ENOENT: the
+ * kernel looks it up after its check that the connection is up, and an
+ * abort in between, as at an unmount, ends it; its caller is gone too).
  * True for any other failure while the mount runs (a COMMIT_AND_FETCH
- * refused: EINVAL, EIO, ENOENT, EOPNOTSUPP after a refused REGISTER
- * turned io_uring off for the connection and enable_uring went to N):
- * each takes an entry from the kernel's pool for good, and a queue left
- * with none leaves its CPU's requests waiting for ever, so the mount
- * ends (mount_ends). */
+ * refused: EINVAL, EIO, EOPNOTSUPP after a refused REGISTER turned
+ * io_uring off for the connection and enable_uring went to N): each
+ * takes an entry from the kernel's pool for good, and a queue left with
+ * none leaves its CPU's requests waiting for ever, so the mount ends
+ * (mount_ends).  ENOENT is logged and the entry dropped: ending the mount
+ * for it turned an unmount into a failed one (exit 1, "a ring failed"). */
 static bool ended(struct ent *e, int res)
 {
 	e->q->waiting--;
 	atomic_store_explicit(&e->unique, 0, memory_order_relaxed);
-	if (res == -ENOTCONN || res == -ECANCELED || res == -ENODEV || res == -ECONNABORTED ||
-	    (res == -ENOENT && !atomic_load_explicit(&serving, memory_order_acquire)))
+	if (res == -ENOTCONN || res == -ECANCELED || res == -ENODEV || res == -ECONNABORTED)
 		return false;
+	if (res == -ENOENT) {
+		static atomic_bool told;
+		if (atomic_load_explicit(&serving, memory_order_acquire) &&
+		    !atomic_exchange(&told, true))
+			logmsg("io_uring: queue %u: an answer's request was gone (the "
+			       "connection ending?)", e->q->qid);
+		return false;
+	}
 	logmsg("io_uring: queue %u: a ring entry's command failed: %s: the mount ends (an "
 	       "entry the kernel no longer has)", e->q->qid, strerror(-res));
 	return true;
