@@ -464,6 +464,14 @@ flushed_after() {
 }
 flushed_after "$(stat -c %i "$bk/synced")" ||
 	fail "fsync returned with the explicit mtime put back after its flush: $(tr '\n' ' ' <"$WBCACHE_TEST_SYNCLOG")"
+# a second fsync with no write since: the time is there, nothing is put
+# back, and the fsync costs one flush (it cost two: a utimensat of the
+# same time and a flush after it, at every fsync)
+ino=$(stat -c %i "$bk/synced")
+before=$(grep -c "^utimensat $ino\$" "$WBCACHE_TEST_SYNCLOG")
+python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.fsync(fd); os.close(fd)' "$mt/synced"
+[ "$(grep -c "^utimensat $ino\$" "$WBCACHE_TEST_SYNCLOG")" = "$before" ] ||
+	fail "an fsync with no write since put the mtime back again: $(tr '\n' ' ' <"$WBCACHE_TEST_SYNCLOG")"
 do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
 flushed_after "$(stat -c %i "$bk/closed")" ||
 	fail "the unmount returned with an explicit mtime put back after its flush: $(tr '\n' ' ' <"$WBCACHE_TEST_SYNCLOG")"

@@ -573,7 +573,12 @@ bool restore_mtime_locked(struct node *n)
 	int fd = nfd(n);
 	struct stat st;
 	bool put = false;
-	if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+	if (fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) &&
+	    st.st_mtim.tv_sec == n->mtime.tv_sec && st.st_mtim.tv_nsec == n->mtime.tv_nsec) {
+		/* there already (no writeback since): nothing to put back,
+		 * nor to flush again (each fsync after a touch -d cost two
+		 * flushes), and the ctime stays */
+	} else if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		logmsg("setting the mtime of a written-back file failed: %s", strerror(errno));
 	} else {
 		put = n->mtime_explicit;
