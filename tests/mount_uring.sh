@@ -92,6 +92,11 @@ do_umount || fail "umount (uring=0, Y)"
 # so the kernel sends requests to the rings from that queue's first
 # entry on): the rings serve, under auto and uring=1 (a fall back to
 # /dev/fuse left requests waiting for ever on rings nothing served)
+# (UringEntries: one fewer than a mount without the refusal, or the
+# kernel took the entry and the test showed nothing)
+do_mount uring=1
+full=$(statv UringEntries)
+do_umount || fail "umount (uring=1)"
 for o in uring=auto uring=1; do
 	WBCACHE_MOUNT_URING_FAIL=part "$W" mount "$bk" "$mt" -o "$o" 2>"$top/mount.log" ||
 		fail "'$o' with a partial refusal: exit $?: $(cat "$top/mount.log")"
@@ -101,6 +106,8 @@ for o in uring=auto uring=1; do
 	fi
 	pid=$(daemon_pid)
 	[ "$(statv UringQueues)" = "$ncpu" ] || fail "'$o' with a partial refusal uses no rings"
+	[ "$(statv UringEntries)" = $((full - 1)) ] ||
+		fail "'$o' with a partial refusal: $(statv UringEntries) ring entries, expected $((full - 1))"
 	do_umount || fail "umount ('$o', partial refusal)"
 	[ "$(cat "$bk/part")" = part ] || fail "data of the mount with a partial refusal"
 	rm -f "$bk/part"

@@ -382,7 +382,7 @@ void uring_end(void);
 ssize_t uring_reply(const struct iovec *iov, int count);
 bool uring_on_ring(void);
 bool uring_later(void (*fn)(void *), void *arg);
-void uring_stats(unsigned *queues, uint64_t *requests, uint64_t *helped);
+void uring_stats(unsigned *queues, uint64_t *entries, uint64_t *requests, uint64_t *helped);
 /* a ring failed for good and ended the mount (ring_wait_failed) */
 bool uring_failed(void);
 

@@ -29,8 +29,8 @@ size_t stats_text(char *buf, size_t len)
 	uint64_t ghosts = M.nghosts;
 	pthread_mutex_unlock(&M.lock);
 	unsigned uring_queues;
-	uint64_t uring_requests, uring_helped;
-	uring_stats(&uring_queues, &uring_requests, &uring_helped);
+	uint64_t uring_entries, uring_requests, uring_helped;
+	uring_stats(&uring_queues, &uring_entries, &uring_requests, &uring_helped);
 	int n = snprintf(buf, len,
 		"BdiWriteback:       %10" PRIu64 " kB\n"
 		"BdiReclaimable:     %10" PRIu64 " kB\n"
@@ -62,6 +62,7 @@ size_t stats_text(char *buf, size_t len)
 		"InterruptedPauses:  %10" PRIu64 "\n"
 		"ForgottenCached:    %10" PRIu64 "\n"
 		"UringQueues:        %10u\n"
+		"UringEntries:       %10" PRIu64 "\n"
 		"UringRequests:      %10" PRIu64 "\n"
 		"UringHelped:        %10" PRIu64 "\n"
 		"DaemonPid:          %10ld\n",
@@ -73,7 +74,7 @@ size_t stats_text(char *buf, size_t len)
 		s.write_errors, s.at_risk_bytes >> 10, s.lost_bytes >> 10, s.pauses,
 		s.paused_ns / 1000000, dd.list_lock_max_hold_ns / 1000,
 		dd.list_lock_max_cpu_ns / 1000, dd.list_lock_waits, dd.inbox_push_retries, deferred_queued, deferred_interrupted, ghosts,
-		uring_queues, uring_requests, uring_helped, (long)getpid());
+		uring_queues, uring_entries, uring_requests, uring_helped, (long)getpid());
 	/* a remote backend (-o backend=rados:): its transport */
 	struct wbc_backend_stats bs;
 	if (n >= 0 && (size_t)n < len && !wbc_dev_backend_stats(M.dev, &bs)) {

@@ -224,6 +224,9 @@ struct uq {
 	atomic_uint nchunks;
 	atomic_uint used;            /* chunks an entry of which held a request */
 	unsigned waiting;            /* owner: entries whose command is in the kernel */
+	/* the entries the kernel took at registration and still has (an
+	 * entry whose command failed is gone): UringEntries in the stats */
+	atomic_uint entries;
 	unsigned short_of;           /* owner: waits failed for memory in a row */
 	pthread_mutex_t lock;        /* commits, quiet, stop */
 	pthread_cond_t cond;         /* quiet */
@@ -547,6 +550,7 @@ static bool ended(struct ent *e, int res)
 {
 	e->q->waiting--;
 	atomic_store_explicit(&e->unique, 0, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&e->q->entries, 1, memory_order_relaxed);
 	if (res == -ENOTCONN || res == -ECANCELED || res == -ENODEV || res == -ECONNABORTED)
 		return false;
 	if (res == -ENOENT) {
@@ -859,12 +863,14 @@ static int ring_register(struct uq *q)
 	 * those; with none, the start fails. */
 	unsigned head, refused = 0, regs = q->waiting;
 	int err = 0;
+	atomic_store_explicit(&q->entries, regs, memory_order_relaxed);
 	struct io_uring_cqe *cqe;
 	io_uring_for_each_cqe(&q->ring, head, cqe) {
 		if (cqe->user_data != WAKE_TAG && cqe->user_data != POISON_TAG && cqe->res < 0) {
 			struct ent *e = (struct ent *)(uintptr_t)cqe->user_data;
 			e->refused = true;
 			q->waiting--;
+			atomic_fetch_sub_explicit(&q->entries, 1, memory_order_relaxed);
 			refused++;
 			if (!err)
 				err = cqe->res;
@@ -1253,14 +1259,17 @@ ssize_t uring_reply(const struct iovec *iov, int count)
 	return (ssize_t)(OUT_HEADER + total);
 }
 
-void uring_stats(unsigned *queues, uint64_t *requests, uint64_t *helped)
+void uring_stats(unsigned *queues, uint64_t *entries, uint64_t *requests, uint64_t *helped)
 {
 	*queues = 0;
+	*entries = 0;
 	*requests = 0;
 	*helped = atomic_load_explicit(&offloaded, memory_order_relaxed);
 	if (!atomic_load(&active))
 		return;
 	*queues = nq;
-	for (unsigned i = 0; i < nq; i++)
+	for (unsigned i = 0; i < nq; i++) {
+		*entries += atomic_load_explicit(&Q[i].entries, memory_order_relaxed);
 		*requests += atomic_load_explicit(&Q[i].requests, memory_order_relaxed);
+	}
 }
