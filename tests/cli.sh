@@ -302,6 +302,14 @@ expect_msg "refused with outputs" "at least 16 pages" run dd --dev mem --mem 16K
 	--json "$dir/no.json" --trace "$dir/no.csv" --plot "$dir/no.svg" --lat-log "$dir/no.log"
 [ -z "$(ls "$dir"/no.* 2>/dev/null)" ] || fail "a refused run left files: $(ls "$dir"/no.*)"
 expect_msg "size 0" "bad value '0' for --size" run dd --size 0
+# a bad value says what the option takes (it said "bad value '2G' for --bs"
+# alone: the limit was in the man page only)
+expect_msg "threads 0" "bad value '0' for --threads (1..1024)" run dd --threads 0
+expect_msg "bs 2G" "bad value '2G' for --bs (a size from 1 byte to 1G)" run dd --bs 2G
+expect_msg "rwmix 101" "bad value '101' for --rwmix (0..100)" run randrw --rwmix 101
+expect_msg "time -1" "bad value '-1' for --time (above 0 " run dd --time -1
+expect_msg "mem 1Q" "bad value '1Q' for --mem (a size: " run dd --mem 1Q
+expect_msg "page size 2M" "bad value '2M' for --page-size (a power of two from 512 to 1M)" run dd --page-size 2M
 $W run -h | grep -q "^usage: wbcache run" || fail "run -h prints no usage"
 # a bad cache configuration names its fault
 expect_msg "dirty-ratio 0" "dirty_ratio 0 needs dirty_bytes" run dd --dirty-ratio 0

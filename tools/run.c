@@ -1483,27 +1483,34 @@ static void run_usage(FILE *out)
 "ends it at once, its files left)\n");
 }
 
-static int bad(const char *what, const char *val)
+/* @want: the values the option takes, told with the refusal (NULL: none) */
+static int bad(const char *what, const char *val, const char *want)
 {
-	fprintf(stderr, "wbcache: bad value '%s' for %s\n", val, what);
+	fprintf(stderr, "wbcache: bad value '%s' for %s%s%s%s\n", val, what, want ? " (" : "",
+		want ? want : "", want ? ")" : "");
 	return 2;
 }
 
-static int parse_u(const char *what, const char *s, uint64_t max, uint64_t *out)
+#define W_SIZE "a size: bytes, or with K, M, G or T"
+#define W_SIZE1 "a size above 0: bytes, or with K, M, G or T"
+#define W_TIME "above 0 and under 1000000 seconds: seconds, or with s, ms or us"
+
+static int parse_u(const char *what, const char *s, uint64_t max, uint64_t *out,
+		   const char *want)
 {
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	/* digits only: no sign, no space (strtoull takes both) */
 	if (errno || end == s || *end || v > max || *s < '0' || *s > '9')
-		return bad(what, s);
+		return bad(what, s, want);
 	*out = v;
 	return 0;
 }
 
-static int parse_sz(const char *what, const char *s, uint64_t *out)
+static int parse_sz(const char *what, const char *s, uint64_t *out, const char *want)
 {
-	return wbc_parse_size(s, out) ? bad(what, s) : 0;
+	return wbc_parse_size(s, out) ? bad(what, s, want) : 0;
 }
 
 /* The long option whose code is @val. */
@@ -1605,32 +1612,32 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			}
 			o->devs[o->ndev++] = optarg;
 			break;
-		case O_DIR: o->dir = optarg; o->dir_given = true; if (!*optarg) rc = bad("--dir", optarg); break;
-		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads); if (!rc && !threads) rc = bad("--threads", optarg); break;
-		case O_SIZE: rc = parse_sz("--size", optarg, &o->size); if (!rc && !o->size) rc = bad("--size", optarg); break;
+		case O_DIR: o->dir = optarg; o->dir_given = true; if (!*optarg) rc = bad("--dir", optarg, "a directory"); break;
+		case O_THREADS: rc = parse_u("--threads", optarg, 1024, &threads, "1..1024"); if (!rc && !threads) rc = bad("--threads", optarg, "1..1024"); break;
+		case O_SIZE: rc = parse_sz("--size", optarg, &o->size, W_SIZE1); if (!rc && !o->size) rc = bad("--size", optarg, W_SIZE1); break;
 		case O_TIME:
 			if (wbc_parse_time(optarg, &t) || !(t > 0 && t < 1e6))
-				rc = bad("--time", optarg);
+				rc = bad("--time", optarg, W_TIME);
 			break;
-		case O_BS: rc = parse_sz("--bs", optarg, &bs); if (!rc && (!bs || bs > (1u << 30))) rc = bad("--bs", optarg); break;
-		case O_FSZ: rc = parse_sz("--file-size", optarg, &fsz); if (!rc && !fsz) rc = bad("--file-size", optarg); break;
-		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files); if (!rc && !files) rc = bad("--files", optarg); break;
+		case O_BS: rc = parse_sz("--bs", optarg, &bs, "a size from 1 byte to 1G"); if (!rc && (!bs || bs > (1u << 30))) rc = bad("--bs", optarg, "a size from 1 byte to 1G"); break;
+		case O_FSZ: rc = parse_sz("--file-size", optarg, &fsz, W_SIZE1); if (!rc && !fsz) rc = bad("--file-size", optarg, W_SIZE1); break;
+		case O_FILES: rc = parse_u("--files", optarg, 1ull << 32, &files, "1..4294967296"); if (!rc && !files) rc = bad("--files", optarg, "1..4294967296"); break;
 		case O_NOFSYNC: o->fsync_end = false; break;
-		case O_RWMIX: rc = parse_u("--rwmix", optarg, 100, &rwmix); break;
+		case O_RWMIX: rc = parse_u("--rwmix", optarg, 100, &rwmix, "0..100"); break;
 		case O_DEADLINE:
 			if (wbc_parse_time(optarg, &o->deadline_s) ||
 			    !(o->deadline_s > 0 && o->deadline_s < 1e6))
-				rc = bad("--deadline", optarg);
+				rc = bad("--deadline", optarg, W_TIME);
 			break;
-		case O_FSYNC_EVERY: rc = parse_sz("--fsync-every", optarg, &o->fsync_every); if (!rc && !o->fsync_every) rc = bad("--fsync-every", optarg); break;
-		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes); break;
-		case O_PS: rc = parse_sz("--page-size", optarg, &v); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg); o->cfg.page_size = (uint32_t)v; break;
-		case O_DR: rc = parse_u("--dirty-ratio", optarg, 100, &v); o->cfg.dirty_ratio = (uint32_t)v; break;
-		case O_DBR: rc = parse_u("--dirty-background-ratio", optarg, 100, &v); o->cfg.dirty_background_ratio = (uint32_t)v; break;
-		case O_DB: rc = parse_sz("--dirty-bytes", optarg, &o->cfg.dirty_bytes); break;
-		case O_DBB: rc = parse_sz("--dirty-background-bytes", optarg, &o->cfg.dirty_background_bytes); break;
-		case O_EXP: rc = parse_u("--dirty-expire-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_expire_centisecs = (uint32_t)v; break;
-		case O_WB: rc = parse_u("--dirty-writeback-centisecs", optarg, UINT32_MAX, &v); o->cfg.dirty_writeback_centisecs = (uint32_t)v; break;
+		case O_FSYNC_EVERY: rc = parse_sz("--fsync-every", optarg, &o->fsync_every, W_SIZE1); if (!rc && !o->fsync_every) rc = bad("--fsync-every", optarg, W_SIZE1); break;
+		case O_MEM: rc = parse_sz("--mem", optarg, &o->cfg.mem_bytes, W_SIZE); break;
+		case O_PS: rc = parse_sz("--page-size", optarg, &v, "a power of two from 512 to 1M"); if (!rc && v > (1u << 20)) rc = bad("--page-size", optarg, "a power of two from 512 to 1M"); o->cfg.page_size = (uint32_t)v; break;
+		case O_DR: rc = parse_u("--dirty-ratio", optarg, 100, &v, "0..100"); o->cfg.dirty_ratio = (uint32_t)v; break;
+		case O_DBR: rc = parse_u("--dirty-background-ratio", optarg, 100, &v, "0..100"); o->cfg.dirty_background_ratio = (uint32_t)v; break;
+		case O_DB: rc = parse_sz("--dirty-bytes", optarg, &o->cfg.dirty_bytes, W_SIZE); break;
+		case O_DBB: rc = parse_sz("--dirty-background-bytes", optarg, &o->cfg.dirty_background_bytes, W_SIZE); break;
+		case O_EXP: rc = parse_u("--dirty-expire-centisecs", optarg, UINT32_MAX, &v, "0..4294967295"); o->cfg.dirty_expire_centisecs = (uint32_t)v; break;
+		case O_WB: rc = parse_u("--dirty-writeback-centisecs", optarg, UINT32_MAX, &v, "0..4294967295"); o->cfg.dirty_writeback_centisecs = (uint32_t)v; break;
 		case O_TRACE: o->trace = optarg; break;
 		case O_LATLOG: o->lat_log = optarg; break;
 		case O_PLOT: o->plot = optarg; break;
