@@ -16,6 +16,10 @@ mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null || skip "cannot mount a
 extra_cleanup() {
 	[ -n "${dpids:-}" ] && kill -9 $dpids 2>/dev/null
 	mountpoint -q "$top/tiny" && umount -l "$top/tiny"
+	# the store of the namespace tests below, unmounted after the
+	# mount over it (cleanup unmounts that after extra_cleanup: lazily)
+	mountpoint -q "$top/small" && umount -l "$top/small"
+	return 0
 }
 bk=$top/tiny
 # writers_gone WHAT: the writers ($dpids) end within 30 s of the daemon
@@ -492,4 +496,131 @@ fusermount3 -u "$mt"
 wait "$fg"; rc=$?; pid=
 [ $rc = 1 ] || fail "exit status $rc with data that could not be written: $(cat "$top/fg.log")"
 grep -q "bytes lost" "$top/fg.log" || fail "no report of the loss: $(cat "$top/fg.log")"
+
+# ---- namespace and metadata operations on a store out of inodes, then
+# read-only (remounted so under the mount): each answers what the same
+# operation on a local tmpfs does (ENOSPC, then EROFS), a failed create
+# leaves nothing behind, and other files keep working.  A truncate by
+# name on the read-only store said EINVAL (the ftruncate of the engine's
+# read-only descriptor), which truncate(2) never says for that.
+mkdir "$top/small"
+mount -t tmpfs -o size=4M,nr_inodes=64 tmpfs "$top/small" || fail "cannot mount a small tmpfs"
+bk=$top/small
+do_mount "mem=64M,retry_timeout=2"
+timeout 120 python3 - "$mt" "$bk" <<'PY' || fail "namespace operations on a store out of inodes, then read-only"
+import errno, os, subprocess, sys, time
+mt, bk = sys.argv[1], sys.argv[2]
+J = lambda p: os.path.join(mt, p)
+def expect(what, err, f):
+    try:
+        f()
+    except OSError as e:
+        assert e.errno == err, (what, errno.errorcode.get(e.errno), errno.errorcode[err])
+        return
+    assert err == 0, (what, "succeeded", errno.errorcode[err])
+i = 0
+while True:
+    try:
+        os.close(os.open(J("f%d" % i), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644))
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, ("create", e)
+        break
+    i += 1
+assert i > 10, ("created only", i)
+assert not os.path.lexists(J("f%d" % i)), "the failed create left an entry"
+assert not os.path.lexists(os.path.join(bk, "f%d" % i)), "the failed create left a backing file"
+for what, f in (("mkdir", lambda: os.mkdir(J("D"))),
+                ("symlink", lambda: os.symlink("x", J("S"))),
+                ("link", lambda: os.link(J("f0"), J("L"))),
+                ("mknod", lambda: os.mknod(J("N"), 0o600 | 0o10000))):
+    expect(what + " out of inodes", errno.ENOSPC, f)
+expect("rename out of inodes", 0, lambda: os.rename(J("f1"), J("R")))
+expect("rename over a file out of inodes", 0, lambda: os.rename(J("f2"), J("f3")))
+expect("setxattr out of inodes", 0, lambda: os.setxattr(J("f0"), "user.a", b"v"))
+with open(J("f4"), "w") as w:
+    w.write("kept")
+assert open(J("f4")).read() == "kept"
+# an unlinked file's inode is freed once the kernel forgets it (the daemon
+# pins it until then: node.c, pin_unlinked_locked), which races with the
+# next request: the create may wait for that forget
+os.unlink(J("f5"))
+for _ in range(50):
+    try:
+        os.close(os.open(J("new"), os.O_CREAT | os.O_WRONLY, 0o644))
+        break
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, ("create after an unlink", e)
+        time.sleep(0.1)
+else:
+    assert False, "no create 5 s after an unlink freed an inode"
+# read-only: the mount's data written back first (a file the daemon
+# holds open for writing makes the remount busy)
+os.getxattr(mt, "user.wbcache.sync")
+subprocess.run(["mount", "-o", "remount,ro", bk], check=True)
+try:
+    for what, f in (("create", lambda: os.close(os.open(J("n2"), os.O_CREAT | os.O_WRONLY, 0o644))),
+                    ("open for writing", lambda: os.close(os.open(J("f4"), os.O_WRONLY))),
+                    ("O_TRUNC open", lambda: os.close(os.open(J("f4"), os.O_WRONLY | os.O_TRUNC))),
+                    ("truncate", lambda: os.truncate(J("f4"), 1)),
+                    ("mkdir", lambda: os.mkdir(J("D"))),
+                    ("symlink", lambda: os.symlink("x", J("S"))),
+                    ("link", lambda: os.link(J("f0"), J("L"))),
+                    ("mknod", lambda: os.mknod(J("N"), 0o600 | 0o10000)),
+                    ("rename", lambda: os.rename(J("f6"), J("R2"))),
+                    ("unlink", lambda: os.unlink(J("f7"))),
+                    ("chmod", lambda: os.chmod(J("f4"), 0o600)),
+                    ("utime", lambda: os.utime(J("f4"), (1, 1))),
+                    ("setxattr", lambda: os.setxattr(J("f0"), "user.b", b"v")),
+                    ("removexattr", lambda: os.removexattr(J("f0"), "user.a"))):
+        expect(what + " on a read-only store", errno.EROFS, f)
+    assert open(J("f4")).read() == "kept", "read on a read-only store"
+    assert os.getxattr(J("f0"), "user.a") == b"v"
+    assert os.stat(J("f4")).st_size == 4
+finally:
+    subprocess.run(["mount", "-o", "remount,rw", bk], check=True)
+expect("truncate once the store is writable again", 0, lambda: os.truncate(J("f4"), 1))
+assert os.stat(J("f4")).st_size == 1
+PY
+do_umount || fail "wbcache umount: $(cat "$top/umount.log")"
+
+# ---- a file written back, its own mtime not yet put back on the store
+# (writeback moved the backing file's to its own time), then the store
+# remounted read-only: the time cannot be put back, and wbcache umount
+# says so (exit status 1) rather than succeed with the file's time lost
+# (it said nothing, exit status 0, and the backing file kept the
+# writeback's time)
+rm -rf "${bk:?}"/*
+do_mount "mem=64M,dirty_expire_centisecs=100,dirty_writeback_centisecs=50"
+timeout 60 python3 - "$mt/timed" "$bk/timed" <<'PY' || fail "a written file's time before the store went read-only"
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"t" * 10000)
+shown = os.fstat(fd).st_mtime_ns   # open: no settle puts it back
+os.close(fd)
+# no stat through the mount (it would settle the file: its time put back)
+for _ in range(200):
+    if os.stat(sys.argv[2]).st_mtime_ns != shown:
+        break
+    time.sleep(0.05)
+else:
+    assert False, "the writeback did not move the backing file's mtime"
+PY
+for _ in $(seq 100); do
+	"$W" stat "$mt" | awk '/^BdiReclaimable:/ { exit $2 == 0 ? 0 : 1 }' && break
+	sleep 0.1
+done
+# the daemon lets go of the file's descriptor after the writeback (held
+# for writing, it makes the remount busy)
+for _ in $(seq 100); do mount -o remount,ro "$bk" 2>/dev/null && break; sleep 0.1; done
+awk -v d="$bk" '$2 == d && $4 ~ /^ro/ {f = 1} END {exit !f}' /proc/self/mounts ||
+	fail "the store could not be remounted read-only"
+do_umount && fail "wbcache umount succeeded with a file's time not put back on a read-only store"
+mount -o remount,rw "$bk"
+grep -q "could not be put back" "$top/umount.log" ||
+	fail "wbcache umount with times not put back: $(cat "$top/umount.log")"
+mounted "$mt" && fusermount3 -u "$mt"
+wait_gone "$pid" 600 || fail "the daemon did not end"
+pid=
+umount "$top/small"
+
 echo "mount fault tests passed"

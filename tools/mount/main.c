@@ -658,17 +658,36 @@ out:
 	/* nodes the kernel never forgot: their data is written, their
 	 * mtimes go back on the backing files */
 	bool explicit = false;
+	int time_err = 0;
 	for (size_t i = 0; M.hash && i < M.hsize; i++)
 		for (struct node *n = M.hash[i], *next; n; n = next) {
 			next = n->hnext;
 			if (n != &M.root) {
 				pthread_mutex_lock(&n->lock);
-				if (n->wrote && restore_mtime_locked(n))
+				int r = n->wrote ? restore_mtime_locked(n) : 0;
+				if (r > 0)
 					explicit = true;
+				else if (r < 0 && !time_err)
+					time_err = -r;
 				pthread_mutex_unlock(&n->lock);
 				node_free(n);
 			}
 		}
+	/* a file's time not put back (a store remounted read-only under
+	 * the mount): the file keeps its writeback's time, not the one the
+	 * mount showed (rsync and make then see another), so the unmount
+	 * did not end well: said as a failed writeback is (wbcache umount
+	 * tells it, -f exits 1) */
+	if (time_err) {
+		logmsg("times of written-back files could not be put back at unmount: %s",
+		       strerror(time_err));
+		if (!status) {
+			snprintf(endwhy, sizeof(endwhy),
+				 "times of written-back files could not be put back: %s",
+				 strerror(time_err));
+			status = 1;
+		}
+	}
 	/* times set explicitly (tar, rsync, touch -d), put back after the
 	 * last flush: durable when the unmount returns, as the data is */
 	int sfd = -1;

@@ -299,7 +299,7 @@ int stat_node_fd(struct node *n, int fd, struct stat *st);
 void node_attr(struct node *n, struct stat *st);
 void node_written_locked(struct node *n);
 void node_changed(struct node *n);
-bool restore_mtime_locked(struct node *n);
+int restore_mtime_locked(struct node *n);
 void node_free(struct node *n);
 int do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
 int enter_node(int fd, struct stat *st, struct fuse_entry_param *e);

@@ -562,24 +562,37 @@ void node_changed(struct node *n)
 }
 
 /* Put the file's own mtime back on the backing file once its data is
- * written: caller holds n->lock.  True when it put back one set
- * explicitly (touch -d, tar, rsync), which an fsync then makes durable. */
-bool restore_mtime_locked(struct node *n)
+ * written: caller holds n->lock.  1 when it put back one set explicitly
+ * (touch -d, tar, rsync), which an fsync then makes durable; 0 when it
+ * put back none or a write's own; -errno when it could not (a store
+ * remounted read-only under the mount: EROFS), which the caller reports
+ * or keeps the node for.  A file no longer there (removed beside the
+ * mount) has no time to keep, and one the daemon may not set (EPERM)
+ * never will: 0. */
+int restore_mtime_locked(struct node *n)
 {
 	assert_held(&n->lock);
 	if (!n->mtime_set)
-		return false;
+		return 0;
 	struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, n->mtime };
 	int fd = nfd(n);
 	struct stat st;
-	bool put = false;
+	int put = 0;
 	if (fd >= 0 && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) &&
 	    st.st_mtim.tv_sec == n->mtime.tv_sec && st.st_mtim.tv_nsec == n->mtime.tv_nsec) {
 		/* there already (no writeback since): nothing to put back,
 		 * nor to flush again (each fsync after a touch -d cost two
 		 * flushes), and the ctime stays */
 	} else if (fd < 0 || utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		logmsg("setting the mtime of a written-back file failed: %s", strerror(errno));
+		int e = errno;
+		if (fd >= 0 || (e != ESTALE && e != ENOENT)) {
+			logmsg("setting the mtime of a written-back file failed: %s", strerror(e));
+			/* a daemon not root that does not own the file may
+			 * never set its time (the node keeps reporting it,
+			 * settle_locked): no failure to retry or report */
+			if (e != EPERM && e != EACCES)
+				put = -e;
+		}
 	} else {
 		put = n->mtime_explicit;
 		if (n->bctime_set && !fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
@@ -1051,7 +1064,13 @@ static bool node_settle(struct node *n)
 			}
 			if (ok) {
 				n->unwritten = 0;
-				restore_mtime_locked(n);
+				/* a time not put back (a read-only store) keeps
+				 * the node, as unwritten data does: tried again
+				 * a minute later, and at unmount, which reports
+				 * it; freed now, the file kept the writeback's
+				 * time for good and nobody was told */
+				if (restore_mtime_locked(n) < 0)
+					ok = false;
 			}
 			wbc_file_close(h);
 		}

@@ -254,6 +254,16 @@ static void kill_chown(fuse_req_t req, struct node *n, int fd)
 		logmsg("clearing set-id bits failed: %s", strerror(errno));
 }
 
+/* Why the daemon could not open a backing file for writing (the engine
+ * fell back to a read-only descriptor, n->backing_ro): a read-only file
+ * system says so, as it would itself; otherwise the daemon may not write
+ * the file (not root). */
+static int backing_ro_err(void)
+{
+	struct statvfs sv;
+	return !fstatvfs(M.root_fd, &sv) && (sv.f_flag & ST_RDONLY) ? -EROFS : -EACCES;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -296,6 +306,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			pthread_mutex_lock(&n->lock);
 			if (!h && !(err = engine_open(n, &h)))
 				tmp = true;
+			/* a truncate by name whose engine handle could only
+			 * read the file (a read-only backing store, remounted
+			 * so under the mount): its ftruncate would fail
+			 * EINVAL, which is no answer a truncate(2) gives for
+			 * that; say what the open for writing would */
+			if (tmp && n->backing_ro)
+				err = backing_ro_err();
 			if (!err)
 				err = wbc_truncate(h, (uint64_t)attr->st_size);
 			if (!err && M.remote)
@@ -605,9 +622,7 @@ static int open_common(fuse_req_t req, struct node *n, struct fuse_file_info *fi
 			wbc_file_close(n->wf);
 			n->wf = NULL;
 		}
-		/* a read-only file system says so, as it would itself */
-		struct statvfs sv;
-		err = !fstatvfs(M.root_fd, &sv) && (sv.f_flag & ST_RDONLY) ? -EROFS : -EACCES;
+		err = backing_ro_err();
 	}
 	bool direct = open_direct(fi);
 	if (!err) {
@@ -1046,7 +1061,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	if (!err && !datasync) {
 		struct node *n = node_of(ino);
 		pthread_mutex_lock(&n->lock);
-		bool explicit = restore_mtime_locked(n);
+		bool explicit = restore_mtime_locked(n) > 0;
 		pthread_mutex_unlock(&n->lock);
 		/* the writeback moved the backing mtime and the flush made
 		 * that durable; a time set explicitly, put back after it, is
