@@ -29,27 +29,23 @@ out=$($W lab --quick --out /proc stacked 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "--out a directory it cannot write into: exit $rc, expected 2"
 echo "$out" | grep -q "^wbcache lab: --out /proc: cannot write there: " ||
 	fail "--out /proc: '$out'"
-# directories it made for an --out it then cannot write into (a file
-# system out of inodes) are removed again (they stayed); root only (the
-# tmpfs)
-if [ "$(id -u)" = 0 ] && mkdir "$dir/tiny" && mount -t tmpfs -o size=1M,nr_inodes=3 tmpfs "$dir/tiny" 2>/dev/null; then
+# directories it made for an --out it cannot use are removed again (they
+# stayed): a file system out of inodes, of 3 (a/ and a/b made, the probe
+# write fails) and of 2 (a/ made, a/b cannot be); root only (the tmpfs)
+# tiny_out INODES WHAT MESSAGE
+tiny_out() {
+	mount -t tmpfs -o size=1M,nr_inodes=$1 tmpfs "$dir/tiny" || fail "tmpfs"
 	out=$($W lab --quick --out "$dir/tiny/a/b" stacked 2>&1 >/dev/null); rc=$?
 	left=$(ls -A "$dir/tiny")
 	umount "$dir/tiny"
-	[ $rc -eq 2 ] || fail "--out where no file can be made: exit $rc, expected 2 ($out)"
-	echo "$out" | grep -q "cannot write there: No space left on device" ||
-		fail "--out where no file can be made: '$out'"
-	[ -z "$left" ] || fail "--out where no file can be made left: $left"
-	# one inode fewer: a/ is made, a/b cannot be (the parents made
-	# before the mkdir that failed stayed)
-	mount -t tmpfs -o size=1M,nr_inodes=2 tmpfs "$dir/tiny"
-	out=$($W lab --quick --out "$dir/tiny/a/b" stacked 2>&1 >/dev/null); rc=$?
-	left=$(ls -A "$dir/tiny")
+	[ $rc -eq 2 ] || fail "$2: exit $rc, expected 2 ($out)"
+	echo "$out" | grep -q "$3" || fail "$2: '$out'"
+	[ -z "$left" ] || fail "$2 left: $left"
+}
+if [ "$(id -u)" = 0 ] && mkdir "$dir/tiny" && mount -t tmpfs tmpfs "$dir/tiny" 2>/dev/null; then
 	umount "$dir/tiny"
-	[ $rc -eq 2 ] || fail "--out whose mkdir fails: exit $rc, expected 2 ($out)"
-	echo "$out" | grep -q "cannot create .*: No space left on device" ||
-		fail "--out whose mkdir fails: '$out'"
-	[ -z "$left" ] || fail "--out whose mkdir fails left: $left"
+	tiny_out 3 "--out where no file can be made" "cannot write there: No space left on device"
+	tiny_out 2 "--out whose mkdir fails" "cannot create .*: No space left on device"
 fi
 touch "$dir/plain"
 out=$($W lab --quick --out "$dir/plain" stacked 2>&1 >/dev/null); rc=$?

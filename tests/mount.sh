@@ -252,8 +252,7 @@ grep -q U "$bk/gone" && fail "unlinked data written"
 if [ "$(id -u)" = 0 ]; then
 	( ulimit -n 256; exec "$W" mount "$bk" "$mt" -f ) 2>"$top/mount.log" &
 	fgpid=$!
-	for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
-	mountpoint -q "$mt" || { kill -9 "$fgpid"; fail "the foreground mount did not come up in 60 s: $(cat "$top/mount.log")"; }
+	fg_up "$fgpid" "$top/mount.log"
 	pid=$(daemon_pid)
 	[ "$pid" = "$fgpid" ] || fail "foreground: the daemon is $pid, not the process started ($fgpid)"
 	mkdir "$mt/many"

@@ -11,6 +11,15 @@ set -u
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "skip: needs root (tmpfs)"; exit 77; }
 . tests/mountlib.bash
+# wait_lost: the mount counts bytes lost (on_error=drop), within 30 s
+wait_lost() {
+	local i
+	for i in $(seq 300); do
+		"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' && return 0
+		sleep 0.1
+	done
+	fail "nothing lost in 30 s"
+}
 mkdir "$top/tiny"
 mount -t tmpfs -o size=16M tmpfs "$top/tiny" 2>/dev/null || skip "cannot mount a tmpfs"
 extra_cleanup() {
@@ -291,11 +300,7 @@ rm -f "$bk"/*
 do_mount "mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centisecs=50,allow_other"
 head -c 15000000 /dev/zero >"$bk/filler"
 head -c 4000000 /dev/urandom >"$mt/gone" 2>/dev/null
-for _ in $(seq 300); do
-	"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' && break
-	sleep 0.1
-done
-"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' || fail "nothing lost in 30 s"
+wait_lost
 python3 - "$mt/gone" <<'PY' || fail "open/close after a write lost before"
 import errno, os, sys
 for i in range(3):
@@ -333,15 +338,10 @@ head -c 15000000 /dev/zero >"$bk/filler"
 WBCACHE_MOUNT_GHOST_AGE_MS=0 "$W" mount "$bk" "$mt" -f \
 	-o mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centisecs=50 2>"$top/fg.log" &
 fg=$!
-for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
-mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
+fg_up "$fg" "$top/fg.log"
 pid=$fg
 head -c 4000000 /dev/urandom >"$mt/forgot" 2>/dev/null
-for _ in $(seq 300); do
-	"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' && break
-	sleep 0.1
-done
-"$W" stat "$mt" | awk '/^Lost:/ { exit $2 > 0 ? 0 : 1 }' || fail "nothing lost in 30 s"
+wait_lost
 # the kernel forgets the inode (its FORGET may take a moment): the
 # settle's failed writeback is logged
 for i in $(seq 300); do
@@ -400,8 +400,7 @@ do_umount || fail "wbcache umount after the failed one: $(cat "$top/umount.log")
 rm -f "$bk"/*
 LD_PRELOAD=$preload "$W" mount "$bk" "$mt" -f -o mem=64M 2>"$top/fg.log" &
 fg=$!
-for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
-mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
+fg_up "$fg" "$top/fg.log"
 pid=$fg
 echo three >"$mt/flushed"
 : >"$WBCACHE_TEST_FAIL_SYNCFS"
@@ -488,8 +487,7 @@ rm -f "$bk"/*
 head -c 15000000 /dev/zero >"$bk/filler"
 "$W" mount "$bk" "$mt" -f -o mem=64M,retry_timeout=1 2>"$top/fg.log" &
 fg=$!
-for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
-mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
+fg_up "$fg" "$top/fg.log"
 pid=$fg
 head -c 8000000 /dev/zero >"$mt/lost" 2>/dev/null
 fusermount3 -u "$mt"

@@ -623,8 +623,7 @@ if mount -t tmpfs -o size=1M tmpfs "$top/tiny" 2>/dev/null; then
 	bk=$top/tiny
 	"$W" mount "$bk" "$mt" -f -o mem=16M 2>"$top/fg.log" &
 	fg=$!
-	for _ in $(seq 600); do mountpoint -q "$mt" && break; sleep 0.1; done
-	mountpoint -q "$mt" || { kill -9 "$fg"; fail "the foreground mount did not come up in 60 s: $(cat "$top/fg.log")"; }
+	fg_up "$fg" "$top/fg.log"
 	pid=$fg
 	dd if=/dev/zero of="$mt/big" bs=1M count=3 conv=fsync status=none 2>/dev/null &&
 		fail "fsync on a full file system succeeded"

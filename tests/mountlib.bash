@@ -139,6 +139,14 @@ do_mount() {
 	[ -n "$pid" ] || fail "no daemon pid in wbcache stat"
 }
 
+# fg_up PID LOG: a foreground daemon (PID, its stderr in LOG) started in
+# the background is mounted within 60 s, or killed and the test fails
+fg_up() {
+	for _ in $(seq 600); do mountpoint -q "$mt" && return 0; sleep 0.1; done
+	kill -9 "$1"
+	fail "the foreground mount did not come up in 60 s: $(cat "$2")"
+}
+
 # do_umount [SIGNAL]: wbcache umount (or the signal to the daemon); returns
 # its status once the daemon has ended
 do_umount() {
