@@ -11,6 +11,21 @@ set -u
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "skip: needs root (tmpfs)"; exit 77; }
 . tests/mountlib.bash
+# told_once FILE: a new descriptor's fsync tells the lost write (ENOSPC),
+# once: the next one succeeds
+told_once() {
+	python3 - "$1" <<'PY'
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    os.fsync(fd)
+    sys.exit("fsync of a new descriptor did not tell the lost write")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.fsync(fd)          # told once
+os.close(fd)
+PY
+}
 # wait_lost: the mount counts bytes lost (on_error=drop), within 30 s
 wait_lost() {
 	local i
@@ -301,20 +316,11 @@ do_mount "mem=64M,on_error=drop,dirty_expire_centisecs=100,dirty_writeback_centi
 head -c 15000000 /dev/zero >"$bk/filler"
 head -c 4000000 /dev/urandom >"$mt/gone" 2>/dev/null
 wait_lost
-python3 - "$mt/gone" <<'PY' || fail "open/close after a write lost before"
-import errno, os, sys
+python3 -c 'import os, sys
 for i in range(3):
-    fd = os.open(sys.argv[1], os.O_RDWR)
-    os.close(fd)      # raised ENOSPC
-fd = os.open(sys.argv[1], os.O_RDWR)
-try:
-    os.fsync(fd)
-    sys.exit("fsync of a new descriptor did not tell the lost write")
-except OSError as e:
-    assert e.errno == errno.ENOSPC, e
-os.fsync(fd)
-os.close(fd)
-PY
+    os.close(os.open(sys.argv[1], os.O_RDWR))   # raised ENOSPC' "$mt/gone" ||
+	fail "open/close after a write lost before"
+told_once "$mt/gone" || fail "fsync of a new descriptor after a write lost before"
 # another user's sync is told of the loss, and does not use it up: the
 # owner's first umount's sync reports it too (and unmounts nothing)
 chmod 755 "$top"
@@ -352,17 +358,7 @@ done
 grep -q "writeback of a forgotten file failed" "$top/fg.log" ||
 	fail "the forgotten file was not settled in 30 s: $(cat "$top/fg.log")"
 rm -f "$bk/filler"
-python3 - "$mt/forgot" <<'PY' || fail "open/fsync after a forgotten file's lost write"
-import errno, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-try:
-    os.fsync(fd)
-    sys.exit("fsync of a new descriptor did not tell the lost write (the settle took it)")
-except OSError as e:
-    assert e.errno == errno.ENOSPC, e
-os.fsync(fd)          # told once
-os.close(fd)
-PY
+told_once "$mt/forgot" || fail "open/fsync after a forgotten file's lost write (the settle took it)"
 fusermount3 -u "$mt"
 wait "$fg"; pid=
 rm -f "$bk"/*
